@@ -1,0 +1,172 @@
+//! Checked decoding of ring-buffer records (userspace only): exact length, known kind, no transmute
+//! of untrusted bytes into anything but plain integers.
+
+use crate::{
+    AliasBody, CopyBody, GraphBody, Header, LaunchBody, MemBody, NAME_CAP, NameBody, Record,
+    SyncBody, kind, record_size,
+};
+use core::fmt;
+use core::mem::size_of;
+
+/// A decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Launch(Header, LaunchBody),
+    Copy(Header, CopyBody),
+    Sync(Header, SyncBody),
+    Mem(Header, MemBody),
+    Graph(Header, GraphBody),
+    Name(Header, NameBody),
+    Alias(Header, AliasBody),
+}
+
+impl Event {
+    pub fn header(&self) -> &Header {
+        match self {
+            Event::Launch(h, _)
+            | Event::Copy(h, _)
+            | Event::Sync(h, _)
+            | Event::Mem(h, _)
+            | Event::Graph(h, _)
+            | Event::Name(h, _)
+            | Event::Alias(h, _) => h,
+        }
+    }
+}
+
+impl NameBody {
+    /// The name bytes in use (never past [`NAME_CAP`], whatever `len` claims).
+    pub fn name_bytes(&self) -> &[u8] {
+        let n = (self.len as usize).min(NAME_CAP);
+        let s = &self.name[..n];
+        // Stop at an embedded NUL too: the probe reads a C string.
+        match s.iter().position(|&b| b == 0) {
+            Some(z) => &s[..z],
+            None => s,
+        }
+    }
+}
+
+/// Why a record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than a header.
+    Short { len: usize },
+    /// A kind this daemon does not know (a newer eBPF object?): counted and skipped.
+    UnknownKind { kind: u32 },
+    /// The length does not match the kind's record size.
+    WrongLength { kind: u32, expected: usize, got: usize },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Short { len } => write!(f, "record of {len} bytes is shorter than a header"),
+            DecodeError::UnknownKind { kind } => write!(f, "unknown record kind {kind}"),
+            DecodeError::WrongLength { kind, expected, got } => {
+                write!(f, "record of kind {kind} has {got} bytes, expected {expected}")
+            }
+        }
+    }
+}
+
+fn read<T: Copy>(bytes: &[u8], off: usize) -> T {
+    debug_assert!(off + size_of::<T>() <= bytes.len());
+    // SAFETY: the caller checked the length; T is a plain-integer repr(C) struct for which
+    // every bit pattern is valid; read_unaligned copes with the ring buffer's 8-byte alignment.
+    unsafe { core::ptr::read_unaligned(bytes.as_ptr().add(off) as *const T) }
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    let hs = size_of::<Header>();
+    if bytes.len() < hs {
+        return Err(DecodeError::Short { len: bytes.len() });
+    }
+    let header: Header = read(bytes, 0);
+    let expected = record_size(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+    // The ring buffer rounds records up to 8 bytes; our sizes are multiples of 8 already.
+    if bytes.len() != expected {
+        return Err(DecodeError::WrongLength { kind: header.kind, expected, got: bytes.len() });
+    }
+    Ok(match header.kind {
+        kind::LAUNCH => Event::Launch(header, read(bytes, hs)),
+        kind::COPY => Event::Copy(header, read(bytes, hs)),
+        kind::SYNC => Event::Sync(header, read(bytes, hs)),
+        kind::MEM => Event::Mem(header, read(bytes, hs)),
+        kind::GRAPH => Event::Graph(header, read(bytes, hs)),
+        kind::NAME => Event::Name(header, read(bytes, hs)),
+        kind::ALIAS => Event::Alias(header, read(bytes, hs)),
+        k => return Err(DecodeError::UnknownKind { kind: k }),
+    })
+}
+
+/// The bytes of a record as the probes write them (tests, benchmarks, synthetic captures).
+pub fn encode<B: Copy>(r: &Record<B>) -> &[u8] {
+    // SAFETY: Record<B> is repr(C) with explicit padding for every body type in this crate, so
+    // all its bytes are initialised.
+    unsafe { core::slice::from_raw_parts(r as *const _ as *const u8, size_of::<Record<B>>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u32) -> Header {
+        Header { kind, api: 7, tgid: 4242, tid: 4243, ts_ns: 123_456 }
+    }
+
+    #[test]
+    fn launch_round_trip() {
+        let body = LaunchBody {
+            func: 0x5555_0000_1234,
+            stream: 0x2,
+            caller: 0x7f00_0000_0001,
+            grid: [64, 2, 1],
+            block: [256, 1, 1],
+            shared_bytes: 1024,
+            flags: crate::flags::COOPERATIVE,
+        };
+        let r = Record { header: hdr(kind::LAUNCH), body };
+        assert_eq!(decode(encode(&r)), Ok(Event::Launch(hdr(kind::LAUNCH), body)));
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let c = CopyBody { dst: 1, src: 2, bytes: 3, stream: 4, dur_ns: 5, direction: 1, flags: 2, ret: -1, _pad: 0 };
+        assert_eq!(decode(encode(&Record { header: hdr(kind::COPY), body: c })), Ok(Event::Copy(hdr(kind::COPY), c)));
+        let s = SyncBody { handle: 9, dur_ns: 10, ret: 0, flags: 0 };
+        assert_eq!(decode(encode(&Record { header: hdr(kind::SYNC), body: s })), Ok(Event::Sync(hdr(kind::SYNC), s)));
+        let m = MemBody { ptr: 1, bytes: 2, dur_ns: 3, stream: 0, op: 1, mem_kind: 1, ret: 0, flags: 0 };
+        assert_eq!(decode(encode(&Record { header: hdr(kind::MEM), body: m })), Ok(Event::Mem(hdr(kind::MEM), m)));
+        let g = GraphBody { graph_exec: 5, stream: 6 };
+        assert_eq!(decode(encode(&Record { header: hdr(kind::GRAPH), body: g })), Ok(Event::Graph(hdr(kind::GRAPH), g)));
+        let a = AliasBody { from: 1, to: 2 };
+        assert_eq!(decode(encode(&Record { header: hdr(kind::ALIAS), body: a })), Ok(Event::Alias(hdr(kind::ALIAS), a)));
+    }
+
+    #[test]
+    fn name_stops_at_len_and_nul() {
+        let mut n = NameBody { handle: 1, scope: 0, source: 1, len: 6, flags: 0, _pad: 0, name: [0; NAME_CAP] };
+        n.name[..6].copy_from_slice(b"vecAdd");
+        let r = Record { header: hdr(kind::NAME), body: n };
+        let Ok(Event::Name(_, got)) = decode(encode(&r)) else { panic!("not a name") };
+        assert_eq!(got.name_bytes(), b"vecAdd");
+        n.len = 10_000; // a lying length is clamped
+        n.name[3] = 0;
+        assert_eq!(n.name_bytes(), b"vec");
+    }
+
+    #[test]
+    fn truncated_and_unknown() {
+        let r = Record { header: hdr(kind::SYNC), body: SyncBody::default() };
+        let bytes = encode(&r);
+        assert_eq!(decode(&bytes[..10]), Err(DecodeError::Short { len: 10 }));
+        assert_eq!(
+            decode(&bytes[..bytes.len() - 8]),
+            Err(DecodeError::WrongLength { kind: kind::SYNC, expected: 48, got: 40 })
+        );
+        let r = Record { header: hdr(99), body: SyncBody::default() };
+        assert_eq!(decode(encode(&r)), Err(DecodeError::UnknownKind { kind: 99 }));
+    }
+}

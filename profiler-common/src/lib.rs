@@ -1,0 +1,310 @@
+//! Wire ABI between gpuprofd's eBPF probes and its daemon: record layouts, kinds, cookies, maps.
+//!
+//! Every record in the ring buffer starts with [`Header`] followed by a kind-specific body.
+//! All types are `#[repr(C)]`, fixed-width, padded explicitly, and sized to a multiple of 8;
+//! `const` assertions next to each struct keep both sides honest.
+#![no_std]
+
+pub mod cookie;
+#[cfg(feature = "user")]
+pub mod decode;
+
+/// Names of the maps in the eBPF object (looked up by name from userspace).
+pub mod maps {
+    /// The one ring buffer every record goes through.
+    pub const EVENTS: &str = "EVENTS";
+    /// Per-CPU `u64` counters of records lost because `reserve` failed, indexed by kind.
+    pub const DROPS: &str = "DROPS";
+    /// Per-CPU `u64` counters of records submitted, indexed by kind.
+    pub const SUBMITTED: &str = "SUBMITTED";
+    /// `Array<u32>` of length 1: the in-kernel filter mode (see [`crate::FILTER_ALL`]).
+    pub const FILTER_MODE: &str = "FILTER_MODE";
+    /// `HashMap<u32 tgid, u8>`: processes selected when the filter mode is [`crate::FILTER_TGIDS`].
+    pub const FILTER_TGIDS: &str = "FILTER_TGIDS";
+    /// Per-thread runtime call in flight (pairing runtime with driver, runtime return probes).
+    pub const PEND_RT: &str = "PEND_RT";
+    /// Per-thread driver call in flight (driver return probes).
+    pub const PEND_DRV: &str = "PEND_DRV";
+}
+
+/// Filter mode: every process.
+pub const FILTER_ALL: u32 = 0;
+/// Filter mode: only tgids present in `FILTER_TGIDS`.
+pub const FILTER_TGIDS: u32 = 1;
+
+/// Capacity of the counters arrays (kinds are below this).
+pub const MAX_KINDS: u32 = 16;
+
+/// Record kinds (`Header::kind`).
+pub mod kind {
+    /// Kernel launch ([`crate::LaunchBody`]).
+    pub const LAUNCH: u32 = 1;
+    /// Memory copy ([`crate::CopyBody`]).
+    pub const COPY: u32 = 2;
+    /// Synchronisation ([`crate::SyncBody`]).
+    pub const SYNC: u32 = 3;
+    /// Allocation, free, VMM operation ([`crate::MemBody`]).
+    pub const MEM: u32 = 4;
+    /// CUDA graph launch ([`crate::GraphBody`]).
+    pub const GRAPH: u32 = 5;
+    /// A handle learned a name ([`crate::NameBody`]).
+    pub const NAME: u32 = 6;
+    /// One handle stands for another ([`crate::AliasBody`]).
+    pub const ALIAS: u32 = 7;
+    /// Highest kind in use.
+    pub const LAST: u32 = ALIAS;
+}
+
+/// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
+/// `H2H`, `H2D`, `D2H`, `D2D`, `DEFAULT`.
+pub mod dir {
+    pub const H2H: u32 = 0;
+    pub const H2D: u32 = 1;
+    pub const D2H: u32 = 2;
+    pub const D2D: u32 = 3;
+    /// Unified addressing: the API does not say (cuMemcpy, cudaMemcpyDefault).
+    pub const DEFAULT: u32 = 4;
+    /// Between devices (cuMemcpyPeer*, cudaMemcpyPeer*, 3D peer).
+    pub const PEER: u32 = 5;
+    /// A value we could not interpret (a bad `cudaMemcpyKind` passed by the program).
+    pub const UNKNOWN: u32 = 6;
+}
+
+/// Memory operations (`MemBody::op`).
+pub mod memop {
+    pub const ALLOC: u32 = 1;
+    pub const FREE: u32 = 2;
+    /// `cuMemCreate`: physical allocation (VMM), `ptr` is the generic allocation handle.
+    pub const VMM_CREATE: u32 = 3;
+    /// `cuMemRelease`: `ptr` is the generic allocation handle.
+    pub const VMM_RELEASE: u32 = 4;
+    pub const VMM_MAP: u32 = 5;
+    pub const VMM_UNMAP: u32 = 6;
+}
+
+/// What kind of memory an allocation gives (`MemBody::mem_kind`).
+pub mod memkind {
+    pub const DEVICE: u32 = 1;
+    /// Page-locked host memory (cuMemAllocHost, cuMemHostAlloc, cudaMallocHost, cudaHostAlloc).
+    pub const HOST_PINNED: u32 = 2;
+    pub const MANAGED: u32 = 3;
+    /// Stream-ordered (cuMemAllocAsync, pools).
+    pub const ASYNC: u32 = 4;
+    pub const PITCHED: u32 = 5;
+    /// VMM physical memory.
+    pub const VMM: u32 = 6;
+}
+
+/// Where a name came from (`NameBody::source`).
+pub mod namesrc {
+    /// `__cudaRegisterFunction`: handle = host stub.
+    pub const REGISTER_FUNCTION: u32 = 1;
+    /// `cuModuleGetFunction`: handle = CUfunction.
+    pub const MODULE_GET_FUNCTION: u32 = 2;
+    /// `cuLibraryGetKernel`: handle = CUkernel.
+    pub const LIBRARY_GET_KERNEL: u32 = 3;
+    /// `cuFuncGetName` / `cuKernelGetName`: handle = CUfunction / CUkernel.
+    pub const GET_NAME: u32 = 4;
+}
+
+/// Record flags.
+pub mod flags {
+    /// Copy or free that returns before the GPU finishes (stream-ordered).
+    pub const ASYNC: u32 = 1 << 0;
+    /// `dur_ns`/`ret` were measured by a return probe.
+    pub const HAS_RETURN: u32 = 1 << 1;
+    /// Launch: cooperative.
+    pub const COOPERATIVE: u32 = 1 << 2;
+    /// Launch: extensible config (cuLaunchKernelEx / cudaLaunchKernelExC).
+    pub const LAUNCH_EX: u32 = 1 << 3;
+    /// Name: truncated to [`crate::NAME_CAP`] bytes.
+    pub const TRUNCATED: u32 = 1 << 4;
+    /// Sync: the wait happens on the GPU (cuStreamWaitEvent), the CPU does not block.
+    pub const GPU_SIDE: u32 = 1 << 5;
+}
+
+/// Common header of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// One of [`kind`].
+    pub kind: u32,
+    /// Index of the hooked symbol in the daemon's API table (carried in the probe's cookie).
+    pub api: u32,
+    /// Process id (kernel tgid).
+    pub tgid: u32,
+    /// Thread id (kernel pid).
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at function entry.
+    pub ts_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<Header>() == 24);
+
+/// A kernel launch (driver `cuLaunchKernel*`, runtime `cudaLaunchKernel*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchBody {
+    /// Driver: `CUfunction` or `CUkernel`; runtime: host-stub address (or `cudaKernel_t`).
+    pub func: u64,
+    pub stream: u64,
+    /// Return address at entry: the code that called the API.
+    pub caller: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<LaunchBody>() == 56);
+
+/// A memory copy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyBody {
+    pub dst: u64,
+    pub src: u64,
+    pub bytes: u64,
+    pub stream: u64,
+    /// Entry to return, when [`flags::HAS_RETURN`] is set; else 0.
+    pub dur_ns: u64,
+    /// One of [`dir`].
+    pub direction: u32,
+    pub flags: u32,
+    /// CUresult / cudaError_t when [`flags::HAS_RETURN`] is set.
+    pub ret: i32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<CopyBody>() == 56);
+
+/// A synchronisation (the CPU blocks for `dur_ns`), or a GPU-side wait ([`flags::GPU_SIDE`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncBody {
+    /// Stream or event waited on; 0 for context/device syncs.
+    pub handle: u64,
+    pub dur_ns: u64,
+    pub ret: i32,
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<SyncBody>() == 24);
+
+/// An allocation, free or VMM operation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemBody {
+    /// Device pointer (or VMM allocation handle); 0 when the call failed.
+    pub ptr: u64,
+    /// Requested bytes (0 for frees: the daemon knows the size from the allocation).
+    pub bytes: u64,
+    pub dur_ns: u64,
+    pub stream: u64,
+    /// One of [`memop`].
+    pub op: u32,
+    /// One of [`memkind`].
+    pub mem_kind: u32,
+    pub ret: i32,
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<MemBody>() == 48);
+
+/// A CUDA graph launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphBody {
+    pub graph_exec: u64,
+    pub stream: u64,
+}
+const _: () = assert!(core::mem::size_of::<GraphBody>() == 16);
+
+/// Bytes of a name carried in a record (longer names are truncated and flagged).
+pub const NAME_CAP: usize = 488;
+
+/// A handle learned its (mangled) name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameBody {
+    pub handle: u64,
+    /// Module / library handle, when the API has one.
+    pub scope: u64,
+    /// One of [`namesrc`].
+    pub source: u32,
+    /// Bytes of `name` in use, without the terminating NUL.
+    pub len: u32,
+    pub flags: u32,
+    pub _pad: u32,
+    pub name: [u8; NAME_CAP],
+}
+const _: () = assert!(core::mem::size_of::<NameBody>() == 520);
+
+/// `from` stands for `to` (cuKernelGetFunction: function → kernel; __cudaGetKernel: kernel →
+/// host stub), so `from` inherits `to`'s name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AliasBody {
+    pub from: u64,
+    pub to: u64,
+}
+const _: () = assert!(core::mem::size_of::<AliasBody>() == 16);
+
+/// Header + body, as laid out in the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Record<B> {
+    pub header: Header,
+    pub body: B,
+}
+const _: () = assert!(core::mem::size_of::<Record<LaunchBody>>() == 80);
+const _: () = assert!(core::mem::size_of::<Record<NameBody>>() == 544);
+
+/// Byte size of the record of `kind` (header included), or `None` for an unknown kind.
+pub const fn record_size(kind: u32) -> Option<usize> {
+    let body = match kind {
+        kind::LAUNCH => core::mem::size_of::<LaunchBody>(),
+        kind::COPY => core::mem::size_of::<CopyBody>(),
+        kind::SYNC => core::mem::size_of::<SyncBody>(),
+        kind::MEM => core::mem::size_of::<MemBody>(),
+        kind::GRAPH => core::mem::size_of::<GraphBody>(),
+        kind::NAME => core::mem::size_of::<NameBody>(),
+        kind::ALIAS => core::mem::size_of::<AliasBody>(),
+        _ => return None,
+    };
+    Some(core::mem::size_of::<Header>() + body)
+}
+
+/// What a runtime call in flight on a thread is doing; a driver call of the same class made
+/// inside it is the same call seen one layer down, and is not recorded again.
+pub mod class {
+    pub const LAUNCH: u32 = 1;
+    pub const COPY: u32 = 2;
+    pub const SYNC: u32 = 3;
+    pub const MEM: u32 = 4;
+    pub const GRAPH: u32 = 5;
+    pub const NAME: u32 = 6;
+}
+
+/// Per-thread call in flight, kept between an entry probe and its return probe (or, for
+/// entry-only runtime calls, until the enclosed driver call consumes it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pending {
+    pub ts_ns: u64,
+    /// User stack pointer at entry.
+    pub sp: u64,
+    pub cookie: u64,
+    /// Kind-specific saved values (arguments, computed bytes, out-pointers).
+    pub v: [u64; 6],
+    /// One of [`class`].
+    pub class: u32,
+    /// Record kind the return probe will emit.
+    pub kind: u32,
+    /// [`PENDING_HAS_RETURN`] when a return probe will clear this entry.
+    pub state: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<Pending>() == 88);
+
+/// `Pending::state`: a return probe will clear the entry; every driver call inside is nested.
+pub const PENDING_HAS_RETURN: u32 = 1;
+/// `Pending::state`: entry-only runtime call; the first driver call of its class consumes it.
+pub const PENDING_ENTRY_ONLY: u32 = 2;
+/// An entry-only runtime slot older than this is stale (its driver call never came).
+pub const PENDING_ENTRY_ONLY_MAX_NS: u64 = 10_000_000;

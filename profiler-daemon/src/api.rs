@@ -1,0 +1,87 @@
+//! The API table: the id carried in every record's `api` field ↔ the hooked symbol's name and layer.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Which library a hooked symbol lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// `libcuda.so.1`.
+    Driver,
+    /// `libcudart.so.*`.
+    Runtime,
+}
+
+/// One hooked symbol (every library copy that exports it shares the id).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub name: String,
+    pub layer: Layer,
+}
+
+/// Ids are dense, assigned in first-seen order, and fit the cookie's 16 bits.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ApiTable {
+    apis: Vec<ApiInfo>,
+    #[serde(skip)]
+    by_name: HashMap<String, u16>,
+}
+
+impl ApiTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The id of `name`, adding it if it is new.
+    pub fn intern(&mut self, name: &str, layer: Layer) -> u16 {
+        if let Some(&id) = self.by_name.get(name) {
+            return id;
+        }
+        let id = u16::try_from(self.apis.len()).expect("more than 65535 hooked symbols");
+        self.apis.push(ApiInfo { name: name.to_owned(), layer });
+        self.by_name.insert(name.to_owned(), id);
+        id
+    }
+
+    pub fn get(&self, id: u32) -> Option<&ApiInfo> {
+        self.apis.get(id as usize)
+    }
+
+    /// The symbol name of `id`, or `"<api N>"` for an id this table never issued.
+    pub fn name(&self, id: u32) -> String {
+        self.get(id).map(|a| a.name.clone()).unwrap_or_else(|| format!("<api {id}>"))
+    }
+
+    pub fn id(&self, name: &str) -> Option<u16> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.apis.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.apis.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u16, &ApiInfo)> {
+        self.apis.iter().enumerate().map(|(i, a)| (i as u16, a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intern_is_stable() {
+        let mut t = ApiTable::new();
+        assert_eq!(t.intern("cuLaunchKernel", Layer::Driver), 0);
+        assert_eq!(t.intern("cudaLaunchKernel", Layer::Runtime), 1);
+        assert_eq!(t.intern("cuLaunchKernel", Layer::Driver), 0);
+        assert_eq!(t.name(1), "cudaLaunchKernel");
+        assert_eq!(t.name(9), "<api 9>");
+        assert_eq!(t.get(1).unwrap().layer, Layer::Runtime);
+    }
+}

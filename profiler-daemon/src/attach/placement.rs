@@ -1,0 +1,1 @@
+//! Probe-site placement (owned by the ELF/placement work).

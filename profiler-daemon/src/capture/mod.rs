@@ -1,0 +1,1 @@
+//! Capture: load the eBPF object, read the ring buffer, count drops.

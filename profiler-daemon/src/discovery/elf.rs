@@ -1,0 +1,1 @@
+//! ELF reading (owned by the ELF/placement work).

@@ -1,0 +1,4 @@
+//! Enrichment: process info and kernel names.
+
+pub mod names;
+pub mod process;

@@ -1,0 +1,1 @@
+//! Kernel names (owned by the model work).

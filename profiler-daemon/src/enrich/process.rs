@@ -1,0 +1,1 @@
+//! Process info from procfs.

@@ -1,0 +1,12 @@
+//! gpuprofd's library: discovery → attach → capture → enrich → model → output.
+//!
+//! Data flows one way; each stage is a module and is testable without the ones before it.
+
+pub mod api;
+pub mod attach;
+pub mod capture;
+pub mod cli;
+pub mod discovery;
+pub mod enrich;
+pub mod model;
+pub mod output;

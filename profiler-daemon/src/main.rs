@@ -1,0 +1,4 @@
+//! The `gpuprofd` binary: everything lives in the library; this only maps the outcome to an exit code.
+fn main() -> std::process::ExitCode {
+    gpuprofd::cli::main()
+}

@@ -1,0 +1,1 @@
+//! The aggregator (owned by the model work).

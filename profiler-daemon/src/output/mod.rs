@@ -1,0 +1,1 @@
+//! Outputs (owned by the model work).

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine of this kind lacks to build gpuprofd (userspace + eBPF) and run
+# its tests. Idempotent: a second run only checks and takes seconds.
+#   - nightly rust-src (eBPF is built with -Z build-std=core for bpfel-unknown-none)
+#   - LLVM 22 dev packages (bpf-linker must link against the same LLVM as rustc nightly)
+#   - bpf-linker 0.13 built against LLVM 22
+#   - test tools: gcc (present), binutils
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+BPF_LINKER_VERSION="0.13.0"
+LLVM_MAJOR=22
+
+export PATH="$HOME/.cargo/bin:$PATH"
+
+if ! command -v rustup >/dev/null 2>&1; then
+  log "rustup not found: install Rust (stable and nightly) with rustup first"; exit 1
+fi
+if ! rustup toolchain list | grep -q '^nightly'; then
+  log "installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+  log "adding rust-src to nightly"
+  rustup component add rust-src --toolchain nightly
+fi
+for c in rustfmt clippy; do
+  rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+done
+
+need_pkgs=()
+for p in "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev libxml2-dev binutils; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_pkgs[*]}"
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+have_linker=""
+if command -v bpf-linker >/dev/null 2>&1; then
+  have_linker=$(bpf-linker --version 2>/dev/null | awk '{print $2}')
+fi
+if [ "$have_linker" != "$BPF_LINKER_VERSION" ]; then
+  log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (a few minutes, once)"
+  PATH="/usr/lib/llvm-${LLVM_MAJOR}/bin:$PATH" \
+  LLVM_SYS_221_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" \
+    cargo install --locked bpf-linker --version "$BPF_LINKER_VERSION" \
+      --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+log "toolchain ready: $(rustc --version), $(rustc +nightly --version), bpf-linker $(bpf-linker --version | awk '{print $2}')"

@@ -14,8 +14,15 @@ fn main() -> anyhow::Result<()> {
     }
     // The eBPF crate sits next to this one.
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
-    let root = manifest_dir.parent().ok_or_else(|| anyhow!("no workspace root"))?.join("profiler-ebpf");
+    let root = manifest_dir
+        .parent()
+        .ok_or_else(|| anyhow!("no workspace root"))?
+        .join("profiler-ebpf");
     let root_dir = root.to_string_lossy().into_owned();
-    let pkg = aya_build::Package { name: "profiler-ebpf", root_dir: &root_dir, ..Default::default() };
+    let pkg = aya_build::Package {
+        name: "profiler-ebpf",
+        root_dir: &root_dir,
+        ..Default::default()
+    };
     aya_build::build_ebpf([pkg], aya_build::Toolchain::default())
 }

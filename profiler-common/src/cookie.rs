@@ -44,7 +44,17 @@ pub struct Cookie {
 impl Cookie {
     /// A cookie for `api` with no arguments and no flags.
     pub const fn new(api: u16) -> Self {
-        Cookie { api, a: NONE, b: NONE, c: NONE, d: NONE, e: NONE, p: 0, q: 0, flags: 0 }
+        Cookie {
+            api,
+            a: NONE,
+            b: NONE,
+            c: NONE,
+            d: NONE,
+            e: NONE,
+            p: 0,
+            q: 0,
+            flags: 0,
+        }
     }
 
     #[inline(always)]
@@ -93,7 +103,17 @@ mod tests {
 
     #[test]
     fn round_trip_every_field() {
-        let c = Cookie { api: 0xbeef, a: 0, b: 2, c: 7, d: NONE, e: 6, p: 5, q: 3, flags: F_RET | F_2D };
+        let c = Cookie {
+            api: 0xbeef,
+            a: 0,
+            b: 2,
+            c: 7,
+            d: NONE,
+            e: 6,
+            p: 5,
+            q: 3,
+            flags: F_RET | F_2D,
+        };
         assert_eq!(Cookie::unpack(c.pack()), c);
         assert_eq!(api_of(c.pack()), 0xbeef);
         assert!(Cookie::unpack(c.pack()).has(F_2D));

@@ -55,16 +55,29 @@ pub enum DecodeError {
     /// A kind this daemon does not know (a newer eBPF object?): counted and skipped.
     UnknownKind { kind: u32 },
     /// The length does not match the kind's record size.
-    WrongLength { kind: u32, expected: usize, got: usize },
+    WrongLength {
+        kind: u32,
+        expected: usize,
+        got: usize,
+    },
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DecodeError::Short { len } => write!(f, "record of {len} bytes is shorter than a header"),
+            DecodeError::Short { len } => {
+                write!(f, "record of {len} bytes is shorter than a header")
+            }
             DecodeError::UnknownKind { kind } => write!(f, "unknown record kind {kind}"),
-            DecodeError::WrongLength { kind, expected, got } => {
-                write!(f, "record of kind {kind} has {got} bytes, expected {expected}")
+            DecodeError::WrongLength {
+                kind,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "record of kind {kind} has {got} bytes, expected {expected}"
+                )
             }
         }
     }
@@ -84,10 +97,15 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         return Err(DecodeError::Short { len: bytes.len() });
     }
     let header: Header = read(bytes, 0);
-    let expected = record_size(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+    let expected =
+        record_size(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
     // The ring buffer rounds records up to 8 bytes; our sizes are multiples of 8 already.
     if bytes.len() != expected {
-        return Err(DecodeError::WrongLength { kind: header.kind, expected, got: bytes.len() });
+        return Err(DecodeError::WrongLength {
+            kind: header.kind,
+            expected,
+            got: bytes.len(),
+        });
     }
     Ok(match header.kind {
         kind::LAUNCH => Event::Launch(header, read(bytes, hs)),
@@ -113,7 +131,13 @@ mod tests {
     use super::*;
 
     fn hdr(kind: u32) -> Header {
-        Header { kind, api: 7, tgid: 4242, tid: 4243, ts_ns: 123_456 }
+        Header {
+            kind,
+            api: 7,
+            tgid: 4242,
+            tid: 4243,
+            ts_ns: 123_456,
+        }
     }
 
     #[test]
@@ -127,30 +151,106 @@ mod tests {
             shared_bytes: 1024,
             flags: crate::flags::COOPERATIVE,
         };
-        let r = Record { header: hdr(kind::LAUNCH), body };
-        assert_eq!(decode(encode(&r)), Ok(Event::Launch(hdr(kind::LAUNCH), body)));
+        let r = Record {
+            header: hdr(kind::LAUNCH),
+            body,
+        };
+        assert_eq!(
+            decode(encode(&r)),
+            Ok(Event::Launch(hdr(kind::LAUNCH), body))
+        );
     }
 
     #[test]
     fn every_kind_round_trips() {
-        let c = CopyBody { dst: 1, src: 2, bytes: 3, stream: 4, dur_ns: 5, direction: 1, flags: 2, ret: -1, _pad: 0 };
-        assert_eq!(decode(encode(&Record { header: hdr(kind::COPY), body: c })), Ok(Event::Copy(hdr(kind::COPY), c)));
-        let s = SyncBody { handle: 9, dur_ns: 10, ret: 0, flags: 0 };
-        assert_eq!(decode(encode(&Record { header: hdr(kind::SYNC), body: s })), Ok(Event::Sync(hdr(kind::SYNC), s)));
-        let m = MemBody { ptr: 1, bytes: 2, dur_ns: 3, stream: 0, op: 1, mem_kind: 1, ret: 0, flags: 0 };
-        assert_eq!(decode(encode(&Record { header: hdr(kind::MEM), body: m })), Ok(Event::Mem(hdr(kind::MEM), m)));
-        let g = GraphBody { graph_exec: 5, stream: 6 };
-        assert_eq!(decode(encode(&Record { header: hdr(kind::GRAPH), body: g })), Ok(Event::Graph(hdr(kind::GRAPH), g)));
+        let c = CopyBody {
+            dst: 1,
+            src: 2,
+            bytes: 3,
+            stream: 4,
+            dur_ns: 5,
+            direction: 1,
+            flags: 2,
+            ret: -1,
+            _pad: 0,
+        };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::COPY),
+                body: c
+            })),
+            Ok(Event::Copy(hdr(kind::COPY), c))
+        );
+        let s = SyncBody {
+            handle: 9,
+            dur_ns: 10,
+            ret: 0,
+            flags: 0,
+        };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::SYNC),
+                body: s
+            })),
+            Ok(Event::Sync(hdr(kind::SYNC), s))
+        );
+        let m = MemBody {
+            ptr: 1,
+            bytes: 2,
+            dur_ns: 3,
+            stream: 0,
+            op: 1,
+            mem_kind: 1,
+            ret: 0,
+            flags: 0,
+        };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::MEM),
+                body: m
+            })),
+            Ok(Event::Mem(hdr(kind::MEM), m))
+        );
+        let g = GraphBody {
+            graph_exec: 5,
+            stream: 6,
+        };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::GRAPH),
+                body: g
+            })),
+            Ok(Event::Graph(hdr(kind::GRAPH), g))
+        );
         let a = AliasBody { from: 1, to: 2 };
-        assert_eq!(decode(encode(&Record { header: hdr(kind::ALIAS), body: a })), Ok(Event::Alias(hdr(kind::ALIAS), a)));
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::ALIAS),
+                body: a
+            })),
+            Ok(Event::Alias(hdr(kind::ALIAS), a))
+        );
     }
 
     #[test]
     fn name_stops_at_len_and_nul() {
-        let mut n = NameBody { handle: 1, scope: 0, source: 1, len: 6, flags: 0, _pad: 0, name: [0; NAME_CAP] };
+        let mut n = NameBody {
+            handle: 1,
+            scope: 0,
+            source: 1,
+            len: 6,
+            flags: 0,
+            _pad: 0,
+            name: [0; NAME_CAP],
+        };
         n.name[..6].copy_from_slice(b"vecAdd");
-        let r = Record { header: hdr(kind::NAME), body: n };
-        let Ok(Event::Name(_, got)) = decode(encode(&r)) else { panic!("not a name") };
+        let r = Record {
+            header: hdr(kind::NAME),
+            body: n,
+        };
+        let Ok(Event::Name(_, got)) = decode(encode(&r)) else {
+            panic!("not a name")
+        };
         assert_eq!(got.name_bytes(), b"vecAdd");
         n.len = 10_000; // a lying length is clamped
         n.name[3] = 0;
@@ -159,14 +259,27 @@ mod tests {
 
     #[test]
     fn truncated_and_unknown() {
-        let r = Record { header: hdr(kind::SYNC), body: SyncBody::default() };
+        let r = Record {
+            header: hdr(kind::SYNC),
+            body: SyncBody::default(),
+        };
         let bytes = encode(&r);
         assert_eq!(decode(&bytes[..10]), Err(DecodeError::Short { len: 10 }));
         assert_eq!(
             decode(&bytes[..bytes.len() - 8]),
-            Err(DecodeError::WrongLength { kind: kind::SYNC, expected: 48, got: 40 })
+            Err(DecodeError::WrongLength {
+                kind: kind::SYNC,
+                expected: 48,
+                got: 40
+            })
         );
-        let r = Record { header: hdr(99), body: SyncBody::default() };
-        assert_eq!(decode(encode(&r)), Err(DecodeError::UnknownKind { kind: 99 }));
+        let r = Record {
+            header: hdr(99),
+            body: SyncBody::default(),
+        };
+        assert_eq!(
+            decode(encode(&r)),
+            Err(DecodeError::UnknownKind { kind: 99 })
+        );
     }
 }

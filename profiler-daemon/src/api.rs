@@ -39,7 +39,10 @@ impl ApiTable {
             return id;
         }
         let id = u16::try_from(self.apis.len()).expect("more than 65535 hooked symbols");
-        self.apis.push(ApiInfo { name: name.to_owned(), layer });
+        self.apis.push(ApiInfo {
+            name: name.to_owned(),
+            layer,
+        });
         self.by_name.insert(name.to_owned(), id);
         id
     }
@@ -50,7 +53,9 @@ impl ApiTable {
 
     /// The symbol name of `id`, or `"<api N>"` for an id this table never issued.
     pub fn name(&self, id: u32) -> String {
-        self.get(id).map(|a| a.name.clone()).unwrap_or_else(|| format!("<api {id}>"))
+        self.get(id)
+            .map(|a| a.name.clone())
+            .unwrap_or_else(|| format!("<api {id}>"))
     }
 
     pub fn id(&self, name: &str) -> Option<u16> {

@@ -1,4 +1,236 @@
 //! Command line: parse, pick the mode, map errors to exit codes.
-pub fn main() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+
+use crate::session::{self, CaptureOptions, Target};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// gpuprofd: a transparent, system-wide GPU profiler for CUDA processes (eBPF uprobes on the
+/// CUDA driver and runtime; no code change, no restart of the profiled programs).
+#[derive(Debug, Parser)]
+#[command(name = "gpuprofd", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the project's fake-CUDA training loop under the real probes and print its report
+    /// (no GPU needed; shows the product working in the first minute).
+    Demo {
+        /// Directory built by `tests/fakecuda/build.sh` (has lib/, bin/workload, demo.script).
+        #[arg(long, default_value = "target/fakecuda")]
+        fake_cuda: PathBuf,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// Capture every process that maps a CUDA driver or runtime library, now or later.
+    #[arg(long, conflicts_with = "pid")]
+    pub all_jobs: bool,
+    /// Capture one running process (live attach, no restart).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// With --pid: if the process has not loaded CUDA yet, wait for it instead of failing.
+    #[arg(long, requires = "pid")]
+    pub wait: bool,
+    /// Stop after this long (e.g. 30s, 5m, 1h, 500ms); else at Ctrl-C / SIGTERM.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+    /// Write the JSON report (schema gpuprofd.report/1) to this file.
+    #[arg(long, short, value_name = "FILE.json")]
+    pub output: Option<PathBuf>,
+    /// Also attach to these CUDA library files, or the CUDA libraries in these directories.
+    #[arg(long = "lib", value_name = "PATH")]
+    pub libs: Vec<PathBuf>,
+    /// Do not attach to the CUDA libraries in the dynamic linker's cache (--all-jobs).
+    #[arg(long)]
+    pub no_system_libs: bool,
+    /// Do not print the per-second live lines on stderr.
+    #[arg(long)]
+    pub no_live: bool,
+    /// Ring-buffer size in MiB (a power of two).
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    pub ring_buffer_mb: u32,
+    /// Say which symbols were attached where, at which probe offset and why.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Run this command under the profiler and stop when it exits (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Parses `30s`, `5m`, `1h`, `250ms`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a duration: use e.g. 30s, 5m, 1h, 500ms"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "\"{s}\": unknown unit \"{unit}\"; use ms, s, m or h"
+            ));
+        }
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("\"{s}\": the duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn init_logging(verbose: bool) {
+    let default = if verbose {
+        "gpuprofd=debug,info"
+    } else {
+        "info"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUPROFD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = cli.capture.verbose;
+    init_logging(verbose);
+    let opts = match to_options(cli) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("gpuprofd: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpuprofd: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(session::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuprofd: error: {e:#}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
+    if let Some(Command::Demo { fake_cuda, output }) = cli.command {
+        let script = fake_cuda.join("demo.script");
+        let workload = fake_cuda.join("bin/workload");
+        for p in [&script, &workload] {
+            if !p.exists() {
+                return Err(format!(
+                    "demo: \"{}\" is missing; build the fake CUDA libraries first: \
+                     `cargo xtask demo` does everything, or `tests/fakecuda/build.sh {}`",
+                    p.display(),
+                    fake_cuda.display()
+                ));
+            }
+        }
+        return Ok(CaptureOptions {
+            target: Target::AllJobs,
+            wait: false,
+            duration: None,
+            output,
+            libs: vec![fake_cuda.join("lib")],
+            system_libs: false,
+            live: true,
+            ring_bytes: crate::capture::DEFAULT_RING_BYTES,
+            verbose: cli.capture.verbose,
+            command: vec![workload.display().to_string()],
+            command_stdin: Some(script),
+        });
+    }
+    let a = cli.capture;
+    let target = match (a.all_jobs, a.pid) {
+        (_, Some(pid)) => Target::Pid(pid),
+        (true, None) => Target::AllJobs,
+        (false, None) if !a.command.is_empty() => Target::AllJobs,
+        (false, None) => {
+            return Err(
+                "say what to capture: --all-jobs (every CUDA process), --pid PID (one \
+                        running process), or `-- COMMAND` (run one); `gpuprofd demo` shows it \
+                        working without a GPU. See `gpuprofd --help`."
+                    .into(),
+            );
+        }
+    };
+    if !a.ring_buffer_mb.is_power_of_two() || a.ring_buffer_mb > 1024 {
+        return Err(format!(
+            "--ring-buffer-mb \"{}\": must be a power of two between 1 and 1024",
+            a.ring_buffer_mb
+        ));
+    }
+    Ok(CaptureOptions {
+        target,
+        wait: a.wait,
+        duration: a.duration,
+        output: a.output,
+        libs: a.libs,
+        system_libs: !a.no_system_libs,
+        live: !a.no_live,
+        ring_bytes: a.ring_buffer_mb << 20,
+        verbose: a.verbose,
+        command: a.command,
+        command_stdin: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").unwrap_err().contains("\"ten\""));
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+    }
+
+    #[test]
+    fn needs_a_target() {
+        let cli = Cli::try_parse_from(["gpuprofd"]).unwrap();
+        assert!(to_options(cli).unwrap_err().contains("--all-jobs"));
+        let cli = Cli::try_parse_from(["gpuprofd", "--pid", "42", "--duration", "1s"]).unwrap();
+        let o = to_options(cli).unwrap();
+        assert_eq!(o.target, Target::Pid(42));
+        assert!(Cli::try_parse_from(["gpuprofd", "--all-jobs", "--pid", "1"]).is_err());
+        assert!(Cli::try_parse_from(["gpuprofd", "--wait"]).is_err());
+        let cli = Cli::try_parse_from(["gpuprofd", "--all-jobs", "--ring-buffer-mb", "3"]).unwrap();
+        assert!(to_options(cli).unwrap_err().contains("power of two"));
+    }
 }

@@ -10,3 +10,4 @@ pub mod discovery;
 pub mod enrich;
 pub mod model;
 pub mod output;
+pub mod session;

@@ -1,1 +1,432 @@
-//! Helpers shared by the privileged tests.
+//! Harness for the privileged end-to-end tests: the real daemon binary with its real eBPF object,
+//! attached to the fake CUDA libraries (tests/fakecuda) that scripted workload programs drive.
+//!
+//! Every wait is bounded; synchronisation is by handshake (the daemon's "ready" line, the
+//! workload's "ready"/"ok" lines), never by sleeping.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long any single wait may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+fn env_path(var: &str, what: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        panic!("{var} is not set: run the privileged tests through `cargo xtask test` (it builds {what})")
+    });
+    assert!(
+        p.exists(),
+        "{var}={} does not exist: run `cargo xtask build`",
+        p.display()
+    );
+    p
+}
+
+/// The gpuprofd binary under test.
+pub fn daemon_bin() -> PathBuf {
+    env_path("GPUPROFD_BIN", "the daemon")
+}
+
+/// The fake CUDA build (lib/, lib-cet/, bin/).
+pub fn fakecuda() -> PathBuf {
+    env_path("FAKECUDA_DIR", "the fake CUDA libraries")
+}
+
+/// Fails (never skips) when this machine cannot run the probes.
+pub fn require_bpf() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "privileged tests need root to load BPF programs and attach uprobes: run `sudo -E cargo xtask test`"
+    );
+    assert!(
+        Path::new("/sys/kernel/btf/vmlinux").exists(),
+        "this kernel has no BTF (/sys/kernel/btf/vmlinux): the probes cannot be tested here; use a kernel built with CONFIG_DEBUG_INFO_BTF"
+    );
+    assert!(
+        Path::new("/sys/bus/event_source/devices/uprobe").exists(),
+        "this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe): CONFIG_UPROBE_EVENTS is needed"
+    );
+}
+
+/// Lines from a child's pipe, read on a thread so waits can time out.
+pub struct Lines {
+    rx: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    fn new(r: impl std::io::Read + Send + 'static) -> Lines {
+        let (tx, rx) = channel();
+        thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line that satisfies `f` (earlier lines are kept in `seen`).
+    pub fn wait_for(&mut self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if f(&l) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "timed out waiting for {what}; output so far:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Everything until the pipe closes.
+    pub fn rest(&mut self) -> Vec<String> {
+        while let Ok(l) = self.rx.recv_timeout(WAIT) {
+            self.seen.push(l);
+        }
+        self.seen.clone()
+    }
+}
+
+/// A running gpuprofd.
+pub struct Daemon {
+    child: Child,
+    pub stderr: Lines,
+    stdout: Option<std::process::ChildStdout>,
+    pub output: PathBuf,
+    _dir: TempDir,
+}
+
+/// The outcome of a stopped daemon.
+pub struct Finished {
+    pub report: Value,
+    pub stdout: String,
+    pub stderr: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts `gpuprofd ARGS --output <tmp>.json` and waits for its ready line.
+    pub fn start(args: &[&str]) -> Daemon {
+        require_bpf();
+        let dir = TempDir::new("daemon");
+        let output = dir.path().join("report.json");
+        let mut child = Command::new(daemon_bin())
+            .args(args)
+            .arg("--output")
+            .arg(&output)
+            .arg("--no-live")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuprofd");
+        let mut stderr = Lines::new(child.stderr.take().unwrap());
+        stderr.wait_for("the daemon's ready line", |l| l.contains("gpuprofd: ready"));
+        let stdout = child.stdout.take();
+        Daemon {
+            child,
+            stderr,
+            stdout,
+            output,
+            _dir: dir,
+        }
+    }
+
+    /// Starts gpuprofd on all jobs with only the fake libraries attached.
+    pub fn all_jobs() -> Daemon {
+        let lib = fakecuda().join("lib");
+        Daemon::start(&[
+            "--all-jobs",
+            "--no-system-libs",
+            "--lib",
+            lib.to_str().unwrap(),
+        ])
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGINT, wait for exit (bounded), parse the JSON report.
+    pub fn stop(mut self) -> Finished {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = wait_bounded(&mut self.child);
+        let mut out = String::new();
+        if let Some(mut s) = self.stdout.take() {
+            std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+        }
+        let stderr = self.stderr.rest();
+        assert!(
+            status.success(),
+            "gpuprofd exited with {status}; stderr:\n{}",
+            stderr.join("\n")
+        );
+        let text = std::fs::read_to_string(&self.output).expect("report written");
+        let report: Value = serde_json::from_str(&text).expect("report is JSON");
+        Finished {
+            report,
+            stdout: out,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit within {WAIT:?}",
+            child.id()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs gpuprofd with ARGS to completion (for error cases): (exit code, stdout, stderr).
+pub fn run_daemon(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(daemon_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpuprofd");
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    let st = wait_bounded(&mut child);
+    (
+        st.code().unwrap_or(-1),
+        out.rest().join("\n"),
+        err.rest().join("\n"),
+    )
+}
+
+/// A scripted workload process (tests/fakecuda/workload.c).
+pub struct Workload {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: Lines,
+    pub tgid: u32,
+}
+
+impl Workload {
+    /// Starts `bin/<name>` with extra environment and waits for `ready <pid>`.
+    pub fn spawn(name: &str, env: &[(&str, &str)]) -> Workload {
+        let mut cmd = Command::new(fakecuda().join("bin").join(name));
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("start workload {name}: {e}"));
+        let stdin = child.stdin.take();
+        let mut out = Lines::new(child.stdout.take().unwrap());
+        let ready = out.wait_for("the workload's ready line", |l| l.starts_with("ready "));
+        let tgid: u32 = ready[6..].trim().parse().expect("ready <pid>");
+        assert_eq!(tgid, child.id());
+        Workload {
+            child,
+            stdin,
+            out,
+            tgid,
+        }
+    }
+
+    pub fn start() -> Workload {
+        Workload::spawn("workload", &[])
+    }
+
+    /// Sends one command and waits for its `ok`; panics on `err`.
+    pub fn cmd(&mut self, line: &str) -> String {
+        let name = line.split_whitespace().next().unwrap_or("").to_owned();
+        let stdin = self.stdin.as_mut().expect("workload stdin open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        let reply = self.out.wait_for(&format!("reply to `{line}`"), |l| {
+            l.starts_with("ok ") || l.starts_with("err ")
+        });
+        assert!(
+            reply.starts_with(&format!("ok {name}")),
+            "`{line}` failed: {reply}"
+        );
+        reply
+    }
+
+    /// Runs several commands.
+    pub fn script(&mut self, lines: &[&str]) {
+        for l in lines {
+            self.cmd(l);
+        }
+    }
+
+    /// `count SYMBOL`: how many times the fake driver/runtime ran that function.
+    pub fn count(&mut self, symbol: &str) -> u64 {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "count {symbol}").unwrap();
+        stdin.flush().unwrap();
+        let line = self
+            .out
+            .wait_for("count reply", |l| l.starts_with("count "));
+        let n = line.rsplit(' ').next().unwrap().parse().unwrap();
+        self.out.wait_for("ok count", |l| l.starts_with("ok count"));
+        n
+    }
+
+    /// Sends `exit` and waits for the process to end.
+    pub fn exit(mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = writeln!(s, "exit");
+        }
+        let st = wait_bounded(&mut self.child);
+        assert!(st.success(), "workload exited with {st}");
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "gpuprofd-test-{tag}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+// ---- report access -----------------------------------------------------------------------
+
+/// The report's entry for `tgid`; panics with the list of processes when absent.
+pub fn process(report: &Value, tgid: u32) -> &Value {
+    let procs = report["processes"].as_array().expect("processes array");
+    procs.iter().find(|p| p["tgid"] == tgid).unwrap_or_else(|| {
+        let tgids: Vec<_> = procs.iter().map(|p| p["tgid"].clone()).collect();
+        panic!("no process {tgid} in the report; processes: {tgids:?}")
+    })
+}
+
+pub fn has_process(report: &Value, tgid: u32) -> bool {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["tgid"] == tgid)
+}
+
+/// Kernel entries of a process with this demangled name.
+pub fn kernels<'a>(p: &'a Value, name: &str) -> Vec<&'a Value> {
+    p["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["name"] == name)
+        .collect()
+}
+
+/// Total launches of kernels named `name`.
+pub fn kernel_calls(p: &Value, name: &str) -> u64 {
+    kernels(p, name)
+        .iter()
+        .map(|k| k["calls"].as_u64().unwrap())
+        .sum()
+}
+
+/// The `api` entry for `name` (calls 0 when absent).
+pub fn api<'a>(p: &'a Value, name: &str) -> Option<&'a Value> {
+    p["api"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == name)
+}
+
+pub fn api_calls(p: &Value, name: &str) -> u64 {
+    api(p, name)
+        .map(|a| a["calls"].as_u64().unwrap())
+        .unwrap_or(0)
+}
+
+/// The `copies` entry for a direction.
+pub fn copies<'a>(p: &'a Value, direction: &str) -> Option<&'a Value> {
+    p["copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["direction"] == direction)
+}
+
+/// All API names with calls, sorted (for whole-sequence assertions).
+pub fn api_table(p: &Value) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = p["api"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_owned(),
+                a["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}

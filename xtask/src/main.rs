@@ -1,1 +1,143 @@
-fn main() {}
+//! Build, run, test and benchmark driver: `cargo xtask <command>`. Each command installs what it
+//! needs first (scripts/setup.sh is idempotent), so a fresh machine needs nothing by hand.
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(about = "gpuprofd's build, run and test driver")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the toolchain pieces a fresh machine lacks (nightly rust-src, LLVM 22, bpf-linker).
+    Setup,
+    /// Build gpuprofd (release, eBPF object embedded) and the fake CUDA libraries.
+    Build,
+    /// Build, then run gpuprofd with ARGS (as root; via sudo when not root). Without ARGS it runs
+    /// `gpuprofd demo`: the fake-CUDA training loop under the real probes.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The whole test suite: formatting, clippy, unit tests, then the privileged end-to-end
+    /// tests (real eBPF against the fake CUDA libraries; must run as root).
+    Test {
+        /// Skip fmt and clippy.
+        #[arg(long)]
+        no_lint: bool,
+    },
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_owned()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: {cmd:?}");
+    let st = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed: {st}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn setup() -> Result<()> {
+    run(Command::new("bash").arg(root().join("scripts/setup.sh")))
+}
+
+fn fakecuda_dir() -> PathBuf {
+    root().join("target/fakecuda")
+}
+
+fn build() -> Result<PathBuf> {
+    setup()?;
+    run(cargo().args(["build", "--release", "-p", "profiler-daemon"]))?;
+    run(Command::new("bash")
+        .arg(root().join("tests/fakecuda/build.sh"))
+        .arg(fakecuda_dir()))?;
+    Ok(root().join("target/release/gpuprofd"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Setup => setup(),
+        Cmd::Build => build().map(|_| ()),
+        Cmd::Run { args } => {
+            let bin = build()?;
+            let args = if args.is_empty() {
+                vec![
+                    "demo".to_string(),
+                    "--fake-cuda".into(),
+                    fakecuda_dir().display().to_string(),
+                ]
+            } else {
+                args
+            };
+            let mut cmd = if is_root() {
+                Command::new(&bin)
+            } else {
+                let mut c = Command::new("sudo");
+                c.arg(&bin);
+                c
+            };
+            run(cmd.args(&args).current_dir(root()))
+        }
+        Cmd::Test { no_lint } => {
+            let bin = build()?;
+            if !no_lint {
+                run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+                run(cargo().args([
+                    "clippy",
+                    "--workspace",
+                    "--exclude",
+                    "profiler-ebpf",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]))?;
+            }
+            run(cargo().args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "profiler-ebpf",
+                "--exclude",
+                "gpuprofd-tests",
+            ]))?;
+            if !is_root() {
+                bail!(
+                    "the privileged tests attach real uprobes and must run as root: \
+                     `sudo -E cargo xtask test` (they fail rather than skip without BPF)"
+                );
+            }
+            run(cargo()
+                .args(["test", "-p", "gpuprofd-tests", "--", "--test-threads=1"])
+                .env("GPUPROFD_BIN", &bin)
+                .env("FAKECUDA_DIR", fakecuda_dir()))
+        }
+    }
+}

@@ -1,3 +1,206 @@
-//! Attach: probe list from export tables, probe-site placement, every aya attach call.
+//! Attach: probe list from export tables, probe-site placement, and every aya attach call.
+//!
+//! aya changes `UProbe::attach` between releases; this module is the only place that calls it.
 
 pub mod placement;
+pub mod rules;
+
+use crate::api::{ApiTable, Layer};
+use crate::discovery::{CudaLibrary, elf};
+use aya::Ebpf;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::{ProgramError, UProbe};
+use placement::Placement;
+use rules::{Prog, RET_PROGS, Rule};
+use std::collections::HashMap;
+
+/// Why attaching could not even start (a single symbol's failure is recorded, not raised).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(
+        "the eBPF object has no program \"{name}\": the daemon and its eBPF object are out of step; rebuild with `cargo xtask build`"
+    )]
+    MissingProgram { name: String },
+    #[error("could not load eBPF program \"{name}\" into the kernel: {source}")]
+    Load {
+        name: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("could not read the export table of \"{path}\": {source}")]
+    Elf {
+        path: String,
+        #[source]
+        source: elf::ElfError,
+    },
+}
+
+/// One symbol of one library, and what became of it.
+#[derive(Clone, Debug)]
+pub struct SymbolAttach {
+    pub symbol: String,
+    pub api: u16,
+    pub prog: Prog,
+    /// File offset of the symbol's entry.
+    pub entry_offset: u64,
+    pub placement: Placement,
+    pub has_return: bool,
+    /// `None` when attached; else why not (the other symbols are attached regardless).
+    pub error: Option<String>,
+}
+
+/// What was attached to one library file.
+#[derive(Clone, Debug)]
+pub struct LibraryAttach {
+    pub lib: CudaLibrary,
+    pub symbols: Vec<SymbolAttach>,
+}
+
+impl LibraryAttach {
+    pub fn attached(&self) -> usize {
+        self.symbols.iter().filter(|s| s.error.is_none()).count()
+    }
+    pub fn failed(&self) -> usize {
+        self.symbols.len() - self.attached()
+    }
+}
+
+/// Owns the API table and the record of what is attached where.
+#[derive(Default)]
+pub struct Attacher {
+    api: ApiTable,
+    libraries: HashMap<(u64, u64), LibraryAttach>,
+    loaded: bool,
+}
+
+impl Attacher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn api(&self) -> &ApiTable {
+        &self.api
+    }
+
+    pub fn libraries(&self) -> impl Iterator<Item = &LibraryAttach> {
+        self.libraries.values()
+    }
+
+    pub fn is_attached(&self, lib: &CudaLibrary) -> bool {
+        self.libraries.contains_key(&(lib.dev, lib.ino))
+    }
+
+    /// Loads every uprobe program into the kernel (once).
+    pub fn load_programs(&mut self, ebpf: &mut Ebpf) -> Result<(), AttachError> {
+        if self.loaded {
+            return Ok(());
+        }
+        let names = Prog::ALL.iter().map(|p| p.name()).chain(RET_PROGS);
+        for name in names {
+            let prog: &mut UProbe = ebpf
+                .program_mut(name)
+                .ok_or_else(|| AttachError::MissingProgram {
+                    name: name.to_owned(),
+                })?
+                .try_into()
+                .map_err(|source| AttachError::Load {
+                    name: name.to_owned(),
+                    source,
+                })?;
+            prog.load().map_err(|source| AttachError::Load {
+                name: name.to_owned(),
+                source,
+            })?;
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    /// Attaches every hooked symbol `lib` exports, for all processes that map the file (now or
+    /// later). A library already attached (same inode) is not attached again.
+    pub fn attach_library(
+        &mut self,
+        ebpf: &mut Ebpf,
+        lib: &CudaLibrary,
+    ) -> Result<&LibraryAttach, AttachError> {
+        let key = (lib.dev, lib.ino);
+        if self.libraries.contains_key(&key) {
+            return Ok(&self.libraries[&key]);
+        }
+        self.load_programs(ebpf)?;
+        let info = elf::read_elf(&lib.open_path).map_err(|source| AttachError::Elf {
+            path: lib.display.clone(),
+            source,
+        })?;
+        let mut symbols = Vec::new();
+        for f in &info.exports {
+            let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
+                continue;
+            };
+            let api = self.api.intern(&f.name, lib.layer);
+            let placement = placement::choose(&f.entry_bytes, f.vaddr);
+            let error = attach_one(ebpf, lib, &rule, api, f.file_offset + placement.offset).err();
+            symbols.push(SymbolAttach {
+                symbol: f.name.clone(),
+                api,
+                prog: rule.prog,
+                entry_offset: f.file_offset,
+                placement,
+                has_return: rule.has_return(),
+                error,
+            });
+        }
+        self.libraries.insert(
+            key,
+            LibraryAttach {
+                lib: lib.clone(),
+                symbols,
+            },
+        );
+        Ok(&self.libraries[&key])
+    }
+}
+
+/// Attaches the entry program (and the return program when the rule has one) at `offset`.
+/// (A link already made stays if a later one fails; it is released with the eBPF object.)
+/// The placement guarantees the stack pointer at `offset` equals the entry's, so the return
+/// probe finds the return address at `[rsp]` there too.
+fn attach_one(
+    ebpf: &mut Ebpf,
+    lib: &CudaLibrary,
+    rule: &Rule,
+    api: u16,
+    offset: u64,
+) -> Result<(), String> {
+    let mut cookie = rule.cookie;
+    cookie.api = api;
+    let cookie = cookie.pack();
+    // Return probe first: if it fails, no entry probe is left saving state nobody clears.
+    let mut names = Vec::with_capacity(2);
+    if rule.has_return() {
+        names.push(rule.prog.ret_name());
+    }
+    names.push(rule.prog.name());
+    for name in names {
+        let prog: &mut UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("no program {name}"))?
+            .try_into()
+            .map_err(|e| format!("{name}: {e}"))?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(cookie),
+        };
+        prog.attach(point, &lib.open_path, UProbeScope::AllProcesses)
+            .map_err(|e| format!("{name} at {offset:#x}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether `layer` is the driver (used by the verbose listing).
+pub fn layer_label(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Driver => "driver",
+        Layer::Runtime => "runtime",
+    }
+}

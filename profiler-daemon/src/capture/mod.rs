@@ -1,1 +1,333 @@
-//! Capture: load the eBPF object, read the ring buffer, count drops.
+//! Capture: load the eBPF object, set the in-kernel filter, read the ring buffer, count losses.
+//!
+//! The reader drains the ring buffer on every wake (never sleep-polls) and hands whole batches
+//! of raw records to the aggregator through a bounded channel; what it cannot hand over is
+//! counted, never dropped silently.
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::{Ebpf, EbpfLoader};
+use profiler_common::{FILTER_ALL, FILTER_TGIDS, MAX_KINDS, kind, maps};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The eBPF object built by build.rs (empty when built with GPUPROFD_SKIP_EBPF=1).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
+
+/// Default ring-buffer size (bytes, a power of two).
+pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error(
+        "this gpuprofd was built without its eBPF object (GPUPROFD_SKIP_EBPF=1); \
+         build it with `cargo xtask build` (or scripts/setup.sh then `cargo build --release`)"
+    )]
+    NoObject,
+    #[error(
+        "permission denied loading BPF programs: run gpuprofd as root (`sudo gpuprofd …`) or \
+         give it CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE and CAP_DAC_READ_SEARCH \
+         (`gpuprofd doctor` checks this machine)"
+    )]
+    Permission {
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error(
+        "the kernel refused gpuprofd's eBPF object: {source}. It needs Linux ≥ 5.15 with BPF, \
+         BTF, uprobes and ring buffers (`gpuprofd doctor` says which piece is missing)"
+    )]
+    Load {
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("the eBPF object has no map \"{name}\": rebuild gpuprofd (`cargo xtask build`)")]
+    MissingMap { name: &'static str },
+    #[error("BPF map \"{name}\": {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("could not watch the ring buffer: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Loads the eBPF object (programs are loaded and attached by `attach`).
+pub fn load(ring_bytes: u32) -> Result<Ebpf, CaptureError> {
+    if EBPF_OBJECT.is_empty() {
+        return Err(CaptureError::NoObject);
+    }
+    raise_memlock_rlimit();
+    EbpfLoader::new()
+        .map_max_entries(maps::EVENTS, ring_bytes)
+        .load(EBPF_OBJECT)
+        .map_err(|source| {
+            if is_permission_error(&source) {
+                CaptureError::Permission { source }
+            } else {
+                CaptureError::Load { source }
+            }
+        })
+}
+
+fn is_permission_error(e: &aya::EbpfError) -> bool {
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if s.contains("Operation not permitted") || s.contains("Permission denied") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it where we can.
+fn raise_memlock_rlimit() {
+    let rl = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: plain syscall with a valid struct; failure is harmless on modern kernels.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) };
+}
+
+/// Restricts capture to `tgids` (in the kernel: other processes cost one map lookup per hooked
+/// call and produce no record), or lifts the restriction with `None`.
+pub fn set_filter(ebpf: &mut Ebpf, tgids: Option<&[u32]>) -> Result<(), CaptureError> {
+    {
+        let map = ebpf
+            .map_mut(maps::FILTER_TGIDS)
+            .ok_or(CaptureError::MissingMap {
+                name: maps::FILTER_TGIDS,
+            })?;
+        let mut set: BpfHashMap<_, u32, u8> =
+            BpfHashMap::try_from(map).map_err(|source| CaptureError::Map {
+                name: maps::FILTER_TGIDS,
+                source,
+            })?;
+        for t in tgids.unwrap_or(&[]) {
+            set.insert(t, 1, 0).map_err(|source| CaptureError::Map {
+                name: maps::FILTER_TGIDS,
+                source,
+            })?;
+        }
+    }
+    let map = ebpf
+        .map_mut(maps::FILTER_MODE)
+        .ok_or(CaptureError::MissingMap {
+            name: maps::FILTER_MODE,
+        })?;
+    let mut mode: Array<_, u32> = Array::try_from(map).map_err(|source| CaptureError::Map {
+        name: maps::FILTER_MODE,
+        source,
+    })?;
+    let v = if tgids.is_some() {
+        FILTER_TGIDS
+    } else {
+        FILTER_ALL
+    };
+    mode.set(0, v, 0).map_err(|source| CaptureError::Map {
+        name: maps::FILTER_MODE,
+        source,
+    })
+}
+
+/// Per-kind counters summed over CPUs, indexed by record kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts(pub [u64; MAX_KINDS as usize]);
+
+impl KindCounts {
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// `(name, count)` for every record kind, for reports.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        (1..=kind::LAST)
+            .map(|k| (kind_name(k), self.0[k as usize]))
+            .collect()
+    }
+}
+
+/// The report's name for a record kind.
+pub fn kind_name(k: u32) -> &'static str {
+    match k {
+        kind::LAUNCH => "launch",
+        kind::COPY => "copy",
+        kind::SYNC => "sync",
+        kind::MEM => "mem",
+        kind::GRAPH => "graph",
+        kind::NAME => "name",
+        kind::ALIAS => "alias",
+        _ => "other",
+    }
+}
+
+/// Reads a per-CPU counter array (`DROPS` or `SUBMITTED`).
+pub fn read_counts(ebpf: &Ebpf, name: &'static str) -> Result<KindCounts, CaptureError> {
+    let map = ebpf.map(name).ok_or(CaptureError::MissingMap { name })?;
+    let arr: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+    let mut out = KindCounts::default();
+    for k in 0..MAX_KINDS {
+        let vals = arr
+            .get(&k, 0)
+            .map_err(|source| CaptureError::Map { name, source })?;
+        out.0[k as usize] = vals.iter().sum();
+    }
+    Ok(out)
+}
+
+/// Takes the ring buffer out of the object for the reader task.
+pub fn take_ring(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, CaptureError> {
+    let map = ebpf
+        .take_map(maps::EVENTS)
+        .ok_or(CaptureError::MissingMap { name: maps::EVENTS })?;
+    RingBuf::try_from(map).map_err(|source| CaptureError::Map {
+        name: maps::EVENTS,
+        source,
+    })
+}
+
+/// Raw records, each prefixed by its length as a little-endian u32.
+#[derive(Default)]
+pub struct Batch {
+    pub bytes: Vec<u8>,
+    pub records: usize,
+}
+
+impl Batch {
+    fn push(&mut self, rec: &[u8]) {
+        self.bytes
+            .extend_from_slice(&(rec.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(rec);
+        self.records += 1;
+    }
+
+    /// The records in order.
+    pub fn iter(&self) -> BatchIter<'_> {
+        BatchIter { rest: &self.bytes }
+    }
+}
+
+pub struct BatchIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for BatchIter<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.rest.len() < 4 {
+            return None;
+        }
+        let n = u32::from_le_bytes(self.rest[..4].try_into().ok()?) as usize;
+        let rec = self.rest.get(4..4 + n)?;
+        self.rest = &self.rest[4 + n..];
+        Some(rec)
+    }
+}
+
+/// Counters kept by the reader.
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    /// Records read from the ring buffer.
+    pub read: AtomicU64,
+    /// Records read but not handed to the aggregator because its channel was full.
+    pub channel_dropped: AtomicU64,
+}
+
+/// Records per batch before it is handed over mid-drain.
+const BATCH_RECORDS: usize = 8192;
+
+/// Reads the ring buffer until `cancel`, then drains it one last time and returns.
+pub async fn run_reader(
+    ring: RingBuf<MapData>,
+    tx: mpsc::Sender<Batch>,
+    cancel: CancellationToken,
+    stats: Arc<ReaderStats>,
+) -> Result<(), CaptureError> {
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
+    let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| CaptureError::Io(std::io::Error::other(e.to_string())))?;
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            guard = afd.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &tx, &stats);
+                guard.clear_ready();
+            }
+        }
+    }
+    drain(afd.get_mut(), &tx, &stats);
+    Ok(())
+}
+
+/// Everything in the ring buffer now, in batches.
+pub fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Batch>, stats: &ReaderStats) {
+    let mut batch = Batch::default();
+    while let Some(item) = ring.next() {
+        batch.push(&item);
+        if batch.records >= BATCH_RECORDS {
+            hand_over(std::mem::take(&mut batch), tx, stats);
+        }
+    }
+    if batch.records > 0 {
+        hand_over(batch, tx, stats);
+    }
+}
+
+fn hand_over(batch: Batch, tx: &mpsc::Sender<Batch>, stats: &ReaderStats) {
+    let n = batch.records as u64;
+    stats.read.fetch_add(n, Ordering::Relaxed);
+    if tx.try_send(batch).is_err() {
+        stats.channel_dropped.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The ring buffer's file descriptor (for diagnostics).
+pub fn ring_fd(ring: &RingBuf<MapData>) -> i32 {
+    ring.as_raw_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_frames_records() {
+        let mut b = Batch::default();
+        b.push(&[1, 2, 3]);
+        b.push(&[]);
+        b.push(&[9; 80]);
+        let v: Vec<&[u8]> = b.iter().collect();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0], &[1, 2, 3]);
+        assert_eq!(v[1].len(), 0);
+        assert_eq!(v[2], &[9; 80][..]);
+        assert_eq!(b.records, 3);
+    }
+
+    #[test]
+    fn truncated_batch_stops() {
+        let mut b = Batch::default();
+        b.push(&[1, 2, 3, 4]);
+        b.bytes.truncate(6);
+        assert_eq!(b.iter().count(), 0);
+    }
+
+    #[test]
+    fn kind_names_cover_every_kind() {
+        let c = KindCounts::default();
+        let names: Vec<_> = c.named().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["launch", "copy", "sync", "mem", "graph", "name", "alias"]
+        );
+    }
+}

@@ -1,3 +1,284 @@
-//! Which processes map which CUDA libraries: procfs scanning and ELF identity.
+//! Which processes map which CUDA libraries: procfs scanning and ELF identity (SONAME).
 
 pub mod elf;
+
+use crate::api::Layer;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// A CUDA library file, identified by its SONAME and by the inode the kernel attaches to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaLibrary {
+    /// A path this daemon can open (through `/proc/PID/root` for files seen in a process).
+    pub open_path: PathBuf,
+    /// The path as the process sees it (for messages).
+    pub display: String,
+    pub soname: String,
+    pub layer: Layer,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// One line of `/proc/PID/maps` that maps a file with execute permission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecMapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: String,
+}
+
+/// Parses `/proc/PID/maps` text; keeps executable file mappings (bounded: 1M lines).
+pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
+    let mut out = Vec::new();
+    for line in text.lines().take(1 << 20) {
+        let mut it = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path = it.next().unwrap_or("").trim_start();
+        if !perms.contains('x') || !path.starts_with('/') {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        // " (deleted)" marks a file replaced on disk: the mapping still holds the old inode.
+        out.push(ExecMapping {
+            start,
+            end,
+            offset,
+            path: path.to_owned(),
+        });
+    }
+    out
+}
+
+/// Does this file name look like a CUDA driver or runtime? A cheap pre-filter before the
+/// ELF's SONAME decides: `libcuda.so*`, `libcudart*.so*` (wheels vendor hashed copies such as
+/// `libcudart.3eda8113.so.13` or `libcudart-80664282.so.10.2`).
+pub fn looks_like_cuda(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    (name.starts_with("libcuda.so") || name.starts_with("libcudart")) && name.contains(".so")
+}
+
+/// The layer a SONAME belongs to: `libcuda.so.1` is the driver, `libcudart.so.N` a runtime.
+pub fn layer_of_soname(soname: &str) -> Option<Layer> {
+    if soname == "libcuda.so.1" {
+        Some(Layer::Driver)
+    } else if soname.starts_with("libcudart.so.") {
+        Some(Layer::Runtime)
+    } else {
+        None
+    }
+}
+
+/// Identifies one file: SONAME and inode. `None` when it is not a CUDA driver/runtime.
+pub fn identify(open_path: &Path, display: &str) -> Option<CudaLibrary> {
+    let md = fs::metadata(open_path).ok()?;
+    let info = elf::read_elf(open_path).ok()?;
+    let soname = info.soname?;
+    let layer = layer_of_soname(&soname)?;
+    Some(CudaLibrary {
+        open_path: open_path.to_owned(),
+        display: display.to_owned(),
+        soname,
+        layer,
+        dev: md.dev(),
+        ino: md.ino(),
+    })
+}
+
+/// Every process id in `/proc`.
+pub fn all_tgids() -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Does process `tgid` exist?
+pub fn process_exists(tgid: u32) -> bool {
+    Path::new(&format!("/proc/{tgid}")).exists()
+}
+
+/// Scans processes' maps for CUDA libraries, remembering files already classified.
+#[derive(Default)]
+pub struct Scanner {
+    /// (dev, ino) → library (Some) or "checked, not CUDA" (None).
+    seen: HashMap<(u64, u64), Option<CudaLibrary>>,
+    /// Processes known to map a CUDA library.
+    cuda_tgids: HashSet<u32>,
+}
+
+impl Scanner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Libraries mapped by `tgid` (all of them, known before or not).
+    pub fn scan_process(&mut self, tgid: u32) -> Vec<CudaLibrary> {
+        let Ok(text) = fs::read_to_string(format!("/proc/{tgid}/maps")) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut done: HashSet<&str> = HashSet::new();
+        let maps = parse_maps(&text);
+        for m in &maps {
+            if !looks_like_cuda(&m.path) || !done.insert(m.path.as_str()) {
+                continue;
+            }
+            let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+            // Open through the process's root so container paths resolve inside the container.
+            let open_path = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+            let Ok(md) = fs::metadata(&open_path) else {
+                continue;
+            };
+            let key = (md.dev(), md.ino());
+            let lib = self
+                .seen
+                .entry(key)
+                .or_insert_with(|| identify(&open_path, clean))
+                .clone();
+            if let Some(lib) = lib {
+                found.push(lib);
+            }
+        }
+        if !found.is_empty() {
+            self.cuda_tgids.insert(tgid);
+        }
+        found
+    }
+
+    /// Libraries in every process, each file once.
+    pub fn scan_all(&mut self) -> Vec<CudaLibrary> {
+        let mut libs: Vec<CudaLibrary> = Vec::new();
+        for tgid in all_tgids() {
+            for lib in self.scan_process(tgid) {
+                if !libs.iter().any(|l| l.dev == lib.dev && l.ino == lib.ino) {
+                    libs.push(lib);
+                }
+            }
+        }
+        libs
+    }
+
+    /// A library file given on the command line or found on the system (not in a process).
+    pub fn add_file(&mut self, path: &Path) -> Option<CudaLibrary> {
+        let md = fs::metadata(path).ok()?;
+        let key = (md.dev(), md.ino());
+        let disp = path.display().to_string();
+        self.seen
+            .entry(key)
+            .or_insert_with(|| identify(path, &disp))
+            .clone()
+    }
+
+    pub fn is_cuda_process(&self, tgid: u32) -> bool {
+        self.cuda_tgids.contains(&tgid)
+    }
+}
+
+/// CUDA libraries installed on the system (the dynamic linker's cache and the usual
+/// directories), so that processes which load CUDA later are seen from their first call.
+pub fn system_libraries() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(o) = std::process::Command::new("ldconfig").arg("-p").output() {
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            if let Some((lhs, path)) = line.split_once("=>") {
+                let name = lhs.split_whitespace().next().unwrap_or("");
+                if (name == "libcuda.so.1" || name.starts_with("libcudart.so."))
+                    && lhs.contains("x86-64")
+                {
+                    out.push(PathBuf::from(path.trim()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Expands `--lib` arguments: a file is itself; a directory gives the CUDA libraries in it.
+pub fn expand_lib_args(args: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for a in args {
+        if a.is_dir() {
+            if let Ok(rd) = fs::read_dir(a) {
+                let mut v: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.is_file() && looks_like_cuda(&p.to_string_lossy()))
+                    .collect();
+                v.sort();
+                out.extend(v);
+            }
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_keeps_exec_file_mappings_only() {
+        let text = "\
+5581c0a00000-5581c0a02000 r--p 00000000 fd:01 1234 /usr/bin/python3.11
+5581c0a02000-5581c0a90000 r-xp 00002000 fd:01 1234 /usr/bin/python3.11
+7f1c00000000-7f1c00021000 rw-p 00000000 00:00 0
+7f1c10000000-7f1c12000000 r-xp 00120000 fd:01 99 /usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01
+7f1c20000000-7f1c20001000 r-xp 00000000 fd:01 98 /opt/venv/nvidia/cuda_runtime/lib/libcudart.so.12 (deleted)
+7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]
+garbage line
+";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1].start, 0x7f1c10000000);
+        assert_eq!(m[1].offset, 0x120000);
+        assert_eq!(m[1].path, "/usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01");
+        assert_eq!(
+            m[2].path,
+            "/opt/venv/nvidia/cuda_runtime/lib/libcudart.so.12 (deleted)"
+        );
+    }
+
+    #[test]
+    fn name_prefilter() {
+        assert!(looks_like_cuda("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+        assert!(looks_like_cuda("/x/libcuda.so.535.309.01"));
+        assert!(looks_like_cuda(
+            "/site/torchvision.libs/libcudart.3eda8113.so.13"
+        ));
+        assert!(looks_like_cuda("/a/libcudart-80664282.so.10.2"));
+        assert!(looks_like_cuda("/a/libcudart.so.12 (deleted)"));
+        assert!(!looks_like_cuda("/a/libcudnn.so.9"));
+        assert!(!looks_like_cuda("/a/libcuda_stub.a"));
+        assert!(!looks_like_cuda("/a/libtorch_cuda.so"));
+    }
+
+    #[test]
+    fn soname_layers() {
+        assert_eq!(layer_of_soname("libcuda.so.1"), Some(Layer::Driver));
+        assert_eq!(layer_of_soname("libcudart.so.12"), Some(Layer::Runtime));
+        assert_eq!(layer_of_soname("libcudart.so.13"), Some(Layer::Runtime));
+        assert_eq!(layer_of_soname("libcuda.so"), None);
+        assert_eq!(layer_of_soname("liblookalike.so"), None);
+    }
+}

@@ -1,1 +1,303 @@
-//! Kernel names (owned by the model work).
+//! Kernel names: demangling, the per-process handle → name table, and the symbol-table fallback.
+
+use std::collections::HashMap;
+
+/// Names longer than this are not demangled (bounded work on untrusted input).
+pub const MAX_DEMANGLE_LEN: usize = 4096;
+/// Recursion bound handed to the demangler's parser and printer.
+const RECURSION_LIMIT: u32 = 96;
+/// How many alias hops [`NameTable::resolve`] follows.
+pub const MAX_ALIAS_DEPTH: usize = 4;
+
+/// Demangles an Itanium C++ name the way `c++filt` prints it (return type of templates and
+/// parameters kept), e.g. `_Z6vecAddPKfS0_Pfi` → `vecAdd(float const*, float const*, float*, int)`.
+///
+/// Names that are not mangled (`triton_poi_fused_add_0`) or fail to demangle come back unchanged;
+/// names over [`MAX_DEMANGLE_LEN`] bytes are cut there (on a character boundary) and marked `…`.
+/// Never panics.
+pub fn demangle(mangled: &str) -> String {
+    if mangled.len() > MAX_DEMANGLE_LEN {
+        let mut end = MAX_DEMANGLE_LEN;
+        while !mangled.is_char_boundary(end) {
+            end -= 1;
+        }
+        return format!("{}…", &mangled[..end]);
+    }
+    if !mangled.starts_with("_Z") {
+        return mangled.to_owned();
+    }
+    let work = || {
+        let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
+        let sym = cpp_demangle::Symbol::new_with_options(mangled.as_bytes(), &parse).ok()?;
+        let opts = cpp_demangle::DemangleOptions::new().recursion_limit(RECURSION_LIMIT);
+        sym.demangle(&opts).ok()
+    };
+    // The demangler has had panics on hostile input in the past; a name is not worth a crash.
+    match std::panic::catch_unwind(work) {
+        Ok(Some(s)) if !s.is_empty() => s,
+        _ => mangled.to_owned(),
+    }
+}
+
+/// Where a kernel's name came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NameSource {
+    /// `__cudaRegisterFunction` (handle = host stub).
+    RegisterFunction,
+    /// `cuModuleGetFunction` (handle = CUfunction).
+    ModuleGetFunction,
+    /// `cuLibraryGetKernel` (handle = CUkernel).
+    LibraryGetKernel,
+    /// `cuFuncGetName` / `cuKernelGetName`.
+    GetName,
+    /// A name record with a source this daemon does not know.
+    Other,
+    /// The process's ELF symbol tables ([`SymbolResolver`]).
+    Symbols,
+    /// No name found.
+    Unknown,
+}
+
+impl NameSource {
+    /// From `NameBody::source` ([`profiler_common::namesrc`]).
+    pub fn from_wire(source: u32) -> Self {
+        use profiler_common::namesrc;
+        match source {
+            namesrc::REGISTER_FUNCTION => Self::RegisterFunction,
+            namesrc::MODULE_GET_FUNCTION => Self::ModuleGetFunction,
+            namesrc::LIBRARY_GET_KERNEL => Self::LibraryGetKernel,
+            namesrc::GET_NAME => Self::GetName,
+            _ => Self::Other,
+        }
+    }
+
+    /// The label used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RegisterFunction => "register_function",
+            Self::ModuleGetFunction => "module_get_function",
+            Self::LibraryGetKernel => "library_get_kernel",
+            Self::GetName => "get_name",
+            Self::Other => "other",
+            Self::Symbols => "symbols",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// One learned name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameEntry {
+    pub mangled: Box<str>,
+    pub source: NameSource,
+    /// The probe cut the name at its capacity.
+    pub truncated: bool,
+}
+
+/// The names one process (tgid) gave its handles. A later name for a handle replaces the earlier
+/// one (handles are reused after a module unload).
+#[derive(Clone, Debug, Default)]
+pub struct NameTable {
+    names: HashMap<u64, NameEntry>,
+    aliases: HashMap<u64, u64>,
+}
+
+impl NameTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `handle` is named `mangled` (learned from a record of `source`).
+    pub fn insert(&mut self, handle: u64, mangled: &str, source: NameSource, truncated: bool) {
+        let entry = NameEntry {
+            mangled: mangled.into(),
+            source,
+            truncated,
+        };
+        self.names.insert(handle, entry);
+    }
+
+    /// `from` stands for `to`: it inherits `to`'s name, now or once `to` learns one.
+    pub fn alias(&mut self, from: u64, to: u64) {
+        if from != to {
+            self.aliases.insert(from, to);
+        }
+    }
+
+    /// The mangled name of `handle`, following up to [`MAX_ALIAS_DEPTH`] aliases.
+    pub fn resolve(&self, handle: u64) -> Option<&str> {
+        self.resolve_entry(handle).map(|e| &*e.mangled)
+    }
+
+    /// Like [`Self::resolve`], with where the name came from.
+    pub fn resolve_entry(&self, handle: u64) -> Option<&NameEntry> {
+        let mut h = handle;
+        for _ in 0..=MAX_ALIAS_DEPTH {
+            if let Some(e) = self.names.get(&h) {
+                return Some(e);
+            }
+            h = *self.aliases.get(&h)?;
+        }
+        None
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// Names an address in a process from its ELF symbol tables: the fallback for runtime host stubs
+/// registered before the profiler attached. Returns the (mangled) symbol name.
+pub trait SymbolResolver {
+    fn resolve(&self, tgid: u32, addr: u64) -> Option<String>;
+}
+
+/// A resolver that knows nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSymbols;
+
+impl SymbolResolver for NoSymbols {
+    fn resolve(&self, _tgid: u32, _addr: u64) -> Option<String> {
+        None
+    }
+}
+
+/// A resolver backed by a fixed map (tests, replays).
+#[derive(Clone, Debug, Default)]
+pub struct MapSymbols(pub HashMap<(u32, u64), String>);
+
+impl SymbolResolver for MapSymbols {
+    fn resolve(&self, tgid: u32, addr: u64) -> Option<String> {
+        self.0.get(&(tgid, addr)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_like_cxxfilt() {
+        assert_eq!(
+            demangle("_Z6vecAddPKfS0_Pfi"),
+            "vecAdd(float const*, float const*, float*, int)"
+        );
+        assert_eq!(
+            demangle("_ZN4demo6reduceILi256EEEvPKfPfi"),
+            "void demo::reduce<256>(float const*, float*, int)"
+        );
+        assert_eq!(demangle("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+    }
+
+    #[test]
+    fn nested_templates_still_demangle() {
+        // cutlass-like nesting, ten levels deep.
+        let mangled = format!("_Z1kI{}iEEEEEEEEEEEvv", "1AI".repeat(10));
+        assert_eq!(
+            demangle(&mangled),
+            format!("void k<{}int{}>()", "A<".repeat(10), "> ".repeat(10))
+        );
+    }
+
+    #[test]
+    fn internal_linkage_matches_device_name() {
+        assert_eq!(
+            demangle("_ZN4demoL15internal_kernelEPi"),
+            "demo::internal_kernel(int*)"
+        );
+        assert_eq!(
+            demangle("_ZN4demo15internal_kernelEPi"),
+            "demo::internal_kernel(int*)"
+        );
+    }
+
+    #[test]
+    fn garbage_and_long_names_are_safe() {
+        for g in [
+            "_Z",
+            "_Z9",
+            "_ZN",
+            "_ZZZZZZZZ",
+            "_Z1a\u{fffd}",
+            "_ZNKSt3__1",
+            "",
+        ] {
+            let _ = demangle(g);
+        }
+        assert_eq!(demangle("_Zgarbage"), "_Zgarbage");
+        for unit in [
+            "PFvPF", "I", "P", "N1a", "IN1aI", "S_", "T_", "DpT_", "Dt", "A1_",
+        ] {
+            let deep = format!("_Z1f{}", unit.repeat(4000 / unit.len()));
+            let _ = demangle(&deep);
+        }
+        let long = format!("_Z{}", "a".repeat(5000));
+        let got = demangle(&long);
+        assert_eq!(got.len(), MAX_DEMANGLE_LEN + '…'.len_utf8());
+        assert!(got.ends_with('…'));
+        // A multi-byte character across the cut does not split.
+        let wide = format!("{}é", "a".repeat(MAX_DEMANGLE_LEN - 1));
+        assert_eq!(
+            demangle(&wide),
+            format!("{}…", "a".repeat(MAX_DEMANGLE_LEN - 1))
+        );
+    }
+
+    #[test]
+    fn aliases_chain_and_cycles_end() {
+        let mut t = NameTable::new();
+        t.insert(0x10, "_Z1kv", NameSource::LibraryGetKernel, false);
+        t.alias(0x20, 0x10); // function → kernel
+        t.alias(0x30, 0x20);
+        assert_eq!(t.resolve(0x10), Some("_Z1kv"));
+        assert_eq!(t.resolve(0x30), Some("_Z1kv"));
+        assert_eq!(
+            t.resolve_entry(0x20).map(|e| e.source),
+            Some(NameSource::LibraryGetKernel)
+        );
+        assert_eq!(t.resolve(0x99), None);
+        // Cycle: a → b → a, no names.
+        t.alias(0xa, 0xb);
+        t.alias(0xb, 0xa);
+        assert_eq!(t.resolve(0xa), None);
+        // Too deep: 5 hops.
+        t.insert(0x100, "deep", NameSource::GetName, false);
+        for i in 0..5u64 {
+            t.alias(0x101 + i, 0x100 + i);
+        }
+        assert_eq!(t.resolve(0x104), Some("deep"));
+        assert_eq!(t.resolve(0x105), None);
+        // A direct name beats an alias; a later name replaces an earlier one.
+        t.insert(0x30, "own", NameSource::ModuleGetFunction, false);
+        assert_eq!(t.resolve(0x30), Some("own"));
+        t.insert(0x30, "newer", NameSource::GetName, false);
+        assert_eq!(t.resolve(0x30), Some("newer"));
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn resolvers() {
+        assert_eq!(NoSymbols.resolve(1, 2), None);
+        let m = MapSymbols([((7, 0x40), "_Z3foov".to_owned())].into_iter().collect());
+        assert_eq!(m.resolve(7, 0x40).as_deref(), Some("_Z3foov"));
+        assert_eq!(m.resolve(8, 0x40), None);
+    }
+
+    #[test]
+    fn wire_sources() {
+        use profiler_common::namesrc;
+        assert_eq!(
+            NameSource::from_wire(namesrc::REGISTER_FUNCTION),
+            NameSource::RegisterFunction
+        );
+        assert_eq!(
+            NameSource::from_wire(namesrc::GET_NAME).as_str(),
+            "get_name"
+        );
+        assert_eq!(NameSource::from_wire(77), NameSource::Other);
+    }
+}

@@ -1,1 +1,154 @@
-//! Process info from procfs.
+//! Process facts from procfs (comm, cmdline, executable mappings) and host-stub symbolisation.
+//!
+//! A runtime launch carries the host-stub address the program passed to `cudaLaunchKernel`; for
+//! programs compiled by nvcc that address is a function whose symbol is the kernel's mangled
+//! name. When the registration (`__cudaRegisterFunction`) happened before gpuprofd attached,
+//! this is how such a launch still gets its name: address → mapping → file offset → ELF symbol.
+
+use crate::discovery::{ExecMapping, elf::SymbolIndex, parse_maps};
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// What procfs says about a process, read once when it is first seen.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub comm: String,
+    pub cmdline: String,
+}
+
+/// Longest cmdline kept (bytes).
+const MAX_CMDLINE: usize = 4096;
+
+/// Reads `/proc/TGID/{comm,cmdline}`; `None` when the process is gone.
+pub fn read_proc_info(tgid: u32) -> Option<ProcInfo> {
+    let comm = fs::read_to_string(format!("/proc/{tgid}/comm")).ok()?;
+    let raw = fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
+    let raw = &raw[..raw.len().min(MAX_CMDLINE)];
+    let cmdline = raw
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Some(ProcInfo {
+        comm: comm.trim_end().to_owned(),
+        cmdline,
+    })
+}
+
+/// Names host-stub addresses from the ELF symbol tables of the files a process maps.
+///
+/// Each process's executable mappings are remembered when it is first seen ([`Self::remember`]),
+/// so addresses of a process that has exited by report time still resolve while its files exist.
+#[derive(Default)]
+pub struct ProcSymbols {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    maps: HashMap<u32, Vec<ExecMapping>>,
+    /// Symbol index per file path (None: unreadable or not ELF).
+    files: HashMap<PathBuf, Option<SymbolIndex>>,
+}
+
+/// Files bigger than this are not symbolised (their symbol tables would be read whole).
+const MAX_SYMBOL_FILES: usize = 256;
+
+impl ProcSymbols {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Snapshots the executable mappings of `tgid` (call when the process is first seen).
+    pub fn remember(&self, tgid: u32) {
+        if let Ok(text) = fs::read_to_string(format!("/proc/{tgid}/maps")) {
+            let maps = parse_maps(&text);
+            self.inner
+                .lock()
+                .expect("symbol cache poisoned")
+                .maps
+                .insert(tgid, maps);
+        }
+    }
+
+    /// Forgets a process (its tgid may be reused).
+    pub fn forget(&self, tgid: u32) {
+        self.inner
+            .lock()
+            .expect("symbol cache poisoned")
+            .maps
+            .remove(&tgid);
+    }
+
+    /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.
+    pub fn symbol_at(&self, tgid: u32, addr: u64) -> Option<String> {
+        let mut inner = self.inner.lock().expect("symbol cache poisoned");
+        if !inner.maps.contains_key(&tgid) {
+            drop(inner);
+            self.remember(tgid);
+            inner = self.inner.lock().expect("symbol cache poisoned");
+        }
+        let m = inner
+            .maps
+            .get(&tgid)?
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)?
+            .clone();
+        let file_off = addr - m.start + m.offset;
+        let clean = m
+            .path
+            .strip_suffix(" (deleted)")
+            .unwrap_or(&m.path)
+            .to_owned();
+        let in_root = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+        let path = if in_root.exists() {
+            in_root
+        } else {
+            PathBuf::from(&clean)
+        };
+        if !inner.files.contains_key(&path) && inner.files.len() >= MAX_SYMBOL_FILES {
+            return None;
+        }
+        let idx = inner
+            .files
+            .entry(path.clone())
+            .or_insert_with(|| SymbolIndex::load(&path).ok());
+        let idx = idx.as_ref()?;
+        let vaddr = idx.vaddr_of_file_offset(file_off)?;
+        idx.lookup_exact(vaddr).map(str::to_owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_info() {
+        let me = std::process::id();
+        let info = read_proc_info(me).expect("own /proc entry");
+        assert!(!info.comm.is_empty());
+        assert!(info.cmdline.contains("gpuprofd") || info.cmdline.contains("profiler"));
+        assert_eq!(read_proc_info(u32::MAX), None);
+    }
+
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    pub extern "C" fn gpuprofd_test_symbol_target() -> u32 {
+        std::hint::black_box(42)
+    }
+
+    #[test]
+    fn names_a_function_in_this_test_binary() {
+        let s = ProcSymbols::new();
+        let addr = gpuprofd_test_symbol_target as *const () as u64;
+        assert_eq!(
+            s.symbol_at(std::process::id(), addr).as_deref(),
+            Some("gpuprofd_test_symbol_target")
+        );
+        assert_eq!(s.symbol_at(std::process::id(), 8), None);
+    }
+}

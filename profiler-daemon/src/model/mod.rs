@@ -1,1 +1,224 @@
-//! The aggregator (owned by the model work).
+//! The aggregator: the single owner of every counter, fed one decoded record at a time.
+//!
+//! [`Aggregator::apply`] is the hot path: a hash lookup for the process, one for the launch
+//! configuration or API slot, integer updates; it allocates only when it meets something new
+//! (a process, a launch configuration, an API id, a stream, a live allocation, a name).
+//! Kernel names are resolved at report time, so a name that arrives after its launches still
+//! names them.
+
+pub mod hash;
+pub mod hist;
+pub mod mem;
+pub mod process;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use crate::api::ApiTable;
+use crate::enrich::names::{NameSource, SymbolResolver};
+use crate::output::live::{LiveRow, render_line};
+use crate::output::{Report, ReportMeta, SCHEMA, rfc3339_utc};
+use hash::FastMap;
+use process::{ProcState, measured};
+use profiler_common::decode::Event;
+use profiler_common::flags;
+use std::collections::{BTreeMap, HashMap};
+
+pub use mem::DEFAULT_LIVE_CAP;
+
+/// What procfs says about a process (filled in by the daemon).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessMeta {
+    pub comm: String,
+    pub cmdline: String,
+    pub exited: bool,
+}
+
+/// API ids are 16 bits in the probes' cookies; a larger one is a corrupt record.
+const MAX_API_ID: u32 = u16::MAX as u32;
+
+/// Every counter of the run, per process.
+pub struct Aggregator {
+    api: ApiTable,
+    resolver: Box<dyn SymbolResolver + Send>,
+    procs: FastMap<u32, Box<ProcState>>,
+    meta: HashMap<u32, ProcessMeta>,
+    decode_errors: BTreeMap<u32, u64>,
+    live_cap: usize,
+}
+
+impl Aggregator {
+    pub fn new(api: ApiTable, resolver: Box<dyn SymbolResolver + Send>) -> Self {
+        Self {
+            api,
+            resolver,
+            procs: FastMap::default(),
+            meta: HashMap::new(),
+            decode_errors: BTreeMap::new(),
+            live_cap: DEFAULT_LIVE_CAP,
+        }
+    }
+
+    /// Bounds the live allocations tracked per process (default [`DEFAULT_LIVE_CAP`]); applies
+    /// to processes seen from now on.
+    pub fn with_live_alloc_cap(mut self, cap: usize) -> Self {
+        self.live_cap = cap;
+        self
+    }
+
+    /// Replaces the API table (it grows as libraries are attached; ids never change).
+    pub fn set_api_table(&mut self, api: ApiTable) {
+        self.api = api;
+    }
+
+    pub fn api_table(&self) -> &ApiTable {
+        &self.api
+    }
+
+    /// Accounts one decoded record.
+    pub fn apply(&mut self, ev: &Event) {
+        let h = *ev.header();
+        let cap = self.live_cap;
+        let p = self
+            .procs
+            .entry(h.tgid)
+            .or_insert_with(|| Box::new(ProcState::new(cap)));
+        let call = |p: &mut ProcState, dur: Option<u64>| {
+            if h.api <= MAX_API_ID {
+                p.api_call(h.api, dur);
+            }
+        };
+        match ev {
+            Event::Launch(_, l) => {
+                p.launch(h.api, l);
+                call(p, None);
+            }
+            Event::Copy(_, c) => {
+                p.copy(c);
+                call(p, measured(c.flags, c.dur_ns));
+            }
+            Event::Sync(_, s) => {
+                p.sync(s);
+                call(p, measured(s.flags, s.dur_ns));
+            }
+            Event::Mem(_, m) => {
+                p.mem.apply(m);
+                call(p, measured(m.flags, m.dur_ns));
+            }
+            Event::Graph(..) => {
+                p.graph_launches += 1;
+                call(p, None);
+            }
+            Event::Name(_, n) => {
+                let name = String::from_utf8_lossy(n.name_bytes());
+                let truncated = n.flags & flags::TRUNCATED != 0;
+                if !name.is_empty() {
+                    p.names
+                        .insert(n.handle, &name, NameSource::from_wire(n.source), truncated);
+                }
+            }
+            Event::Alias(_, a) => p.names.alias(a.from, a.to),
+        }
+        if h.api > MAX_API_ID && !matches!(ev, Event::Name(..) | Event::Alias(..)) {
+            // Counted with the rest of the record applied: only its API slot is lost.
+            *self.decode_errors.entry(h.kind).or_insert(0) += 1;
+        }
+    }
+
+    /// Stores what procfs says about `tgid` (its `exited` flag is kept once set).
+    pub fn set_process_meta(&mut self, tgid: u32, meta: ProcessMeta) {
+        let exited = self.meta.get(&tgid).is_some_and(|m| m.exited);
+        self.meta.insert(
+            tgid,
+            ProcessMeta {
+                exited: meta.exited || exited,
+                ..meta
+            },
+        );
+    }
+
+    /// `tgid` is gone; its counters stay in the report.
+    pub fn mark_exited(&mut self, tgid: u32) {
+        self.meta.entry(tgid).or_default().exited = true;
+    }
+
+    /// Processes that produced records, ascending.
+    pub fn seen_tgids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.procs.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// A record that could not be decoded (unknown kind, wrong length): counted, per kind.
+    pub fn record_decode_error(&mut self, kind: u32) {
+        *self.decode_errors.entry(kind).or_insert(0) += 1;
+    }
+
+    /// Decode errors, all kinds.
+    pub fn decode_errors(&self) -> u64 {
+        self.decode_errors.values().sum()
+    }
+
+    /// Decode errors by the kind in the record's header.
+    pub fn decode_errors_by_kind(&self) -> &BTreeMap<u32, u64> {
+        &self.decode_errors
+    }
+
+    /// The live view's rows, by tgid; rates are over the `interval_s` since the previous call.
+    pub fn live_rows(&mut self, interval_s: f64) -> Vec<LiveRow> {
+        let mut rows = Vec::with_capacity(self.procs.len());
+        for (&tgid, p) in &mut self.procs {
+            let delta = p.launches - p.prev_launches;
+            p.prev_launches = p.launches;
+            let meta = self.meta.get(&tgid);
+            rows.push(LiveRow {
+                tgid,
+                comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
+                exited: meta.is_some_and(|m| m.exited),
+                launches: p.launches,
+                launches_per_s: if interval_s > 0.0 {
+                    delta as f64 / interval_s
+                } else {
+                    0.0
+                },
+                copies: p.copy_calls(),
+                copy_bytes: p.copy_bytes(),
+                sync_blocked_ns: p.sync_blocked_ns,
+                live_bytes: p.mem.live_bytes,
+            });
+        }
+        rows.sort_by_key(|r| r.tgid);
+        rows
+    }
+
+    /// [`Self::live_rows`], rendered.
+    pub fn live_lines(&mut self, interval_s: f64) -> Vec<String> {
+        self.live_rows(interval_s).iter().map(render_line).collect()
+    }
+
+    /// The report of everything so far (names resolved now, through the symbol resolver).
+    pub fn report(&self, meta: ReportMeta) -> Report {
+        let processes = self
+            .seen_tgids()
+            .into_iter()
+            .map(|t| {
+                report::process(
+                    t,
+                    &self.procs[&t],
+                    self.meta.get(&t),
+                    &self.api,
+                    self.resolver.as_ref(),
+                )
+            })
+            .collect();
+        Report {
+            schema: SCHEMA.to_owned(),
+            host: meta.host,
+            started_at: rfc3339_utc(meta.started_at),
+            duration_ns: meta.duration_ns,
+            drops: meta.drops,
+            decode_errors: self.decode_errors(),
+            processes,
+        }
+    }
+}

@@ -1,1 +1,232 @@
-//! Outputs (owned by the model work).
+//! Outputs: the JSON report (a public contract), the end-of-run table and the live lines.
+
+pub mod fmt;
+pub mod json;
+pub mod live;
+pub mod table;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// The `schema` of every report this version writes.
+pub const SCHEMA: &str = "gpuprofd.report/1";
+
+/// What the aggregator cannot know: where and when the run happened, what was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportMeta {
+    pub host: String,
+    pub started_at: SystemTime,
+    pub duration_ns: u64,
+    /// Records lost per kind (see [`drops_by_kind`]).
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// The whole report; `output::json::to_string_pretty` writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub host: String,
+    /// RFC 3339, UTC, whole seconds.
+    pub started_at: String,
+    pub duration_ns: u64,
+    pub drops: BTreeMap<String, u64>,
+    pub decode_errors: u64,
+    /// Sorted by tgid.
+    pub processes: Vec<ProcessReport>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub tgid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub exited: bool,
+    pub launches: u64,
+    /// Launches whose kernel no name source could name.
+    pub unnamed_launches: u64,
+    /// Sorted by calls (descending), then name.
+    pub kernels: Vec<KernelReport>,
+    /// In the order h2d, d2h, d2d, h2h, peer, default, unknown; directions without calls left out.
+    pub copies: Vec<CopyReport>,
+    /// Sorted by calls (descending), then name.
+    pub api: Vec<ApiReport>,
+    pub graphs: GraphReport,
+    pub allocations: AllocReport,
+}
+
+/// Launches of one kernel with one configuration through one API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelReport {
+    /// Demangled, or `<unknown 0x…>` (the launch's function handle / host stub).
+    pub name: String,
+    /// `None` when the name is unknown.
+    pub mangled: Option<String>,
+    pub calls: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    /// Distinct stream handles the launches went to.
+    pub streams: u64,
+    pub api: String,
+    /// Where the name came from: register_function, module_get_function, library_get_kernel,
+    /// get_name, other, symbols, unknown.
+    pub name_source: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub direction: String,
+    pub calls: u64,
+    /// Bytes of the copies that did not return an error.
+    pub bytes: u64,
+    pub async_calls: u64,
+    /// CPU time inside the copy calls (synchronous copies block until the copy ends).
+    pub blocked_ns: u64,
+}
+
+/// Calls of one hooked API. Durations come only from calls with a return probe; for the others
+/// `blocked_ns`, `p50_ns`, `p99_ns` and `max_ns` are 0. Percentiles are within 1% (see
+/// `model::hist::Histogram`); `max_ns` is exact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiReport {
+    pub name: String,
+    pub calls: u64,
+    pub blocked_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphReport {
+    pub launches: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocReport {
+    pub calls: u64,
+    pub failed: u64,
+    /// Bytes of the successful allocations.
+    pub bytes: u64,
+    pub frees: u64,
+    /// Bytes allocated and not freed, among the tracked allocations.
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    /// Successful allocations not tracked live (per-process cap reached).
+    pub untracked: u64,
+    pub by_kind: ByKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByKind {
+    pub device: KindReport,
+    pub host_pinned: KindReport,
+    pub managed: KindReport,
+    #[serde(rename = "async")]
+    pub async_: KindReport,
+    pub pitched: KindReport,
+    pub vmm: KindReport,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindReport {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// The report's name of record kind `kind` (`profiler_common::kind`), `None` for other values.
+pub fn kind_name(kind: u32) -> Option<&'static str> {
+    use profiler_common::kind as k;
+    Some(match kind {
+        k::LAUNCH => "launch",
+        k::COPY => "copy",
+        k::SYNC => "sync",
+        k::MEM => "mem",
+        k::GRAPH => "graph",
+        k::NAME => "name",
+        k::ALIAS => "alias",
+        _ => return None,
+    })
+}
+
+/// `drops` for [`ReportMeta`] from the `DROPS` counters indexed by kind: every known kind present
+/// (0 included); counts at indexes that are no kind are summed under `"other"` when non-zero.
+pub fn drops_by_kind(counts: &[u64]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for k in 1..=profiler_common::kind::LAST {
+        out.insert(kind_name(k).unwrap_or("other").to_owned(), 0);
+    }
+    for (i, &c) in counts.iter().enumerate() {
+        let name = u32::try_from(i).ok().and_then(kind_name).unwrap_or("other");
+        if c != 0 || name != "other" {
+            *out.entry(name.to_owned()).or_insert(0) += c;
+        }
+    }
+    out
+}
+
+/// `t` as RFC 3339 in UTC, whole seconds (`2026-11-23T07:00:00Z`); times before 1970 print as
+/// the epoch.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days, for days since 1970-01-01 (non-negative here).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339() {
+        let at = |s| rfc3339_utc(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(1_795_417_200), "2026-11-23T07:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(4_107_542_399), "2100-02-28T23:59:59Z");
+        assert_eq!(
+            rfc3339_utc(SystemTime::UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn drops() {
+        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 3]);
+        let got: Vec<(&str, u64)> = d.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            got,
+            [
+                ("alias", 2),
+                ("copy", 0),
+                ("graph", 0),
+                ("launch", 5),
+                ("mem", 0),
+                ("name", 0),
+                ("other", 3),
+                ("sync", 1)
+            ]
+        );
+        assert_eq!(drops_by_kind(&[]).len(), 7);
+    }
+}

@@ -1,0 +1,451 @@
+//! The probe list: which exported symbol gets which eBPF program, and where its arguments live.
+//!
+//! Rules are keyed by the *current* API name (`cuMemcpyHtoD_v2`, not the legacy v1
+//! `cuMemcpyHtoD` whose arguments are 32-bit); the per-thread-stream variants `_ptsz`/`_ptds`
+//! share their base's rule. The daemon applies the rules to each library's own export table, so
+//! a symbol that a driver or runtime version does not export is simply not attached.
+
+use crate::api::Layer;
+use profiler_common::cookie::{
+    Cookie, F_2D, F_ASYNC, F_COOP, F_GPU_SIDE, F_KIND_ARG, F_RET, F_RUNTIME, NONE,
+};
+use profiler_common::{dir, memkind, memop, namesrc};
+
+/// The eBPF programs (names as in profiler-ebpf).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prog {
+    DrvLaunch,
+    DrvLaunchEx,
+    RtLaunch,
+    RtLaunchEx,
+    GraphLaunch,
+    CopyLinear,
+    Copy2d,
+    Copy3d,
+    CopyRt3d,
+    SyncEntry,
+    MemEntry,
+    NameEntry,
+    RegisterFunction,
+}
+
+impl Prog {
+    pub const ALL: [Prog; 13] = [
+        Prog::DrvLaunch,
+        Prog::DrvLaunchEx,
+        Prog::RtLaunch,
+        Prog::RtLaunchEx,
+        Prog::GraphLaunch,
+        Prog::CopyLinear,
+        Prog::Copy2d,
+        Prog::Copy3d,
+        Prog::CopyRt3d,
+        Prog::SyncEntry,
+        Prog::MemEntry,
+        Prog::NameEntry,
+        Prog::RegisterFunction,
+    ];
+
+    /// The entry program's name in the eBPF object.
+    pub fn name(self) -> &'static str {
+        match self {
+            Prog::DrvLaunch => "drv_launch",
+            Prog::DrvLaunchEx => "drv_launch_ex",
+            Prog::RtLaunch => "rt_launch",
+            Prog::RtLaunchEx => "rt_launch_ex",
+            Prog::GraphLaunch => "graph_launch",
+            Prog::CopyLinear => "copy_linear",
+            Prog::Copy2d => "copy_2d",
+            Prog::Copy3d => "copy_3d",
+            Prog::CopyRt3d => "copy_rt3d",
+            Prog::SyncEntry => "sync_entry",
+            Prog::MemEntry => "mem_entry",
+            Prog::NameEntry => "name_entry",
+            Prog::RegisterFunction => "register_function",
+        }
+    }
+
+    /// The return program that pairs with this entry program when the rule asks for one.
+    pub fn ret_name(self) -> &'static str {
+        match self {
+            Prog::NameEntry => "name_ret",
+            _ => "api_ret",
+        }
+    }
+}
+
+/// Return-program names, for loading.
+pub const RET_PROGS: [&str; 2] = ["api_ret", "name_ret"];
+
+/// How one symbol is probed. `cookie.api` is filled in by the attach layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub prog: Prog,
+    pub cookie: Cookie,
+}
+
+impl Rule {
+    pub fn has_return(&self) -> bool {
+        self.cookie.has(F_RET)
+    }
+}
+
+/// Builder shorthand: argument indices a..e, p, q, flags.
+#[derive(Clone, Copy)]
+struct B(Cookie);
+
+impl B {
+    fn new() -> B {
+        B(Cookie::new(0))
+    }
+    fn a(mut self, i: u8) -> B {
+        self.0.a = i;
+        self
+    }
+    fn b(mut self, i: u8) -> B {
+        self.0.b = i;
+        self
+    }
+    fn c(mut self, i: u8) -> B {
+        self.0.c = i;
+        self
+    }
+    fn d(mut self, i: u8) -> B {
+        self.0.d = i;
+        self
+    }
+    fn e(mut self, i: u8) -> B {
+        self.0.e = i;
+        self
+    }
+    fn p(mut self, v: u32) -> B {
+        self.0.p = v as u8;
+        self
+    }
+    fn q(mut self, v: u32) -> B {
+        self.0.q = v as u8;
+        self
+    }
+    fn f(mut self, f: u8) -> B {
+        self.0.flags |= f;
+        self
+    }
+    fn rule(self, prog: Prog) -> Rule {
+        Rule {
+            prog,
+            cookie: self.0,
+        }
+    }
+}
+
+/// Strips one per-thread-default-stream suffix (`_ptsz`, `_ptds`).
+pub fn base_name(sym: &str) -> &str {
+    sym.strip_suffix("_ptsz")
+        .or_else(|| sym.strip_suffix("_ptds"))
+        .unwrap_or(sym)
+}
+
+/// The rule for `sym` exported by a library of `layer`, or `None` when it is not hooked.
+pub fn rule_for(layer: Layer, sym: &str) -> Option<Rule> {
+    match layer {
+        Layer::Driver => driver_rule(base_name(sym)),
+        Layer::Runtime => runtime_rule(base_name(sym)).map(|mut r| {
+            r.cookie.flags |= F_RUNTIME;
+            r
+        }),
+    }
+}
+
+fn driver_rule(base: &str) -> Option<Rule> {
+    use Prog::*;
+    let sync_copy = |d: u32| B::new().a(0).b(1).c(2).p(d).f(F_RET).rule(CopyLinear);
+    let async_copy = |d: u32| {
+        B::new()
+            .a(0)
+            .b(1)
+            .c(2)
+            .d(3)
+            .p(d)
+            .f(F_ASYNC)
+            .rule(CopyLinear)
+    };
+    let alloc = |k: u32| B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET);
+    let free = |k: u32| B::new().q(memop::FREE).p(k).a(0).f(F_RET);
+    Some(match base {
+        "cuLaunchKernel" => B::new().rule(DrvLaunch),
+        "cuLaunchCooperativeKernel" => B::new().f(F_COOP).rule(DrvLaunch),
+        "cuLaunchKernelEx" => B::new().rule(DrvLaunchEx),
+        "cuGraphLaunch" => B::new().rule(GraphLaunch),
+        "cuMemcpyHtoD_v2" => sync_copy(dir::H2D),
+        "cuMemcpyDtoH_v2" => sync_copy(dir::D2H),
+        "cuMemcpyDtoD_v2" => sync_copy(dir::D2D),
+        "cuMemcpy" => sync_copy(dir::DEFAULT),
+        "cuMemcpyHtoDAsync_v2" => async_copy(dir::H2D),
+        "cuMemcpyDtoHAsync_v2" => async_copy(dir::D2H),
+        "cuMemcpyDtoDAsync_v2" => async_copy(dir::D2D),
+        "cuMemcpyAsync" => async_copy(dir::DEFAULT),
+        // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream])
+        "cuMemcpyPeer" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .p(dir::PEER)
+            .f(F_RET)
+            .rule(CopyLinear),
+        "cuMemcpyPeerAsync" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .d(5)
+            .p(dir::PEER)
+            .f(F_ASYNC)
+            .rule(CopyLinear),
+        "cuMemcpy2D_v2" | "cuMemcpy2DUnaligned_v2" => B::new().f(F_RET).rule(Copy2d),
+        "cuMemcpy2DAsync_v2" => B::new().d(1).f(F_ASYNC).rule(Copy2d),
+        "cuMemcpy3D_v2" => B::new().f(F_RET).rule(Copy3d),
+        "cuMemcpy3DAsync_v2" => B::new().d(1).f(F_ASYNC).rule(Copy3d),
+        "cuMemcpy3DPeer" => B::new().p(dir::PEER).f(F_RET).rule(Copy3d),
+        "cuMemcpy3DPeerAsync" => B::new().p(dir::PEER).d(1).f(F_ASYNC).rule(Copy3d),
+        "cuCtxSynchronize" => B::new().f(F_RET).rule(SyncEntry),
+        "cuStreamSynchronize" | "cuEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
+        "cuStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
+        "cuMemAlloc_v2" => alloc(memkind::DEVICE).rule(MemEntry),
+        "cuMemAllocAsync" => alloc(memkind::ASYNC).d(2).f(F_ASYNC).rule(MemEntry),
+        "cuMemAllocFromPoolAsync" => alloc(memkind::ASYNC).d(3).f(F_ASYNC).rule(MemEntry),
+        "cuMemAllocManaged" => alloc(memkind::MANAGED).rule(MemEntry),
+        "cuMemAllocHost_v2" | "cuMemHostAlloc" => alloc(memkind::HOST_PINNED).rule(MemEntry),
+        // cuMemAllocPitch_v2(dptr, size_t *pitch, width, height, elem): bytes = *pitch × height
+        "cuMemAllocPitch_v2" => alloc(memkind::PITCHED).b(1).c(3).rule(MemEntry),
+        "cuMemCreate" => B::new()
+            .q(memop::VMM_CREATE)
+            .p(memkind::VMM)
+            .a(0)
+            .c(1)
+            .f(F_RET)
+            .rule(MemEntry),
+        "cuMemFree_v2" => free(memkind::DEVICE).rule(MemEntry),
+        "cuMemFreeAsync" => free(memkind::ASYNC).d(1).f(F_ASYNC).rule(MemEntry),
+        "cuMemFreeHost" => free(memkind::HOST_PINNED).rule(MemEntry),
+        "cuMemRelease" => B::new()
+            .q(memop::VMM_RELEASE)
+            .p(memkind::VMM)
+            .a(0)
+            .f(F_RET)
+            .rule(MemEntry),
+        "cuMemMap" => B::new()
+            .q(memop::VMM_MAP)
+            .p(memkind::VMM)
+            .a(0)
+            .c(1)
+            .rule(MemEntry),
+        "cuMemUnmap" => B::new()
+            .q(memop::VMM_UNMAP)
+            .p(memkind::VMM)
+            .a(0)
+            .c(1)
+            .rule(MemEntry),
+        "cuModuleGetFunction" => B::new()
+            .p(namesrc::MODULE_GET_FUNCTION)
+            .a(0)
+            .b(1)
+            .c(2)
+            .f(F_RET)
+            .rule(NameEntry),
+        "cuLibraryGetKernel" => B::new()
+            .p(namesrc::LIBRARY_GET_KERNEL)
+            .a(0)
+            .b(1)
+            .c(2)
+            .f(F_RET)
+            .rule(NameEntry),
+        "cuFuncGetName" | "cuKernelGetName" => B::new()
+            .p(namesrc::GET_NAME)
+            .a(0)
+            .b(1)
+            .f(F_RET)
+            .rule(NameEntry),
+        // alias: the function returned stands for the kernel given
+        "cuKernelGetFunction" => B::new().p(0).a(0).b(1).f(F_RET).rule(NameEntry),
+        _ => return None,
+    })
+}
+
+fn runtime_rule(base: &str) -> Option<Rule> {
+    use Prog::*;
+    let alloc = |k: u32| B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET);
+    let free = |k: u32| B::new().q(memop::FREE).p(k).a(0).f(F_RET);
+    Some(match base {
+        // __cudaLaunchKernel(_ptsz) tail-jumps into cudaLaunchKernel(_ptsz) (cudart 12.0–13.5):
+        // hooking it too would count every nvcc ≥ 12.4 launch twice.
+        "cudaLaunchKernel" => B::new().rule(RtLaunch),
+        "cudaLaunchCooperativeKernel" => B::new().f(F_COOP).rule(RtLaunch),
+        "cudaLaunchKernelExC" => B::new().rule(RtLaunchEx),
+        "cudaGraphLaunch" => B::new().rule(GraphLaunch),
+        // cudaMemcpy(dst, src, count, kind) / Async(…, stream)
+        "cudaMemcpy" => B::new()
+            .a(0)
+            .b(1)
+            .c(2)
+            .e(3)
+            .f(F_KIND_ARG | F_RET)
+            .rule(CopyLinear),
+        "cudaMemcpyAsync" => B::new()
+            .a(0)
+            .b(1)
+            .c(2)
+            .e(3)
+            .d(4)
+            .f(F_KIND_ARG | F_ASYNC)
+            .rule(CopyLinear),
+        // cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind) / Async(…, stream)
+        "cudaMemcpy2D" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .e(6)
+            .f(F_2D | F_KIND_ARG | F_RET)
+            .rule(CopyLinear),
+        "cudaMemcpy2DAsync" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .e(6)
+            .d(7)
+            .f(F_2D | F_KIND_ARG | F_ASYNC)
+            .rule(CopyLinear),
+        // cudaMemcpyPeer(dst, dstDev, src, srcDev, count) / Async(…, stream)
+        "cudaMemcpyPeer" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .p(dir::PEER)
+            .f(F_RET)
+            .rule(CopyLinear),
+        "cudaMemcpyPeerAsync" => B::new()
+            .a(0)
+            .b(2)
+            .c(4)
+            .d(5)
+            .p(dir::PEER)
+            .f(F_ASYNC)
+            .rule(CopyLinear),
+        // cudaMemcpyToSymbol(symbol, src, count, offset, kind), FromSymbol(dst, symbol, …)
+        "cudaMemcpyToSymbol" | "cudaMemcpyFromSymbol" => B::new()
+            .a(0)
+            .b(1)
+            .c(2)
+            .e(4)
+            .f(F_KIND_ARG | F_RET)
+            .rule(CopyLinear),
+        "cudaMemcpyToSymbolAsync" | "cudaMemcpyFromSymbolAsync" => B::new()
+            .a(0)
+            .b(1)
+            .c(2)
+            .e(4)
+            .d(5)
+            .f(F_KIND_ARG | F_ASYNC)
+            .rule(CopyLinear),
+        "cudaMemcpy3D" => B::new().f(F_RET).rule(CopyRt3d),
+        "cudaMemcpy3DAsync" => B::new().d(1).f(F_ASYNC).rule(CopyRt3d),
+        "cudaDeviceSynchronize" => B::new().f(F_RET).rule(SyncEntry),
+        "cudaStreamSynchronize" | "cudaEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
+        "cudaStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
+        "cudaMalloc" => alloc(memkind::DEVICE).rule(MemEntry),
+        "cudaMallocAsync" => alloc(memkind::ASYNC).d(2).f(F_ASYNC).rule(MemEntry),
+        "cudaMallocFromPoolAsync" => alloc(memkind::ASYNC).d(3).f(F_ASYNC).rule(MemEntry),
+        "cudaMallocManaged" => alloc(memkind::MANAGED).rule(MemEntry),
+        "cudaMallocHost" | "cudaHostAlloc" => alloc(memkind::HOST_PINNED).rule(MemEntry),
+        // cudaMallocPitch(void **p, size_t *pitch, width, height)
+        "cudaMallocPitch" => alloc(memkind::PITCHED).b(1).c(3).rule(MemEntry),
+        "cudaFree" => free(memkind::DEVICE).rule(MemEntry),
+        "cudaFreeAsync" => free(memkind::ASYNC).d(1).f(F_ASYNC).rule(MemEntry),
+        "cudaFreeHost" => free(memkind::HOST_PINNED).rule(MemEntry),
+        "__cudaRegisterFunction" => B::new().rule(RegisterFunction),
+        // CUDA 13: *out becomes a cudaKernel_t that stands for the host stub.
+        "__cudaGetKernel" => B::new().p(0).a(0).b(1).f(F_RET).rule(NameEntry),
+        _ => return None,
+    })
+}
+
+/// Argument index used by rules for "no such argument" (re-exported for tests).
+pub const NO_ARG: u8 = NONE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_share_their_base_rule() {
+        let plain = rule_for(Layer::Driver, "cuLaunchKernel").unwrap();
+        assert_eq!(rule_for(Layer::Driver, "cuLaunchKernel_ptsz"), Some(plain));
+        assert_eq!(
+            rule_for(Layer::Driver, "cuMemcpyHtoD_v2_ptds"),
+            rule_for(Layer::Driver, "cuMemcpyHtoD_v2")
+        );
+        assert_eq!(
+            rule_for(Layer::Runtime, "cudaMemcpyAsync_ptsz"),
+            rule_for(Layer::Runtime, "cudaMemcpyAsync")
+        );
+    }
+
+    #[test]
+    fn legacy_v1_and_lookalikes_are_not_hooked() {
+        // v1 ABI: 32-bit device pointers and sizes; never read them as the v2 ABI.
+        assert_eq!(rule_for(Layer::Driver, "cuMemcpyHtoD"), None);
+        assert_eq!(rule_for(Layer::Driver, "cuMemAlloc"), None);
+        assert_eq!(rule_for(Layer::Driver, "cuMemFree"), None);
+        // would double count: tail-jumps into cudaLaunchKernel
+        assert_eq!(rule_for(Layer::Runtime, "__cudaLaunchKernel"), None);
+        assert_eq!(rule_for(Layer::Runtime, "__cudaLaunchKernel_ptsz"), None);
+        // a driver name in the runtime table (and vice versa) is not a rule
+        assert_eq!(rule_for(Layer::Runtime, "cuLaunchKernel"), None);
+        assert_eq!(rule_for(Layer::Driver, "cudaLaunchKernel"), None);
+    }
+
+    #[test]
+    fn argument_positions_match_the_abi_notes() {
+        let r = rule_for(Layer::Runtime, "cudaMemcpy2DAsync").unwrap();
+        assert_eq!(r.prog, Prog::CopyLinear);
+        assert_eq!(
+            (r.cookie.a, r.cookie.b, r.cookie.c, r.cookie.e, r.cookie.d),
+            (0, 2, 4, 6, 7)
+        );
+        assert!(r.cookie.has(F_2D) && r.cookie.has(F_KIND_ARG) && r.cookie.has(F_RUNTIME));
+        assert!(!r.has_return());
+        let r = rule_for(Layer::Driver, "cuMemcpyPeerAsync").unwrap();
+        assert_eq!(
+            (r.cookie.a, r.cookie.b, r.cookie.c, r.cookie.d),
+            (0, 2, 4, 5)
+        );
+        assert_eq!(r.cookie.p as u32, dir::PEER);
+        let r = rule_for(Layer::Driver, "cuMemAllocPitch_v2").unwrap();
+        assert_eq!((r.cookie.a, r.cookie.b, r.cookie.c), (0, 1, 3));
+        assert!(r.has_return());
+        let r = rule_for(Layer::Driver, "cuCtxSynchronize").unwrap();
+        assert_eq!(r.cookie.a, NO_ARG);
+    }
+
+    #[test]
+    fn hot_paths_have_no_return_probe() {
+        for s in [
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuMemcpyHtoDAsync_v2",
+            "cuGraphLaunch",
+            "cuStreamWaitEvent",
+        ] {
+            assert!(!rule_for(Layer::Driver, s).unwrap().has_return(), "{s}");
+        }
+        for s in ["cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync"] {
+            assert!(!rule_for(Layer::Runtime, s).unwrap().has_return(), "{s}");
+        }
+        for s in [
+            "cuStreamSynchronize",
+            "cuMemcpyDtoH_v2",
+            "cuMemAlloc_v2",
+            "cuModuleGetFunction",
+        ] {
+            assert!(rule_for(Layer::Driver, s).unwrap().has_return(), "{s}");
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Allocation accounting for one process: totals per kind, live and peak bytes, bounded tracking.
+
+use super::hash::FastMap;
+use profiler_common::{MemBody, flags, memkind, memop};
+
+/// Default bound on the allocations (pointers and VMM handles) tracked live per process.
+pub const DEFAULT_LIVE_CAP: usize = 1 << 20;
+
+/// Calls and bytes of one memory kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindTotals {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// Index into [`MemTracker::by_kind`]: `memkind::DEVICE..=memkind::VMM` → 0..=5.
+pub fn kind_slot(mem_kind: u32) -> Option<usize> {
+    (memkind::DEVICE..=memkind::VMM)
+        .contains(&mem_kind)
+        .then(|| (mem_kind - memkind::DEVICE) as usize)
+}
+
+/// Allocations, frees and live memory of one process.
+///
+/// An allocation counts as failed when its call returned an error, or returned no pointer for a
+/// non-zero size. `bytes` sums successful allocations. A free of a pointer the tracker does not
+/// know (allocated before the profiler attached, or not tracked because of the cap) counts a
+/// free and changes nothing else; `cudaFree(NULL)` (a no-op programs use to create a context)
+/// is not counted as a free at all.
+#[derive(Clone, Debug)]
+pub struct MemTracker {
+    pub calls: u64,
+    pub failed: u64,
+    pub bytes: u64,
+    pub frees: u64,
+    /// Successful allocations not tracked live because the cap was reached.
+    pub untracked: u64,
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    /// Indexed by [`kind_slot`].
+    pub by_kind: [KindTotals; 6],
+    live: FastMap<u64, (u64, u32)>,
+    vmm: FastMap<u64, u64>,
+    cap: usize,
+}
+
+impl MemTracker {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            calls: 0,
+            failed: 0,
+            bytes: 0,
+            frees: 0,
+            untracked: 0,
+            live_bytes: 0,
+            peak_bytes: 0,
+            by_kind: [KindTotals::default(); 6],
+            live: FastMap::default(),
+            vmm: FastMap::default(),
+            cap,
+        }
+    }
+
+    /// Allocations tracked live now (pointers and VMM handles).
+    pub fn tracked(&self) -> usize {
+        self.live.len() + self.vmm.len()
+    }
+
+    pub fn apply(&mut self, m: &MemBody) {
+        let failed_call = m.flags & flags::HAS_RETURN != 0 && m.ret != 0;
+        match m.op {
+            memop::ALLOC => self.alloc(m.ptr, m.bytes, m.mem_kind, failed_call, false),
+            memop::VMM_CREATE => self.alloc(m.ptr, m.bytes, memkind::VMM, failed_call, true),
+            memop::FREE => {
+                if m.ptr == 0 {
+                    return;
+                }
+                self.frees += 1;
+                if !failed_call && let Some((bytes, _)) = self.live.remove(&m.ptr) {
+                    self.live_bytes -= bytes;
+                }
+            }
+            memop::VMM_RELEASE => {
+                self.frees += 1;
+                if !failed_call && let Some(bytes) = self.vmm.remove(&m.ptr) {
+                    self.live_bytes -= bytes;
+                }
+            }
+            // Mapping changes no physical allocation; the call is counted in the API table.
+            _ => {}
+        }
+    }
+
+    fn alloc(&mut self, ptr: u64, bytes: u64, kind: u32, failed_call: bool, vmm: bool) {
+        self.calls += 1;
+        let slot = kind_slot(kind);
+        if let Some(s) = slot {
+            self.by_kind[s].calls += 1;
+        }
+        if failed_call || (ptr == 0 && bytes != 0) {
+            self.failed += 1;
+            return;
+        }
+        self.bytes = self.bytes.saturating_add(bytes);
+        if let Some(s) = slot {
+            self.by_kind[s].bytes = self.by_kind[s].bytes.saturating_add(bytes);
+        }
+        if ptr == 0 {
+            return; // a zero-byte allocation: nothing to track
+        }
+        // A pointer handed out again means its free was missed: replace the old entry.
+        let old = if vmm {
+            self.vmm.remove(&ptr)
+        } else {
+            self.live.remove(&ptr).map(|(b, _)| b)
+        };
+        if let Some(b) = old {
+            self.live_bytes -= b;
+        }
+        if self.tracked() >= self.cap {
+            self.untracked += 1;
+            return;
+        }
+        if vmm {
+            self.vmm.insert(ptr, bytes);
+        } else {
+            self.live.insert(ptr, (bytes, kind));
+        }
+        self.live_bytes += bytes;
+        self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(op: u32, ptr: u64, bytes: u64, kind: u32, ret: i32) -> MemBody {
+        MemBody {
+            ptr,
+            bytes,
+            dur_ns: 10,
+            stream: 0,
+            op,
+            mem_kind: kind,
+            ret,
+            flags: flags::HAS_RETURN,
+        }
+    }
+
+    #[test]
+    fn live_peak_failed_unknown() {
+        let mut t = MemTracker::new(DEFAULT_LIVE_CAP);
+        t.apply(&op(memop::ALLOC, 0x1000, 100, memkind::DEVICE, 0));
+        t.apply(&op(memop::ALLOC, 0x2000, 50, memkind::HOST_PINNED, 0));
+        t.apply(&op(memop::ALLOC, 0, 1 << 40, memkind::DEVICE, 2)); // out of memory
+        t.apply(&op(memop::FREE, 0x1000, 0, 0, 0));
+        t.apply(&op(memop::FREE, 0x9999, 0, 0, 0)); // unknown pointer
+        t.apply(&op(memop::FREE, 0, 0, 0, 0)); // cudaFree(NULL)
+        t.apply(&op(memop::ALLOC, 0x3000, 30, memkind::MANAGED, 0));
+        assert_eq!((t.calls, t.failed, t.bytes, t.frees), (4, 1, 180, 2));
+        assert_eq!((t.live_bytes, t.peak_bytes), (80, 150));
+        assert_eq!(
+            t.by_kind[0],
+            KindTotals {
+                calls: 2,
+                bytes: 100
+            }
+        );
+        assert_eq!(
+            t.by_kind[1],
+            KindTotals {
+                calls: 1,
+                bytes: 50
+            }
+        );
+        assert_eq!(
+            t.by_kind[2],
+            KindTotals {
+                calls: 1,
+                bytes: 30
+            }
+        );
+    }
+
+    #[test]
+    fn vmm_handles_apart_from_pointers() {
+        let mut t = MemTracker::new(DEFAULT_LIVE_CAP);
+        t.apply(&op(memop::VMM_CREATE, 0x1000, 1 << 21, memkind::VMM, 0));
+        t.apply(&op(memop::VMM_MAP, 0x7f00_0000, 1 << 21, 0, 0));
+        t.apply(&op(memop::FREE, 0x1000, 0, 0, 0)); // a pointer, not the handle
+        assert_eq!(t.live_bytes, 1 << 21);
+        t.apply(&op(memop::VMM_RELEASE, 0x1000, 0, 0, 0));
+        assert_eq!(
+            (t.live_bytes, t.peak_bytes, t.frees, t.calls),
+            (0, 1 << 21, 2, 1)
+        );
+        assert_eq!(
+            t.by_kind[5],
+            KindTotals {
+                calls: 1,
+                bytes: 1 << 21
+            }
+        );
+    }
+
+    #[test]
+    fn cap_and_reuse() {
+        let mut t = MemTracker::new(2);
+        for p in 1..=3u64 {
+            t.apply(&op(memop::ALLOC, p * 16, 10, memkind::DEVICE, 0));
+        }
+        assert_eq!((t.live_bytes, t.untracked, t.tracked()), (20, 1, 2));
+        t.apply(&op(memop::ALLOC, 16, 5, memkind::DEVICE, 0)); // reused without a free
+        assert_eq!((t.live_bytes, t.peak_bytes), (15, 20));
+        t.apply(&op(memop::FREE, 48, 0, 0, 0)); // the untracked one
+        assert_eq!((t.live_bytes, t.frees), (15, 1));
+    }
+}

@@ -1,0 +1,172 @@
+//! Per-process counters, updated on the hot path without allocating in the steady state.
+
+use super::hash::{FastMap, FastSet};
+use super::hist::Histogram;
+use super::mem::MemTracker;
+use crate::enrich::names::NameTable;
+use profiler_common::{CopyBody, LaunchBody, SyncBody, dir, flags};
+use std::hash::{Hash, Hasher};
+
+/// Distinct streams remembered per launch configuration; more are not counted.
+pub const MAX_STREAMS_PER_KEY: usize = 4096;
+/// Number of copy directions (`dir::H2H..=dir::UNKNOWN`).
+pub const DIRECTIONS: usize = 7;
+
+/// One launch configuration as the program issued it; names are resolved at report time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchKey {
+    pub api: u32,
+    pub func: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+impl Hash for LaunchKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.func);
+        h.write_u64(u64::from(self.grid[0]) | u64::from(self.grid[1]) << 32);
+        h.write_u64(u64::from(self.grid[2]) | u64::from(self.block[0]) << 32);
+        h.write_u64(u64::from(self.block[1]) | u64::from(self.block[2]) << 32);
+        h.write_u64(u64::from(self.shared_bytes) | u64::from(self.api) << 32);
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LaunchStat {
+    pub calls: u64,
+    pub streams: FastSet<u64>,
+    last_stream: Option<u64>,
+}
+
+/// Copies in one direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStat {
+    pub calls: u64,
+    /// Bytes of copies that did not return an error.
+    pub bytes: u64,
+    pub async_calls: u64,
+    /// CPU time inside the calls that had a return probe.
+    pub blocked_ns: u64,
+}
+
+/// Calls of one hooked API.
+#[derive(Clone, Debug, Default)]
+pub struct ApiStat {
+    pub calls: u64,
+    /// Durations of the calls that had a return probe.
+    pub durations: Histogram,
+}
+
+/// Everything known about one process.
+#[derive(Clone, Debug)]
+pub struct ProcState {
+    pub launches: u64,
+    pub kernels: FastMap<LaunchKey, LaunchStat>,
+    /// Indexed by `dir::*`.
+    pub copies: [CopyStat; DIRECTIONS],
+    /// Indexed by API id.
+    pub apis: Vec<ApiStat>,
+    pub graph_launches: u64,
+    /// CPU time blocked in synchronisations (GPU-side waits excluded).
+    pub sync_blocked_ns: u64,
+    pub mem: MemTracker,
+    pub names: NameTable,
+    /// `launches` when the live view last looked.
+    pub prev_launches: u64,
+}
+
+/// `Some(dur_ns)` when a return probe measured the call.
+#[inline]
+pub fn measured(flags_: u32, dur_ns: u64) -> Option<u64> {
+    (flags_ & flags::HAS_RETURN != 0).then_some(dur_ns)
+}
+
+impl ProcState {
+    pub fn new(live_cap: usize) -> Self {
+        Self {
+            launches: 0,
+            kernels: FastMap::default(),
+            copies: [CopyStat::default(); DIRECTIONS],
+            apis: Vec::new(),
+            graph_launches: 0,
+            sync_blocked_ns: 0,
+            mem: MemTracker::new(live_cap),
+            names: NameTable::new(),
+            prev_launches: 0,
+        }
+    }
+
+    /// One call of API `api` (below 2^16, checked by the caller).
+    #[inline]
+    pub fn api_call(&mut self, api: u32, dur: Option<u64>) {
+        let i = api as usize;
+        if i >= self.apis.len() {
+            self.apis.resize_with(i + 1, ApiStat::default);
+        }
+        let a = &mut self.apis[i];
+        a.calls += 1;
+        if let Some(d) = dur {
+            a.durations.record(d);
+        }
+    }
+
+    #[inline]
+    pub fn launch(&mut self, api: u32, l: &LaunchBody) {
+        self.launches += 1;
+        let key = LaunchKey {
+            api,
+            func: l.func,
+            grid: l.grid,
+            block: l.block,
+            shared_bytes: l.shared_bytes,
+        };
+        let s = self.kernels.entry(key).or_default();
+        s.calls += 1;
+        if s.last_stream != Some(l.stream) {
+            s.last_stream = Some(l.stream);
+            if s.streams.len() < MAX_STREAMS_PER_KEY {
+                s.streams.insert(l.stream);
+            }
+        }
+    }
+
+    #[inline]
+    pub fn copy(&mut self, c: &CopyBody) {
+        let d = if (c.direction as usize) < DIRECTIONS {
+            c.direction
+        } else {
+            dir::UNKNOWN
+        };
+        let s = &mut self.copies[d as usize];
+        s.calls += 1;
+        let dur = measured(c.flags, c.dur_ns);
+        if dur.is_none() || c.ret == 0 {
+            s.bytes = s.bytes.saturating_add(c.bytes);
+        }
+        if c.flags & flags::ASYNC != 0 {
+            s.async_calls += 1;
+        }
+        s.blocked_ns = s.blocked_ns.saturating_add(dur.unwrap_or(0));
+    }
+
+    #[inline]
+    pub fn sync(&mut self, s: &SyncBody) {
+        if s.flags & flags::GPU_SIDE == 0 {
+            let d = measured(s.flags, s.dur_ns).unwrap_or(0);
+            self.sync_blocked_ns = self.sync_blocked_ns.saturating_add(d);
+        }
+    }
+
+    /// Bytes copied, all directions.
+    pub fn copy_bytes(&self) -> u64 {
+        self.copies
+            .iter()
+            .map(|c| c.bytes)
+            .fold(0, u64::saturating_add)
+    }
+
+    pub fn copy_calls(&self) -> u64 {
+        self.copies.iter().map(|c| c.calls).sum()
+    }
+}

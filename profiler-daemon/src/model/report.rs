@@ -1,0 +1,219 @@
+//! Turning the aggregator's counters into a [`Report`]: names are resolved here, not on the hot path.
+
+use super::hash::{FastMap, FastSet};
+use super::process::ProcState;
+use super::{ProcessMeta, mem::kind_slot};
+use crate::api::{ApiTable, Layer};
+use crate::enrich::names::{NameSource, SymbolResolver, demangle};
+use crate::output::{
+    AllocReport, ApiReport, ByKind, CopyReport, GraphReport, KernelReport, KindReport,
+    ProcessReport,
+};
+use profiler_common::{dir, memkind};
+
+/// Copy directions in report order, with their labels.
+const DIRECTION_ORDER: [(u32, &str); 7] = [
+    (dir::H2D, "h2d"),
+    (dir::D2H, "d2h"),
+    (dir::D2D, "d2d"),
+    (dir::H2H, "h2h"),
+    (dir::PEER, "peer"),
+    (dir::DEFAULT, "default"),
+    (dir::UNKNOWN, "unknown"),
+];
+
+/// A kernel's name as the report shows it.
+#[derive(Clone, Debug)]
+struct Named {
+    name: String,
+    mangled: Option<String>,
+    source: NameSource,
+}
+
+/// Names `func` of a launch through a `runtime` (or driver) API: the process's name table
+/// (aliases included), then for runtime host stubs the symbol resolver, then `<unknown 0x…>`.
+fn name_of(
+    p: &ProcState,
+    resolver: &dyn SymbolResolver,
+    tgid: u32,
+    func: u64,
+    runtime: bool,
+) -> Named {
+    if let Some(e) = p.names.resolve_entry(func) {
+        let mut name = demangle(&e.mangled);
+        if e.truncated && !name.ends_with('…') {
+            name.push('…');
+        }
+        return Named {
+            name,
+            mangled: Some(e.mangled.to_string()),
+            source: e.source,
+        };
+    }
+    if runtime && let Some(m) = resolver.resolve(tgid, func) {
+        return Named {
+            name: demangle(&m),
+            mangled: Some(m),
+            source: NameSource::Symbols,
+        };
+    }
+    Named {
+        name: format!("<unknown 0x{func:x}>"),
+        mangled: None,
+        source: NameSource::Unknown,
+    }
+}
+
+type GroupKey = (String, [u32; 3], [u32; 3], u32, u32);
+
+struct Group {
+    named: Named,
+    calls: u64,
+    streams: FastSet<u64>,
+}
+
+fn kernels(
+    p: &ProcState,
+    api: &ApiTable,
+    resolver: &dyn SymbolResolver,
+    tgid: u32,
+) -> (Vec<KernelReport>, u64) {
+    let mut cache: FastMap<(u64, bool), Named> = FastMap::default();
+    let mut groups: FastMap<GroupKey, Group> = FastMap::default();
+    for (k, s) in &p.kernels {
+        let runtime = api.get(k.api).is_some_and(|a| a.layer == Layer::Runtime);
+        let named = cache
+            .entry((k.func, runtime))
+            .or_insert_with(|| name_of(p, resolver, tgid, k.func, runtime));
+        let key = (named.name.clone(), k.grid, k.block, k.shared_bytes, k.api);
+        let g = groups.entry(key).or_insert_with(|| Group {
+            named: named.clone(),
+            calls: 0,
+            streams: FastSet::default(),
+        });
+        // Two mangled spellings can demangle alike (internal linkage): keep the smaller, so the
+        // report does not depend on hash order.
+        if named.mangled < g.named.mangled {
+            g.named = named.clone();
+        }
+        g.calls += s.calls;
+        g.streams.extend(s.streams.iter().copied());
+    }
+    let mut unnamed = 0;
+    let mut out: Vec<KernelReport> = groups
+        .into_iter()
+        .map(|((name, grid, block, shared_bytes, api_id), g)| {
+            if g.named.source == NameSource::Unknown {
+                unnamed += g.calls;
+            }
+            KernelReport {
+                name,
+                mangled: g.named.mangled,
+                calls: g.calls,
+                grid,
+                block,
+                shared_bytes,
+                streams: g.streams.len() as u64,
+                api: api.name(api_id),
+                name_source: g.named.source.as_str().to_owned(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.calls
+            .cmp(&a.calls)
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.api.cmp(&b.api))
+            .then_with(|| (a.grid, a.block, a.shared_bytes).cmp(&(b.grid, b.block, b.shared_bytes)))
+    });
+    (out, unnamed)
+}
+
+fn copies(p: &ProcState) -> Vec<CopyReport> {
+    DIRECTION_ORDER
+        .iter()
+        .filter_map(|&(d, label)| {
+            let c = &p.copies[d as usize];
+            (c.calls > 0).then(|| CopyReport {
+                direction: label.to_owned(),
+                calls: c.calls,
+                bytes: c.bytes,
+                async_calls: c.async_calls,
+                blocked_ns: c.blocked_ns,
+            })
+        })
+        .collect()
+}
+
+fn apis(p: &ProcState, api: &ApiTable) -> Vec<ApiReport> {
+    let mut out: Vec<ApiReport> = p
+        .apis
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.calls > 0)
+        .map(|(id, a)| ApiReport {
+            name: api.name(id as u32),
+            calls: a.calls,
+            blocked_ns: a.durations.sum(),
+            p50_ns: a.durations.p50(),
+            p99_ns: a.durations.p99(),
+            max_ns: a.durations.max(),
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.name.cmp(&b.name)));
+    out
+}
+
+fn allocations(p: &ProcState) -> AllocReport {
+    let m = &p.mem;
+    let k = |kind: u32| {
+        let t = kind_slot(kind).map(|s| m.by_kind[s]).unwrap_or_default();
+        KindReport {
+            calls: t.calls,
+            bytes: t.bytes,
+        }
+    };
+    AllocReport {
+        calls: m.calls,
+        failed: m.failed,
+        bytes: m.bytes,
+        frees: m.frees,
+        live_bytes: m.live_bytes,
+        peak_bytes: m.peak_bytes,
+        untracked: m.untracked,
+        by_kind: ByKind {
+            device: k(memkind::DEVICE),
+            host_pinned: k(memkind::HOST_PINNED),
+            managed: k(memkind::MANAGED),
+            async_: k(memkind::ASYNC),
+            pitched: k(memkind::PITCHED),
+            vmm: k(memkind::VMM),
+        },
+    }
+}
+
+/// The report section of one process.
+pub(super) fn process(
+    tgid: u32,
+    p: &ProcState,
+    meta: Option<&ProcessMeta>,
+    api: &ApiTable,
+    resolver: &dyn SymbolResolver,
+) -> ProcessReport {
+    let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
+    ProcessReport {
+        tgid,
+        comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
+        cmdline: meta.map(|m| m.cmdline.clone()).unwrap_or_default(),
+        exited: meta.is_some_and(|m| m.exited),
+        launches: p.launches,
+        unnamed_launches,
+        kernels,
+        copies: copies(p),
+        api: apis(p, api),
+        graphs: GraphReport {
+            launches: p.graph_launches,
+        },
+        allocations: allocations(p),
+    }
+}

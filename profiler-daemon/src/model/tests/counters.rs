@@ -1,0 +1,193 @@
+//! Aggregator tests: copies, API durations, allocations, decode errors, process meta, live view.
+
+use super::*;
+
+#[test]
+fn copies_per_direction() {
+    let r = flags::HAS_RETURN;
+    let v = only(
+        &mut agg(),
+        &[
+            copy(MEMCPY, dir::D2H, 4096, r, 50, 0),
+            copy(MEMCPY, dir::H2D, 1 << 20, r, 100, 0),
+            copy(MEMCPY, dir::H2D, 1 << 20, r, 200, 0),
+            copy(MEMCPY, dir::H2D, 10, r, 7, 1), // failed: no bytes, the time still blocked
+            copy(MEMCPY_ASYNC, dir::D2H, 512, flags::ASYNC, 0, 0),
+            copy(MEMCPY, 42, 8, r, 1, 0), // a direction we do not know
+            copy(MEMCPY, dir::PEER, 64, r, 3, 0),
+        ],
+    );
+    assert_eq!(
+        v["copies"],
+        json!([
+            {"direction": "h2d", "calls": 3, "bytes": 2_097_152, "async_calls": 0, "blocked_ns": 307},
+            {"direction": "d2h", "calls": 2, "bytes": 4608, "async_calls": 1, "blocked_ns": 50},
+            {"direction": "peer", "calls": 1, "bytes": 64, "async_calls": 0, "blocked_ns": 3},
+            {"direction": "unknown", "calls": 1, "bytes": 8, "async_calls": 0, "blocked_ns": 1},
+        ])
+    );
+    assert_eq!(
+        v["api"][0],
+        json!({"name": "cudaMemcpy", "calls": 6, "blocked_ns": 361, "p50_ns": 7, "p99_ns": 200, "max_ns": 200})
+    );
+    assert_eq!(v["api"][1]["name"], "cudaMemcpyAsync");
+    assert_eq!(v["api"][1]["blocked_ns"], 0);
+}
+
+#[test]
+fn api_percentiles_and_ordering() {
+    let mut events: Vec<Event> = (1..=100u64)
+        .map(|us| sync(STREAM_SYNC, us * 1000, flags::HAS_RETURN))
+        .collect();
+    events.push(sync(WAIT_EVENT, 900, flags::HAS_RETURN | flags::GPU_SIDE));
+    events.push(Event::Graph(
+        hdr(kind::GRAPH, GRAPH_LAUNCH, 100),
+        GraphBody {
+            graph_exec: 1,
+            stream: 0,
+        },
+    ));
+    events.push(launch(100, LAUNCH_DRV, 0x9, 1, 0));
+    let mut a = agg();
+    let v = only(&mut a, &events);
+    assert_eq!(
+        v["api"],
+        json!([
+            {"name": "cudaStreamSynchronize", "calls": 100, "blocked_ns": 5_050_000, "p50_ns": 49_919, "p99_ns": 98_815, "max_ns": 100_000},
+            {"name": "cuLaunchKernel", "calls": 1, "blocked_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0},
+            {"name": "cuStreamWaitEvent", "calls": 1, "blocked_ns": 900, "p50_ns": 900, "p99_ns": 900, "max_ns": 900},
+            {"name": "cudaGraphLaunch", "calls": 1, "blocked_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0},
+        ])
+    );
+    assert_eq!(v["graphs"], json!({"launches": 1}));
+    // The GPU-side wait is no CPU sync time.
+    assert_eq!(a.live_rows(1.0)[0].sync_blocked_ns, 5_050_000);
+}
+
+#[test]
+fn allocations_live_peak_failed_frees() {
+    let v = only(
+        &mut agg(),
+        &[
+            mem(MALLOC, memop::ALLOC, 0x1000, 1 << 20, memkind::DEVICE, 0),
+            mem(MALLOC, memop::ALLOC, 0x2000, 1 << 20, memkind::DEVICE, 0),
+            mem(MALLOC, memop::ALLOC, 0, 1 << 40, memkind::DEVICE, 2),
+            mem(
+                MALLOC_HOST,
+                memop::ALLOC,
+                0x9000,
+                4096,
+                memkind::HOST_PINNED,
+                0,
+            ),
+            mem(FREE, memop::FREE, 0x1000, 0, 0, 0),
+            mem(FREE, memop::FREE, 0x5555, 0, 0, 0),
+            mem(
+                MEM_CREATE,
+                memop::VMM_CREATE,
+                0x77,
+                2 << 20,
+                memkind::VMM,
+                0,
+            ),
+            mem(MEM_RELEASE, memop::VMM_RELEASE, 0x77, 0, 0, 0),
+        ],
+    );
+    let kind = |calls, bytes| json!({"calls": calls, "bytes": bytes});
+    assert_eq!(
+        v["allocations"],
+        json!({"calls": 5, "failed": 1, "bytes": 4_198_400, "frees": 3, "live_bytes": 1_052_672, "peak_bytes": 3_149_824,
+               "untracked": 0, "by_kind": {"device": kind(3, 2_097_152), "host_pinned": kind(1, 4096), "managed": kind(0, 0),
+               "async": kind(0, 0), "pitched": kind(0, 0), "vmm": kind(1, 2_097_152)}})
+    );
+    assert_eq!(
+        v["api"][0],
+        json!({"name": "cudaMalloc", "calls": 3, "blocked_ns": 3000, "p50_ns": 1000, "p99_ns": 1000, "max_ns": 1000})
+    );
+}
+
+#[test]
+fn decode_errors_counted() {
+    let mut a = agg();
+    a.record_decode_error(99);
+    a.record_decode_error(99);
+    a.apply(&launch(100, 70_000, 0x1, 1, 0)); // an API id no cookie can carry
+    let r = a.report(meta());
+    assert_eq!(r.decode_errors, 3);
+    assert_eq!(
+        a.decode_errors_by_kind()
+            .iter()
+            .map(|(&k, &n)| (k, n))
+            .collect::<Vec<_>>(),
+        [(kind::LAUNCH, 1), (99, 2)]
+    );
+    assert_eq!((r.processes[0].launches, r.processes[0].api.len()), (1, 0));
+}
+
+#[test]
+fn exited_process_kept_with_meta() {
+    let mut a = agg();
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta(
+        7,
+        ProcessMeta {
+            comm: "python3".into(),
+            cmdline: "python3 train.py".into(),
+            exited: false,
+        },
+    );
+    a.mark_exited(7);
+    // A late procfs refresh does not bring it back to life.
+    a.set_process_meta(
+        7,
+        ProcessMeta {
+            comm: "python3".into(),
+            cmdline: "python3 train.py".into(),
+            exited: false,
+        },
+    );
+    a.mark_exited(8); // never produced a record: not reported
+    let r = a.report(meta());
+    let got: Vec<(u32, &str, &str, bool)> = r
+        .processes
+        .iter()
+        .map(|p| (p.tgid, &*p.comm, &*p.cmdline, p.exited))
+        .collect();
+    assert_eq!(got, [(7, "python3", "python3 train.py", true)]);
+}
+
+#[test]
+fn live_rates_since_previous_call() {
+    let mut a = agg();
+    for _ in 0..10 {
+        a.apply(&launch(100, LAUNCH_RT, 0x1, 1, 0));
+    }
+    a.apply(&copy(MEMCPY, dir::H2D, 3 << 20, flags::HAS_RETURN, 10, 0));
+    a.apply(&sync(STREAM_SYNC, 1_500_000, flags::HAS_RETURN));
+    a.apply(&mem(
+        MALLOC,
+        memop::ALLOC,
+        0x10,
+        1 << 24,
+        memkind::DEVICE,
+        0,
+    ));
+    a.set_process_meta(
+        100,
+        ProcessMeta {
+            comm: "python3".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        a.live_lines(2.0),
+        [
+            "100 python3  launches 10 (+5/s)  copies 1 (3.0 MiB)  sync blocked 1.5 ms  alloc live 16.0 MiB"
+        ]
+    );
+    for _ in 0..4 {
+        a.apply(&launch(100, LAUNCH_RT, 0x1, 1, 0));
+    }
+    assert_eq!(a.live_rows(0.5)[0].launches_per_s, 8.0);
+    assert_eq!(a.live_rows(1.0)[0].launches_per_s, 0.0);
+}

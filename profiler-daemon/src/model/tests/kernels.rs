@@ -1,0 +1,231 @@
+//! Aggregator tests: kernel grouping, every naming path, process separation, the JSON contract.
+
+use super::*;
+
+/// name, mangled, calls, api, name source, streams.
+type Row<'a> = (&'a str, Option<&'a str>, u64, &'a str, &'a str, u64);
+
+#[test]
+fn kernels_grouped_by_configuration() {
+    let v = only(
+        &mut agg(),
+        &[
+            name(
+                100,
+                namesrc::REGISTER_FUNCTION,
+                0x1000,
+                "_Z6vecAddPKfS0_Pfi",
+            ),
+            launch(100, LAUNCH_RT, 0x1000, 64, 1),
+            launch(100, LAUNCH_RT, 0x1000, 64, 2),
+            launch(100, LAUNCH_RT, 0x1000, 64, 1),
+            launch(100, LAUNCH_RT, 0x1000, 128, 7),
+        ],
+    );
+    let k = |calls, grid, streams| {
+        json!({"name": "vecAdd(float const*, float const*, float*, int)", "mangled": "_Z6vecAddPKfS0_Pfi",
+               "calls": calls, "grid": [grid, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "streams": streams,
+               "api": "cudaLaunchKernel", "name_source": "register_function"})
+    };
+    assert_eq!(v["kernels"], json!([k(3, 64, 2), k(1, 128, 1)]));
+    assert_eq!(
+        (v["launches"].as_u64(), v["unnamed_launches"].as_u64()),
+        (Some(4), Some(0))
+    );
+    assert_eq!(
+        v["api"],
+        json!([{"name": "cudaLaunchKernel", "calls": 4, "blocked_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0}])
+    );
+}
+
+#[test]
+fn every_naming_path() {
+    let resolver = MapSymbols(
+        [((100, 0x4000), "_ZN4demoL15internal_kernelEPi".to_owned())]
+            .into_iter()
+            .collect(),
+    );
+    let mut a = Aggregator::new(apis(), Box::new(resolver));
+    let ps = run(
+        &mut a,
+        &[
+            name(
+                100,
+                namesrc::REGISTER_FUNCTION,
+                0x1000,
+                "_Z6vecAddPKfS0_Pfi",
+            ),
+            launch(100, LAUNCH_RT, 0x1000, 1, 0),
+            // __cudaGetKernel: a kernel handle stands for the host stub; same config merges.
+            alias(100, 0x7000, 0x1000),
+            launch(100, LAUNCH_RT, 0x7000, 1, 5),
+            name(
+                100,
+                namesrc::MODULE_GET_FUNCTION,
+                0x2000,
+                "_ZN4demo6reduceILi256EEEvPKfPfi",
+            ),
+            launch(100, LAUNCH_DRV, 0x2000, 2, 0),
+            // cuKernelGetFunction: function → kernel named by cuLibraryGetKernel (alias first).
+            alias(100, 0x3100, 0x3000),
+            name(
+                100,
+                namesrc::LIBRARY_GET_KERNEL,
+                0x3000,
+                "triton_poi_fused_add_0",
+            ),
+            launch(100, LAUNCH_DRV, 0x3100, 3, 0),
+            // A runtime stub registered before we attached: the symbol tables name it...
+            launch(100, LAUNCH_RT, 0x4000, 4, 0),
+            // ...but a driver handle is never looked up there.
+            launch(100, LAUNCH_DRV, 0x4000, 4, 0),
+            launch(100, LAUNCH_DRV, 0x5000, 5, 0),
+            launch(100, LAUNCH_DRV, 0x5000, 5, 0),
+            // A name arriving after its launch still names it.
+            launch(100, LAUNCH_RT, 0x6000, 6, 0),
+            name(100, namesrc::GET_NAME, 0x6000, "late_kernel"),
+        ],
+    );
+    let got: Vec<Row> = ps[0]
+        .kernels
+        .iter()
+        .map(|k| {
+            (
+                &*k.name,
+                k.mangled.as_deref(),
+                k.calls,
+                &*k.api,
+                &*k.name_source,
+                k.streams,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("<unknown 0x5000>", None, 2, "cuLaunchKernel", "unknown", 1),
+            (
+                "vecAdd(float const*, float const*, float*, int)",
+                Some("_Z6vecAddPKfS0_Pfi"),
+                2,
+                "cudaLaunchKernel",
+                "register_function",
+                2
+            ),
+            ("<unknown 0x4000>", None, 1, "cuLaunchKernel", "unknown", 1),
+            (
+                "demo::internal_kernel(int*)",
+                Some("_ZN4demoL15internal_kernelEPi"),
+                1,
+                "cudaLaunchKernel",
+                "symbols",
+                1
+            ),
+            (
+                "late_kernel",
+                Some("late_kernel"),
+                1,
+                "cudaLaunchKernel",
+                "get_name",
+                1
+            ),
+            (
+                "triton_poi_fused_add_0",
+                Some("triton_poi_fused_add_0"),
+                1,
+                "cuLaunchKernel",
+                "library_get_kernel",
+                1
+            ),
+            (
+                "void demo::reduce<256>(float const*, float*, int)",
+                Some("_ZN4demo6reduceILi256EEEvPKfPfi"),
+                1,
+                "cuLaunchKernel",
+                "module_get_function",
+                1
+            ),
+        ]
+    );
+    assert_eq!((ps[0].launches, ps[0].unnamed_launches), (9, 3));
+}
+
+#[test]
+fn processes_kept_apart() {
+    let mut a = agg();
+    let ps = run(
+        &mut a,
+        &[
+            name(2, namesrc::REGISTER_FUNCTION, 0x1000, "two"),
+            name(1, namesrc::REGISTER_FUNCTION, 0x1000, "one"),
+            launch(2, LAUNCH_RT, 0x1000, 1, 0),
+            launch(1, LAUNCH_RT, 0x1000, 1, 0),
+            launch(1, LAUNCH_RT, 0x1000, 1, 0),
+            alias(3, 0x5, 0x1000), // an alias in another process names nothing here
+            launch(3, LAUNCH_DRV, 0x5, 1, 0),
+        ],
+    );
+    let got: Vec<(u32, u64, &str)> = ps
+        .iter()
+        .map(|p| (p.tgid, p.launches, &*p.kernels[0].name))
+        .collect();
+    assert_eq!(got, [(1, 2, "one"), (2, 1, "two"), (3, 1, "<unknown 0x5>")]);
+    assert_eq!(a.seen_tgids(), [1, 2, 3]);
+}
+
+#[test]
+fn truncated_and_lossy_names() {
+    let mut n = name(100, namesrc::REGISTER_FUNCTION, 0x1, "_Z6vecAddPKfS0_P");
+    if let Event::Name(_, b) = &mut n {
+        b.flags = flags::TRUNCATED;
+    }
+    let mut bad = name(100, namesrc::GET_NAME, 0x2, "k\u{e9}rnel");
+    if let Event::Name(_, b) = &mut bad {
+        b.name[1] = 0xff; // invalid UTF-8
+    }
+    let ps = run(
+        &mut agg(),
+        &[
+            n,
+            bad,
+            launch(100, LAUNCH_RT, 0x1, 1, 0),
+            launch(100, LAUNCH_DRV, 0x2, 2, 0),
+        ],
+    );
+    let got: Vec<&str> = ps[0].kernels.iter().map(|k| &*k.name).collect();
+    assert_eq!(got, ["_Z6vecAddPKfS0_P…", "k\u{fffd}\u{fffd}rnel"]);
+}
+
+#[test]
+fn report_json_contract() {
+    let mut a = agg();
+    a.apply(&name(42, namesrc::REGISTER_FUNCTION, 0x1000, "_Z1kv"));
+    a.apply(&launch(42, LAUNCH_RT, 0x1000, 2, 0));
+    a.set_process_meta(
+        42,
+        ProcessMeta {
+            comm: "demo".into(),
+            cmdline: "./demo".into(),
+            exited: false,
+        },
+    );
+    let mut m = meta();
+    m.drops = output::drops_by_kind(&[0, 3]);
+    let got = output::json::to_string(&a.report(m));
+    let want = concat!(
+        r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
+        r#""drops":{"alias":0,"copy":0,"graph":0,"launch":3,"mem":0,"name":0,"sync":0},"decode_errors":0,"#,
+        r#""processes":[{"tgid":42,"comm":"demo","cmdline":"./demo","exited":false,"launches":1,"unnamed_launches":0,"#,
+        r#""kernels":[{"name":"k()","mangled":"_Z1kv","calls":1,"grid":[2,1,1],"block":[256,1,1],"shared_bytes":0,"#,
+        r#""streams":1,"api":"cudaLaunchKernel","name_source":"register_function"}],"copies":[],"#,
+        r#""api":[{"name":"cudaLaunchKernel","calls":1,"blocked_ns":0,"p50_ns":0,"p99_ns":0,"max_ns":0}],"#,
+        r#""graphs":{"launches":0},"allocations":{"calls":0,"failed":0,"bytes":0,"frees":0,"live_bytes":0,"#,
+        r#""peak_bytes":0,"untracked":0,"by_kind":{"device":{"calls":0,"bytes":0},"host_pinned":{"calls":0,"bytes":0},"#,
+        r#""managed":{"calls":0,"bytes":0},"async":{"calls":0,"bytes":0},"pitched":{"calls":0,"bytes":0},"#,
+        r#""vmm":{"calls":0,"bytes":0}}}}]}"#
+    );
+    assert_eq!(got, want);
+    let back: output::Report =
+        serde_json::from_str(&output::json::to_string_pretty(&a.report(meta()))).unwrap();
+    assert_eq!(back.processes[0].kernels[0].name, "k()");
+}

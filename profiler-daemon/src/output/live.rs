@@ -1,0 +1,69 @@
+//! The live view: one line per process, printed while the daemon runs.
+
+use super::fmt;
+
+/// One process's counters for the live view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveRow {
+    pub tgid: u32,
+    pub comm: String,
+    pub exited: bool,
+    pub launches: u64,
+    /// Launches per second since the previous live view.
+    pub launches_per_s: f64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+    /// CPU time blocked in synchronisations.
+    pub sync_blocked_ns: u64,
+    pub live_bytes: u64,
+}
+
+/// `4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB`.
+pub fn render_line(r: &LiveRow) -> String {
+    let comm = if r.comm.is_empty() { "?" } else { &r.comm };
+    format!(
+        "{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}",
+        r.tgid,
+        comm,
+        if r.exited { " (exited)" } else { "" },
+        r.launches,
+        r.launches_per_s,
+        r.copies,
+        fmt::bytes(r.copy_bytes),
+        r.sync_blocked_ns as f64 / 1e6,
+        fmt::bytes(r.live_bytes),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line() {
+        let r = LiveRow {
+            tgid: 4242,
+            comm: "python3".into(),
+            exited: false,
+            launches: 1234,
+            launches_per_s: 567.0,
+            copies: 12,
+            copy_bytes: 52_428_800,
+            sync_blocked_ns: 1_200_000,
+            live_bytes: 16 << 20,
+        };
+        assert_eq!(
+            render_line(&r),
+            "4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB"
+        );
+        let r = LiveRow {
+            comm: String::new(),
+            exited: true,
+            ..r
+        };
+        assert_eq!(
+            render_line(&r),
+            "4242 ? (exited)  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB"
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! The end-of-run summary for a terminal.
+
+use super::fmt::{self, Align, table};
+use super::{AllocReport, ProcessReport, Report};
+use std::fmt::Write as _;
+
+/// Kernel rows shown per process by [`render`].
+pub const TOP_KERNELS: usize = 20;
+const NAME_CHARS: usize = 60;
+const CMDLINE_CHARS: usize = 100;
+
+/// The report as text, [`TOP_KERNELS`] kernel rows per process.
+pub fn render(r: &Report) -> String {
+    render_with(r, TOP_KERNELS)
+}
+
+/// The report as text, at most `top` kernel rows per process.
+pub fn render_with(r: &Report, top: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "gpuprofd report: host {}, started {}, duration {:.3} s",
+        r.host,
+        r.started_at,
+        r.duration_ns as f64 / 1e9
+    );
+    let lost: Vec<String> = r
+        .drops
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    if lost.is_empty() {
+        s.push_str("no records lost");
+    } else {
+        let _ = write!(
+            s,
+            "WARNING: records lost ({}): counts below are lower bounds",
+            lost.join(", ")
+        );
+    }
+    let _ = writeln!(s, "; decode errors: {}", r.decode_errors);
+    if r.processes.is_empty() {
+        s.push_str("\nno CUDA activity recorded\n");
+    }
+    for p in &r.processes {
+        s.push('\n');
+        process(&mut s, p, top);
+    }
+    s
+}
+
+fn process(s: &mut String, p: &ProcessReport, top: usize) {
+    let comm = if p.comm.is_empty() { "?" } else { &p.comm };
+    let _ = writeln!(
+        s,
+        "process {} {}{}",
+        p.tgid,
+        comm,
+        if p.exited { " (exited)" } else { "" }
+    );
+    if !p.cmdline.is_empty() {
+        let _ = writeln!(s, "  cmdline: {}", fmt::truncate(&p.cmdline, CMDLINE_CHARS));
+    }
+    let _ = writeln!(
+        s,
+        "  kernel launches {} ({} unnamed), graph launches {}",
+        p.launches, p.unnamed_launches, p.graphs.launches
+    );
+
+    if p.kernels.is_empty() {
+        s.push_str("  kernels: none\n");
+    } else {
+        s.push_str("  kernels by launches:\n");
+        let rows: Vec<Vec<String>> = p
+            .kernels
+            .iter()
+            .take(top)
+            .map(|k| {
+                vec![
+                    k.calls.to_string(),
+                    fmt::dim3(k.grid),
+                    fmt::dim3(k.block),
+                    k.shared_bytes.to_string(),
+                    k.api.clone(),
+                    fmt::truncate(&k.name, NAME_CHARS),
+                ]
+            })
+            .collect();
+        use Align::{Left as L, Right as R};
+        s.push_str(&table(
+            "    ",
+            &["launches", "grid", "block", "smem B", "api", "kernel"],
+            &[R, L, L, R, L, L],
+            &rows,
+        ));
+        if p.kernels.len() > top {
+            let _ = writeln!(s, "    … {} more rows not shown", p.kernels.len() - top);
+        }
+    }
+
+    if p.copies.is_empty() {
+        s.push_str("  copies: none\n");
+    } else {
+        s.push_str("  copies:\n");
+        let rows: Vec<Vec<String>> = p
+            .copies
+            .iter()
+            .map(|c| {
+                vec![
+                    c.direction.clone(),
+                    c.calls.to_string(),
+                    fmt::bytes(c.bytes),
+                    c.async_calls.to_string(),
+                    // Asynchronous copies return at once and have no return probe.
+                    if c.blocked_ns == 0 && c.async_calls == c.calls {
+                        "-".to_owned()
+                    } else {
+                        fmt::ms(c.blocked_ns)
+                    },
+                ]
+            })
+            .collect();
+        use Align::{Left as L, Right as R};
+        s.push_str(&table(
+            "    ",
+            &["direction", "calls", "bytes", "async", "blocked (CPU) ms"],
+            &[L, R, R, R, R],
+            &rows,
+        ));
+    }
+
+    if p.api.is_empty() {
+        s.push_str("  API calls: none\n");
+    } else {
+        s.push_str("  API calls (blocked = CPU time inside the call; - = no return probe):\n");
+        let rows: Vec<Vec<String>> = p
+            .api
+            .iter()
+            .map(|a| {
+                let timed = a.max_ns > 0 || a.blocked_ns > 0;
+                let t = |v: String| if timed { v } else { "-".to_owned() };
+                vec![
+                    a.name.clone(),
+                    a.calls.to_string(),
+                    t(fmt::ms(a.blocked_ns)),
+                    t(fmt::us(a.p50_ns)),
+                    t(fmt::us(a.p99_ns)),
+                    t(fmt::us(a.max_ns)),
+                ]
+            })
+            .collect();
+        use Align::{Left as L, Right as R};
+        let headers = [
+            "api",
+            "calls",
+            "blocked (CPU) ms",
+            "p50 µs",
+            "p99 µs",
+            "max µs",
+        ];
+        s.push_str(&table("    ", &headers, &[L, R, R, R, R, R], &rows));
+    }
+    allocations(s, &p.allocations);
+}
+
+fn allocations(s: &mut String, a: &AllocReport) {
+    if a.calls == 0 && a.frees == 0 {
+        s.push_str("  allocations: none\n");
+        return;
+    }
+    let _ = write!(
+        s,
+        "  allocations: {} calls ({} failed), {} allocated, {} frees, live {}, peak {}",
+        a.calls,
+        a.failed,
+        fmt::bytes(a.bytes),
+        a.frees,
+        fmt::bytes(a.live_bytes),
+        fmt::bytes(a.peak_bytes)
+    );
+    if a.untracked > 0 {
+        let _ = write!(s, " ({} not tracked: cap reached)", a.untracked);
+    }
+    s.push('\n');
+    let k = &a.by_kind;
+    let kinds = [
+        ("device", k.device),
+        ("host_pinned", k.host_pinned),
+        ("managed", k.managed),
+        ("async", k.async_),
+        ("pitched", k.pitched),
+        ("vmm", k.vmm),
+    ];
+    let parts: Vec<String> = kinds
+        .iter()
+        .filter(|(_, t)| t.calls > 0)
+        .map(|(n, t)| format!("{n} {} ({} calls)", fmt::bytes(t.bytes), t.calls))
+        .collect();
+    if !parts.is_empty() {
+        let _ = writeln!(s, "    by kind: {}", parts.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{
+        ApiReport, ByKind, CopyReport, GraphReport, KernelReport, KindReport, SCHEMA,
+    };
+    use std::collections::BTreeMap;
+
+    fn kernel(name: &str, calls: u64, grid: u32, api: &str) -> KernelReport {
+        KernelReport {
+            name: name.into(),
+            mangled: None,
+            calls,
+            grid: [grid, 1, 1],
+            block: [256, 1, 1],
+            shared_bytes: 1024,
+            streams: 1,
+            api: api.into(),
+            name_source: "register_function".into(),
+        }
+    }
+
+    fn report(drops: &[(&str, u64)]) -> Report {
+        let p = ProcessReport {
+            tgid: 4242,
+            comm: "python3".into(),
+            cmdline: "python3 train.py --epochs 1".into(),
+            exited: true,
+            launches: 1234,
+            unnamed_launches: 4,
+            kernels: vec![
+                kernel(
+                    "vecAdd(float const*, float const*, float*, int)",
+                    1000,
+                    64,
+                    "cudaLaunchKernel",
+                ),
+                kernel(
+                    "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)",
+                    230,
+                    1024,
+                    "cuLaunchKernel",
+                ),
+                kernel("<unknown 0x7f00dead>", 4, 1, "cuLaunchKernel"),
+            ],
+            copies: vec![
+                CopyReport {
+                    direction: "h2d".into(),
+                    calls: 50,
+                    bytes: 52_428_800,
+                    async_calls: 0,
+                    blocked_ns: 12_345_678,
+                },
+                CopyReport {
+                    direction: "d2h".into(),
+                    calls: 2,
+                    bytes: 512,
+                    async_calls: 2,
+                    blocked_ns: 0,
+                },
+            ],
+            api: vec![
+                ApiReport {
+                    name: "cudaLaunchKernel".into(),
+                    calls: 1000,
+                    blocked_ns: 0,
+                    p50_ns: 0,
+                    p99_ns: 0,
+                    max_ns: 0,
+                },
+                ApiReport {
+                    name: "cudaStreamSynchronize".into(),
+                    calls: 100,
+                    blocked_ns: 5_050_000,
+                    p50_ns: 49_919,
+                    p99_ns: 98_815,
+                    max_ns: 100_000,
+                },
+            ],
+            graphs: GraphReport { launches: 3 },
+            allocations: AllocReport {
+                calls: 8,
+                failed: 1,
+                bytes: 16 << 20,
+                frees: 5,
+                live_bytes: 1234,
+                peak_bytes: 4567,
+                untracked: 0,
+                by_kind: ByKind {
+                    device: KindReport {
+                        calls: 6,
+                        bytes: 16 << 20,
+                    },
+                    host_pinned: KindReport { calls: 2, bytes: 0 },
+                    ..Default::default()
+                },
+            },
+        };
+        Report {
+            schema: SCHEMA.into(),
+            host: "gpu-box".into(),
+            started_at: "2026-11-23T07:00:00Z".into(),
+            duration_ns: 12_500_000_000,
+            drops: drops
+                .iter()
+                .map(|(k, n)| ((*k).to_owned(), *n))
+                .collect::<BTreeMap<_, _>>(),
+            decode_errors: 0,
+            processes: vec![p],
+        }
+    }
+
+    #[test]
+    fn golden() {
+        let want = concat!(
+            "gpuprofd report: host gpu-box, started 2026-11-23T07:00:00Z, duration 12.500 s\n",
+            "no records lost; decode errors: 0\n",
+            "\n",
+            "process 4242 python3 (exited)\n",
+            "  cmdline: python3 train.py --epochs 1\n",
+            "  kernel launches 1234 (4 unnamed), graph launches 3\n",
+            "  kernels by launches:\n",
+            "    launches  grid      block    smem B  api               kernel\n",
+            "        1000  64x1x1    256x1x1    1024  cudaLaunchKernel  vecAdd(float const*, float const*, float*, int)\n",
+            "         230  1024x1x1  256x1x1    1024  cuLaunchKernel    void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_…\n",
+            "    … 1 more rows not shown\n",
+            "  copies:\n",
+            "    direction  calls     bytes  async  blocked (CPU) ms\n",
+            "    h2d           50  50.0 MiB      0            12.346\n",
+            "    d2h            2     512 B      2                 -\n",
+            "  API calls (blocked = CPU time inside the call; - = no return probe):\n",
+            "    api                    calls  blocked (CPU) ms  p50 µs  p99 µs  max µs\n",
+            "    cudaLaunchKernel        1000                 -       -       -       -\n",
+            "    cudaStreamSynchronize    100             5.050    49.9    98.8   100.0\n",
+            "  allocations: 8 calls (1 failed), 16.0 MiB allocated, 5 frees, live 1.2 KiB, peak 4.5 KiB\n",
+            "    by kind: device 16.0 MiB (6 calls), host_pinned 0 B (2 calls)\n",
+        );
+        assert_eq!(render_with(&report(&[("copy", 0), ("launch", 0)]), 2), want);
+    }
+
+    #[test]
+    fn drops_warn_and_empty_sections() {
+        let mut r = report(&[("copy", 3), ("launch", 12), ("sync", 0)]);
+        r.decode_errors = 2;
+        let p = &mut r.processes[0];
+        (p.comm, p.cmdline, p.exited) = (String::new(), String::new(), false);
+        (p.kernels, p.copies, p.api) = (vec![], vec![], vec![]);
+        p.allocations = AllocReport::default();
+        let want = concat!(
+            "gpuprofd report: host gpu-box, started 2026-11-23T07:00:00Z, duration 12.500 s\n",
+            "WARNING: records lost (copy 3, launch 12): counts below are lower bounds; decode errors: 2\n",
+            "\n",
+            "process 4242 ?\n",
+            "  kernel launches 1234 (4 unnamed), graph launches 3\n",
+            "  kernels: none\n",
+            "  copies: none\n",
+            "  API calls: none\n",
+            "  allocations: none\n",
+        );
+        assert_eq!(render(&r), want);
+        r.processes.clear();
+        assert!(render(&r).ends_with("decode errors: 2\n\nno CUDA activity recorded\n"));
+    }
+}

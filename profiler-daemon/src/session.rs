@@ -1,0 +1,521 @@
+//! One capture session: check the target, load and attach, run reader and aggregator, report.
+//!
+//! Tasks: the ring-buffer reader (capture) and the single-owner aggregator (model) run on the
+//! runtime; this task keeps the eBPF object (attach, counters) and the once-a-second chores
+//! (live lines, new libraries, exited processes). Stopping drains the ring buffer before the
+//! report is written, so nothing captured is lost.
+
+use crate::api::ApiTable;
+use crate::attach::{Attacher, layer_label};
+use crate::capture::{self, Batch, CaptureError, KindCounts, ReaderStats};
+use crate::discovery::{self, CudaLibrary, Scanner};
+use crate::enrich::names::SymbolResolver;
+use crate::enrich::process::{ProcSymbols, read_proc_info};
+use crate::model::{Aggregator, ProcessMeta};
+use crate::output::{self, Report, ReportMeta};
+use aya::Ebpf;
+use profiler_common::decode::{DecodeError, decode};
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What to capture.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    AllJobs,
+    Pid(u32),
+}
+
+#[derive(Clone, Debug)]
+pub struct CaptureOptions {
+    pub target: Target,
+    pub wait: bool,
+    pub duration: Option<Duration>,
+    pub output: Option<PathBuf>,
+    pub libs: Vec<PathBuf>,
+    pub system_libs: bool,
+    pub live: bool,
+    pub ring_bytes: u32,
+    pub verbose: bool,
+    /// Run this command under the profiler; the session ends when it exits.
+    pub command: Vec<String>,
+    pub command_stdin: Option<PathBuf>,
+}
+
+/// Errors a user can act on; each maps to an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("no process with PID {0} is running (check with `ps -p {0}`)")]
+    NoSuchProcess(u32),
+    #[error(
+        "process {pid} ({comm}) has not loaded CUDA: no libcuda.so.1 or libcudart.so.* in its \
+         memory maps. Start gpuprofd with `--wait` to wait until it does, or pick the PID of the \
+         process that runs the GPU work (`nvidia-smi` lists them)"
+    )]
+    NoCuda { pid: u32, comm: String },
+    #[error("process {0} exited before it loaded CUDA; nothing was captured")]
+    ExitedBeforeCuda(u32),
+    #[error(
+        "cannot write the report to \"{path}\": {source}. Choose a writable path with --output"
+    )]
+    Output {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "no CUDA library to attach to: none is mapped by a running process, none was found in the \
+         dynamic linker's cache, and no --lib was given. Point --lib at libcuda.so.1 / \
+         libcudart.so.* (files or directories)"
+    )]
+    NothingToAttach,
+    #[error("could not start \"{cmd}\": {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Attach(#[from] crate::attach::AttachError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl SessionError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SessionError::NoSuchProcess(_) | SessionError::NoCuda { .. } => 3,
+            SessionError::ExitedBeforeCuda(_) => 3,
+            SessionError::Output { .. } => 4,
+            SessionError::NothingToAttach => 5,
+            SessionError::Capture(CaptureError::Permission { .. }) => 6,
+            SessionError::Capture(_) | SessionError::Attach(_) => 7,
+            SessionError::Spawn { .. } => 8,
+            SessionError::Internal(_) => 1,
+        }
+    }
+}
+
+/// Messages to the aggregator task.
+enum Ctl {
+    Api(ApiTable),
+    Tick {
+        interval: Duration,
+    },
+    Finish {
+        meta: ReportMeta,
+        reply: oneshot::Sender<Report>,
+    },
+}
+
+pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
+    // Fail on an unwritable output before attaching anything.
+    let mut out_file = match &opts.output {
+        Some(p) => Some(File::create(p).map_err(|source| SessionError::Output {
+            path: p.display().to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    let mut scanner = Scanner::new();
+    let initial = initial_libraries(&opts, &mut scanner).await?;
+
+    let mut ebpf = capture::load(opts.ring_bytes)?;
+    let filter = match opts.target {
+        Target::Pid(p) => Some(vec![p]),
+        Target::AllJobs => None,
+    };
+    capture::set_filter(&mut ebpf, filter.as_deref())?;
+    let mut attacher = Attacher::new();
+    for lib in &initial {
+        attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
+    }
+    let ring = capture::take_ring(&mut ebpf)?;
+
+    let started_at = SystemTime::now();
+    let started = Instant::now();
+    let cancel = CancellationToken::new();
+    let stats = Arc::new(ReaderStats::default());
+    let (tx, rx) = mpsc::channel::<Batch>(4096);
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>(16);
+    let symbols = Arc::new(ProcSymbols::new());
+    let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
+    let agg = tokio::spawn(aggregate(
+        rx,
+        ctl_rx,
+        attacher.api().clone(),
+        symbols.clone(),
+        opts.live,
+    ));
+
+    let probes: usize = attacher.libraries().map(|l| l.attached()).sum();
+    let libs = attacher.libraries().count();
+    eprintln!(
+        "gpuprofd: ready: {probes} probes on {libs} CUDA libraries; capturing ({})",
+        describe(&opts)
+    );
+
+    let mut child = match opts.command.first() {
+        Some(prog) => Some(spawn(
+            prog,
+            &opts.command[1..],
+            opts.command_stdin.as_deref(),
+        )?),
+        None => None,
+    };
+    let deadline = opts.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut last_tick = Instant::now();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
+    let stop_reason = loop {
+        let sleep_until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let child_exit = async {
+            match child.as_mut() {
+                Some(c) => c.wait().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break "interrupted".to_string(),
+            _ = sigterm.recv() => break "terminated".to_string(),
+            _ = sleep_until => break "duration reached".to_string(),
+            st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
+            _ = tick.tick() => {
+                let interval = last_tick.elapsed();
+                last_tick = Instant::now();
+                if let Target::Pid(p) = opts.target
+                    && !discovery::process_exists(p)
+                {
+                    break format!("process {p} exited");
+                }
+                let new = match opts.target {
+                    Target::Pid(p) => scanner.scan_process(p),
+                    Target::AllJobs => scanner.scan_all(),
+                };
+                let mut grew = false;
+                for lib in new {
+                    if !attacher.is_attached(&lib) {
+                        attach_and_report(&mut attacher, &mut ebpf, &lib, opts.verbose)?;
+                        grew = true;
+                    }
+                }
+                if grew {
+                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+                }
+                let _ = ctl_tx.send(Ctl::Tick { interval }).await;
+            }
+        }
+    };
+    eprintln!("gpuprofd: stopping: {stop_reason}; draining the ring buffer");
+    cancel.cancel();
+    reader
+        .await
+        .map_err(|e| SessionError::Internal(format!("reader task: {e}")))??;
+
+    let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
+    let submitted = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)?;
+    let meta = report_meta(started_at, started.elapsed(), &drops, &stats);
+    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+    let (reply_tx, reply_rx) = oneshot::channel();
+    ctl_tx
+        .send(Ctl::Finish {
+            meta,
+            reply: reply_tx,
+        })
+        .await
+        .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
+    let report = reply_rx
+        .await
+        .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
+    drop(ctl_tx);
+    let _ = agg.await;
+    drop(ebpf); // detaches every probe
+
+    let read = stats.read.load(Ordering::Relaxed);
+    tracing::debug!(read, submitted = submitted.total(), "records");
+    print!("{}", output::table::render(&report));
+    if let (Some(f), Some(p)) = (out_file.as_mut(), &opts.output) {
+        let json = output::json::to_string_pretty(&report);
+        f.write_all(json.as_bytes())
+            .and_then(|_| f.write_all(b"\n"))
+            .map_err(|source| SessionError::Output {
+                path: p.display().to_string(),
+                source,
+            })?;
+        eprintln!("gpuprofd: report written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn describe(opts: &CaptureOptions) -> String {
+    let what = match opts.target {
+        Target::AllJobs => "all CUDA processes".to_string(),
+        Target::Pid(p) => format!("process {p}"),
+    };
+    match opts.duration {
+        Some(d) => format!("{what} for {d:?}"),
+        None => format!("{what} until Ctrl-C"),
+    }
+}
+
+/// The libraries to attach before capture starts; validates `--pid`.
+async fn initial_libraries(
+    opts: &CaptureOptions,
+    scanner: &mut Scanner,
+) -> Result<Vec<CudaLibrary>, SessionError> {
+    let mut libs: Vec<CudaLibrary> = Vec::new();
+    let add = |l: CudaLibrary, libs: &mut Vec<CudaLibrary>| {
+        if !libs.iter().any(|x| x.dev == l.dev && x.ino == l.ino) {
+            libs.push(l);
+        }
+    };
+    for p in discovery::expand_lib_args(&opts.libs) {
+        match scanner.add_file(&p) {
+            Some(l) => add(l, &mut libs),
+            None => {
+                tracing::warn!(path = %p.display(), "--lib: not a CUDA driver or runtime (SONAME libcuda.so.1 / libcudart.so.N); ignored")
+            }
+        }
+    }
+    match opts.target {
+        Target::Pid(pid) => {
+            if !discovery::process_exists(pid) {
+                return Err(SessionError::NoSuchProcess(pid));
+            }
+            loop {
+                let found = scanner.scan_process(pid);
+                if !found.is_empty() {
+                    for l in found {
+                        add(l, &mut libs);
+                    }
+                    break;
+                }
+                if !discovery::process_exists(pid) {
+                    return Err(SessionError::ExitedBeforeCuda(pid));
+                }
+                if !opts.wait {
+                    let comm = read_proc_info(pid)
+                        .map(|i| i.comm)
+                        .unwrap_or_else(|| "?".into());
+                    return Err(SessionError::NoCuda { pid, comm });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Target::AllJobs => {
+            for l in scanner.scan_all() {
+                add(l, &mut libs);
+            }
+            if opts.system_libs {
+                for p in discovery::system_libraries() {
+                    if let Some(l) = scanner.add_file(&p) {
+                        add(l, &mut libs);
+                    }
+                }
+            }
+        }
+    }
+    if libs.is_empty() {
+        return Err(SessionError::NothingToAttach);
+    }
+    Ok(libs)
+}
+
+fn attach_and_report(
+    attacher: &mut Attacher,
+    ebpf: &mut Ebpf,
+    lib: &CudaLibrary,
+    verbose: bool,
+) -> Result<(), SessionError> {
+    let la = attacher.attach_library(ebpf, lib)?;
+    tracing::info!(
+        lib = %lib.display,
+        soname = %lib.soname,
+        layer = layer_label(lib.layer),
+        attached = la.attached(),
+        failed = la.failed(),
+        "attached"
+    );
+    for s in &la.symbols {
+        if let Some(err) = &s.error {
+            tracing::warn!(symbol = %s.symbol, lib = %lib.display, "not attached: {err}");
+        } else if verbose {
+            eprintln!(
+                "  {:<34} {:<8} entry {:#08x} probe +{:<2} ({}){}",
+                s.symbol,
+                layer_label(lib.layer),
+                s.entry_offset,
+                s.placement.offset,
+                s.placement.reason,
+                if s.has_return { " +return" } else { "" }
+            );
+        }
+    }
+    Ok(())
+}
+
+fn spawn(
+    prog: &str,
+    args: &[String],
+    stdin: Option<&Path>,
+) -> Result<tokio::process::Child, SessionError> {
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args);
+    if let Some(p) = stdin {
+        let f = File::open(p).map_err(|source| SessionError::Spawn {
+            cmd: p.display().to_string(),
+            source,
+        })?;
+        cmd.stdin(Stdio::from(f));
+        cmd.stdout(Stdio::null());
+    }
+    cmd.spawn().map_err(|source| SessionError::Spawn {
+        cmd: prog.to_owned(),
+        source,
+    })
+}
+
+fn report_meta(
+    started_at: SystemTime,
+    elapsed: Duration,
+    drops: &KindCounts,
+    stats: &ReaderStats,
+) -> ReportMeta {
+    let mut d: BTreeMap<String, u64> = drops
+        .named()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    d.insert(
+        "channel".to_owned(),
+        stats.channel_dropped.load(Ordering::Relaxed),
+    );
+    ReportMeta {
+        host: hostname(),
+        started_at,
+        duration_ns: elapsed.as_nanos() as u64,
+        drops: d,
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Resolver handed to the aggregator: host-stub addresses → ELF symbols.
+struct Resolver(Arc<ProcSymbols>);
+
+impl SymbolResolver for Resolver {
+    fn resolve(&self, tgid: u32, addr: u64) -> Option<String> {
+        self.0.symbol_at(tgid, addr)
+    }
+}
+
+/// The aggregator task: owns all state; decodes batches; answers ticks and the final report.
+async fn aggregate(
+    mut rx: mpsc::Receiver<Batch>,
+    mut ctl: mpsc::Receiver<Ctl>,
+    api: ApiTable,
+    symbols: Arc<ProcSymbols>,
+    live: bool,
+) {
+    let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
+    let mut known: HashSet<u32> = HashSet::new();
+    let mut batches_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            b = rx.recv(), if batches_open => match b {
+                Some(batch) => apply_batch(&mut agg, &batch, &mut known, &symbols),
+                None => batches_open = false,
+            },
+            c = ctl.recv() => match c {
+                Some(Ctl::Api(t)) => agg.set_api_table(t),
+                Some(Ctl::Tick { interval }) => {
+                    for tgid in known.iter().copied() {
+                        if !discovery::process_exists(tgid) {
+                            agg.mark_exited(tgid);
+                        }
+                    }
+                    if live {
+                        for line in agg.live_lines(interval.as_secs_f64()) {
+                            eprintln!("gpuprofd: {line}");
+                        }
+                    }
+                }
+                Some(Ctl::Finish { meta, reply }) => {
+                    // Everything the reader handed over is applied before the report.
+                    while let Ok(batch) = rx.try_recv() {
+                        apply_batch(&mut agg, &batch, &mut known, &symbols);
+                    }
+                    for tgid in known.iter().copied() {
+                        if !discovery::process_exists(tgid) {
+                            agg.mark_exited(tgid);
+                        }
+                    }
+                    let _ = reply.send(agg.report(meta));
+                }
+                None => break,
+            },
+        }
+    }
+}
+
+fn apply_batch(
+    agg: &mut Aggregator,
+    batch: &Batch,
+    known: &mut HashSet<u32>,
+    symbols: &ProcSymbols,
+) {
+    for rec in batch.iter() {
+        match decode(rec) {
+            Ok(ev) => {
+                let tgid = ev.header().tgid;
+                if known.insert(tgid) {
+                    first_sight(agg, tgid, symbols);
+                }
+                agg.apply(&ev);
+            }
+            Err(DecodeError::UnknownKind { kind }) | Err(DecodeError::WrongLength { kind, .. }) => {
+                agg.record_decode_error(kind)
+            }
+            Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
+        }
+    }
+}
+
+/// A process produced its first record: remember who it is while it is still there.
+fn first_sight(agg: &mut Aggregator, tgid: u32, symbols: &ProcSymbols) {
+    symbols.remember(tgid);
+    let meta = match read_proc_info(tgid) {
+        Some(i) => ProcessMeta {
+            comm: i.comm,
+            cmdline: i.cmdline,
+            exited: false,
+        },
+        None => ProcessMeta {
+            comm: "<exited>".into(),
+            cmdline: String::new(),
+            exited: true,
+        },
+    };
+    agg.set_process_meta(tgid, meta);
+}

@@ -1,0 +1,867 @@
+//! gpuprofd's eBPF uprobes: one record per CUDA call the program made, into one ring buffer.
+//!
+//! A handful of generic programs serve every hooked symbol; the attach cookie (see
+//! `profiler_common::cookie`) says which API a probe stands for and where its arguments live.
+//! Probes may sit on the first *emulated* instruction after the entry rather than on the entry
+//! itself (the daemon's placement module guarantees that every instruction skipped leaves the
+//! argument registers, the stack pointer and memory untouched), so argument reads below are the
+//! x86-64 SysV entry view: rdi, rsi, rdx, rcx, r8, r9, then `[rsp+8]`, `[rsp+16]`, …
+//!
+//! Runtime calls enclose driver calls on the same thread. A runtime probe leaves a per-thread
+//! slot in `PEND_RT`; a driver probe that finds itself inside one records nothing (the call is
+//! already recorded under the runtime API the program called). See `nested_in_runtime`.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::pt_regs,
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, uprobe, uretprobe},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext},
+};
+use profiler_common::{
+    AliasBody, CopyBody, FILTER_TGIDS as MODE_TGIDS, GraphBody, Header, LaunchBody, MAX_KINDS,
+    MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN,
+    Pending, Record, SyncBody, class,
+    cookie::{self, Cookie},
+    dir, flags, kind, memkind, memop,
+};
+
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+#[map(name = "DROPS")]
+static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
+#[map(name = "SUBMITTED")]
+static SUBMITTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
+#[map(name = "FILTER_MODE")]
+static FILTER_MODE: Array<u32> = Array::with_max_entries(1, 0);
+#[map(name = "FILTER_TGIDS")]
+static FILTER_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(65536, 0);
+#[map(name = "PEND_RT")]
+static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
+#[map(name = "PEND_DRV")]
+static PEND_DRV: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Common pieces
+
+#[inline(always)]
+fn bump(map: &PerCpuArray<u64>, k: u32) {
+    if let Some(p) = map.get_ptr_mut(k) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *p += 1 };
+    }
+}
+
+/// The calling thread if its process is selected, with the probe's cookie.
+#[inline(always)]
+fn start<C: EbpfContext>(ctx: &C) -> Option<(u64, Cookie)> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if let Some(&mode) = FILTER_MODE.get(0) {
+        // SAFETY: read-only lookup of a plain value.
+        if mode == MODE_TGIDS && unsafe { FILTER_TGIDS.get(&tgid) }.is_none() {
+            return None;
+        }
+    }
+    // SAFETY: the context pointer is the program's own.
+    let raw = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    Some((pid_tgid, Cookie::unpack(raw)))
+}
+
+#[inline(always)]
+fn regs(ctx: &ProbeContext) -> &pt_regs {
+    // SAFETY: the kernel hands uprobes a valid pt_regs.
+    unsafe { &*ctx.regs }
+}
+
+/// The `k`-th 8-byte stack slot at entry: 0 = return address, 1 = 7th integer argument, …
+#[inline(always)]
+fn stack(sp: u64, k: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
+    unsafe { bpf_probe_read_user((sp + 8 * k) as *const u64) }.unwrap_or(0)
+}
+
+/// Integer argument `i` (SysV order) at entry; 0 for [`cookie::NONE`].
+#[inline(always)]
+fn arg(r: &pt_regs, i: u8) -> u64 {
+    match i {
+        0 => r.rdi,
+        1 => r.rsi,
+        2 => r.rdx,
+        3 => r.rcx,
+        4 => r.r8,
+        5 => r.r9,
+        6..=14 => stack(r.rsp, (i - 5) as u64),
+        _ => 0,
+    }
+}
+
+#[inline(always)]
+fn header(k: u32, api: u16, pid_tgid: u64, ts: u64) -> Header {
+    Header {
+        kind: k,
+        api: api as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        ts_ns: ts,
+    }
+}
+
+#[inline(always)]
+fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
+    match EVENTS.reserve::<Record<B>>(0) {
+        Some(mut e) => {
+            e.write(Record {
+                header: header(k, api, pid_tgid, ts),
+                body,
+            });
+            e.submit(0);
+            bump(&SUBMITTED, k);
+        }
+        None => bump(&DROPS, k),
+    }
+}
+
+/// A driver call made inside a runtime call on the same thread is that runtime call seen one
+/// layer down: it is not recorded again.
+///
+/// * The runtime call has a return probe (`PENDING_HAS_RETURN`): every driver call beneath its
+///   stack frame is nested until the return probe clears the slot.
+/// * Entry-only runtime call (launch, async copy): the first driver call of the same class,
+///   beneath its frame and within `PENDING_ENTRY_ONLY_MAX_NS`, consumes the slot.
+#[inline(always)]
+fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
+    // SAFETY: lookup of a plain value in our own map.
+    let Some(p) = (unsafe { PEND_RT.get(&pid_tgid) }) else {
+        return false;
+    };
+    if sp >= p.sp {
+        return false;
+    }
+    if p.state == PENDING_HAS_RETURN {
+        return true;
+    }
+    if p.state == PENDING_ENTRY_ONLY
+        && p.class == cls
+        && now.wrapping_sub(p.ts_ns) < PENDING_ENTRY_ONLY_MAX_NS
+    {
+        let _ = PEND_RT.remove(&pid_tgid);
+        return true;
+    }
+    false
+}
+
+/// Marks an entry-only runtime call in flight so the enclosed driver call is not recorded twice.
+#[inline(always)]
+fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie) {
+    let p = Pending {
+        ts_ns: now,
+        sp,
+        cookie: c.pack(),
+        v: [0; 6],
+        class: cls,
+        kind: 0,
+        state: PENDING_ENTRY_ONLY,
+        _pad: 0,
+    };
+    let _ = PEND_RT.insert(&pid_tgid, &p, 0);
+}
+
+/// Entry bookkeeping shared by every recorded call. Returns `false` when the call is a nested
+/// driver call that must not be recorded.
+#[inline(always)]
+fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64) -> bool {
+    if c.has(cookie::F_RUNTIME) {
+        if !c.has(cookie::F_RET) {
+            runtime_slot(pid_tgid, cls, sp, now, c);
+        }
+        true
+    } else if nested_in_runtime(pid_tgid, cls, sp, now) {
+        if c.has(cookie::F_RET) {
+            // No stale entry may be picked up by this call's return probe.
+            let _ = PEND_DRV.remove(&pid_tgid);
+        }
+        false
+    } else {
+        true
+    }
+}
+
+/// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
+#[inline(always)]
+fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
+    let p = Pending {
+        ts_ns: now,
+        sp,
+        cookie: c.pack(),
+        v,
+        class: cls,
+        kind: k,
+        state: PENDING_HAS_RETURN,
+        _pad: 0,
+    };
+    let map = if c.has(cookie::F_RUNTIME) {
+        &PEND_RT
+    } else {
+        &PEND_DRV
+    };
+    let _ = map.insert(&pid_tgid, &p, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launches (entry-only: the hot path)
+
+/// `CUresult cuLaunchKernel(CUfunction f, unsigned gridX, gridY, gridZ, unsigned blockX, blockY,
+///  blockZ, unsigned sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)`
+/// (+ `_ptsz`, and `cuLaunchCooperativeKernel(_ptsz)`, which lacks `extra`).
+/// rdi=f, esi/edx/ecx=grid, r8d/r9d=blockX/Y, [sp+8]=blockZ, [sp+16]=smem, [sp+24]=stream.
+#[uprobe]
+pub fn drv_launch(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::LAUNCH, r.rsp, now) {
+        return 0;
+    }
+    // [ret, blockZ, smem, stream]
+    let s: [u64; 4] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 4]) }.unwrap_or([0; 4]);
+    let body = LaunchBody {
+        func: r.rdi,
+        stream: s[3],
+        caller: s[0],
+        grid: [r.rsi as u32, r.rdx as u32, r.rcx as u32],
+        block: [r.r8 as u32, r.r9 as u32, s[1] as u32],
+        shared_bytes: s[2] as u32,
+        flags: if c.has(cookie::F_COOP) {
+            flags::COOPERATIVE
+        } else {
+            0
+        },
+    };
+    emit(kind::LAUNCH, c.api, pt, now, body);
+    0
+}
+
+/// `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+///  void **extra)` (+ `_ptsz`). config: grid@0/4/8, block@12/16/20, smem@24 (u32), hStream@32.
+#[uprobe]
+pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::LAUNCH, r.rsp, now) {
+        return 0;
+    }
+    // [grid x,y,z, block x,y,z, smem, pad] then hStream
+    let cfg: [u32; 8] = unsafe { bpf_probe_read_user(r.rdi as *const [u32; 8]) }.unwrap_or([0; 8]);
+    let stream = unsafe { bpf_probe_read_user((r.rdi + 32) as *const u64) }.unwrap_or(0);
+    let body = LaunchBody {
+        func: r.rsi,
+        stream,
+        caller: stack(r.rsp, 0),
+        grid: [cfg[0], cfg[1], cfg[2]],
+        block: [cfg[3], cfg[4], cfg[5]],
+        shared_bytes: cfg[6],
+        flags: flags::LAUNCH_EX,
+    };
+    emit(kind::LAUNCH, c.api, pt, now, body);
+    0
+}
+
+/// `cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+///  size_t sharedMem, cudaStream_t stream)` (+ `_ptsz`, `cudaLaunchCooperativeKernel(_ptsz)`).
+/// A `dim3` by value takes two registers: rsi = grid.x | grid.y << 32, rdx = grid.z;
+/// rcx = block.x | block.y << 32, r8 = block.z; r9 = args; [sp+8] = sharedMem, [sp+16] = stream.
+#[uprobe]
+pub fn rt_launch(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    enter(pt, &c, class::LAUNCH, r.rsp, now);
+    // [ret, sharedMem, stream]
+    let s: [u64; 3] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let body = LaunchBody {
+        func: r.rdi,
+        stream: s[2],
+        caller: s[0],
+        grid: [r.rsi as u32, (r.rsi >> 32) as u32, r.rdx as u32],
+        block: [r.rcx as u32, (r.rcx >> 32) as u32, r.r8 as u32],
+        shared_bytes: s[1] as u32,
+        flags: if c.has(cookie::F_COOP) {
+            flags::COOPERATIVE
+        } else {
+            0
+        },
+    };
+    emit(kind::LAUNCH, c.api, pt, now, body);
+    0
+}
+
+/// `cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
+///  void **args)` (+ `_ptsz`). config: gridDim@0, blockDim@12, dynamicSmemBytes@24 (size_t),
+///  stream@32.
+#[uprobe]
+pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    enter(pt, &c, class::LAUNCH, r.rsp, now);
+    // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
+    let cfg: [u32; 10] =
+        unsafe { bpf_probe_read_user(r.rdi as *const [u32; 10]) }.unwrap_or([0; 10]);
+    let body = LaunchBody {
+        func: r.rsi,
+        stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
+        caller: stack(r.rsp, 0),
+        grid: [cfg[0], cfg[1], cfg[2]],
+        block: [cfg[3], cfg[4], cfg[5]],
+        shared_bytes: cfg[6],
+        flags: flags::LAUNCH_EX,
+    };
+    emit(kind::LAUNCH, c.api, pt, now, body);
+    0
+}
+
+/// `cuGraphLaunch(CUgraphExec, CUstream)` / `cudaGraphLaunch(cudaGraphExec_t, cudaStream_t)`
+/// (+ `_ptsz`): rdi = exec, rsi = stream.
+#[uprobe]
+pub fn graph_launch(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::GRAPH, r.rsp, now) {
+        return 0;
+    }
+    emit(
+        kind::GRAPH,
+        c.api,
+        pt,
+        now,
+        GraphBody {
+            graph_exec: r.rdi,
+            stream: r.rsi,
+        },
+    );
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies
+
+/// `cudaMemcpyKind` → direction (0 H2H, 1 H2D, 2 D2H, 3 D2D, 4 Default; else unknown).
+#[inline(always)]
+fn dir_of_kind(k: u64) -> u32 {
+    if k <= 4 { k as u32 } else { dir::UNKNOWN }
+}
+
+/// `CUmemorytype` pair → direction (HOST=1, DEVICE=2, ARRAY=3 (device-side), UNIFIED=4).
+#[inline(always)]
+fn dir_of_types(src: u32, dst: u32) -> u32 {
+    let s_host = src == 1;
+    let d_host = dst == 1;
+    if src == 4 || dst == 4 {
+        dir::DEFAULT
+    } else if src == 0 || dst == 0 || src > 4 || dst > 4 {
+        dir::UNKNOWN
+    } else {
+        match (s_host, d_host) {
+            (true, true) => dir::H2H,
+            (true, false) => dir::H2D,
+            (false, true) => dir::D2H,
+            (false, false) => dir::D2D,
+        }
+    }
+}
+
+#[inline(always)]
+fn finish_copy(
+    pt: u64,
+    c: &Cookie,
+    sp: u64,
+    now: u64,
+    dst: u64,
+    src: u64,
+    bytes: u64,
+    stream: u64,
+    direction: u32,
+) {
+    let fl = if c.has(cookie::F_ASYNC) {
+        flags::ASYNC
+    } else {
+        0
+    };
+    if c.has(cookie::F_RET) {
+        save(
+            pt,
+            c,
+            class::COPY,
+            kind::COPY,
+            sp,
+            now,
+            [
+                dst,
+                src,
+                bytes,
+                stream,
+                direction as u64 | ((fl as u64) << 32),
+                0,
+            ],
+        );
+    } else {
+        let body = CopyBody {
+            dst,
+            src,
+            bytes,
+            stream,
+            dur_ns: 0,
+            direction,
+            flags: fl,
+            ret: 0,
+            _pad: 0,
+        };
+        emit(kind::COPY, c.api, pt, now, body);
+    }
+}
+
+/// Linear copies, every API whose arguments are plain integers:
+/// `cuMemcpy{HtoD,DtoH,DtoD}_v2(dst, src, bytes)`, `…Async_v2(dst, src, bytes, stream)`,
+/// `cuMemcpy(dst, src, bytes)`, `cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream])`,
+/// `cudaMemcpy(dst, src, count, kind)`, `cudaMemcpyAsync(…, kind, stream)`,
+/// `cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)` (bytes = width × height),
+/// `cudaMemcpyPeer(dst, dstDev, src, srcDev, count[, stream])`,
+/// `cudaMemcpy{To,From}Symbol(sym/dst, src/sym, count, offset, kind)`.
+/// Cookie: a = dst, b = src, c = bytes (F_2D: c × c+1), d = stream, e = kind (F_KIND_ARG),
+/// p = fixed direction.
+#[uprobe]
+pub fn copy_linear(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::COPY, r.rsp, now) {
+        return 0;
+    }
+    let bytes = if c.has(cookie::F_2D) {
+        arg(r, c.c).wrapping_mul(arg(r, c.c + 1))
+    } else {
+        arg(r, c.c)
+    };
+    let direction = if c.has(cookie::F_KIND_ARG) {
+        dir_of_kind(arg(r, c.e))
+    } else {
+        c.p as u32
+    };
+    finish_copy(
+        pt,
+        &c,
+        r.rsp,
+        now,
+        arg(r, c.a),
+        arg(r, c.b),
+        bytes,
+        arg(r, c.d),
+        direction,
+    );
+    0
+}
+
+/// `cuMemcpy2D_v2(const CUDA_MEMCPY2D *p)` / `2DUnaligned_v2` / `2DAsync_v2(p, stream)`:
+/// srcMemoryType@16, srcHost@24, srcDevice@32, dstMemoryType@72, dstHost@80, dstDevice@88,
+/// WidthInBytes@112, Height@120. Cookie: d = stream.
+#[uprobe]
+pub fn copy_2d(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::COPY, r.rsp, now) {
+        return 0;
+    }
+    let p: [u64; 16] = unsafe { bpf_probe_read_user(r.rdi as *const [u64; 16]) }.unwrap_or([0; 16]);
+    let (st, dt) = (p[2] as u32, p[9] as u32);
+    let src = if st == 1 { p[3] } else { p[4] };
+    let dst = if dt == 1 { p[10] } else { p[11] };
+    finish_copy(
+        pt,
+        &c,
+        r.rsp,
+        now,
+        dst,
+        src,
+        p[14].wrapping_mul(p[15]),
+        arg(r, c.d),
+        dir_of_types(st, dt),
+    );
+    0
+}
+
+/// `cuMemcpy3D_v2(const CUDA_MEMCPY3D *p)`, `3DAsync_v2(p, stream)`, `cuMemcpy3DPeer(Async)`:
+/// srcMemoryType@32, srcDevice@48, dstMemoryType@120, dstDevice@136, Width@176, Height@184,
+/// Depth@192. Cookie: d = stream, p = PEER for the peer variants (else from memory types).
+#[uprobe]
+pub fn copy_3d(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::COPY, r.rsp, now) {
+        return 0;
+    }
+    let base = r.rdi;
+    let src_t: [u64; 3] =
+        unsafe { bpf_probe_read_user((base + 32) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let dst_t: [u64; 3] =
+        unsafe { bpf_probe_read_user((base + 120) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let ext: [u64; 3] =
+        unsafe { bpf_probe_read_user((base + 176) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let direction = if c.p as u32 == dir::PEER {
+        dir::PEER
+    } else {
+        dir_of_types(src_t[0] as u32, dst_t[0] as u32)
+    };
+    let bytes = ext[0].wrapping_mul(ext[1]).wrapping_mul(ext[2]);
+    finish_copy(
+        pt,
+        &c,
+        r.rsp,
+        now,
+        dst_t[2],
+        src_t[2],
+        bytes,
+        arg(r, c.d),
+        direction,
+    );
+    0
+}
+
+/// `cudaMemcpy3D(const cudaMemcpy3DParms *p)` / `3DAsync(p, stream)`: extent@128 (w, h, d),
+/// kind@152. Cookie: d = stream.
+#[uprobe]
+pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    enter(pt, &c, class::COPY, r.rsp, now);
+    let ext: [u64; 4] =
+        unsafe { bpf_probe_read_user((r.rdi + 128) as *const [u64; 4]) }.unwrap_or([0; 4]);
+    let bytes = ext[0].wrapping_mul(ext[1]).wrapping_mul(ext[2]);
+    finish_copy(
+        pt,
+        &c,
+        r.rsp,
+        now,
+        0,
+        0,
+        bytes,
+        arg(r, c.d),
+        dir_of_kind(ext[3] & 0xffff_ffff),
+    );
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synchronisation
+
+/// `cuCtxSynchronize()`, `cuStreamSynchronize(stream)`, `cuEventSynchronize(event)`,
+/// `cudaDeviceSynchronize()`, `cudaStreamSynchronize(stream)`, `cudaEventSynchronize(event)`
+/// (entry + return: blocked time), and the GPU-side waits `cuStreamWaitEvent(stream, event, f)`
+/// / `cudaStreamWaitEvent` (entry only). Cookie: a = handle (NONE for context/device).
+#[uprobe]
+pub fn sync_entry(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::SYNC, r.rsp, now) {
+        return 0;
+    }
+    let handle = arg(r, c.a);
+    if c.has(cookie::F_RET) {
+        save(
+            pt,
+            &c,
+            class::SYNC,
+            kind::SYNC,
+            r.rsp,
+            now,
+            [handle, 0, 0, 0, 0, 0],
+        );
+    } else {
+        let fl = if c.has(cookie::F_GPU_SIDE) {
+            flags::GPU_SIDE
+        } else {
+            0
+        };
+        emit(
+            kind::SYNC,
+            c.api,
+            pt,
+            now,
+            SyncBody {
+                handle,
+                dur_ns: 0,
+                ret: 0,
+                flags: fl,
+            },
+        );
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+/// Allocations: `cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)`, `cuMemAllocAsync(dptr, bytes,
+/// stream)`, `cuMemAllocManaged(dptr, bytes, flags)`, `cuMemAllocHost_v2(void **pp, bytes)`,
+/// `cuMemHostAlloc(pp, bytes, flags)`, `cuMemAllocFromPoolAsync(dptr, bytes, pool, stream)`,
+/// `cuMemAllocPitch_v2(dptr, size_t *pitch, width, height, elem)` (bytes = *pitch × height),
+/// `cuMemCreate(handle *, size, prop, flags)`, and the runtime's `cudaMalloc*`/`cudaHostAlloc`.
+/// Frees: `cuMemFree_v2(ptr)`, `cuMemFreeAsync(ptr, stream)`, `cuMemFreeHost(p)`,
+/// `cuMemRelease(handle)`, `cudaFree*`. Maps: `cuMemMap(ptr, size, offset, handle, flags)`,
+/// `cuMemUnmap(ptr, size)` (entry only).
+/// Cookie: q = memop, p = memkind, a = out-pointer (alloc) or pointer (free/map),
+/// b = pitch out-pointer (pitched), c = bytes (or height when pitched), d = stream.
+#[uprobe]
+pub fn mem_entry(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !enter(pt, &c, class::MEM, r.rsp, now) {
+        return 0;
+    }
+    let op = c.q as u32;
+    let v = [arg(r, c.a), arg(r, c.c), arg(r, c.d), arg(r, c.b), 0, 0];
+    if c.has(cookie::F_RET) {
+        save(pt, &c, class::MEM, kind::MEM, r.rsp, now, v);
+    } else {
+        let body = MemBody {
+            ptr: v[0],
+            bytes: v[1],
+            dur_ns: 0,
+            stream: v[2],
+            op,
+            mem_kind: c.p as u32,
+            ret: 0,
+            flags: if c.has(cookie::F_ASYNC) {
+                flags::ASYNC
+            } else {
+                0
+            },
+        };
+        emit(kind::MEM, c.api, pt, now, body);
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one return probe for copies, syncs and memory operations
+
+/// Return probe of every call saved with [`save`]: measures the blocked time, reads results.
+#[uretprobe]
+pub fn api_ret(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the context pointer is the program's own.
+    let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let map = if c.has(cookie::F_RUNTIME) {
+        &PEND_RT
+    } else {
+        &PEND_DRV
+    };
+    // SAFETY: copy out of our own map before removing the entry.
+    let Some(p) = (unsafe { map.get(&pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = map.remove(&pid_tgid);
+    if p.state != PENDING_HAS_RETURN || p.cookie != c.pack() {
+        return 0; // a slot left by another call: not ours to finish
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let dur = now.wrapping_sub(p.ts_ns);
+    let ret: i64 = ctx.ret();
+    let ret = ret as i32;
+    match p.kind {
+        kind::COPY => {
+            let body = CopyBody {
+                dst: p.v[0],
+                src: p.v[1],
+                bytes: p.v[2],
+                stream: p.v[3],
+                dur_ns: dur,
+                direction: p.v[4] as u32,
+                flags: ((p.v[4] >> 32) as u32) | flags::HAS_RETURN,
+                ret,
+                _pad: 0,
+            };
+            emit(kind::COPY, c.api, pid_tgid, p.ts_ns, body);
+        }
+        kind::SYNC => {
+            let body = SyncBody {
+                handle: p.v[0],
+                dur_ns: dur,
+                ret,
+                flags: flags::HAS_RETURN,
+            };
+            emit(kind::SYNC, c.api, pid_tgid, p.ts_ns, body);
+        }
+        kind::MEM => {
+            let op = c.q as u32;
+            let mem_kind = c.p as u32;
+            let (mut ptr, mut bytes) = (p.v[0], p.v[1]);
+            if op == memop::ALLOC || op == memop::VMM_CREATE {
+                // v[0] is the out-pointer: read what the call stored there.
+                ptr = if ret == 0 {
+                    unsafe { bpf_probe_read_user(p.v[0] as *const u64) }.unwrap_or(0)
+                } else {
+                    0
+                };
+                if mem_kind == memkind::PITCHED && ret == 0 {
+                    let pitch = unsafe { bpf_probe_read_user(p.v[3] as *const u64) }.unwrap_or(0);
+                    bytes = pitch.wrapping_mul(p.v[1]);
+                }
+            }
+            let body = MemBody {
+                ptr,
+                bytes,
+                dur_ns: dur,
+                stream: p.v[2],
+                op,
+                mem_kind,
+                ret,
+                flags: flags::HAS_RETURN
+                    | if c.has(cookie::F_ASYNC) {
+                        flags::ASYNC
+                    } else {
+                        0
+                    },
+            };
+            emit(kind::MEM, c.api, pid_tgid, p.ts_ns, body);
+        }
+        _ => {}
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel names
+
+/// Name-learning calls, saved for their return probe ([`name_ret`]). Cookie p = source:
+/// * `cuModuleGetFunction(CUfunction *out, CUmodule mod, const char *name)` and
+///   `cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *name)`: a = out, b = scope,
+///   c = name (MODULE_GET_FUNCTION / LIBRARY_GET_KERNEL);
+/// * `cuFuncGetName(const char **name, CUfunction f)` / `cuKernelGetName`: a = name out, b = f
+///   (GET_NAME);
+/// * `cuKernelGetFunction(CUfunction *out, CUkernel k)` / `__cudaGetKernel(cudaKernel_t *out,
+///   const void *hostFun)`: a = out, b = what `*out` stands for (source 0: alias).
+#[uprobe]
+pub fn name_entry(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    save(
+        pt,
+        &c,
+        class::NAME,
+        kind::NAME,
+        r.rsp,
+        now,
+        [arg(r, c.a), arg(r, c.b), arg(r, c.c), 0, 0, 0],
+    );
+    0
+}
+
+#[inline(always)]
+fn emit_name(pt: u64, api: u16, ts: u64, handle: u64, scope: u64, source: u32, name: u64) {
+    let Some(mut e) = EVENTS.reserve::<Record<NameBody>>(0) else {
+        bump(&DROPS, kind::NAME);
+        return;
+    };
+    let rec = e.as_mut_ptr();
+    // SAFETY: `rec` points at our reserved ring-buffer slot, sized for Record<NameBody>.
+    unsafe {
+        (*rec).header = header(kind::NAME, api, pt, ts);
+        (*rec).body.handle = handle;
+        (*rec).body.scope = scope;
+        (*rec).body.source = source;
+        (*rec).body._pad = 0;
+        let buf: &mut [u8; NAME_CAP] = &mut (*rec).body.name;
+        let n = match bpf_probe_read_user_str_bytes(name as *const u8, buf) {
+            Ok(s) => s.len(),
+            Err(_) => 0,
+        };
+        (*rec).body.len = n as u32;
+        (*rec).body.flags = if n >= NAME_CAP - 1 {
+            flags::TRUNCATED
+        } else {
+            0
+        };
+    }
+    e.submit(0);
+    bump(&SUBMITTED, kind::NAME);
+}
+
+#[uretprobe]
+pub fn name_ret(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let map = if c.has(cookie::F_RUNTIME) {
+        &PEND_RT
+    } else {
+        &PEND_DRV
+    };
+    let Some(p) = (unsafe { map.get(&pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = map.remove(&pid_tgid);
+    let ret: i64 = ctx.ret();
+    if p.kind != kind::NAME || p.cookie != c.pack() || ret as i32 != 0 {
+        return 0;
+    }
+    let out = unsafe { bpf_probe_read_user(p.v[0] as *const u64) }.unwrap_or(0);
+    let source = c.p as u32;
+    if source == 0 {
+        if out != 0 && out != p.v[1] {
+            emit(
+                kind::ALIAS,
+                c.api,
+                pid_tgid,
+                p.ts_ns,
+                AliasBody {
+                    from: out,
+                    to: p.v[1],
+                },
+            );
+        }
+    } else if source == profiler_common::namesrc::GET_NAME {
+        emit_name(pid_tgid, c.api, p.ts_ns, p.v[1], 0, source, out);
+    } else if out != 0 {
+        emit_name(pid_tgid, c.api, p.ts_ns, out, p.v[1], source, p.v[2]);
+    }
+    0
+}
+
+/// `void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+///  const char *deviceName, …)`: rsi = host stub (the `func` later passed to cudaLaunchKernel),
+/// rdx = mangled device name. Entry only; fires at module registration.
+#[uprobe]
+pub fn register_function(ctx: ProbeContext) -> u32 {
+    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let r = regs(&ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit_name(
+        pt,
+        c.api,
+        now,
+        r.rsi,
+        r.rdi,
+        profiler_common::namesrc::REGISTER_FUNCTION,
+        r.rdx,
+    );
+    0
+}

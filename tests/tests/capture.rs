@@ -1,0 +1,382 @@
+//! End-to-end capture: the real eBPF object on the fake CUDA driver and runtime, exact values.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+
+const VEC_ADD: &str = "vecAdd(float const*, float const*, float*, int)";
+const RELU: &str = "relu(float*, int)";
+const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
+const REDUCE: &str = "void demo::reduce<256>(float const*, float*, int)";
+
+fn kernel_entry<'a>(p: &'a serde_json::Value, name: &str, api: &str) -> &'a serde_json::Value {
+    let ks = kernels(p, name);
+    ks.iter()
+        .find(|k| k["api"] == api)
+        .copied()
+        .unwrap_or_else(|| panic!("no {name} via {api}: {ks:?}"))
+}
+
+#[test]
+fn runtime_launches_every_variant_counted_once() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "rt_launch vecAdd 3 64 1 1 256 1 1 0 0",
+        "rt_launch_ptsz relu 2 128 2 1 128 1 1 0 1",
+        "rt_launch_stub gemm 4 16 16 1 16 16 1 4096 2",
+        "rt_launch_ex reduce 5 32 1 1 256 1 1 1024 0",
+        "rt_launch_ex_ptsz vecAdd 6 8 1 1 32 1 1 0 0",
+        "rt_launch_coop vecAdd 7 2 1 1 64 1 1 0 0",
+    ]);
+    // The fake driver really ran one driver launch per runtime launch.
+    assert_eq!(w.count("cuLaunchKernel"), 3 + 4);
+    assert_eq!(w.count("cuLaunchKernel_ptsz"), 2);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(p["launches"], 27);
+    assert_eq!(p["unnamed_launches"], 0);
+    let k = kernel_entry(p, VEC_ADD, "cudaLaunchKernel");
+    assert_eq!(
+        (k["calls"].as_u64(), &k["grid"], &k["block"]),
+        (
+            Some(3),
+            &serde_json::json!([64, 1, 1]),
+            &serde_json::json!([256, 1, 1])
+        )
+    );
+    assert_eq!(k["mangled"], "_Z6vecAddPKfS0_Pfi");
+    let k = kernel_entry(p, RELU, "cudaLaunchKernel_ptsz");
+    assert_eq!(
+        (k["calls"].as_u64(), &k["grid"]),
+        (Some(2), &serde_json::json!([128, 2, 1]))
+    );
+    // __cudaLaunchKernel tail-jumps into cudaLaunchKernel: counted there, once.
+    let k = kernel_entry(p, GEMM, "cudaLaunchKernel");
+    assert_eq!(
+        (k["calls"].as_u64(), &k["block"], k["shared_bytes"].as_u64()),
+        (Some(4), &serde_json::json!([16, 16, 1]), Some(4096))
+    );
+    let k = kernel_entry(p, REDUCE, "cudaLaunchKernelExC");
+    assert_eq!(
+        (k["calls"].as_u64(), k["shared_bytes"].as_u64()),
+        (Some(5), Some(1024))
+    );
+    assert_eq!(
+        kernel_entry(p, VEC_ADD, "cudaLaunchKernelExC_ptsz")["calls"],
+        6
+    );
+    assert_eq!(
+        kernel_entry(p, VEC_ADD, "cudaLaunchCooperativeKernel")["calls"],
+        7
+    );
+    // Never the driver layer again for the same launches.
+    for drv in [
+        "cuLaunchKernel",
+        "cuLaunchKernel_ptsz",
+        "cuLaunchKernelEx",
+        "cuLaunchKernelEx_ptsz",
+        "cuLaunchCooperativeKernel",
+    ] {
+        assert_eq!(api_calls(p, drv), 0, "{drv} double counted");
+    }
+    assert_eq!(api_calls(p, "cudaLaunchKernel"), 3 + 4);
+    w.exit();
+}
+
+#[test]
+fn driver_launches_every_variant_with_names() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "drv_launch triton_poi_fused_add_0 3 10 1 1 128 1 1 0 0",
+        "drv_launch_ptsz triton_red_fused_sum_1 2 20 1 1 64 1 1 256 1",
+        "drv_launch_ex cupy_scale 4 30 2 1 32 2 1 0 0",
+        "drv_launch_ex_ptsz cupy_scale 1 30 2 1 32 2 1 0 0",
+        "drv_launch_coop triton_poi_fused_add_0 5 1 1 1 32 1 1 0 0",
+        "drv_launch_lib lib_saxpy 6 4 1 1 256 1 1 0 0",
+        "drv_launch_kfunc lib_saxpy 2 8 1 1 256 1 1 0 0",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(p["launches"], 23);
+    assert_eq!(p["unnamed_launches"], 0);
+    assert_eq!(
+        kernel_entry(p, "triton_poi_fused_add_0", "cuLaunchKernel")["calls"],
+        3
+    );
+    let k = kernel_entry(p, "triton_red_fused_sum_1", "cuLaunchKernel_ptsz");
+    assert_eq!(
+        (k["calls"].as_u64(), k["shared_bytes"].as_u64()),
+        (Some(2), Some(256))
+    );
+    let k = kernel_entry(p, "cupy_scale", "cuLaunchKernelEx");
+    assert_eq!(
+        (k["calls"].as_u64(), &k["grid"], &k["block"]),
+        (
+            Some(4),
+            &serde_json::json!([30, 2, 1]),
+            &serde_json::json!([32, 2, 1])
+        )
+    );
+    assert_eq!(
+        kernel_entry(p, "cupy_scale", "cuLaunchKernelEx_ptsz")["calls"],
+        1
+    );
+    assert_eq!(
+        kernel_entry(p, "triton_poi_fused_add_0", "cuLaunchCooperativeKernel")["calls"],
+        5
+    );
+    // CUkernel launched directly (named by cuLibraryGetKernel) and through cuKernelGetFunction
+    // (the function inherits the kernel's name).
+    let saxpy = "lib_saxpy(float, float const*, float*)";
+    let launches: Vec<u64> = kernels(p, saxpy)
+        .iter()
+        .map(|k| k["calls"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kernel_calls(p, saxpy), 8, "{launches:?}");
+    w.exit();
+}
+
+#[test]
+fn copies_in_every_direction_sync_and_async() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "rt_memcpy h2d 4096 3",
+        "rt_memcpy d2h 1000 2",
+        "rt_memcpy d2d 64 1",
+        "rt_memcpy h2h 10 4",
+        "rt_memcpy default 7 1",
+        "rt_memcpy_ptds h2d 5 1",
+        "rt_memcpy_async h2d 100 2 1",
+        "rt_memcpy_async_ptsz d2h 300 1 2",
+        "drv_memcpy h2d 11 1",
+        "drv_memcpy_ptds d2d 13 2",
+        "drv_memcpy_async d2h 17 3 1",
+        "drv_memcpy_async_ptsz h2d 19 1 0",
+        "rt_memcpy2d h2d 16 8 2",
+        "drv_memcpy2d d2h 32 4 1",
+        "rt_memcpy_peer 1000 1",
+        "drv_memcpy_peer 2000 2",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    let c = |dir: &str| {
+        let e = copies(p, dir).unwrap_or_else(|| panic!("no {dir} copies"));
+        (
+            e["calls"].as_u64().unwrap(),
+            e["bytes"].as_u64().unwrap(),
+            e["async_calls"].as_u64().unwrap(),
+        )
+    };
+    // h2d: 3×4096 + 5 + 2×100 + 11 + 19 + 2×(16×8)
+    assert_eq!(
+        c("h2d"),
+        (
+            3 + 1 + 2 + 1 + 1 + 2,
+            3 * 4096 + 5 + 200 + 11 + 19 + 256,
+            2 + 1
+        )
+    );
+    // d2h: 2×1000 + 300 + 3×17 + 32×4
+    assert_eq!(c("d2h"), (2 + 1 + 3 + 1, 2000 + 300 + 51 + 128, 1 + 3));
+    assert_eq!(c("d2d"), (1 + 2, 64 + 26, 0));
+    assert_eq!(c("h2h"), (4, 40, 0));
+    assert_eq!(c("default"), (1, 7, 0));
+    assert_eq!(c("peer"), (1 + 2, 1000 + 4000, 0));
+    let blocking = copies(p, "h2d").unwrap()["blocked_ns"].as_u64().unwrap();
+    assert!(blocking > 0, "blocking copies carry CPU-blocked time");
+    assert_eq!(api_calls(p, "cudaMemcpy"), 3 + 2 + 1 + 4 + 1);
+    assert_eq!(api_calls(p, "cudaMemcpy_ptds"), 1);
+    assert_eq!(api_calls(p, "cudaMemcpyAsync"), 2);
+    assert_eq!(api_calls(p, "cudaMemcpyAsync_ptsz"), 1);
+    assert_eq!(api_calls(p, "cuMemcpyHtoD_v2"), 1);
+    assert_eq!(api_calls(p, "cuMemcpyDtoD_v2_ptds"), 2);
+    assert_eq!(api_calls(p, "cuMemcpyDtoHAsync_v2"), 3);
+    assert_eq!(api_calls(p, "cuMemcpyHtoDAsync_v2_ptsz"), 1);
+    assert_eq!(api_calls(p, "cudaMemcpy2D"), 2);
+    assert_eq!(api_calls(p, "cuMemcpy2D_v2"), 1);
+    assert_eq!(api_calls(p, "cudaMemcpyPeer"), 1);
+    assert_eq!(api_calls(p, "cuMemcpyPeer"), 2);
+    // The runtime's own driver calls are not counted again.
+    assert_eq!(api_calls(p, "cuMemcpyDtoH_v2"), 0);
+    assert_eq!(api_calls(p, "cuMemcpy"), 0);
+    w.exit();
+}
+
+#[test]
+fn syncs_carry_blocked_time() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "set_delay_us 20000",
+        "rt_sync_device 3",
+        "drv_sync_stream 1 2",
+        "rt_sync_stream 2 1",
+        "set_delay_us 0",
+        "rt_stream_wait_event 1 4",
+        "drv_stream_wait_event 1 1",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    let a = api(p, "cudaDeviceSynchronize").expect("cudaDeviceSynchronize");
+    assert_eq!(a["calls"], 3);
+    let blocked = a["blocked_ns"].as_u64().unwrap();
+    // The fake driver slept 20 ms per call; allow scheduling noise above, never below.
+    assert!(
+        (60_000_000..60_000_000 + 200_000_000).contains(&blocked),
+        "blocked {blocked} ns"
+    );
+    assert!(a["p50_ns"].as_u64().unwrap() >= 19_000_000, "{a}");
+    assert_eq!(api_calls(p, "cuStreamSynchronize"), 2);
+    assert!(
+        api(p, "cuStreamSynchronize").unwrap()["blocked_ns"]
+            .as_u64()
+            .unwrap()
+            >= 40_000_000
+    );
+    assert_eq!(api_calls(p, "cudaStreamSynchronize"), 1);
+    assert_eq!(api_calls(p, "cudaStreamWaitEvent"), 4);
+    assert_eq!(api_calls(p, "cuStreamWaitEvent"), 1);
+    assert_eq!(
+        api_calls(p, "cuCtxSynchronize"),
+        0,
+        "runtime syncs counted twice"
+    );
+    w.exit();
+}
+
+#[test]
+fn allocations_and_frees() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "rt_malloc 1048576 4",
+        "drv_malloc 4096 2",
+        "rt_malloc_host 8192 1",
+        "rt_malloc_managed 512 1",
+        "rt_free_all",
+        "drv_free_all",
+        "rt_malloc 0 1",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    let a = &p["allocations"];
+    assert_eq!(a["calls"], 4 + 2 + 1 + 1 + 1);
+    assert_eq!(a["failed"], 1, "cudaMalloc(0) fails in the fake driver");
+    assert_eq!(a["bytes"], 4 * 1048576 + 2 * 4096 + 8192 + 512);
+    assert_eq!(a["frees"], 4 + 2);
+    assert_eq!(a["peak_bytes"], 4 * 1048576 + 2 * 4096 + 8192 + 512);
+    assert_eq!(a["live_bytes"], 8192 + 512);
+    assert_eq!(api_calls(p, "cudaMalloc"), 5);
+    assert_eq!(api_calls(p, "cuMemAlloc_v2"), 2);
+    assert_eq!(api_calls(p, "cudaFree"), 4);
+    assert_eq!(api_calls(p, "cuMemFree_v2"), 2);
+    assert_eq!(api_calls(p, "cudaMallocHost"), 1);
+    assert_eq!(api_calls(p, "cudaMallocManaged"), 1);
+    w.exit();
+}
+
+#[test]
+fn two_processes_are_kept_apart() {
+    let d = Daemon::all_jobs();
+    let mut a = Workload::start();
+    let mut b = Workload::spawn("workload_drv", &[]);
+    a.script(&[
+        "rt_launch vecAdd 11 1 1 1 32 1 1 0 0",
+        "rt_memcpy h2d 100 3",
+    ]);
+    b.script(&[
+        "drv_launch cupy_scale 5 1 1 1 32 1 1 0 0",
+        "drv_memcpy h2d 7 2",
+    ]);
+    let (ta, tb) = (a.tgid, b.tgid);
+    let r = d.stop().report;
+    let pa = process(&r, ta);
+    let pb = process(&r, tb);
+    assert_eq!(
+        (
+            pa["launches"].as_u64(),
+            kernel_calls(pa, VEC_ADD),
+            kernel_calls(pa, "cupy_scale")
+        ),
+        (Some(11), 11, 0)
+    );
+    assert_eq!(
+        (
+            pb["launches"].as_u64(),
+            kernel_calls(pb, "cupy_scale"),
+            kernel_calls(pb, VEC_ADD)
+        ),
+        (Some(5), 5, 0)
+    );
+    assert_eq!(copies(pa, "h2d").unwrap()["bytes"], 300);
+    assert_eq!(copies(pb, "h2d").unwrap()["bytes"], 14);
+    assert_eq!(pa["comm"], "workload");
+    assert_eq!(pb["comm"], "workload_drv");
+    a.exit();
+    b.exit();
+}
+
+#[test]
+fn pid_attach_to_a_running_process_names_its_kernels() {
+    // Both start (and register their kernels) before the daemon exists.
+    let mut target = Workload::start();
+    let mut other = Workload::start();
+    target.cmd("rt_launch relu 1 1 1 1 32 1 1 0 0");
+    let pid = target.tgid.to_string();
+    let d = Daemon::start(&["--pid", &pid]);
+    target.script(&["rt_launch vecAdd 9 4 1 1 64 1 1 0 0", "drv_memcpy h2d 1 1"]);
+    other.script(&["rt_launch vecAdd 100 4 1 1 64 1 1 0 0"]);
+    let (tt, to) = (target.tgid, other.tgid);
+    let r = d.stop().report;
+    assert!(!has_process(&r, to), "a process not asked for was captured");
+    let p = process(&r, tt);
+    // The launches before attach are not seen; the name comes from the host stub's symbol.
+    assert_eq!(p["launches"], 9);
+    assert_eq!(kernel_calls(p, VEC_ADD), 9);
+    assert_eq!(p["unnamed_launches"], 0);
+    assert_eq!(api_calls(p, "cuMemcpyHtoD_v2"), 1);
+    target.exit();
+    other.exit();
+}
+
+#[test]
+fn process_exiting_mid_run_keeps_its_data() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&["rt_launch gemm 2 1 1 1 32 1 1 0 0", "rt_memcpy d2h 50 1"]);
+    let tgid = w.tgid;
+    w.exit();
+    let mut still = Workload::start();
+    still.cmd("rt_launch relu 1 1 1 1 32 1 1 0 0");
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(kernel_calls(p, GEMM), 2);
+    assert_eq!(copies(p, "d2h").unwrap()["bytes"], 50);
+    assert_eq!(p["exited"], true);
+    assert_eq!(process(&r, still.tgid)["exited"], false);
+    still.exit();
+}
+
+#[test]
+fn nothing_lost_and_drops_reported() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.cmd("rt_launch vecAdd 20000 1 1 1 32 1 1 0 0");
+    let tgid = w.tgid;
+    let f = d.stop();
+    let p = process(&f.report, tgid);
+    assert_eq!(kernel_calls(p, VEC_ADD), 20000);
+    for (k, v) in f.report["drops"].as_object().unwrap() {
+        assert_eq!(v, 0, "drops of {k}");
+    }
+    assert!(f.stdout.contains("no records lost"), "{}", f.stdout);
+    w.exit();
+}

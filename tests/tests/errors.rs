@@ -1,0 +1,147 @@
+//! Bad input through the real binary: a clear message that says what to do, a specific non-zero
+//! exit code, and no capture started where none can succeed.
+
+use gpuprofd_tests::*;
+
+#[test]
+fn unknown_pid() {
+    require_bpf();
+    let (code, _out, err) = run_daemon(&["--pid", "4000000", "--duration", "1s"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no process with PID 4000000"), "{err}");
+}
+
+#[test]
+fn process_without_cuda_offers_wait() {
+    require_bpf();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id().to_string();
+    let (code, _out, err) = run_daemon(&["--pid", &pid, "--duration", "1s"]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(&format!("process {pid} (sleep) has not loaded CUDA")),
+        "{err}"
+    );
+    assert!(err.contains("--wait"), "{err}");
+}
+
+#[test]
+fn wait_for_a_late_cuda_load() {
+    let mut w = Workload::spawn("workload_late", &[]);
+    let pid = w.tgid.to_string();
+    let d = std::thread::scope(|s| {
+        let h = s.spawn(|| Daemon::start(&["--pid", &pid, "--wait"]));
+        // The daemon is polling for CUDA; load it now.
+        w.cmd("dlopen_runtime");
+        h.join().unwrap()
+    });
+    w.script(&["rt_launch vecAdd 4 1 1 1 32 1 1 0 0"]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    assert_eq!(
+        kernel_calls(
+            process(&r, tgid),
+            "vecAdd(float const*, float const*, float*, int)"
+        ),
+        4
+    );
+    w.exit();
+}
+
+#[test]
+fn unwritable_output_fails_before_attaching() {
+    require_bpf();
+    let lib = fakecuda().join("lib");
+    let (code, _out, err) = run_daemon(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--output",
+        "/nonexistent-dir/report.json",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("cannot write the report to \"/nonexistent-dir/report.json\""),
+        "{err}"
+    );
+    assert!(
+        !err.contains("gpuprofd: ready"),
+        "attached before failing: {err}"
+    );
+}
+
+#[test]
+fn not_root_says_which_capability() {
+    require_bpf();
+    let lib = fakecuda().join("lib");
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(daemon_bin())
+        .args([
+            "--all-jobs",
+            "--no-system-libs",
+            "--duration",
+            "1s",
+            "--lib",
+        ])
+        .arg(&lib)
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    assert!(
+        err.contains("permission denied loading BPF programs"),
+        "{err}"
+    );
+    assert!(err.contains("CAP_BPF") && err.contains("sudo"), "{err}");
+}
+
+#[test]
+fn lookalike_library_is_never_attached() {
+    let lookalike = fakecuda().join("lib/liblookalike.so");
+    let lib = fakecuda().join("lib");
+    let d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--lib",
+        lookalike.to_str().unwrap(),
+    ]);
+    let mut w = Workload::start();
+    w.script(&["lookalike_launch 5", "rt_launch relu 2 1 1 1 32 1 1 0 0"]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    let p = process(&f.report, tgid);
+    assert_eq!(p["launches"], 2, "look-alike cuLaunchKernel counted");
+    assert!(
+        f.stderr
+            .iter()
+            .any(|l| l.contains("liblookalike.so") && l.contains("not a CUDA driver or runtime")),
+        "{:?}",
+        f.stderr
+    );
+    w.exit();
+}
+
+#[test]
+fn bad_arguments() {
+    let (code, _o, err) = run_daemon(&[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--all-jobs") && err.contains("--pid"), "{err}");
+    let (code, _o, err) = run_daemon(&["--all-jobs", "--duration", "ten"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("\"ten\" is not a duration"), "{err}");
+}

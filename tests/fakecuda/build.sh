@@ -1,0 +1,68 @@
+#!/bin/sh
+# Builds the fake CUDA libraries and workloads the privileged tests and `gpuprofd demo` use.
+#   tests/fakecuda/build.sh OUTDIR      (default: target/fakecuda)
+# OUTDIR/lib      libcuda.so.1 (driver trampolines), libcudart.so.12 (push %rbp entries),
+#                 liblookalike.so (exports cuLaunchKernel but is not CUDA)
+# OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
+# OUTDIR/bin      workload, workload_drv, workload_late
+# OUTDIR/demo.script
+# Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
+# compiler produced something else (the probe placement tests depend on them).
+set -eu
+SRC=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:-$SRC/../../target/fakecuda}
+mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/bin"
+OUT=$(cd "$OUT" && pwd)
+CC=${CC:-gcc}
+CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation"
+cd "$SRC"
+
+# Driver: asm trampolines (driver_tramp.S) in front of hidden C implementations.
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fcf-protection=none \
+    -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
+    -o "$OUT/lib/libcuda.so.1" driver.c driver_tramp.S -lpthread
+cp "$OUT/lib/libcuda.so.1" "$OUT/lib-cet/libcuda.so.1"
+
+# Runtime, twice: frame-pointer prologue and CET prologue.
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=none \
+    -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
+    -o "$OUT/lib/libcudart.so.12" runtime.c -ldl -lpthread
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=full \
+    -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
+    -o "$OUT/lib-cet/libcudart.so.12" runtime.c -ldl -lpthread
+
+$CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.so" lookalike.c
+
+# Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
+RPATH='-Wl,-rpath,$ORIGIN/../lib'
+$CC $CFLAGS -fno-omit-frame-pointer -o "$OUT/bin/workload" workload.c "$RPATH" -L"$OUT/lib" \
+    -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl
+$CC $CFLAGS -DWORKLOAD_DRV -o "$OUT/bin/workload_drv" workload.c "$RPATH" -L"$OUT/lib" \
+    -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl
+$CC $CFLAGS -DWORKLOAD_LATE -o "$OUT/bin/workload_late" workload.c "$RPATH" -ldl
+cp demo.script "$OUT/demo.script"
+
+# ---- check the promised entry shapes ------------------------------------------------------
+first_insns() { # LIB SYMBOL N -> the first N instruction mnemonics+operands
+    objdump -d --no-show-raw-insn "--disassemble=$2" "$1" |
+        awk -v n="$3" '/^ *[0-9a-f]+:\t/ { sub(/^ *[0-9a-f]+:\t/, ""); print; if (++c == n) exit }'
+}
+expect() { # LIB SYMBOL N PATTERN
+    got=$(first_insns "$1" "$2" "$3" | tr '\n' ';' | tr -s ' \t' ' ')
+    if ! printf '%s' "$got" | grep -Eq "$4"; then
+        echo "fakecuda/build.sh: $2 in $1 starts with '$got', expected /$4/" >&2
+        exit 1
+    fi
+}
+expect "$OUT/lib/libcuda.so.1" cuLaunchKernel 3 '^cmpl \$0x321cba00,0x[0-9a-f]+\(%rip\).*;je [0-9a-f]+.*;jmp \*0x[0-9a-f]+\(%rip\)'
+expect "$OUT/lib/libcuda.so.1" cuMemcpyHtoD_v2 3 '^cmpl \$0x321cba00.*;je .*;jmp \*'
+expect "$OUT/lib/libcudart.so.12" cudaLaunchKernel 2 '^push %rbp;mov %rsp,%rbp;'
+expect "$OUT/lib/libcudart.so.12" cudaMemcpy 1 '^push %rbp;'
+expect "$OUT/lib-cet/libcudart.so.12" cudaLaunchKernel 2 '^endbr64 ?;push %rbp;'
+# __cudaLaunchKernel must reach cudaLaunchKernel through the PLT, as in the real runtime.
+objdump -d --no-show-raw-insn --disassemble=__cudaLaunchKernel "$OUT/lib/libcudart.so.12" |
+    grep -Eq 'jmp .*<cudaLaunchKernel@plt>' || {
+    echo "fakecuda/build.sh: __cudaLaunchKernel does not tail-jump to cudaLaunchKernel@plt" >&2
+    exit 1
+}
+echo "fakecuda: built in $OUT"

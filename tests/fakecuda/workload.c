@@ -1,0 +1,611 @@
+/* Scripted CUDA workload for the gpuprofd tests and demo.
+ *
+ * Built three ways by build.sh:
+ *   workload       links libcudart.so.12 and libcuda.so.1 (like an nvcc program that
+ *                  also calls the driver, e.g. PyTorch); registers its kernels at start-up
+ *                  from a constructor, exactly as nvcc's generated code does.
+ *   workload_drv   links libcuda.so.1 only (Triton / CuPy / JAX style driver user).
+ *   workload_late  links neither; `dlopen_runtime` loads libcudart.so.12 (which in turn
+ *                  dlopens libcuda.so.1) and registers the kernels then.
+ *
+ * Protocol (line based, stdin -> stdout):
+ *   prints "ready <pid>" once, then for every command line replies "ok <cmd> ..." or
+ *   "err <cmd> <reason>".  EOF or "exit" ends the process with status 0.
+ *
+ * The host stubs of the runtime kernels carry the mangled names as their ELF symbols
+ * (nvcc does the same), so a profiler that attaches after registration can still name them
+ * from the executable's symbol table. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_fake.h"
+
+#if defined(WORKLOAD_LATE)
+#define HAVE_RT 1
+#define LINKED 0
+#elif defined(WORKLOAD_DRV)
+#define HAVE_RT 0
+#define LINKED 1
+#else
+#define HAVE_RT 1
+#define LINKED 1
+#endif
+
+/* ------------------------------------------------------- resolved APIs */
+#define RT_API(X)                                                                                         \
+    X(cudaLaunchKernel) X(cudaLaunchKernel_ptsz) X(__cudaLaunchKernel) X(cudaLaunchKernelExC)             \
+    X(cudaLaunchKernelExC_ptsz) X(cudaLaunchCooperativeKernel) X(cudaMemcpy) X(cudaMemcpy_ptds)           \
+    X(cudaMemcpyAsync) X(cudaMemcpyAsync_ptsz) X(cudaMemcpy2D) X(cudaMemcpyPeer) X(cudaMalloc) X(cudaFree) \
+    X(cudaMallocHost) X(cudaMallocManaged) X(cudaDeviceSynchronize) X(cudaStreamSynchronize)              \
+    X(cudaStreamWaitEvent) X(cudaStreamCreate) X(cudaEventCreate) X(__cudaRegisterFatBinary)               \
+    X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls)
+
+#define DRV_API(X)                                                                                      \
+    X(cuInit) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleGetFunction) \
+    X(cuLibraryLoadData) X(cuLibraryGetKernel) X(cuKernelGetFunction) X(cuLaunchKernel)                 \
+    X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)    \
+    X(cuMemcpy) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoD_v2) X(cuMemcpy_ptds)               \
+    X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2_ptds) X(cuMemcpyAsync)            \
+    X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyAsync_ptsz)       \
+    X(cuMemcpyHtoDAsync_v2_ptsz) X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2_ptsz)              \
+    X(cuMemcpy2D_v2) X(cuMemcpyPeer) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuStreamCreate)                 \
+    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(fakecuda_calls)                      \
+    X(fakecuda_set_sync_delay_us)
+
+static struct {
+#define X(n) __typeof__(n) *n;
+    RT_API(X)
+#undef X
+} R;
+static struct {
+#define X(n) __typeof__(n) *n;
+    DRV_API(X)
+#undef X
+} D;
+static int g_have_rt, g_have_drv;
+
+static int resolve_all(void *rt, void *drv) {
+    int missing = 0;
+    if (rt) {
+#define X(n) missing |= !(R.n = (__typeof__(R.n))dlsym(rt, #n));
+        RT_API(X)
+#undef X
+        g_have_rt = !missing;
+    }
+    if (drv) {
+#define X(n) missing |= !(D.n = (__typeof__(D.n))dlsym(drv, #n));
+        DRV_API(X)
+#undef X
+        g_have_drv = !missing;
+    }
+    return missing ? -1 : 0;
+}
+
+/* ------------------------------------------------------ kernels (runtime) */
+/* A fake "fatbin": the device names that module contains. */
+static const char *const rt_kernel_names[] = {
+    "_Z6vecAddPKfS0_Pfi",
+    "_ZN4demo6reduceILi256EEEvPKfPfi",
+    "_Z4reluPfi",
+    "_Z4gemmPKfS0_Pfiii",
+};
+static const struct fake_fatbin rt_image = {FAKE_FATBIN_MAGIC, 4, rt_kernel_names};
+static const __fatBinC_Wrapper_t rt_wrapper = {FATBINC_MAGIC, 1, &rt_image, NULL};
+
+enum variant { V_PLAIN, V_PTSZ, V_STUB, V_EX, V_EX_PTSZ, V_COOP };
+struct launch {
+    dim3 g, b;
+    size_t smem;
+    cudaStream_t s;
+    int variant;
+};
+
+static cudaError_t do_rt_launch(const void *self, const struct launch *l) {
+    void *args[1] = {NULL};
+    cudaLaunchConfig_t cfg = {l->g, l->b, l->smem, l->s, NULL, 0};
+    cudaKernel_t k;
+    switch (l->variant) {
+    case V_PLAIN: return R.cudaLaunchKernel(self, l->g, l->b, args, l->smem, l->s);
+    case V_PTSZ: return R.cudaLaunchKernel_ptsz(self, l->g, l->b, args, l->smem, l->s);
+    case V_STUB: /* what nvcc 12.4+ host stubs do */
+        if (R.__cudaGetKernel(&k, self)) return cudaErrorInvalidDeviceFunction;
+        return R.__cudaLaunchKernel(k, l->g, l->b, args, l->smem, l->s);
+    case V_EX: return R.cudaLaunchKernelExC(&cfg, self, args);
+    case V_EX_PTSZ: return R.cudaLaunchKernelExC_ptsz(&cfg, self, args);
+    case V_COOP: return R.cudaLaunchCooperativeKernel(self, l->g, l->b, args, l->smem, l->s);
+    }
+    return cudaErrorInvalidValue;
+}
+
+/* Host stubs, named like nvcc's: void vecAdd(const float*, const float*, float*, int) etc. */
+#define STUB(cname, mangled)                                                              \
+    __attribute__((noinline, used)) cudaError_t cname(const struct launch *l) __asm__(mangled); \
+    __attribute__((noinline, used)) cudaError_t cname(const struct launch *l) {           \
+        return do_rt_launch((const void *)&cname, l);                                     \
+    }
+STUB(stub_vecAdd, "_Z6vecAddPKfS0_Pfi")
+STUB(stub_reduce, "_ZN4demo6reduceILi256EEEvPKfPfi")
+STUB(stub_relu, "_Z4reluPfi")
+STUB(stub_gemm, "_Z4gemmPKfS0_Pfiii")
+
+static const struct {
+    const char *name;
+    cudaError_t (*stub)(const struct launch *);
+} rt_kernels[] = {
+    {"vecAdd", stub_vecAdd},
+    {"reduce", stub_reduce},
+    {"relu", stub_relu},
+    {"gemm", stub_gemm},
+};
+
+static void **g_fatbin_handle;
+static void register_kernels(void) {
+    g_fatbin_handle = R.__cudaRegisterFatBinary((void *)&rt_wrapper);
+    for (unsigned i = 0; i < 4; i++)
+        R.__cudaRegisterFunction(g_fatbin_handle, (const char *)rt_kernels[i].stub, (char *)rt_kernel_names[i],
+                                 rt_kernel_names[i], -1, NULL, NULL, NULL, NULL, NULL);
+    R.__cudaRegisterFatBinaryEnd(g_fatbin_handle);
+}
+
+/* ------------------------------------------------------- kernels (driver) */
+static const char *const drv_kernel_names[] = {"triton_poi_fused_add_0", "triton_red_fused_sum_1", "cupy_scale"};
+static const struct fake_fatbin drv_image = {FAKE_FATBIN_MAGIC, 3, drv_kernel_names};
+static const char *const lib_kernel_names[] = {"_Z9lib_saxpyfPKfPf"};
+static const struct fake_fatbin lib_image = {FAKE_FATBIN_MAGIC, 1, lib_kernel_names};
+static CUmodule g_mod;
+static CUlibrary g_lib;
+static CUcontext g_ctx;
+
+static int drv_init(void) {
+    if (D.cuInit(0) || D.cuDevicePrimaryCtxRetain(&g_ctx, 0) || D.cuCtxSetCurrent(g_ctx)) return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------- helpers */
+#define MAXS 4
+static cudaStream_t rt_streams[MAXS];
+static CUstream drv_streams[MAXS];
+static cudaEvent_t rt_event;
+static CUevent drv_event;
+
+static char err_buf[8400];
+#define FAIL(...) (snprintf(err_buf, sizeof err_buf, __VA_ARGS__), -1)
+
+static int rt_stream(unsigned i, cudaStream_t *out) {
+    if (i >= MAXS) return FAIL("stream index %u >= %d", i, MAXS);
+    if (i && !rt_streams[i] && R.cudaStreamCreate(&rt_streams[i])) return FAIL("cudaStreamCreate failed");
+    *out = rt_streams[i];
+    return 0;
+}
+static int drv_stream(unsigned i, CUstream *out) {
+    if (i >= MAXS) return FAIL("stream index %u >= %d", i, MAXS);
+    if (i && !drv_streams[i] && D.cuStreamCreate(&drv_streams[i], 0)) return FAIL("cuStreamCreate failed");
+    *out = drv_streams[i];
+    return 0;
+}
+
+/* Copy scratch: ordinary host memory stands in for device memory (the fake driver copies
+ * with memmove).  Never allocated through a CUDA API, so allocation counts stay exact. */
+#define SCRATCH (1u << 20)
+static unsigned char *g_src, *g_dst;
+
+static int dir_of(const char *s) {
+    static const char *const dirs[] = {"h2h", "h2d", "d2h", "d2d", "default"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, dirs[i]) == 0) return i;
+    return -1;
+}
+
+#define MAXA 4096
+struct alloc_list {
+    void *p[MAXA];
+    unsigned n;
+};
+static struct alloc_list rt_dev, rt_other, drv_dev;
+
+/* ------------------------------------------------------------ commands */
+static int need_rt(void) { return g_have_rt ? 0 : FAIL("no CUDA runtime in this workload"); }
+static int need_drv(void) { return g_have_drv ? 0 : FAIL("no CUDA driver in this workload"); }
+
+static int cmd_rt_launch(int variant, int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 10) return FAIL("usage: NAME COUNT GX GY GZ BX BY BZ SMEM STREAM");
+    cudaError_t (*stub)(const struct launch *) = NULL;
+    for (unsigned i = 0; i < 4; i++)
+        if (strcmp(argv[0], rt_kernels[i].name) == 0) stub = rt_kernels[i].stub;
+    if (!stub) return FAIL("unknown kernel %s", argv[0]);
+    struct launch l = {{(unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4])},
+                       {(unsigned)atoi(argv[5]), (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7])},
+                       (size_t)atol(argv[8]), NULL, variant};
+    if (rt_stream((unsigned)atoi(argv[9]), &l.s)) return -1;
+    long n = atol(argv[1]);
+    for (long i = 0; i < n; i++) {
+        cudaError_t e = stub(&l);
+        if (e) return FAIL("launch %ld returned %d", i, e);
+    }
+    return 0;
+}
+
+enum { DV_PLAIN, DV_PTSZ, DV_EX, DV_EX_PTSZ, DV_COOP, DV_LIB, DV_KFUNC };
+static int cmd_drv_launch(int variant, int argc, char **argv) {
+    if (need_drv()) return -1;
+    if (argc != 10) return FAIL("usage: NAME COUNT GX GY GZ BX BY BZ SMEM STREAM");
+    CUfunction f;
+    CUresult r;
+    if (variant == DV_LIB || variant == DV_KFUNC) {
+        char mangled[128];
+        snprintf(mangled, sizeof mangled, "_Z%zu%sfPKfPf", strlen(argv[0]), argv[0]);
+        if (!g_lib && D.cuLibraryLoadData(&g_lib, &lib_image, NULL, NULL, 0, NULL, NULL, 0))
+            return FAIL("cuLibraryLoadData failed");
+        CUkernel k;
+        if ((r = D.cuLibraryGetKernel(&k, g_lib, mangled))) return FAIL("cuLibraryGetKernel(%s): %d", mangled, r);
+        if (variant == DV_KFUNC) {
+            if ((r = D.cuKernelGetFunction(&f, k))) return FAIL("cuKernelGetFunction: %d", r);
+        } else {
+            f = (CUfunction)k; /* CUDA 12: a CUkernel may be launched as a CUfunction */
+        }
+    } else {
+        if (!g_mod && D.cuModuleLoadData(&g_mod, &drv_image)) return FAIL("cuModuleLoadData failed");
+        if ((r = D.cuModuleGetFunction(&f, g_mod, argv[0]))) return FAIL("cuModuleGetFunction(%s): %d", argv[0], r);
+    }
+    unsigned g[3] = {(unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4])};
+    unsigned b[3] = {(unsigned)atoi(argv[5]), (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7])};
+    unsigned smem = (unsigned)atoi(argv[8]);
+    CUstream s;
+    if (drv_stream((unsigned)atoi(argv[9]), &s)) return -1;
+    CUlaunchConfig cfg = {g[0], g[1], g[2], b[0], b[1], b[2], smem, s, NULL, 0};
+    void *params[1] = {NULL};
+    long n = atol(argv[1]);
+    for (long i = 0; i < n; i++) {
+        switch (variant) {
+        case DV_PTSZ: r = D.cuLaunchKernel_ptsz(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, NULL); break;
+        case DV_EX: r = D.cuLaunchKernelEx(&cfg, f, params, NULL); break;
+        case DV_EX_PTSZ: r = D.cuLaunchKernelEx_ptsz(&cfg, f, params, NULL); break;
+        case DV_COOP: r = D.cuLaunchCooperativeKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params); break;
+        default: r = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, NULL); break;
+        }
+        if (r) return FAIL("launch %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+/* rt_memcpy[_ptds] DIR BYTES COUNT | rt_memcpy_async[_ptsz] DIR BYTES COUNT STREAM */
+static int cmd_rt_memcpy(int async, int pt, int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 3 + async) return FAIL(async ? "usage: DIR BYTES COUNT STREAM" : "usage: DIR BYTES COUNT");
+    int kind = dir_of(argv[0]);
+    size_t n = (size_t)atol(argv[1]);
+    if (kind < 0) return FAIL("unknown direction %s", argv[0]);
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    cudaStream_t s = NULL;
+    if (async && rt_stream((unsigned)atoi(argv[3]), &s)) return -1;
+    for (long i = 0, c = atol(argv[2]); i < c; i++) {
+        cudaError_t e;
+        if (async)
+            e = (pt ? R.cudaMemcpyAsync_ptsz : R.cudaMemcpyAsync)(g_dst, g_src, n, kind, s);
+        else
+            e = (pt ? R.cudaMemcpy_ptds : R.cudaMemcpy)(g_dst, g_src, n, kind);
+        if (e) return FAIL("copy %ld returned %d", i, e);
+    }
+    return 0;
+}
+
+static int cmd_drv_memcpy(int async, int pt, int argc, char **argv) {
+    if (need_drv()) return -1;
+    if (argc != 3 + async) return FAIL(async ? "usage: DIR BYTES COUNT STREAM" : "usage: DIR BYTES COUNT");
+    int kind = dir_of(argv[0]);
+    size_t n = (size_t)atol(argv[1]);
+    if (kind < 1) return FAIL("direction must be h2d, d2h, d2d or default");
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    CUstream s = NULL;
+    if (async && drv_stream((unsigned)atoi(argv[3]), &s)) return -1;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)g_dst, sp = (CUdeviceptr)(uintptr_t)g_src;
+    for (long i = 0, c = atol(argv[2]); i < c; i++) {
+        CUresult r;
+        if (!async && !pt) {
+            switch (kind) {
+            case 1: r = D.cuMemcpyHtoD_v2(d, g_src, n); break;
+            case 2: r = D.cuMemcpyDtoH_v2(g_dst, sp, n); break;
+            case 3: r = D.cuMemcpyDtoD_v2(d, sp, n); break;
+            default: r = D.cuMemcpy(d, sp, n); break;
+            }
+        } else if (!async) {
+            switch (kind) {
+            case 1: r = D.cuMemcpyHtoD_v2_ptds(d, g_src, n); break;
+            case 2: r = D.cuMemcpyDtoH_v2_ptds(g_dst, sp, n); break;
+            case 3: r = D.cuMemcpyDtoD_v2_ptds(d, sp, n); break;
+            default: r = D.cuMemcpy_ptds(d, sp, n); break;
+            }
+        } else if (!pt) {
+            switch (kind) {
+            case 1: r = D.cuMemcpyHtoDAsync_v2(d, g_src, n, s); break;
+            case 2: r = D.cuMemcpyDtoHAsync_v2(g_dst, sp, n, s); break;
+            case 3: r = D.cuMemcpyDtoDAsync_v2(d, sp, n, s); break;
+            default: r = D.cuMemcpyAsync(d, sp, n, s); break;
+            }
+        } else {
+            switch (kind) {
+            case 1: r = D.cuMemcpyHtoDAsync_v2_ptsz(d, g_src, n, s); break;
+            case 2: r = D.cuMemcpyDtoHAsync_v2_ptsz(g_dst, sp, n, s); break;
+            case 3: r = D.cuMemcpyDtoDAsync_v2_ptsz(d, sp, n, s); break;
+            default: r = D.cuMemcpyAsync_ptsz(d, sp, n, s); break;
+            }
+        }
+        if (r) return FAIL("copy %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+/* rt_memcpy2d / drv_memcpy2d DIR WIDTH HEIGHT COUNT (pitch = width) */
+static int cmd_memcpy2d(int drv, int argc, char **argv) {
+    if (drv ? need_drv() : need_rt()) return -1;
+    if (argc != 4) return FAIL("usage: DIR WIDTH HEIGHT COUNT");
+    int kind = dir_of(argv[0]);
+    size_t w = (size_t)atol(argv[1]), h = (size_t)atol(argv[2]);
+    if (kind < 1) return FAIL("direction must be h2d, d2h, d2d or default");
+    if (w * h > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    static const unsigned srct[5] = {0, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE,
+                                     CU_MEMORYTYPE_UNIFIED};
+    static const unsigned dstt[5] = {0, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE,
+                                     CU_MEMORYTYPE_UNIFIED};
+    for (long i = 0, c = atol(argv[3]); i < c; i++) {
+        int r;
+        if (drv) {
+            CUDA_MEMCPY2D p;
+            memset(&p, 0, sizeof p);
+            p.srcMemoryType = srct[kind], p.dstMemoryType = dstt[kind];
+            p.srcHost = g_src, p.srcDevice = (CUdeviceptr)(uintptr_t)g_src;
+            p.dstHost = g_dst, p.dstDevice = (CUdeviceptr)(uintptr_t)g_dst;
+            p.srcPitch = p.dstPitch = p.WidthInBytes = w, p.Height = h;
+            r = D.cuMemcpy2D_v2(&p);
+        } else {
+            r = R.cudaMemcpy2D(g_dst, w, g_src, w, w, h, kind);
+        }
+        if (r) return FAIL("copy %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+/* rt_memcpy_peer / drv_memcpy_peer BYTES COUNT */
+static int cmd_memcpy_peer(int drv, int argc, char **argv) {
+    if (drv ? need_drv() : need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: BYTES COUNT");
+    size_t n = (size_t)atol(argv[0]);
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    for (long i = 0, c = atol(argv[1]); i < c; i++) {
+        int r = drv ? D.cuMemcpyPeer((CUdeviceptr)(uintptr_t)g_dst, g_ctx, (CUdeviceptr)(uintptr_t)g_src, g_ctx, n)
+                    : R.cudaMemcpyPeer(g_dst, 0, g_src, 0, n);
+        if (r) return FAIL("copy %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+/* allocations reply ok with how many failed: a failed allocation is a valid scenario */
+static int g_failed;
+static int cmd_alloc(const char *which, int argc, char **argv) {
+    int drv = which[0] == 'd';
+    if (drv ? need_drv() : need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: BYTES COUNT");
+    size_t n = (size_t)atol(argv[0]);
+    g_failed = 0;
+    for (long i = 0, c = atol(argv[1]); i < c; i++) {
+        void *p = NULL;
+        struct alloc_list *l;
+        int r;
+        if (drv) {
+            CUdeviceptr dp = 0;
+            r = D.cuMemAlloc_v2(&dp, n);
+            p = (void *)(uintptr_t)dp, l = &drv_dev;
+        } else if (strcmp(which, "rt_malloc") == 0) {
+            r = R.cudaMalloc(&p, n), l = &rt_dev;
+        } else if (strcmp(which, "rt_malloc_host") == 0) {
+            r = R.cudaMallocHost(&p, n), l = &rt_other;
+        } else {
+            r = R.cudaMallocManaged(&p, n, 1), l = &rt_other;
+        }
+        if (r) {
+            g_failed++;
+            continue;
+        }
+        if (l->n == MAXA) return FAIL("more than %d live allocations", MAXA);
+        l->p[l->n++] = p;
+    }
+    return 0;
+}
+static int cmd_free_all(int drv) {
+    if (drv ? need_drv() : need_rt()) return -1;
+    struct alloc_list *l = drv ? &drv_dev : &rt_dev;
+    for (unsigned i = 0; i < l->n; i++) {
+        int r = drv ? D.cuMemFree_v2((CUdeviceptr)(uintptr_t)l->p[i]) : R.cudaFree(l->p[i]);
+        if (r) return FAIL("free %u returned %d", i, r);
+    }
+    l->n = 0;
+    return 0;
+}
+
+/* syncs: rt_sync_device COUNT | drv_sync_stream STREAM COUNT | rt_sync_stream STREAM COUNT */
+static int cmd_sync(const char *which, int argc, char **argv) {
+    int drv = which[0] == 'd';
+    if (drv ? need_drv() : need_rt()) return -1;
+    int is_device = strcmp(which, "rt_sync_device") == 0;
+    if (argc != (is_device ? 1 : 2)) return FAIL(is_device ? "usage: COUNT" : "usage: STREAM COUNT");
+    long c = atol(argv[argc - 1]);
+    cudaStream_t rs = NULL;
+    CUstream ds = NULL;
+    if (!is_device && (drv ? drv_stream((unsigned)atoi(argv[0]), &ds) : rt_stream((unsigned)atoi(argv[0]), &rs)))
+        return -1;
+    for (long i = 0; i < c; i++) {
+        int r = is_device ? R.cudaDeviceSynchronize() : drv ? D.cuStreamSynchronize(ds) : R.cudaStreamSynchronize(rs);
+        if (r) return FAIL("sync %ld returned %d", i, r);
+    }
+    return 0;
+}
+/* rt_stream_wait_event / drv_stream_wait_event STREAM COUNT */
+static int cmd_wait_event(int drv, int argc, char **argv) {
+    if (drv ? need_drv() : need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: STREAM COUNT");
+    cudaStream_t rs = NULL;
+    CUstream ds = NULL;
+    if (drv ? drv_stream((unsigned)atoi(argv[0]), &ds) : rt_stream((unsigned)atoi(argv[0]), &rs)) return -1;
+    if (drv && !drv_event && D.cuEventCreate(&drv_event, 0)) return FAIL("cuEventCreate failed");
+    if (!drv && !rt_event && R.cudaEventCreate(&rt_event)) return FAIL("cudaEventCreate failed");
+    for (long i = 0, c = atol(argv[1]); i < c; i++) {
+        int r = drv ? D.cuStreamWaitEvent(ds, drv_event, 0) : R.cudaStreamWaitEvent(rs, rt_event, 0);
+        if (r) return FAIL("wait %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+static char g_exe_dir[4096];
+
+/* lookalike_launch COUNT: calls liblookalike.so's cuLaunchKernel (not CUDA at all) */
+static int cmd_lookalike(int argc, char **argv) {
+    if (argc != 1) return FAIL("usage: COUNT");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/../lib/liblookalike.so", g_exe_dir);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return FAIL("dlopen %s: %s", path, dlerror());
+    int (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
+                  void **) = (__typeof__(launch))dlsym(h, "cuLaunchKernel");
+    if (!launch) return FAIL("liblookalike.so has no cuLaunchKernel");
+    for (long i = 0, c = atol(argv[0]); i < c; i++) launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    return 0;
+}
+
+static int cmd_dlopen_runtime(void) {
+    if (g_have_rt) return FAIL("the runtime is already loaded");
+    void *rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_GLOBAL);
+    if (!rt) return FAIL("dlopen libcudart.so.12: %s", dlerror());
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!drv) return FAIL("dlopen libcuda.so.1: %s", dlerror());
+    if (resolve_all(rt, drv)) return FAIL("a CUDA symbol is missing");
+    if (drv_init()) return FAIL("driver initialisation failed");
+    register_kernels();
+    return 0;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* returns 1 to exit, 0 ok, -1 error (err_buf) */
+static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
+    const char *c = argv[0];
+    argc--, argv++;
+    reply_extra[0] = 0;
+    if (!strcmp(c, "exit")) return 1;
+    if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
+    if (!strcmp(c, "rt_launch_ptsz")) return cmd_rt_launch(V_PTSZ, argc, argv);
+    if (!strcmp(c, "rt_launch_stub")) return cmd_rt_launch(V_STUB, argc, argv);
+    if (!strcmp(c, "rt_launch_ex")) return cmd_rt_launch(V_EX, argc, argv);
+    if (!strcmp(c, "rt_launch_ex_ptsz")) return cmd_rt_launch(V_EX_PTSZ, argc, argv);
+    if (!strcmp(c, "rt_launch_coop")) return cmd_rt_launch(V_COOP, argc, argv);
+    if (!strcmp(c, "drv_launch")) return cmd_drv_launch(DV_PLAIN, argc, argv);
+    if (!strcmp(c, "drv_launch_ptsz")) return cmd_drv_launch(DV_PTSZ, argc, argv);
+    if (!strcmp(c, "drv_launch_ex")) return cmd_drv_launch(DV_EX, argc, argv);
+    if (!strcmp(c, "drv_launch_ex_ptsz")) return cmd_drv_launch(DV_EX_PTSZ, argc, argv);
+    if (!strcmp(c, "drv_launch_coop")) return cmd_drv_launch(DV_COOP, argc, argv);
+    if (!strcmp(c, "drv_launch_lib")) return cmd_drv_launch(DV_LIB, argc, argv);
+    if (!strcmp(c, "drv_launch_kfunc")) return cmd_drv_launch(DV_KFUNC, argc, argv);
+    if (!strcmp(c, "rt_memcpy")) return cmd_rt_memcpy(0, 0, argc, argv);
+    if (!strcmp(c, "rt_memcpy_ptds")) return cmd_rt_memcpy(0, 1, argc, argv);
+    if (!strcmp(c, "rt_memcpy_async")) return cmd_rt_memcpy(1, 0, argc, argv);
+    if (!strcmp(c, "rt_memcpy_async_ptsz")) return cmd_rt_memcpy(1, 1, argc, argv);
+    if (!strcmp(c, "drv_memcpy")) return cmd_drv_memcpy(0, 0, argc, argv);
+    if (!strcmp(c, "drv_memcpy_ptds")) return cmd_drv_memcpy(0, 1, argc, argv);
+    if (!strcmp(c, "drv_memcpy_async")) return cmd_drv_memcpy(1, 0, argc, argv);
+    if (!strcmp(c, "drv_memcpy_async_ptsz")) return cmd_drv_memcpy(1, 1, argc, argv);
+    if (!strcmp(c, "rt_memcpy2d")) return cmd_memcpy2d(0, argc, argv);
+    if (!strcmp(c, "drv_memcpy2d")) return cmd_memcpy2d(1, argc, argv);
+    if (!strcmp(c, "rt_memcpy_peer")) return cmd_memcpy_peer(0, argc, argv);
+    if (!strcmp(c, "drv_memcpy_peer")) return cmd_memcpy_peer(1, argc, argv);
+    if (!strcmp(c, "rt_malloc") || !strcmp(c, "rt_malloc_host") || !strcmp(c, "rt_malloc_managed") ||
+        !strcmp(c, "drv_malloc")) {
+        int r = cmd_alloc(c, argc, argv);
+        snprintf(reply_extra, extra_len, " failed=%d", g_failed);
+        return r;
+    }
+    if (!strcmp(c, "rt_free_all")) return cmd_free_all(0);
+    if (!strcmp(c, "drv_free_all")) return cmd_free_all(1);
+    if (!strcmp(c, "rt_sync_device") || !strcmp(c, "rt_sync_stream") || !strcmp(c, "drv_sync_stream"))
+        return cmd_sync(c, argc, argv);
+    if (!strcmp(c, "rt_stream_wait_event")) return cmd_wait_event(0, argc, argv);
+    if (!strcmp(c, "drv_stream_wait_event")) return cmd_wait_event(1, argc, argv);
+    if (!strcmp(c, "set_delay_us")) {
+        if (need_drv()) return -1;
+        if (argc != 1) return FAIL("usage: MICROSECONDS");
+        D.fakecuda_set_sync_delay_us((unsigned)atol(argv[0]));
+        return 0;
+    }
+    if (!strcmp(c, "sleep_ms")) {
+        if (argc != 1) return FAIL("usage: MILLISECONDS");
+        sleep_ms(atol(argv[0]));
+        return 0;
+    }
+    if (!strcmp(c, "lookalike_launch")) return cmd_lookalike(argc, argv);
+    if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime();
+    if (!strcmp(c, "count")) {
+        if (argc != 1) return FAIL("usage: SYMBOL");
+        unsigned long long n;
+        if (!strncmp(argv[0], "cu", 2) && argv[0][2] != 'd')
+            n = g_have_drv ? D.fakecuda_calls(argv[0]) : 0;
+        else
+            n = g_have_rt ? R.fakecudart_calls(argv[0]) : 0;
+        printf("count %s %llu\n", argv[0], n);
+        return 0;
+    }
+    return FAIL("unknown command");
+}
+
+#if LINKED
+/* nvcc emits this registration as a static constructor in every translation unit with kernels */
+__attribute__((constructor)) static void init_cuda(void) {
+    void *self = dlopen(NULL, RTLD_NOW);
+    resolve_all(HAVE_RT ? self : NULL, self);
+    if (HAVE_RT && g_have_rt) register_kernels();
+}
+#endif
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ssize_t n = readlink("/proc/self/exe", g_exe_dir, sizeof g_exe_dir - 1);
+    if (n > 0) {
+        g_exe_dir[n] = 0;
+        char *slash = strrchr(g_exe_dir, '/');
+        if (slash) *slash = 0;
+    }
+    g_src = calloc(1, SCRATCH), g_dst = calloc(1, SCRATCH);
+    if (!g_src || !g_dst) return 1;
+#if LINKED
+    if (!g_have_drv || drv_init()) {
+        fprintf(stderr, "workload: the CUDA driver did not initialise\n");
+        return 1;
+    }
+#endif
+    printf("ready %d\n", (int)getpid());
+    char line[1024];
+    while (fgets(line, sizeof line, stdin)) {
+        char *argv[32];
+        int argc = 0;
+        for (char *t = strtok(line, " \t\r\n"); t && argc < 32; t = strtok(NULL, " \t\r\n")) argv[argc++] = t;
+        if (!argc || argv[0][0] == '#') continue;
+        char extra[64];
+        int r = run(argc, argv, extra, sizeof extra);
+        if (r == 1) {
+            printf("ok exit\n");
+            break;
+        }
+        if (r < 0)
+            printf("err %s %s\n", argv[0], err_buf);
+        else
+            printf("ok %s%s\n", argv[0], extra);
+    }
+    return 0;
+}

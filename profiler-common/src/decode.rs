@@ -9,6 +9,10 @@ use core::fmt;
 use core::mem::size_of;
 
 /// A decoded record.
+///
+/// `Name` is large (a 488-byte name) but records are decoded one at a time off the ring and
+/// consumed at once, so boxing it would only add an allocation per record.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     Launch(Header, LaunchBody),

@@ -118,6 +118,14 @@ enum Ctl {
 }
 
 pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
+    // Signal handlers first: a Ctrl-C or SIGTERM that arrives while attaching (or right after
+    // the ready line) must stop the capture cleanly, not kill the process with the default
+    // action and lose the report.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| SessionError::Internal(format!("SIGINT handler: {e}")))?;
+    let mut sigterm = signal(SignalKind::terminate())
+        .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
     // Fail on an unwritable output before attaching anything.
     let mut out_file = match &opts.output {
         Some(p) => Some(File::create(p).map_err(|source| SessionError::Output {
@@ -176,8 +184,6 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
     let mut last_tick = Instant::now();
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
     let stop_reason = loop {
         let sleep_until = async {
             match deadline {
@@ -192,7 +198,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break "interrupted".to_string(),
+            _ = sigint.recv() => break "interrupted".to_string(),
             _ = sigterm.recv() => break "terminated".to_string(),
             _ = sleep_until => break "duration reached".to_string(),
             st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
@@ -245,21 +251,39 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
     drop(ctl_tx);
     let _ = agg.await;
-    drop(ebpf); // detaches every probe
-
     let read = stats.read.load(Ordering::Relaxed);
     tracing::debug!(read, submitted = submitted.total(), "records");
+    // Results first: detaching is slow (see Attacher::detach_all) and must not delay them.
+    let written = (|| {
+        if let (Some(f), Some(p)) = (out_file.as_mut(), &opts.output) {
+            let json = output::json::to_string_pretty(&report);
+            f.write_all(json.as_bytes())
+                .and_then(|_| f.write_all(b"\n"))
+                .and_then(|_| f.flush())
+                .map_err(|source| SessionError::Output {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+            eprintln!("gpuprofd: report written to {}", p.display());
+        }
+        Ok::<(), SessionError>(())
+    })();
     print!("{}", output::table::render(&report));
-    if let (Some(f), Some(p)) = (out_file.as_mut(), &opts.output) {
-        let json = output::json::to_string_pretty(&report);
-        f.write_all(json.as_bytes())
-            .and_then(|_| f.write_all(b"\n"))
-            .map_err(|source| SessionError::Output {
-                path: p.display().to_string(),
-                source,
-            })?;
-        eprintln!("gpuprofd: report written to {}", p.display());
+    let _ = std::io::stdout().flush();
+
+    let links = attacher.link_count();
+    if links > 0 {
+        eprintln!("gpuprofd: detaching {links} probes (the kernel takes about 0.1 s for each)");
     }
+    let t = std::time::Instant::now();
+    let detached = attacher.detach_all(&mut ebpf);
+    drop(ebpf);
+    tracing::debug!(
+        detached,
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "probes detached"
+    );
+    written?;
     Ok(())
 }
 

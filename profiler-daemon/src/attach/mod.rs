@@ -8,7 +8,7 @@ pub mod rules;
 use crate::api::{ApiTable, Layer};
 use crate::discovery::{CudaLibrary, elf};
 use aya::Ebpf;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
 use aya::programs::{ProgramError, UProbe};
 use placement::Placement;
 use rules::{Prog, RET_PROGS, Rule};
@@ -71,6 +71,8 @@ pub struct Attacher {
     api: ApiTable,
     libraries: HashMap<(u64, u64), LibraryAttach>,
     loaded: bool,
+    /// Every link made, by program name, so `detach_all` can release them in parallel.
+    links: Vec<(&'static str, UProbeLinkId)>,
 }
 
 impl Attacher {
@@ -139,7 +141,15 @@ impl Attacher {
             };
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
-            let error = attach_one(ebpf, lib, &rule, api, f.file_offset + placement.offset).err();
+            let error = attach_one(
+                ebpf,
+                lib,
+                &rule,
+                api,
+                f.file_offset + placement.offset,
+                &mut self.links,
+            )
+            .err();
             symbols.push(SymbolAttach {
                 symbol: f.name.clone(),
                 api,
@@ -159,6 +169,31 @@ impl Attacher {
         );
         Ok(&self.libraries[&key])
     }
+
+    /// How many probe links are attached now.
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Detaches every probe this attacher made and returns how many.
+    ///
+    /// Slow by nature: the kernel waits for RCU grace periods on every perf-event uprobe
+    /// detach, under a global mutex (perf_event_detach_bpf_prog, perf_trace_event_unreg), so
+    /// it costs ~0.1 s per link whatever the daemon does (measured: 150 links in 15 s on 6.18;
+    /// releasing them from 64 threads at once took as long). Callers write their results
+    /// first. The fix is one `uprobe_multi` link per program and library (one grace period),
+    /// which needs programs loaded with `BPF_TRACE_UPROBE_MULTI`; aya 0.14 cannot.
+    pub fn detach_all(&mut self, ebpf: &mut Ebpf) -> usize {
+        let mut n = 0;
+        for (name, id) in self.links.drain(..) {
+            let prog: Option<&mut UProbe> = ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
+                drop(link);
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 /// Attaches the entry program (and the return program when the rule has one) at `offset`.
@@ -171,6 +206,7 @@ fn attach_one(
     rule: &Rule,
     api: u16,
     offset: u64,
+    links: &mut Vec<(&'static str, UProbeLinkId)>,
 ) -> Result<(), String> {
     let mut cookie = rule.cookie;
     cookie.api = api;
@@ -187,14 +223,39 @@ fn attach_one(
             .ok_or_else(|| format!("no program {name}"))?
             .try_into()
             .map_err(|e| format!("{name}: {e}"))?;
-        let point = UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(offset),
-            cookie: Some(cookie),
+        // One transient perf_event_open failure was seen once in CI-like runs (errno not
+        // recorded then); a failed attach has no side effect, so try again before giving up.
+        let mut attempt = 0;
+        let id = loop {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(cookie),
+            };
+            match prog.attach(point, &lib.open_path, UProbeScope::AllProcesses) {
+                Ok(id) => break id,
+                Err(e) if attempt < 2 => {
+                    attempt += 1;
+                    tracing::debug!(name, offset, error = %error_chain(&e), "attach retry");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(format!("{name} at {offset:#x}: {}", error_chain(&e))),
+            }
         };
-        prog.attach(point, &lib.open_path, UProbeScope::AllProcesses)
-            .map_err(|e| format!("{name} at {offset:#x}: {e}"))?;
+        links.push((name, id));
     }
     Ok(())
+}
+
+/// An error and its sources, so a failed `perf_event_open` says which errno it got.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 /// Whether `layer` is the driver (used by the verbose listing).

@@ -29,6 +29,23 @@ pub enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Check that this machine can run the probes (kernel, privileges, BTF, uprobes, a real
+    /// uprobe round trip) and show the hook plan for each CUDA library found. Exit 0 when
+    /// capture works here, 9 when it cannot.
+    Doctor {
+        /// Also inspect these CUDA library files or directories.
+        #[arg(long = "lib", value_name = "PATH")]
+        libs: Vec<PathBuf>,
+        /// Do not look in the dynamic linker's cache for CUDA libraries.
+        #[arg(long)]
+        no_system_libs: bool,
+        /// Machine-readable output (schema gpuprofd.doctor/1).
+        #[arg(long)]
+        json: bool,
+        /// List every hooked symbol, not one sample per probe program.
+        #[arg(long)]
+        symbols: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +132,20 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = cli.capture.verbose;
     init_logging(verbose);
+    if let Some(Command::Doctor {
+        libs,
+        no_system_libs,
+        json,
+        symbols,
+    }) = &cli.command
+    {
+        return ExitCode::from(crate::doctor::run(&crate::doctor::DoctorOptions {
+            libs: libs.clone(),
+            system_libs: !no_system_libs,
+            json: *json,
+            symbols: *symbols,
+        }));
+    }
     let opts = match to_options(cli) {
         Ok(o) => o,
         Err(msg) => {
@@ -150,7 +181,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             if !p.exists() {
                 return Err(format!(
                     "demo: \"{}\" is missing; build the fake CUDA libraries first: \
-                     `cargo xtask demo` does everything, or `tests/fakecuda/build.sh {}`",
+                     `cargo xtask run` does everything, or `tests/fakecuda/build.sh {}`",
                     p.display(),
                     fake_cuda.display()
                 ));

@@ -7,6 +7,7 @@ pub mod attach;
 pub mod capture;
 pub mod cli;
 pub mod discovery;
+pub mod doctor;
 pub mod enrich;
 pub mod model;
 pub mod output;

@@ -380,3 +380,42 @@ fn nothing_lost_and_drops_reported() {
     assert!(f.stdout.contains("no records lost"), "{}", f.stdout);
     w.exit();
 }
+
+#[test]
+fn cet_runtime_probes_after_endbr64_count_exactly() {
+    // The same runtime built with -fcf-protection=full: every export starts with endbr64 and
+    // the probe goes on the instruction after it. Counts must not change.
+    let cet = fakecuda().join("lib-cet");
+    let d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        cet.to_str().unwrap(),
+    ]);
+    let mut w = Workload::spawn("workload", &[("LD_LIBRARY_PATH", cet.to_str().unwrap())]);
+    w.script(&[
+        "rt_launch vecAdd 5 8 1 1 64 1 1 0 0",
+        "rt_memcpy h2d 256 3",
+        "rt_malloc 4096 2",
+        "rt_free_all",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).unwrap_or_default();
+    assert!(
+        maps.is_empty() || maps.contains("lib-cet/libcudart.so.12"),
+        "the workload did not load the CET runtime"
+    );
+    assert_eq!(p["launches"], 5);
+    assert_eq!(kernel_calls(p, VEC_ADD), 5);
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 768);
+    assert_eq!(p["allocations"]["calls"], 2);
+    assert_eq!(p["allocations"]["frees"], 2);
+    assert_eq!(
+        api_calls(p, "cuMemcpyHtoD_v2"),
+        0,
+        "runtime copy counted twice"
+    );
+    w.exit();
+}

@@ -1,0 +1,294 @@
+//! `gpuprofd doctor`: can this machine run the probes, and what would they hook?
+//!
+//! Run it first on a new machine (the GPU validation harness does). It checks, in order: the
+//! kernel, privileges, BTF and the uprobe PMU; that the embedded eBPF object loads; a full
+//! round trip (a uprobe on a function of this very binary, called once, must produce exactly
+//! one ring-buffer record); and, for every CUDA library found, the hook plan: which exported
+//! symbols match a rule, their entry bytes and the probe offset the placement picks. The plan
+//! needs no BPF, so it is useful even where BPF is unavailable (gVisor), for comparing the real
+//! libraries' shapes against the fake ones.
+
+use crate::attach::{placement, rules};
+use crate::capture;
+use crate::discovery::{self, CudaLibrary, elf};
+use aya::programs::UProbe;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use profiler_common::cookie::Cookie;
+use profiler_common::kind;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// Options of `gpuprofd doctor`.
+#[derive(Debug, Clone)]
+pub struct DoctorOptions {
+    pub libs: Vec<PathBuf>,
+    pub system_libs: bool,
+    pub json: bool,
+    /// List every matched symbol (else a per-library summary and a sample).
+    pub symbols: bool,
+}
+
+/// One check's outcome.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+}
+
+/// The function the round-trip check probes. `#[inline(never)]` and `black_box` keep it a real
+/// call with a real entry.
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuprofd_doctor_probe_target(x: u64) -> u64 {
+    std::hint::black_box(x).wrapping_add(1)
+}
+
+/// The file offset of `addr` in this process's executable mappings, and the file.
+fn own_file_offset(addr: u64) -> Option<(PathBuf, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let m = discovery::parse_maps(&maps)
+        .into_iter()
+        .find(|m| m.start <= addr && addr < m.end)?;
+    Some((PathBuf::from(m.path), addr - m.start + m.offset))
+}
+
+fn capabilities() -> (bool, String) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let has = |c: u32| eff & (1u64 << c) != 0;
+    let names = [
+        ("CAP_BPF", has(CAP_BPF)),
+        ("CAP_PERFMON", has(CAP_PERFMON)),
+        ("CAP_SYS_ADMIN", has(CAP_SYS_ADMIN)),
+    ];
+    let ok = has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+    let detail = names
+        .iter()
+        .map(|(n, h)| format!("{n}={}", if *h { "yes" } else { "no" }))
+        .collect::<Vec<_>>()
+        .join(" ");
+    (ok, detail)
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Loads the object, probes `gpuprofd_doctor_probe_target`, calls it 3 times, and checks that
+/// exactly 3 SYNC records were submitted (entry-only cookie: one record per call).
+fn round_trip() -> Result<String, String> {
+    let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
+    capture::set_filter(&mut ebpf, None).map_err(|e| format!("{e:#}"))?;
+    let target = gpuprofd_doctor_probe_target as *const () as u64;
+    let (exe, off) = own_file_offset(target)
+        .ok_or("could not find this binary's own code in /proc/self/maps")?;
+    let prog: &mut UProbe = ebpf
+        .program_mut(rules::Prog::SyncEntry.name())
+        .ok_or("the eBPF object has no sync_entry program")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    prog.load()
+        .map_err(|e| format!("loading sync_entry: {e}"))?;
+    let cookie = Cookie::new(0).pack();
+    prog.attach(
+        UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(off),
+            cookie: Some(cookie),
+        },
+        &exe,
+        UProbeScope::AllProcesses,
+    )
+    .map_err(|e| format!("attaching a uprobe to {}+{off:#x}: {e}", exe.display()))?;
+    for i in 0..3 {
+        std::hint::black_box(gpuprofd_doctor_probe_target(std::hint::black_box(i)));
+    }
+    let sub = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)
+        .map_err(|e| format!("{e:#}"))?;
+    let drops =
+        capture::read_counts(&ebpf, profiler_common::maps::DROPS).map_err(|e| format!("{e:#}"))?;
+    let n = sub.0[kind::SYNC as usize];
+    if n == 3 {
+        Ok(format!(
+            "3 calls, 3 records through the ring buffer (uprobe at {}+{off:#x})",
+            exe.display()
+        ))
+    } else {
+        Err(format!(
+            "3 calls produced {n} records ({} dropped): uprobes attach but do not fire here",
+            drops.total()
+        ))
+    }
+}
+
+fn plan(lib: &CudaLibrary, all_symbols: bool) -> Value {
+    let info = match elf::read_elf(&lib.open_path) {
+        Ok(i) => i,
+        Err(e) => return json!({"path": lib.display, "error": e.to_string()}),
+    };
+    let mut syms = Vec::new();
+    let mut emulated = 0;
+    for f in &info.exports {
+        let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
+            continue;
+        };
+        let p = placement::choose(&f.entry_bytes, f.vaddr);
+        if p.offset != 0 {
+            emulated += 1;
+        }
+        syms.push(json!({
+            "symbol": f.name,
+            "program": rule.prog.name(),
+            "return_probe": rule.has_return(),
+            "entry_offset": format!("{:#x}", f.file_offset),
+            "entry_bytes": f.entry_bytes.iter().take(16).map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" "),
+            "probe_at": format!("+{:#x}", p.offset),
+            "site": p.site_insn,
+            "reason": format!("{:?}", p.reason),
+        }));
+    }
+    let matched = syms.len();
+    if !all_symbols {
+        // a sample that covers each program once
+        let mut seen = std::collections::HashSet::new();
+        syms.retain(|s| seen.insert(s["program"].as_str().unwrap_or("").to_owned()));
+    }
+    json!({
+        "path": lib.display,
+        "soname": lib.soname,
+        "layer": crate::attach::layer_label(lib.layer),
+        "build_id": info.build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+        "exports": info.exports.len(),
+        "hooked_symbols": matched,
+        "probes_after_entry": emulated,
+        "symbols": syms,
+    })
+}
+
+/// Runs the checks; returns the process exit code (0: the probes can run here; 9: they cannot).
+pub fn run(opts: &DoctorOptions) -> u8 {
+    let mut checks = Vec::new();
+    checks.push(Check {
+        name: "kernel",
+        ok: true,
+        detail: kernel_release(),
+    });
+    let (caps_ok, caps) = capabilities();
+    checks.push(Check {
+        name: "privileges",
+        ok: caps_ok,
+        detail: if caps_ok {
+            caps
+        } else {
+            format!("{caps}: run as root (sudo) or grant CAP_BPF and CAP_PERFMON")
+        },
+    });
+    let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
+    checks.push(Check {
+        name: "btf",
+        ok: btf,
+        detail: if btf {
+            "/sys/kernel/btf/vmlinux present".into()
+        } else {
+            "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)".into()
+        },
+    });
+    let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
+    checks.push(Check {
+        name: "uprobe_pmu",
+        ok: pmu,
+        detail: if pmu {
+            "uprobe PMU present".into()
+        } else {
+            "no uprobe PMU in /sys/bus/event_source/devices (CONFIG_UPROBE_EVENTS off, or a sandbox such as gVisor)".into()
+        },
+    });
+    let rt = round_trip();
+    let bpf_ok = rt.is_ok();
+    checks.push(Check {
+        name: "bpf_round_trip",
+        ok: bpf_ok,
+        detail: rt.unwrap_or_else(|e| e),
+    });
+
+    let mut paths = discovery::expand_lib_args(&opts.libs);
+    if opts.system_libs {
+        paths.extend(discovery::system_libraries());
+    }
+    let mut scanner = discovery::Scanner::new();
+    let mut libs: Vec<CudaLibrary> = Vec::new();
+    for p in &paths {
+        if let Some(l) = scanner.add_file(p)
+            && !libs.iter().any(|x| (x.dev, x.ino) == (l.dev, l.ino))
+        {
+            libs.push(l);
+        }
+    }
+    let plans: Vec<Value> = libs.iter().map(|l| plan(l, opts.symbols)).collect();
+
+    if opts.json {
+        let v = json!({
+            "schema": "gpuprofd.doctor/1",
+            "ok": bpf_ok,
+            "checks": checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
+            "libraries": plans,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into())
+        );
+    } else {
+        for c in &checks {
+            let mark = if c.ok { "ok  " } else { "FAIL" };
+            println!("{mark} {:<15} {}", c.name, c.detail);
+        }
+        if plans.is_empty() {
+            println!(
+                "no CUDA driver or runtime library found (give files or directories with --lib)"
+            );
+        }
+        for p in &plans {
+            if let Some(e) = p.get("error") {
+                println!("\n{}: {e}", p["path"].as_str().unwrap_or(""));
+                continue;
+            }
+            println!(
+                "\n{} ({}, {}): {} exports, {} hooked, {} probes placed after the entry",
+                p["path"].as_str().unwrap_or(""),
+                p["soname"].as_str().unwrap_or(""),
+                p["layer"].as_str().unwrap_or(""),
+                p["exports"],
+                p["hooked_symbols"],
+                p["probes_after_entry"],
+            );
+            for s in p["symbols"].as_array().into_iter().flatten() {
+                println!(
+                    "  {:<34} {:<17} {:>9} {:<6} {:<40} {}",
+                    s["symbol"].as_str().unwrap_or(""),
+                    s["program"].as_str().unwrap_or(""),
+                    s["entry_offset"].as_str().unwrap_or(""),
+                    s["probe_at"].as_str().unwrap_or(""),
+                    s["site"].as_str().unwrap_or(""),
+                    s["entry_bytes"].as_str().unwrap_or(""),
+                );
+            }
+        }
+        println!(
+            "\n{}",
+            if bpf_ok {
+                "gpuprofd can capture on this machine"
+            } else {
+                "gpuprofd CANNOT capture on this machine (see FAIL above); the hook plan above needs no BPF"
+            }
+        );
+    }
+    if bpf_ok { 0 } else { 9 }
+}

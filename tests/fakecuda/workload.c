@@ -43,6 +43,7 @@
     X(cudaMemcpyAsync) X(cudaMemcpyAsync_ptsz) X(cudaMemcpy2D) X(cudaMemcpyPeer) X(cudaMalloc) X(cudaFree) \
     X(cudaMallocHost) X(cudaMallocManaged) X(cudaDeviceSynchronize) X(cudaStreamSynchronize)              \
     X(cudaStreamWaitEvent) X(cudaStreamCreate) X(cudaEventCreate) X(__cudaRegisterFatBinary)               \
+    X(cudaGraphInstantiate) X(cudaGraphLaunch)                                                            \
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls)
 
 #define DRV_API(X)                                                                                      \
@@ -55,6 +56,9 @@
     X(cuMemcpyHtoDAsync_v2_ptsz) X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2_ptsz)              \
     X(cuMemcpy2D_v2) X(cuMemcpyPeer) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuStreamCreate)                 \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(fakecuda_calls)                      \
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocPitch_v2) X(cuMemHostAlloc) X(cuMemFreeHost)       \
+    X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) X(cuGraphInstantiate) X(cuGraphLaunch)     \
+    X(cuGraphLaunch_ptsz)                                                                               \
     X(fakecuda_set_sync_delay_us)
 
 static struct {
@@ -461,6 +465,86 @@ static int cmd_wait_event(int drv, int argc, char **argv) {
     return 0;
 }
 
+/* drv_malloc_async BYTES COUNT STREAM | drv_free_async_all STREAM | drv_malloc_pitch W H COUNT |
+ * drv_host_alloc BYTES COUNT (freed at once with cuMemFreeHost) | drv_vmm BYTES COUNT
+ * (cuMemCreate + cuMemMap + cuMemUnmap + cuMemRelease each) */
+static struct alloc_list drv_async;
+static int cmd_drv_mem(const char *c, int argc, char **argv) {
+    if (need_drv()) return -1;
+    CUstream s = NULL;
+    if (!strcmp(c, "drv_malloc_async")) {
+        if (argc != 3) return FAIL("usage: BYTES COUNT STREAM");
+        if (drv_stream((unsigned)atoi(argv[2]), &s)) return -1;
+        for (long i = 0, n = atol(argv[1]); i < n; i++) {
+            CUdeviceptr p;
+            if (D.cuMemAllocAsync(&p, (size_t)atol(argv[0]), s)) return FAIL("cuMemAllocAsync failed");
+            if (drv_async.n == MAXA) return FAIL("too many");
+            drv_async.p[drv_async.n++] = (void *)(uintptr_t)p;
+        }
+        return 0;
+    }
+    if (!strcmp(c, "drv_free_async_all")) {
+        if (argc != 1) return FAIL("usage: STREAM");
+        if (drv_stream((unsigned)atoi(argv[0]), &s)) return -1;
+        for (unsigned i = 0; i < drv_async.n; i++)
+            if (D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)drv_async.p[i], s)) return FAIL("cuMemFreeAsync failed");
+        drv_async.n = 0;
+        return 0;
+    }
+    if (!strcmp(c, "drv_malloc_pitch")) {
+        if (argc != 3) return FAIL("usage: WIDTH HEIGHT COUNT");
+        for (long i = 0, n = atol(argv[2]); i < n; i++) {
+            CUdeviceptr p;
+            size_t pitch;
+            if (D.cuMemAllocPitch_v2(&p, &pitch, (size_t)atol(argv[0]), (size_t)atol(argv[1]), 4))
+                return FAIL("cuMemAllocPitch_v2 failed");
+        }
+        return 0;
+    }
+    if (!strcmp(c, "drv_host_alloc")) {
+        if (argc != 2) return FAIL("usage: BYTES COUNT");
+        for (long i = 0, n = atol(argv[1]); i < n; i++) {
+            void *p;
+            if (D.cuMemHostAlloc(&p, (size_t)atol(argv[0]), 0)) return FAIL("cuMemHostAlloc failed");
+            if (D.cuMemFreeHost(p)) return FAIL("cuMemFreeHost failed");
+        }
+        return 0;
+    }
+    if (!strcmp(c, "drv_vmm")) {
+        if (argc != 2) return FAIL("usage: BYTES COUNT");
+        size_t bytes = (size_t)atol(argv[0]);
+        for (long i = 0, n = atol(argv[1]); i < n; i++) {
+            CUmemGenericAllocationHandle h;
+            CUdeviceptr va = 0x7f0000000000ull;
+            if (D.cuMemCreate(&h, bytes, NULL, 0)) return FAIL("cuMemCreate failed");
+            if (D.cuMemMap(va, bytes, 0, h, 0) || D.cuMemUnmap(va, bytes)) return FAIL("cuMemMap/Unmap failed");
+            if (D.cuMemRelease(h)) return FAIL("cuMemRelease failed");
+        }
+        return 0;
+    }
+    return FAIL("unknown command");
+}
+
+/* rt_graph_launch / drv_graph_launch / drv_graph_launch_ptsz COUNT STREAM */
+static int cmd_graph(const char *c, int argc, char **argv) {
+    int drv = c[0] == 'd';
+    if (drv ? need_drv() : need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: COUNT STREAM");
+    static CUgraphExec dg;
+    static cudaGraphExec_t rg;
+    CUstream ds = NULL;
+    cudaStream_t rs = NULL;
+    if (drv ? drv_stream((unsigned)atoi(argv[1]), &ds) : rt_stream((unsigned)atoi(argv[1]), &rs)) return -1;
+    if (drv && !dg && D.cuGraphInstantiate(&dg, NULL, 0)) return FAIL("cuGraphInstantiate failed");
+    if (!drv && !rg && R.cudaGraphInstantiate(&rg, NULL, 0)) return FAIL("cudaGraphInstantiate failed");
+    int pt = strstr(c, "_ptsz") != NULL;
+    for (long i = 0, n = atol(argv[0]); i < n; i++) {
+        int r = !drv ? R.cudaGraphLaunch(rg, rs) : pt ? D.cuGraphLaunch_ptsz(dg, ds) : D.cuGraphLaunch(dg, ds);
+        if (r) return FAIL("graph launch %ld returned %d", i, r);
+    }
+    return 0;
+}
+
 static char g_exe_dir[4096];
 
 /* lookalike_launch COUNT: calls liblookalike.so's cuLaunchKernel (not CUDA at all) */
@@ -532,6 +616,11 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
         snprintf(reply_extra, extra_len, " failed=%d", g_failed);
         return r;
     }
+    if (!strncmp(c, "drv_malloc_", 11) || !strcmp(c, "drv_free_async_all") || !strcmp(c, "drv_host_alloc") ||
+        !strcmp(c, "drv_vmm"))
+        return cmd_drv_mem(c, argc, argv);
+    if (!strcmp(c, "rt_graph_launch") || !strcmp(c, "drv_graph_launch") || !strcmp(c, "drv_graph_launch_ptsz"))
+        return cmd_graph(c, argc, argv);
     if (!strcmp(c, "rt_free_all")) return cmd_free_all(0);
     if (!strcmp(c, "drv_free_all")) return cmd_free_all(1);
     if (!strcmp(c, "rt_sync_device") || !strcmp(c, "rt_sync_stream") || !strcmp(c, "drv_sync_stream"))

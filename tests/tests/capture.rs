@@ -419,3 +419,58 @@ fn cet_runtime_probes_after_endbr64_count_exactly() {
     );
     w.exit();
 }
+
+#[test]
+fn driver_allocation_variants_vmm_and_graphs() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "drv_malloc_async 1000 2 1",
+        "drv_free_async_all 1",
+        "drv_malloc_pitch 100 10 1",
+        "drv_host_alloc 2048 1",
+        "drv_vmm 2097152 1",
+        "rt_graph_launch 3 0",
+        "drv_graph_launch 2 1",
+        "drv_graph_launch_ptsz 1 0",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    let a = &p["allocations"];
+    // pitch: the fake rounds a 100-byte row up to 512; bytes = *pitch × height = 5120
+    assert_eq!(a["calls"], 2 + 1 + 1 + 1);
+    assert_eq!(a["failed"], 0);
+    assert_eq!(a["bytes"], 2000 + 5120 + 2048 + 2097152);
+    assert_eq!(a["frees"], 2 + 1 + 1);
+    assert_eq!(a["live_bytes"], 5120);
+    assert_eq!(a["peak_bytes"], 5120 + 2097152);
+    let k = &a["by_kind"];
+    assert_eq!(
+        (&k["async"]["calls"], &k["async"]["bytes"]),
+        (&2.into(), &2000.into())
+    );
+    assert_eq!(k["pitched"]["bytes"], 5120);
+    assert_eq!(k["host_pinned"]["bytes"], 2048);
+    assert_eq!(k["vmm"]["bytes"], 2097152);
+    for (name, n) in [
+        ("cuMemAllocAsync", 2),
+        ("cuMemFreeAsync", 2),
+        ("cuMemAllocPitch_v2", 1),
+        ("cuMemHostAlloc", 1),
+        ("cuMemFreeHost", 1),
+        ("cuMemCreate", 1),
+        ("cuMemMap", 1),
+        ("cuMemUnmap", 1),
+        ("cuMemRelease", 1),
+        ("cudaGraphLaunch", 3),
+        ("cuGraphLaunch", 2),
+        ("cuGraphLaunch_ptsz", 1),
+    ] {
+        assert_eq!(api_calls(p, name), n, "{name}");
+    }
+    // Graph launches are counted as graph launches, never as kernel launches.
+    assert_eq!(p["graphs"]["launches"], 3 + 2 + 1);
+    assert_eq!(p["launches"], 0);
+    w.exit();
+}

@@ -79,7 +79,15 @@ fn unwritable_output_fails_before_attaching() {
 #[test]
 fn not_root_says_which_capability() {
     require_bpf();
-    let lib = fakecuda().join("lib");
+    // The unprivileged user must be able to reach the binary and the library even when the
+    // checkout lives somewhere it cannot read (CI clones under /root): copy both to /tmp.
+    let dir = TempDir::new("nonroot");
+    let bin = dir.path().join("gpuprofd");
+    let lib = dir.path().join("libcuda.so.1");
+    std::fs::copy(daemon_bin(), &bin).unwrap();
+    std::fs::copy(fakecuda().join("lib/libcuda.so.1"), &lib).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = std::process::Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -88,7 +96,7 @@ fn not_root_says_which_capability() {
             "--inh-caps=-all",
             "--bounding-set=-all",
         ])
-        .arg(daemon_bin())
+        .arg(&bin)
         .args([
             "--all-jobs",
             "--no-system-libs",

@@ -8,6 +8,9 @@
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
+# $CFLAGS is split into words on purpose (POSIX sh has no arrays), and the single-quoted
+# $ORIGIN / regex strings must reach gcc and grep unexpanded.
+# shellcheck disable=SC2086,SC2016
 set -eu
 SRC=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-$SRC/../../target/fakecuda}

@@ -1,0 +1,370 @@
+#!/usr/bin/env bash
+# GPU validation harness: runs gpuprofd (built elsewhere and carried here) against real CUDA
+# workloads and sets its counts against independent ones (torch.profiler/CUPTI, the
+# workloads' own bookkeeping). Writes OUT/results.json and OUT/summary.md.
+#
+#   scripts/gpu-validate.sh [--bin PATH] [--out DIR] [--steps N] [--only LIST] [--dry-run]
+#
+#   --bin PATH   the gpuprofd binary (default: ./gpuprofd, else target/release/gpuprofd)
+#   --out DIR    where to write (default: gpu-validation-<UTC date>)
+#   --steps N    measured steps per workload (default 20)
+#   --only LIST  comma-separated step names (see the plan) to run a subset
+#   --lib PATH   also give this CUDA library file or directory to the doctor step (repeatable)
+#   --dry-run    check prerequisites and print the plan; run nothing on the GPU
+#
+# Steps, in order (each is independent; a failure is recorded as a finding, never hidden):
+#   doctor       gpuprofd doctor --json: do BPF programs load and uprobes fire here? hook plan
+#                of the real driver and every runtime found (entry bytes, probe offsets)
+#   procaddr     where cuGetProcAddress_v2 pointers land versus the exported symbols
+#   coverage     under gpuprofd --all-jobs, each workload with torch.profiler counting:
+#                torch_cnn eager / amp / compile, cublas_gemm, torch_graphs, cupy_raw, jax_jit
+#   live         a training loop started before gpuprofd, attached with --pid after warm-up
+#   attribution  two jobs at once in different cgroups, each job's totals against its own count
+#   overhead     median step time with no profiler / gpuprofd / torch.profiler
+#                (launch-bound and compute-bound loops)
+#   nvml         nvidia-smi --query-gpu / --query-compute-apps during a run
+# Without BPF (doctor fails) only doctor, procaddr and nvml run; the rest is recorded blocked.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+WL="$HERE/gpu-workloads"
+BIN=""
+OUT=""
+STEPS=20
+ONLY=""
+DRY=0
+EXTRA_LIBS=()
+ALL_STEPS="doctor procaddr coverage live attribution overhead nvml"
+
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --bin) BIN=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    --lib) EXTRA_LIBS+=(--lib "$2"); shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu-validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+case "$STEPS" in '' | *[!0-9]*) echo "gpu-validate: --steps needs a number" >&2; exit 2 ;; esac
+if [ -z "$BIN" ]; then
+    if [ -x ./gpuprofd ]; then BIN=./gpuprofd; else BIN="$ROOT/target/release/gpuprofd"; fi
+fi
+[ -n "$OUT" ] || OUT="gpu-validation-$(date -u +%Y%m%dT%H%M%SZ)"
+PY=${PYTHON:-python3}
+
+wanted() { # STEP
+    [ -z "$ONLY" ] && return 0
+    case ",$ONLY," in *",$1,"*) return 0 ;; esac
+    return 1
+}
+if [ -n "$ONLY" ]; then
+    for s in ${ONLY//,/ }; do
+        case " $ALL_STEPS " in *" $s "*) ;; *) echo "gpu-validate: unknown step '$s' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+    done
+fi
+
+# ---- prerequisites ----------------------------------------------------------------------
+MISSING=()
+have_py_mod() { "$PY" -c "import $1" >/dev/null 2>&1; }
+check() { # NAME OK(0/1) DETAIL
+    if [ "$2" = 0 ]; then printf '  ok       %-16s %s\n' "$1" "$3"; else printf '  MISSING  %-16s %s\n' "$1" "$3"; MISSING+=("$1"); fi
+}
+echo "gpu-validate: prerequisites"
+if [ -x "$BIN" ]; then check gpuprofd 0 "$BIN ($("$BIN" --version 2>/dev/null || echo '?'))"; else check gpuprofd 1 "$BIN is not an executable: build with 'cargo xtask build' and carry target/release/gpuprofd"; fi
+if [ "$(id -u)" = 0 ]; then check root 0 "uid 0"; else check root 1 "run as root (BPF and uprobes)"; fi
+if command -v "$PY" >/dev/null 2>&1; then check python3 0 "$("$PY" --version 2>&1)"; else check python3 1 "no $PY"; fi
+if command -v nvidia-smi >/dev/null 2>&1; then check nvidia-smi 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU answered')"; else check nvidia-smi 1 "not on PATH"; fi
+for m in torch triton cupy jax; do
+    if have_py_mod "$m"; then check "$m" 0 "importable"; else check "$m" 1 "not importable (its workloads are recorded as not run)"; fi
+done
+if [ -w /sys/fs/cgroup ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then check cgroup-v2 0 "/sys/fs/cgroup writable"; else check cgroup-v2 1 "attribution runs without separate cgroups"; fi
+
+echo "gpu-validate: plan (output in $OUT, $STEPS measured steps per workload)"
+for s in $ALL_STEPS; do
+    if wanted "$s"; then echo "  run   $s"; else echo "  skip  $s"; fi
+done
+if [ "$DRY" = 1 ]; then
+    echo "gpu-validate: dry run: nothing executed (${#MISSING[@]} prerequisites missing${MISSING[*]:+: ${MISSING[*]}})"
+    exit 0
+fi
+for req in gpuprofd root python3; do
+    case " ${MISSING[*]} " in *" $req "*) echo "gpu-validate: cannot run without $req" >&2; exit 1 ;; esac
+done
+
+mkdir -p "$OUT/runs"
+OUT=$(cd "$OUT" && pwd)
+RUNS="$OUT/runs.jsonl"
+: >"$RUNS"
+json_str() { "$PY" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+record() { # NAME KIND MODE REPORT ERROR RESULT...
+    local name=$1 kind=$2 mode=$3 report=$4 err=$5
+    shift 5
+    local res="[" sep=""
+    for r in "$@"; do res="$res$sep$(json_str "$r")"; sep=","; done
+    res="$res]"
+    printf '{"name":%s,"kind":%s,"mode":%s,"report":%s,"error":%s,"results":%s}\n' \
+        "$(json_str "$name")" "$(json_str "$kind")" "$(json_str "$mode")" \
+        "$([ -n "$report" ] && json_str "$report" || echo null)" \
+        "$([ -n "$err" ] && json_str "$err" || echo null)" "$res" >>"$RUNS"
+}
+
+wait_line() { # FILE PATTERN SECONDS -> 0 when a line matches
+    local i=0
+    while [ "$i" -lt $(($3 * 10)) ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# Starts gpuprofd --all-jobs in the background; sets DPID. Waits for its ready line.
+start_daemon() { # NAME [extra args...]
+    local name=$1
+    shift
+    "$BIN" --all-jobs --no-live --output "$OUT/runs/$name.report.json" "$@" \
+        >"$OUT/runs/$name.gpuprofd.out" 2>"$OUT/runs/$name.gpuprofd.err" &
+    DPID=$!
+    if ! wait_line "$OUT/runs/$name.gpuprofd.err" "gpuprofd: ready" 60; then
+        kill -INT "$DPID" 2>/dev/null || true
+        wait "$DPID" 2>/dev/null || true
+        return 1
+    fi
+}
+stop_daemon() {
+    kill -INT "$DPID" 2>/dev/null || true
+    wait "$DPID" 2>/dev/null || true
+}
+
+# ---- environment ---------------------------------------------------------------------------
+ENV_JSON="$OUT/env.json"
+"$PY" - "$ENV_JSON" "$BIN" <<'PYEOF'
+import json, os, platform, subprocess, sys, datetime
+def sh(*a):
+    try:
+        return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception as e:
+        return f"unavailable ({e.__class__.__name__})"
+env = {
+    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
+    "kernel": platform.release(),
+    "gpu": sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"),
+    "driver": sh("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
+    "gpuprofd": sh(sys.argv[2], "--version"),
+}
+for mod, attr in (("torch", "__version__"), ("triton", "__version__"), ("cupy", "__version__"), ("jax", "__version__")):
+    try:
+        m = __import__(mod)
+        env[mod] = getattr(m, attr, "?")
+        if mod == "torch":
+            env["torch_cuda"] = m.version.cuda
+    except Exception:
+        env[mod] = "not importable"
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+PYEOF
+
+# Every CUDA runtime on the machine (system and pip wheels) for the hook plan.
+find_runtimes() {
+    {
+        ldconfig -p 2>/dev/null | awk '/libcudart\.so|libcuda\.so\.1/ {print $NF}'
+        "$PY" - <<'PYEOF' 2>/dev/null || true
+import site, glob, os
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcudart.so*")) + glob.glob(os.path.join(d, "torch", "lib", "libcudart*.so*")):
+        print(p)
+PYEOF
+    } | sort -u
+}
+
+BPF_OK=0
+DOCTOR=""
+if wanted doctor; then
+    echo "gpu-validate: doctor"
+    DOCTOR="$OUT/doctor.json"
+    LIBARGS=("${EXTRA_LIBS[@]}")
+    while IFS= read -r l; do [ -n "$l" ] && LIBARGS+=(--lib "$l"); done < <(find_runtimes)
+    if "$BIN" doctor --json --symbols "${LIBARGS[@]}" >"$DOCTOR" 2>"$OUT/doctor.err"; then BPF_OK=1; fi
+    "$BIN" doctor "${LIBARGS[@]}" >"$OUT/doctor.txt" 2>&1 || true
+    if [ "$BPF_OK" = 1 ]; then echo "  BPF works here"; else echo "  BPF does NOT work here: capture steps are recorded as blocked (see $OUT/doctor.txt)"; fi
+else
+    BPF_OK=1 # assumed: the caller chose to skip the check
+fi
+
+PROCADDR=""
+if wanted procaddr; then
+    echo "gpu-validate: procaddr"
+    PROCADDR="$OUT/procaddr.json"
+    "$PY" "$WL/procaddr.py" --out "$PROCADDR" 2>"$OUT/procaddr.err" || { echo "  procaddr failed (see $OUT/procaddr.err)"; PROCADDR=""; }
+fi
+
+blocked() { record "$1" "$2" "" "" "blocked: BPF programs cannot run on this machine (gpuprofd doctor)"; }
+
+# ---- coverage ------------------------------------------------------------------------------
+coverage_run() { # NAME MODULE SCRIPT [args...]
+    local name=$1 module=$2 script=$3
+    shift 3
+    if ! have_py_mod "$module"; then record "$name" coverage "" "" "$module is not importable"; return; fi
+    if [ "$BPF_OK" != 1 ]; then blocked "$name" coverage; return; fi
+    echo "  $name"
+    local res="$OUT/runs/$name.result.json"
+    if "$BIN" --all-jobs --no-live --output "$OUT/runs/$name.report.json" -- \
+        "$PY" "$WL/$script" --out "$res" --steps "$STEPS" "$@" \
+        >"$OUT/runs/$name.gpuprofd.out" 2>"$OUT/runs/$name.gpuprofd.err"; then
+        record "$name" coverage "" "$OUT/runs/$name.report.json" "" "$res"
+    else
+        record "$name" coverage "" "" "gpuprofd or the workload failed: see runs/$name.gpuprofd.err"
+    fi
+}
+if wanted coverage; then
+    echo "gpu-validate: coverage"
+    coverage_run torch_cnn_eager torch torch_cnn.py --mode eager --profile
+    coverage_run torch_cnn_amp torch torch_cnn.py --mode amp --profile
+    coverage_run torch_cnn_compile triton torch_cnn.py --mode compile --profile
+    coverage_run cublas_gemm torch cublas_gemm.py --profile
+    coverage_run torch_graphs torch torch_graphs.py --profile
+    coverage_run cupy_raw cupy cupy_raw.py
+    coverage_run jax_jit jax jax_jit.py
+fi
+
+# ---- live attach -----------------------------------------------------------------------------
+if wanted live; then
+    echo "gpu-validate: live attach (--pid)"
+    if ! have_py_mod torch; then
+        record live live "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked live live
+    else
+        res="$OUT/runs/live.result.json"
+        "$PY" "$WL/torch_cnn.py" --mode eager --hold --profile --out "$res" --steps "$STEPS" \
+            >"$OUT/runs/live.workload.out" 2>"$OUT/runs/live.workload.err" &
+        WPID=$!
+        if wait_line "$OUT/runs/live.workload.out" "^held " 300; then
+            "$BIN" --pid "$WPID" --no-live --output "$OUT/runs/live.report.json" \
+                >"$OUT/runs/live.gpuprofd.out" 2>"$OUT/runs/live.gpuprofd.err" &
+            DPID=$!
+            if wait_line "$OUT/runs/live.gpuprofd.err" "gpuprofd: ready" 60; then
+                kill -USR1 "$WPID"
+                wait "$WPID" || true
+                stop_daemon
+                record live live "" "$OUT/runs/live.report.json" "" "$res"
+            else
+                kill "$WPID" 2>/dev/null || true
+                stop_daemon
+                record live live "" "" "gpuprofd --pid did not become ready: see runs/live.gpuprofd.err"
+            fi
+        else
+            kill "$WPID" 2>/dev/null || true
+            record live live "" "" "the workload never reached its hold point: see runs/live.workload.err"
+        fi
+    fi
+fi
+
+# ---- attribution -----------------------------------------------------------------------------
+run_in_cgroup() { # CGROUP CMD... (cgroup may be empty)
+    local cg=$1
+    shift
+    if [ -n "$cg" ]; then
+        (echo "$BASHPID" >"$cg/cgroup.procs" && exec "$@")
+    else
+        "$@"
+    fi
+}
+if wanted attribution; then
+    echo "gpu-validate: attribution (two jobs at once)"
+    if ! have_py_mod torch; then
+        record attribution attribution "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked attribution attribution
+    elif start_daemon attribution; then
+        CGA="" CGB=""
+        if [ -w /sys/fs/cgroup ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+            CGA=/sys/fs/cgroup/gpuprofd-val-job-a
+            CGB=/sys/fs/cgroup/gpuprofd-val-job-b
+            mkdir -p "$CGA" "$CGB"
+        fi
+        run_in_cgroup "$CGA" "$PY" "$WL/torch_cnn.py" --mode eager --profile --out "$OUT/runs/attr_a.result.json" --steps "$STEPS" 2>"$OUT/runs/attr_a.err" &
+        A=$!
+        run_in_cgroup "$CGB" "$PY" "$WL/cublas_gemm.py" --profile --out "$OUT/runs/attr_b.result.json" --steps "$STEPS" 2>"$OUT/runs/attr_b.err" &
+        B=$!
+        wait "$A" || true
+        wait "$B" || true
+        stop_daemon
+        [ -n "$CGA" ] && rmdir "$CGA" "$CGB" 2>/dev/null || true
+        record attribution attribution "" "$OUT/runs/attribution.report.json" "" \
+            "$OUT/runs/attr_a.result.json" "$OUT/runs/attr_b.result.json"
+    else
+        record attribution attribution "" "" "gpuprofd --all-jobs did not become ready: see runs/attribution.gpuprofd.err"
+    fi
+fi
+
+# ---- overhead --------------------------------------------------------------------------------
+overhead_run() { # NAME SCRIPT [args...]
+    local name=$1 script=$2
+    shift 2
+    local n=$((STEPS * 3))
+    echo "  $name: none"
+    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_none.json" --steps "$n" "$@" 2>/dev/null &&
+        record "oh_${name}_none" overhead none "" "" "$OUT/runs/oh_${name}_none.json"
+    echo "  $name: torch.profiler"
+    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
+        record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
+    if [ "$BPF_OK" = 1 ]; then
+        echo "  $name: gpuprofd"
+        "$BIN" --all-jobs --no-live --output "$OUT/runs/oh_${name}_gpuprofd.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
+            record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
+    else
+        blocked "oh_${name}_gpuprofd" overhead
+    fi
+}
+if wanted overhead; then
+    echo "gpu-validate: overhead"
+    if have_py_mod torch; then
+        overhead_run launch_bound launch_bound.py
+        overhead_run compute_bound torch_cnn.py --mode eager --batch 512
+    else
+        record overhead overhead "" "" "torch is not importable"
+    fi
+fi
+
+# ---- NVML ------------------------------------------------------------------------------------
+NVML=""
+if wanted nvml && command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu-validate: nvml (nvidia-smi during a run)"
+    NVML="$OUT/nvml.json"
+    if have_py_mod torch; then
+        "$PY" "$WL/launch_bound.py" --out "$OUT/runs/nvml.result.json" --steps $((STEPS * 10)) 2>/dev/null &
+        NP=$!
+        sleep 3
+    fi
+    "$PY" - "$NVML" <<'PYEOF'
+import json, subprocess, sys
+def q(*a):
+    r = subprocess.run(["nvidia-smi", *a, "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    return [l.strip() for l in r.stdout.splitlines() if l.strip()]
+json.dump({
+    "query_gpu": q("--query-gpu=index,utilization.gpu,memory.used,memory.total"),
+    "query_compute_apps": q("--query-compute-apps=pid,used_memory"),
+    "gpuprofd": "NVML correlation is not implemented yet (issue 6); nothing to compare against",
+}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+    [ -n "${NP:-}" ] && wait "$NP" 2>/dev/null || true
+fi
+
+# ---- compare ---------------------------------------------------------------------------------
+"$PY" - "$OUT" "$RUNS" "$ENV_JSON" "$DOCTOR" "$PROCADDR" "$NVML" <<'PYEOF'
+import json, sys
+out, runs, env, doctor, procaddr, nvml = sys.argv[1:7]
+man = {"env": json.load(open(env)), "doctor": doctor or None, "procaddr": procaddr or None,
+       "nvml": nvml or None, "runs": [json.loads(l) for l in open(runs) if l.strip()]}
+json.dump(man, open(f"{out}/manifest.json", "w"), indent=1)
+PYEOF
+"$PY" "$WL/compare.py" "$OUT/manifest.json" "$OUT"
+echo "gpu-validate: done: $OUT/summary.md (copy its tables into docs/VALIDATION.md)"

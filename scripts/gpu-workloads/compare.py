@@ -1,0 +1,296 @@
+"""Sets gpuprofd's reports against the workloads' own counts; writes results.json and summary.md.
+
+    python3 compare.py MANIFEST.json OUTDIR
+
+MANIFEST.json (written by gpu-validate.sh):
+    {"env": {...}, "doctor": "doctor.json" | null, "procaddr": "procaddr.json" | null,
+     "nvml": "nvml.json" | null,
+     "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"overhead",
+               "mode": "none"|"gpuprofd"|"torch.profiler",   # overhead runs only
+               "report": "gpuprofd report path" | null, "results": ["workload result path", ...],
+               "error": str | null}]}
+
+Every difference beyond the stated tolerance becomes a finding; nothing is dropped silently.
+Standard library only (it also runs in CI on synthetic inputs).
+"""
+
+import json
+import os
+import sys
+
+# Tolerances: counts and bytes must match exactly; overhead is reported, not judged.
+COUNT_TOLERANCE = 0
+
+
+def load(path):
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def process_of(report, pid):
+    for p in (report or {}).get("processes", []):
+        if p.get("tgid") == pid:
+            return p
+    return None
+
+
+def norm(name):
+    return "".join(name.split())
+
+
+def api_counts(proc):
+    return {a["name"]: a["calls"] for a in proc.get("api", [])}
+
+
+def compare_process(name, proc, res, findings):
+    """One workload process: gpuprofd's view against the workload's own counts."""
+    row = {"run": name, "workload": res.get("workload"), "pid": res.get("pid")}
+    if proc is None:
+        findings.append(f"{name}: gpuprofd has no process {res.get('pid')} in its report")
+        row["missing"] = True
+        return row
+    launches = proc.get("launches", 0)
+    graphs = proc.get("graphs", {}).get("launches", 0)
+    unnamed = proc.get("unnamed_launches", 0)
+    apis = api_counts(proc)
+    row.update(
+        {
+            "gpuprofd_launches": launches,
+            "gpuprofd_graph_launches": graphs,
+            "unnamed_launches": unnamed,
+            "named_fraction": round(1 - unnamed / launches, 4) if launches else None,
+            "symbols_fired": sorted(a for a, c in apis.items() if c > 0),
+        }
+    )
+    prof = res.get("profiler")
+    known = res.get("known", {})
+    if prof:
+        row["profiler_kernels"] = prof["kernels"]
+        if known.get("graph_replays") is None:
+            diff = launches - prof["kernels"]
+            row["launch_diff"] = diff
+            if abs(diff) > COUNT_TOLERANCE:
+                findings.append(
+                    f"{name}: gpuprofd counted {launches} kernel launches, torch.profiler {prof['kernels']} "
+                    f"({diff:+d})"
+                )
+        # names: which of the profiler's kernel names gpuprofd also has
+        ours = {norm(k["name"]) for k in proc.get("kernels", [])}
+        theirs = prof.get("kernel_names", {})
+        if theirs:
+            hit = sum(1 for n in theirs if norm(n) in ours)
+            row["profiler_names_matched"] = f"{hit}/{len(theirs)}"
+            missing = [n for n in theirs if norm(n) not in ours][:5]
+            if missing:
+                findings.append(f"{name}: {len(theirs) - hit} kernel names differ from torch.profiler's, e.g. {missing}")
+        # copies by direction
+        ours_c = {c["direction"]: c for c in proc.get("copies", [])}
+        for d, e in sorted(prof.get("memcpy", {}).items()):
+            g = ours_c.get(d, {"calls": 0, "bytes": 0})
+            if g["calls"] != e["calls"] or g["bytes"] != e["bytes"]:
+                findings.append(
+                    f"{name}: {d} copies gpuprofd {g['calls']} calls / {g['bytes']} B, "
+                    f"torch.profiler {e['calls']} / {e['bytes']} B"
+                )
+        # API calls both sides count (runtime and driver names)
+        api_rows = []
+        for a, c in sorted(prof.get("api", {}).items()):
+            if a in apis or a.startswith(("cudaLaunch", "cudaMemcpy", "cuLaunch", "cudaGraphLaunch")):
+                g = apis.get(a, 0)
+                api_rows.append({"api": a, "profiler": c, "gpuprofd": g})
+                if g != c:
+                    findings.append(f"{name}: {a} gpuprofd {g} calls, torch.profiler {c}")
+        row["api"] = api_rows
+    if known.get("graph_replays") is not None:
+        want = known["graph_replays"]
+        row["graph_replays"] = want
+        # replays plus the capture-time instantiation launches are all graph launches
+        if graphs < want:
+            findings.append(f"{name}: {want} graph replays, gpuprofd saw {graphs} graph launches")
+    if known.get("raw_kernel_launches") is not None:
+        want = known["raw_kernel_launches"]
+        got = sum(k["calls"] for k in proc.get("kernels", []) if norm(k["name"]).startswith(known.get("kernel_name", "")))
+        row["raw_kernel_launches"] = {"known": want, "gpuprofd": got}
+        if got != want:
+            findings.append(f"{name}: the script launched {want} raw kernels, gpuprofd counted {got}")
+        ours_c = {c["direction"]: c for c in proc.get("copies", [])}
+        for d, key in (("h2d", "h2d_bytes"), ("d2h", "d2h_bytes")):
+            got_b = ours_c.get(d, {}).get("bytes", 0)
+            row[f"{d}_bytes"] = {"known": known[key], "gpuprofd": got_b}
+            if got_b < known[key]:
+                findings.append(f"{name}: the script copied {known[key]} B {d}, gpuprofd saw {got_b} B")
+    return row
+
+
+def median(xs):
+    s = sorted(xs)
+    if not s:
+        return None
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def overhead_rows(runs):
+    by = {}
+    for r in runs:
+        if r.get("kind") != "overhead" or r.get("error"):
+            continue
+        res = load(r["results"][0]) if r.get("results") else None
+        if not res:
+            continue
+        by.setdefault(res["workload"], {})[r.get("mode", "none")] = median(res["step_times_s"])
+    rows = []
+    for w, modes in sorted(by.items()):
+        base = modes.get("none")
+        row = {"workload": w, "median_step_s": modes}
+        if base:
+            row["ratio_vs_none"] = {m: round(t / base, 4) for m, t in modes.items() if t}
+        rows.append(row)
+    return rows
+
+
+def fmt_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        out.append("| " + " | ".join(str(x) for x in r) + " |")
+    return "\n".join(out)
+
+
+def main(manifest_path, outdir):
+    base = os.path.dirname(os.path.abspath(manifest_path))
+    man = load(manifest_path)
+
+    def rel(p):
+        return p if not p or os.path.isabs(p) else os.path.join(base, p)
+
+    findings, rows, blocked = [], [], []
+    for r in man.get("runs", []):
+        if r.get("error"):
+            findings.append(f"{r['name']}: did not run: {r['error']}")
+            continue
+        if r.get("kind") == "overhead":
+            continue
+        report = load(rel(r.get("report")))
+        if report is None:
+            findings.append(f"{r['name']}: no gpuprofd report")
+            continue
+        drops = {k: v for k, v in report.get("drops", {}).items() if v}
+        if drops:
+            findings.append(f"{r['name']}: gpuprofd dropped records: {drops}")
+        for rp in r.get("results", []):
+            res = load(rel(rp))
+            if res is None:
+                findings.append(f"{r['name']}: workload result {rp} missing")
+                continue
+            rows.append(compare_process(r["name"], process_of(report, res["pid"]), res, findings))
+    over = overhead_rows([dict(r, results=[rel(x) for x in r.get("results", [])]) for r in man.get("runs", [])])
+    doctor = load(rel(man.get("doctor")))
+    if doctor is not None and not doctor.get("ok"):
+        blocked.append("BPF: gpuprofd doctor says the probes cannot run on this machine; capture runs were skipped")
+    if doctor is not None and not doctor.get("libraries"):
+        findings.append("doctor: no CUDA driver or runtime library was found to inspect")
+    for lib in (doctor or {}).get("libraries", []):
+        if lib.get("error"):
+            findings.append(f"doctor: {lib.get('path')}: {lib['error']}")
+    procaddr = load(rel(man.get("procaddr")))
+    for e in (procaddr or {}).get("symbols", []):
+        if e.get("dlsym") and not e.get("same"):
+            findings.append(
+                f"procaddr: cuGetProcAddress_v2({e['query']}, flags {e['flags']}) returns {e['proc_address']}, "
+                f"not the exported {e['symbol']} at {e['dlsym']}: calls through it bypass the probe"
+            )
+    nvml = load(rel(man.get("nvml")))
+    results = {
+        "schema": "gpuprofd.validation/1",
+        "env": man.get("env", {}),
+        "doctor": doctor,
+        "procaddr": procaddr,
+        "nvml": nvml,
+        "processes": rows,
+        "overhead": over,
+        "findings": findings,
+        "blocked": blocked,
+    }
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    md = ["# gpuprofd GPU validation", ""]
+    for k, v in sorted(man.get("env", {}).items()):
+        md.append(f"- {k}: {v}")
+    md.append("")
+    if doctor is not None:
+        md.append("## Can the probes run here (gpuprofd doctor)")
+        md.append(fmt_table(["check", "ok", "detail"], [(c["name"], c["ok"], c["detail"]) for c in doctor.get("checks", [])]))
+        md.append("")
+        md.append("## Driver and runtime facts (hook plan)")
+        lib_rows = [
+            (lib.get("path"), lib.get("soname"), lib.get("exports"), lib.get("hooked_symbols"), lib.get("probes_after_entry"))
+            for lib in doctor.get("libraries", [])
+        ]
+        md.append(fmt_table(["library", "soname", "exports", "hooked", "probe after entry"], lib_rows))
+        md.append("")
+    if procaddr is not None:
+        md.append("## Where cuGetProcAddress pointers land")
+        pr = [(e["symbol"], e["dlsym"], e["proc_address"], e["same"]) for e in procaddr.get("symbols", [])]
+        md.append(fmt_table(["symbol", "dlsym", "cuGetProcAddress", "same"], pr))
+        md.append("")
+    if rows:
+        md.append("## Coverage and counts")
+        md.append(
+            fmt_table(
+                ["run", "pid", "gpuprofd launches", "torch.profiler kernels", "diff", "graph launches", "named", "names matched"],
+                [
+                    (
+                        r["run"], r["pid"], r.get("gpuprofd_launches"), r.get("profiler_kernels", "-"),
+                        r.get("launch_diff", "-"), r.get("gpuprofd_graph_launches"), r.get("named_fraction"),
+                        r.get("profiler_names_matched", "-"),
+                    )
+                    for r in rows
+                ],
+            )
+        )
+        md.append("")
+        md.append("Symbols that fired, per run:")
+        for r in rows:
+            md.append(f"- {r['run']}: {', '.join(r.get('symbols_fired', [])) or '(none)'}")
+        md.append("")
+    if over:
+        md.append("## Overhead (median step time; ratio against no profiler in the same session)")
+        md.append(
+            fmt_table(
+                ["workload", "none s", "gpuprofd s", "torch.profiler s", "gpuprofd ratio", "torch.profiler ratio"],
+                [
+                    (
+                        o["workload"], o["median_step_s"].get("none"), o["median_step_s"].get("gpuprofd"),
+                        o["median_step_s"].get("torch.profiler"), o.get("ratio_vs_none", {}).get("gpuprofd"),
+                        o.get("ratio_vs_none", {}).get("torch.profiler"),
+                    )
+                    for o in over
+                ],
+            )
+        )
+        md.append("")
+    if nvml is not None:
+        md.append("## NVML")
+        md.append("```\n" + json.dumps(nvml, indent=1) + "\n```")
+        md.append("")
+    md.append("## Findings")
+    md.extend(f"- {f}" for f in findings) if findings else md.append("- none")
+    if blocked:
+        md.append("")
+        md.append("## Blocked")
+        md.extend(f"- {b}" for b in blocked)
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"compare: {len(rows)} processes, {len(findings)} findings -> {outdir}/summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1], sys.argv[2]))

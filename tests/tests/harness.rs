@@ -1,0 +1,187 @@
+//! The GPU validation harness (scripts/gpu-validate.sh) where there is no GPU: its dry run, its
+//! no-GPU steps against the fake driver, and its comparison logic on synthetic inputs with
+//! known mismatches. The GPU steps themselves only run on a lent GPU machine.
+
+use gpuprofd_tests::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn harness(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new("bash");
+    c.arg(repo().join("scripts/gpu-validate.sh"))
+        .arg("--bin")
+        .arg(daemon_bin())
+        .args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run scripts/gpu-validate.sh");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dry_run_checks_prerequisites_and_prints_the_plan() {
+    let dir = TempDir::new("gv-dry");
+    let out = dir.path().join("never-created");
+    let (code, stdout, stderr) = harness(&["--dry-run", "--out", out.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    for step in [
+        "doctor",
+        "procaddr",
+        "coverage",
+        "live",
+        "attribution",
+        "overhead",
+        "nvml",
+    ] {
+        assert!(
+            stdout.contains(&format!("  run   {step}\n")),
+            "{step} not planned:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("  ok       gpuprofd"), "{stdout}");
+    assert!(stdout.contains("dry run: nothing executed"), "{stdout}");
+    assert!(!out.exists(), "a dry run wrote {}", out.display());
+
+    let (code, stdout, _) = harness(&["--dry-run", "--only", "doctor,nvml"], &[]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("  run   doctor\n") && stdout.contains("  skip  coverage\n"));
+    let (code, _, stderr) = harness(&["--dry-run", "--only", "warp"], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown step 'warp'"), "{stderr}");
+}
+
+#[test]
+fn no_gpu_steps_against_the_fake_driver() {
+    require_bpf();
+    let dir = TempDir::new("gv-run");
+    let out = dir.path().join("out");
+    let lib = fakecuda().join("lib");
+    let (code, stdout, stderr) = harness(
+        &[
+            "--only",
+            "doctor,procaddr",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("LD_LIBRARY_PATH", lib.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(r["schema"], "gpuprofd.validation/1");
+    assert_eq!(r["findings"], json!([]), "{}", r["findings"]);
+    assert_eq!(r["doctor"]["ok"], true);
+    let sonames: Vec<&str> = r["doctor"]["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["soname"].as_str().unwrap())
+        .collect();
+    assert_eq!(sonames, ["libcuda.so.1", "libcudart.so.12"]);
+    // The fake driver hands out its exported trampolines, as the real one must.
+    assert_eq!(r["procaddr"]["all_same"], true);
+    assert_eq!(r["procaddr"]["cuInit"], 0);
+    assert_eq!(r["procaddr"]["symbols"].as_array().unwrap().len(), 25);
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        md.contains("| bpf_round_trip | True | 3 calls, 3 records"),
+        "{md}"
+    );
+}
+
+#[test]
+fn compare_reports_every_mismatch() {
+    let dir = TempDir::new("gv-compare");
+    let d = dir.path();
+    let write = |name: &str, v: Value| std::fs::write(d.join(name), v.to_string()).unwrap();
+    write(
+        "report.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {"launch": 0, "copy": 3},
+          "processes": [
+            {"tgid": 100, "launches": 10, "unnamed_launches": 1, "graphs": {"launches": 0},
+             "kernels": [{"name": "k1(int)", "calls": 10}],
+             "copies": [{"direction": "h2d", "calls": 2, "bytes": 200}],
+             "api": [{"name": "cudaLaunchKernel", "calls": 10}]},
+            {"tgid": 200, "launches": 4, "unnamed_launches": 0, "graphs": {"launches": 5},
+             "kernels": [{"name": "k3", "calls": 4}], "copies": [],
+             "api": [{"name": "cudaGraphLaunch", "calls": 5}]}]}),
+    );
+    write(
+        "a.json",
+        json!({"workload": "a", "pid": 100, "steps": 1, "step_times_s": [0.1],
+          "profiler": {"kernels": 11, "kernel_names": {"k1(int)": 10, "k2": 1},
+                       "memcpy": {"h2d": {"calls": 2, "bytes": 200}, "d2h": {"calls": 1, "bytes": 4}},
+                       "api": {"cudaLaunchKernel": 11}},
+          "known": {}}),
+    );
+    write(
+        "b.json",
+        json!({"workload": "b", "pid": 200, "steps": 5, "step_times_s": [0.1],
+          "profiler": {"kernels": 20, "kernel_names": {"k3": 20}, "memcpy": {}, "api": {"cudaGraphLaunch": 5}},
+          "known": {"graph_replays": 5}}),
+    );
+    write(
+        "none.json",
+        json!({"workload": "lb", "pid": 1, "steps": 3, "step_times_s": [1.0, 2.0, 3.0], "profiler": null, "known": {}}),
+    );
+    write(
+        "gp.json",
+        json!({"workload": "lb", "pid": 2, "steps": 3, "step_times_s": [2.0, 2.2, 9.0], "profiler": null, "known": {}}),
+    );
+    write(
+        "manifest.json",
+        json!({"env": {"gpu": "test"}, "doctor": null, "procaddr": null, "nvml": null, "runs": [
+            {"name": "run1", "kind": "coverage", "report": "report.json", "error": null, "results": ["a.json", "b.json"]},
+            {"name": "jax_jit", "kind": "coverage", "report": null, "error": "jax is not importable", "results": []},
+            {"name": "oh_none", "kind": "overhead", "mode": "none", "report": null, "error": null, "results": ["none.json"]},
+            {"name": "oh_g", "kind": "overhead", "mode": "gpuprofd", "report": null, "error": null, "results": ["gp.json"]}]}),
+    );
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gpu-workloads/compare.py"))
+        .arg(d.join("manifest.json"))
+        .arg(d.join("out"))
+        .output()
+        .expect("python3 (the validation scripts need it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r["findings"],
+        json!([
+            "run1: gpuprofd dropped records: {'copy': 3}",
+            "run1: gpuprofd counted 10 kernel launches, torch.profiler 11 (-1)",
+            "run1: 1 kernel names differ from torch.profiler's, e.g. ['k2']",
+            "run1: d2h copies gpuprofd 0 calls / 0 B, torch.profiler 1 / 4 B",
+            "run1: cudaLaunchKernel gpuprofd 10 calls, torch.profiler 11",
+            "jax_jit: did not run: jax is not importable",
+        ])
+    );
+    let p = &r["processes"];
+    assert_eq!(p[0]["named_fraction"], 0.9);
+    assert_eq!(p[0]["profiler_names_matched"], "1/2");
+    // Graph replays are checked against graph launches, not kernel counts.
+    assert_eq!(p[1]["graph_replays"], 5);
+    assert!(p[1].get("launch_diff").is_none());
+    assert_eq!(
+        r["overhead"],
+        json!([{"workload": "lb", "median_step_s": {"none": 2.0, "gpuprofd": 2.2},
+                "ratio_vs_none": {"none": 1.0, "gpuprofd": 1.1}}])
+    );
+}

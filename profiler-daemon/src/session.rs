@@ -493,6 +493,10 @@ async fn aggregate(
                     for tgid in known.iter().copied() {
                         if !discovery::process_exists(tgid) {
                             agg.mark_exited(tgid);
+                        } else if let Some(job) = crate::enrich::jobs::job_of(tgid) {
+                            // A live process's job is its cgroup now (it may have been moved
+                            // into its job's cgroup after its first CUDA call).
+                            agg.set_job(tgid, job);
                         }
                     }
                     let _ = reply.send(agg.report(meta));
@@ -534,11 +538,13 @@ fn first_sight(agg: &mut Aggregator, tgid: u32, symbols: &ProcSymbols) {
             comm: i.comm,
             cmdline: i.cmdline,
             exited: false,
+            job: crate::enrich::jobs::job_of(tgid),
         },
         None => ProcessMeta {
             comm: "<exited>".into(),
             cmdline: String::new(),
             exited: true,
+            job: None,
         },
     };
     agg.set_process_meta(tgid, meta);

@@ -243,12 +243,48 @@ pub struct Workload {
 impl Workload {
     /// Starts `bin/<name>` with extra environment and waits for `ready <pid>`.
     pub fn spawn(name: &str, env: &[(&str, &str)]) -> Workload {
+        Workload::spawn_with(name, env, None)
+    }
+
+    pub fn start() -> Workload {
+        Workload::spawn("workload", &[])
+    }
+
+    /// Starts `bin/<name>` inside the cgroup `cg` (it moves itself there before exec, as Slurm,
+    /// kubelet and container runtimes place their tasks).
+    pub fn spawn_in(name: &str, cg: &Cgroup) -> Workload {
+        Workload::spawn_with(name, &[], Some(cg.path()))
+    }
+
+    fn spawn_with(name: &str, env: &[(&str, &str)], cgroup: Option<&Path>) -> Workload {
         let mut cmd = Command::new(fakecuda().join("bin").join(name));
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(cg) = cgroup {
+            use std::os::unix::ffi::OsStrExt;
+            use std::os::unix::process::CommandExt;
+            let procs = std::ffi::CString::new(cg.join("cgroup.procs").as_os_str().as_bytes())
+                .expect("cgroup path without NUL");
+            // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if n != 1 {
+                        return Err(err);
+                    }
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd
             .spawn()
@@ -264,10 +300,6 @@ impl Workload {
             out,
             tgid,
         }
-    }
-
-    pub fn start() -> Workload {
-        Workload::spawn("workload", &[])
     }
 
     /// Sends one command and waits for its `ok`; panics on `err`.
@@ -320,6 +352,70 @@ impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The cgroup v2 mount point (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts).
+pub fn cgroup2_root() -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
+    for line in text.lines() {
+        // ... mount-point ... - fstype source options
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() == Some("cgroup2")
+            && let Some(mp) = left.split_whitespace().nth(4)
+        {
+            return PathBuf::from(mp);
+        }
+    }
+    panic!("no cgroup2 file system is mounted: the job-attribution tests need one")
+}
+
+/// A cgroup (v2) made for one test under `<root>/gpuprofd-test-<pid>-<n>/`, removed on drop.
+pub struct Cgroup {
+    base: PathBuf,
+    path: PathBuf,
+}
+
+impl Cgroup {
+    /// Creates `rel` (e.g. `job_77/step_0`) under a fresh per-test base.
+    pub fn new(rel: &str) -> Cgroup {
+        let base =
+            cgroup2_root().join(format!("gpuprofd-test-{}-{}", std::process::id(), unique()));
+        let path = base.join(rel);
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("create cgroup {}: {e}", path.display()));
+        Cgroup { base, path }
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The path as `/proc/PID/cgroup` shows it (relative to the cgroup2 root).
+    pub fn rel(&self) -> String {
+        format!(
+            "/{}",
+            self.path
+                .strip_prefix(cgroup2_root())
+                .unwrap()
+                .to_string_lossy()
+        )
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Deepest first; a cgroup with live processes stays (and says so in the test log).
+        let mut p = self.path.clone();
+        while p.starts_with(&self.base) {
+            if let Err(e) = std::fs::remove_dir(&p) {
+                eprintln!("cgroup {} not removed: {e}", p.display());
+                break;
+            }
+            if !p.pop() {
+                break;
+            }
+        }
     }
 }
 

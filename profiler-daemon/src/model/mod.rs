@@ -32,6 +32,8 @@ pub struct ProcessMeta {
     pub comm: String,
     pub cmdline: String,
     pub exited: bool,
+    /// The job it belongs to (`None` when it was gone before it could be read).
+    pub job: Option<crate::enrich::jobs::Job>,
 }
 
 /// API ids are 16 bits in the probes' cookies; a larger one is a corrupt record.
@@ -137,6 +139,11 @@ impl Aggregator {
         );
     }
 
+    /// Replaces the job of `tgid` (a live process re-read at report time).
+    pub fn set_job(&mut self, tgid: u32, job: crate::enrich::jobs::Job) {
+        self.meta.entry(tgid).or_default().job = Some(job);
+    }
+
     /// `tgid` is gone; its counters stay in the report.
     pub fn mark_exited(&mut self, tgid: u32) {
         self.meta.entry(tgid).or_default().exited = true;
@@ -211,6 +218,7 @@ impl Aggregator {
                 )
             })
             .collect();
+        let processes: Vec<_> = processes;
         Report {
             schema: SCHEMA.to_owned(),
             host: meta.host,
@@ -218,6 +226,7 @@ impl Aggregator {
             duration_ns: meta.duration_ns,
             drops: meta.drops,
             decode_errors: self.decode_errors(),
+            jobs: report::jobs(&processes),
             processes,
         }
     }

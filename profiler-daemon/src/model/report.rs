@@ -206,6 +206,7 @@ pub(super) fn process(
         comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
         cmdline: meta.map(|m| m.cmdline.clone()).unwrap_or_default(),
         exited: meta.is_some_and(|m| m.exited),
+        job: meta.and_then(|m| m.job.clone()),
         launches: p.launches,
         unnamed_launches,
         kernels,
@@ -216,4 +217,49 @@ pub(super) fn process(
         },
         allocations: allocations(p),
     }
+}
+
+/// Groups processes by job (`kind:id`); processes without a job are left out.
+pub(super) fn jobs(processes: &[crate::output::ProcessReport]) -> Vec<crate::output::JobReport> {
+    use std::collections::BTreeMap;
+    let mut by: BTreeMap<String, crate::output::JobReport> = BTreeMap::new();
+    for p in processes {
+        let Some(j) = &p.job else { continue };
+        let e = by
+            .entry(j.key())
+            .or_insert_with(|| crate::output::JobReport {
+                kind: j.kind.clone(),
+                id: j.id.clone(),
+                steps: Vec::new(),
+                name: j.name.clone(),
+                processes: Vec::new(),
+                launches: 0,
+                graph_launches: 0,
+                copy_bytes: 0,
+                alloc_bytes: 0,
+                blocked_ns: 0,
+            });
+        if let Some(s) = &j.step
+            && !e.steps.contains(s)
+        {
+            e.steps.push(s.clone());
+        }
+        e.processes.push(p.tgid);
+        e.launches += p.launches;
+        e.graph_launches += p.graphs.launches;
+        e.copy_bytes += p.copies.iter().map(|c| c.bytes).sum::<u64>();
+        e.alloc_bytes += p.allocations.bytes;
+        e.blocked_ns += p.api.iter().map(|a| a.blocked_ns).sum::<u64>();
+    }
+    let mut v: Vec<_> = by.into_values().collect();
+    for j in &mut v {
+        j.steps.sort();
+        j.processes.sort_unstable();
+    }
+    v.sort_by(|a, b| {
+        b.launches
+            .cmp(&a.launches)
+            .then_with(|| (&a.kind, &a.id).cmp(&(&b.kind, &b.id)))
+    });
+    v
 }

@@ -32,8 +32,29 @@ pub struct Report {
     pub duration_ns: u64,
     pub drops: BTreeMap<String, u64>,
     pub decode_errors: u64,
+    /// Per-job totals, sorted by launches (descending), then key.
+    pub jobs: Vec<JobReport>,
     /// Sorted by tgid.
     pub processes: Vec<ProcessReport>,
+}
+
+/// One job's processes and totals (sums of its processes' figures).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobReport {
+    pub kind: String,
+    pub id: String,
+    /// Slurm steps seen, sorted.
+    pub steps: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    /// Tgids, ascending.
+    pub processes: Vec<u32>,
+    pub launches: u64,
+    pub graph_launches: u64,
+    pub copy_bytes: u64,
+    pub alloc_bytes: u64,
+    /// CPU time blocked in calls with a return probe (syncs, blocking copies, allocations).
+    pub blocked_ns: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +63,8 @@ pub struct ProcessReport {
     pub comm: String,
     pub cmdline: String,
     pub exited: bool,
+    /// `null` when the process was gone before gpuprofd could read its cgroup.
+    pub job: Option<crate::enrich::jobs::Job>,
     pub launches: u64,
     /// Launches whose kernel no name source could name.
     pub unnamed_launches: u64,

@@ -43,6 +43,51 @@ pub fn render_with(r: &Report, top: usize) -> String {
     if r.processes.is_empty() {
         s.push_str("\nno CUDA activity recorded\n");
     }
+    if !r.jobs.is_empty() {
+        s.push_str("\njobs:\n");
+        let rows: Vec<Vec<String>> = r
+            .jobs
+            .iter()
+            .map(|j| {
+                let label = crate::enrich::jobs::Job {
+                    kind: j.kind.clone(),
+                    id: j.id.clone(),
+                    step: (j.steps.len() == 1).then(|| j.steps[0].clone()),
+                    name: j.name.clone(),
+                    ..Default::default()
+                }
+                .label();
+                vec![
+                    label,
+                    j.processes.len().to_string(),
+                    j.launches.to_string(),
+                    fmt::bytes(j.copy_bytes),
+                    fmt::bytes(j.alloc_bytes),
+                    fmt::ms(j.blocked_ns),
+                ]
+            })
+            .collect();
+        s.push_str(&fmt::table(
+            "  ",
+            &[
+                "job",
+                "processes",
+                "launches",
+                "copied",
+                "allocated",
+                "blocked (CPU) ms",
+            ],
+            &[
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+            ],
+            &rows,
+        ));
+    }
     for p in &r.processes {
         s.push('\n');
         process(&mut s, p, top);
@@ -61,6 +106,9 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
     );
     if !p.cmdline.is_empty() {
         let _ = writeln!(s, "  cmdline: {}", fmt::truncate(&p.cmdline, CMDLINE_CHARS));
+    }
+    if let Some(j) = &p.job {
+        let _ = writeln!(s, "  job: {}", j.label());
     }
     let _ = writeln!(
         s,
@@ -230,6 +278,7 @@ mod tests {
             comm: "python3".into(),
             cmdline: "python3 train.py --epochs 1".into(),
             exited: true,
+            job: None,
             launches: 1234,
             unnamed_launches: 4,
             kernels: vec![
@@ -310,6 +359,7 @@ mod tests {
                 .map(|(k, n)| ((*k).to_owned(), *n))
                 .collect::<BTreeMap<_, _>>(),
             decode_errors: 0,
+            jobs: vec![],
             processes: vec![p],
         }
     }

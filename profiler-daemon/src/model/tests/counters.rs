@@ -134,6 +134,7 @@ fn exited_process_kept_with_meta() {
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
+            job: None,
         },
     );
     a.mark_exited(7);
@@ -144,6 +145,7 @@ fn exited_process_kept_with_meta() {
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
+            job: None,
         },
     );
     a.mark_exited(8); // never produced a record: not reported
@@ -190,4 +192,67 @@ fn live_rates_since_previous_call() {
     }
     assert_eq!(a.live_rows(0.5)[0].launches_per_s, 8.0);
     assert_eq!(a.live_rows(1.0)[0].launches_per_s, 0.0);
+}
+
+#[test]
+fn jobs_group_processes_and_sum_their_totals() {
+    use crate::enrich::jobs::Job;
+    let mut a = agg();
+    let job = |kind: &str, id: &str, step: Option<&str>| Job {
+        kind: kind.into(),
+        id: id.into(),
+        step: step.map(Into::into),
+        ..Default::default()
+    };
+    a.apply(&launch(10, LAUNCH_RT, 0x1, 1, 0));
+    a.apply(&launch(10, LAUNCH_RT, 0x1, 1, 0));
+    a.apply(&launch(11, LAUNCH_RT, 0x1, 1, 0));
+    a.apply(&launch(12, LAUNCH_RT, 0x1, 1, 0));
+    a.apply(&launch(13, LAUNCH_RT, 0x1, 1, 0));
+    for (t, j) in [
+        (10, Some(job("slurm", "77", Some("1")))),
+        (11, Some(job("slurm", "77", Some("0")))),
+        (12, Some(job("docker", "abc", None))),
+        (13, None),
+    ] {
+        a.set_process_meta(
+            t,
+            ProcessMeta {
+                job: j,
+                ..Default::default()
+            },
+        );
+    }
+    let r = a.report(meta());
+    let got: Vec<(String, String, Vec<String>, Vec<u32>, u64)> = r
+        .jobs
+        .iter()
+        .map(|j| {
+            (
+                j.kind.clone(),
+                j.id.clone(),
+                j.steps.clone(),
+                j.processes.clone(),
+                j.launches,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "slurm".into(),
+                "77".into(),
+                vec!["0".into(), "1".into()],
+                vec![10, 11],
+                3
+            ),
+            ("docker".into(), "abc".into(), vec![], vec![12], 1),
+        ]
+    );
+    // The process without a readable job is reported, with job null, outside every job.
+    assert_eq!(r.processes.len(), 4);
+    assert_eq!(r.processes[3].job, None);
+    a.set_job(13, job("systemd", "x.service", None));
+    assert_eq!(a.report(meta()).jobs.len(), 3);
 }

@@ -207,6 +207,13 @@ fn report_json_contract() {
             comm: "demo".into(),
             cmdline: "./demo".into(),
             exited: false,
+            job: Some(crate::enrich::jobs::Job {
+                kind: "slurm".into(),
+                id: "77".into(),
+                step: Some("0".into()),
+                cgroup: "/job_77/step_0".into(),
+                ..Default::default()
+            }),
         },
     );
     let mut m = meta();
@@ -215,7 +222,10 @@ fn report_json_contract() {
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
         r#""drops":{"alias":0,"copy":0,"graph":0,"launch":3,"mem":0,"name":0,"sync":0},"decode_errors":0,"#,
-        r#""processes":[{"tgid":42,"comm":"demo","cmdline":"./demo","exited":false,"launches":1,"unnamed_launches":0,"#,
+        r#""jobs":[{"kind":"slurm","id":"77","steps":["0"],"processes":[42],"launches":1,"graph_launches":0,"#,
+        r#""copy_bytes":0,"alloc_bytes":0,"blocked_ns":0}],"#,
+        r#""processes":[{"tgid":42,"comm":"demo","cmdline":"./demo","exited":false,"#,
+        r#""job":{"kind":"slurm","id":"77","step":"0","cgroup":"/job_77/step_0"},"launches":1,"unnamed_launches":0,"#,
         r#""kernels":[{"name":"k()","mangled":"_Z1kv","calls":1,"grid":[2,1,1],"block":[256,1,1],"shared_bytes":0,"#,
         r#""streams":1,"api":"cudaLaunchKernel","name_source":"register_function"}],"copies":[],"#,
         r#""api":[{"name":"cudaLaunchKernel","calls":1,"blocked_ns":0,"p50_ns":0,"p99_ns":0,"max_ns":0}],"#,

@@ -1,0 +1,455 @@
+//! Which job a process belongs to: Slurm, Kubernetes, a container, a systemd unit or session,
+//! else the launcher at the root of its process tree.
+//!
+//! The cgroup path decides first (it cannot be faked by the process and survives `setsid`); the
+//! environment (`SLURM_JOB_ID`) is the fallback for Slurm set-ups without cgroup confinement;
+//! the process tree is the last resort, so that the workers a `torchrun` started are one job.
+//! The cgroup path is the cgroup v2 one (`0::` in `/proc/PID/cgroup`) wherever v2 is mounted;
+//! on a v1-only host the `name=systemd` hierarchy's path, else the first listed.
+
+use serde::{Deserialize, Serialize};
+use std::fs;
+
+/// A process's job. `kind` is one of `slurm`, `kubernetes`, `docker`, `podman`, `containerd`,
+/// `crio`, `systemd`, `session`, `process_tree`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub kind: String,
+    /// Slurm job id, pod UID, container id, unit name, session number, or root tgid.
+    pub id: String,
+    /// Slurm step (`0`, `batch`, `extern`, ...).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub step: Option<String>,
+    /// Kubernetes: the container id inside the pod.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub container: Option<String>,
+    /// A readable name when one is known (pod's hostname, the launcher's comm).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    /// The cgroup path the decision came from (empty for environment / process-tree jobs).
+    pub cgroup: String,
+}
+
+impl Job {
+    fn new(kind: &str, id: impl Into<String>, cgroup: &str) -> Job {
+        Job {
+            kind: kind.into(),
+            id: id.into(),
+            cgroup: cgroup.into(),
+            ..Job::default()
+        }
+    }
+
+    /// `kind:id`, the grouping key.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.kind, self.id)
+    }
+
+    /// One short label for tables: `slurm 1234.0`, `kubernetes pod 5b1d…`, `docker 3f2a…`.
+    pub fn label(&self) -> String {
+        let short = |s: &str| s.chars().take(12).collect::<String>();
+        match self.kind.as_str() {
+            "slurm" => match &self.step {
+                Some(s) => format!("slurm {}.{s}", self.id),
+                None => format!("slurm {}", self.id),
+            },
+            "kubernetes" => format!("kubernetes pod {}", short(&self.id)),
+            "docker" | "podman" | "containerd" | "crio" => {
+                format!("{} {}", self.kind, short(&self.id))
+            }
+            "process_tree" => match &self.name {
+                Some(n) => format!("{n} ({})", self.id),
+                None => format!("process tree {}", self.id),
+            },
+            _ => format!("{} {}", self.kind, self.id),
+        }
+    }
+}
+
+/// The cgroup path of a process from the text of `/proc/PID/cgroup`.
+pub fn cgroup_path(text: &str) -> Option<String> {
+    let mut first = None;
+    let mut systemd = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" && ctrl.is_empty() {
+            return Some(path.to_owned());
+        }
+        if ctrl == "name=systemd" {
+            systemd = Some(path.to_owned());
+        }
+        first.get_or_insert_with(|| path.to_owned());
+    }
+    systemd.or(first)
+}
+
+fn is_hex_id(s: &str) -> bool {
+    s.len() >= 12 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `prefix<id>suffix` → id.
+fn between<'a>(c: &'a str, prefix: &str, suffix: &str) -> Option<&'a str> {
+    c.strip_prefix(prefix)?.strip_suffix(suffix)
+}
+
+/// A container id from one cgroup path component, with its runtime.
+fn container_of(c: &str) -> Option<(&'static str, String)> {
+    for (prefix, kind) in [
+        ("docker-", "docker"),
+        ("libpod-", "podman"),
+        ("cri-containerd-", "containerd"),
+        ("crio-", "crio"),
+    ] {
+        if let Some(id) = between(c, prefix, ".scope")
+            && is_hex_id(id)
+        {
+            return Some((kind, id.to_owned()));
+        }
+    }
+    None
+}
+
+/// The job that a cgroup path names, if any. Pure: unit-tested on real samples.
+pub fn job_from_cgroup(path: &str) -> Option<Job> {
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+
+    // Slurm: .../job_<id>/step_<step>/... (cgroup v2: under slurmstepd.scope; v1: /slurm/uid_N/)
+    if let Some(i) = comps.iter().position(|c| {
+        c.strip_prefix("job_")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+    }) {
+        let mut j = Job::new("slurm", &comps[i][4..], path);
+        j.step = comps
+            .get(i + 1)
+            .and_then(|c| c.strip_prefix("step_"))
+            .map(str::to_owned);
+        return Some(j);
+    }
+
+    // Kubernetes, systemd driver: kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/<ctr>.scope
+    // cgroupfs driver: /kubepods/<qos>/pod<uid>/<container id>  (or /kubepods/pod<uid>/<id>)
+    // (Anywhere in the path: a node agent that nests kubelet's hierarchy under its own cgroup
+    // still yields a kubepods subtree.)
+    if let Some(k) = comps.iter().position(|c| c.starts_with("kubepods")) {
+        for (i, c) in comps.iter().enumerate().skip(k) {
+            let uid = if let Some(rest) = c.strip_suffix(".slice") {
+                rest.rfind("-pod").map(|p| rest[p + 4..].replace('_', "-"))
+            } else {
+                c.strip_prefix("pod").map(str::to_owned)
+            };
+            if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+                let mut j = Job::new("kubernetes", uid, path);
+                j.container = comps.get(i + 1).map(|n| {
+                    container_of(n)
+                        .map(|(_, id)| id)
+                        .unwrap_or_else(|| (*n).to_owned())
+                });
+                return Some(j);
+            }
+        }
+    }
+
+    // Containers outside Kubernetes.
+    for (i, c) in comps.iter().enumerate() {
+        if let Some((kind, id)) = container_of(c) {
+            return Some(Job::new(kind, id, path));
+        }
+        // cgroupfs layouts: /docker/<id>, /libpod_parent/libpod-<id>
+        if let Some(next) = comps.get(i + 1) {
+            if *c == "docker" && is_hex_id(next) {
+                return Some(Job::new("docker", *next, path));
+            }
+            if *c == "libpod_parent"
+                && let Some(id) = next.strip_prefix("libpod-")
+                && is_hex_id(id)
+            {
+                return Some(Job::new("podman", id, path));
+            }
+        }
+    }
+
+    // systemd: a login session, else the innermost service.
+    if let Some(s) = comps
+        .iter()
+        .rev()
+        .find_map(|c| between(c, "session-", ".scope"))
+    {
+        return Some(Job::new("session", s, path));
+    }
+    if let Some(unit) = comps.iter().rev().find(|c| {
+        c.ends_with(".service") && !c.starts_with("user@") && !c.starts_with("user-runtime-dir@")
+    }) {
+        return Some(Job::new("systemd", *unit, path));
+    }
+    None
+}
+
+/// `SLURM_JOB_ID` / `SLURM_STEP_ID` from the NUL-separated text of `/proc/PID/environ`.
+pub fn slurm_from_environ(env: &[u8]) -> Option<(String, Option<String>)> {
+    let mut job = None;
+    let mut step = None;
+    for kv in env.split(|&b| b == 0) {
+        if let Some(v) = kv.strip_prefix(b"SLURM_JOB_ID=") {
+            job = Some(String::from_utf8_lossy(v).into_owned());
+        } else if let Some(v) = kv.strip_prefix(b"SLURM_STEP_ID=") {
+            step = Some(String::from_utf8_lossy(v).into_owned());
+        }
+    }
+    job.filter(|j| !j.is_empty()).map(|j| (j, step))
+}
+
+/// Processes whose children are separate jobs (shells, terminal multiplexers, init, sshd).
+fn is_job_boundary(comm: &str) -> bool {
+    matches!(
+        comm,
+        "bash"
+            | "sh"
+            | "dash"
+            | "zsh"
+            | "fish"
+            | "ksh"
+            | "tcsh"
+            | "csh"
+            | "sshd"
+            | "login"
+            | "su"
+            | "sudo"
+            | "tmux: server"
+            | "screen"
+            | "SCREEN"
+            | "systemd"
+            | "init"
+            | "containerd-shim"
+            | "slurmstepd"
+            | "gpuprofd"
+    ) || comm.starts_with("containerd-shim")
+}
+
+fn stat_ppid_comm(tgid: u32) -> Option<(u32, String)> {
+    let stat = fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
+    // pid (comm) state ppid ...; comm may contain spaces and parentheses: split at the last ')'
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_owned();
+    let ppid = stat
+        .get(close + 2..)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((ppid, comm))
+}
+
+/// The launcher at the root of `tgid`'s process tree: the highest ancestor whose parent is a
+/// shell, init, sshd or similar (so `torchrun`'s workers share `torchrun`'s tgid).
+pub fn process_tree_root(tgid: u32) -> Option<(u32, String)> {
+    let (mut ppid, mut comm) = stat_ppid_comm(tgid)?;
+    let mut cur = tgid;
+    for _ in 0..64 {
+        if ppid <= 1 {
+            break;
+        }
+        let Some((pp, pcomm)) = stat_ppid_comm(ppid) else {
+            break;
+        };
+        if is_job_boundary(&pcomm) {
+            break;
+        }
+        cur = ppid;
+        comm = pcomm;
+        ppid = pp;
+    }
+    Some((cur, comm))
+}
+
+/// The job of a running process (`None` when it is gone).
+pub fn job_of(tgid: u32) -> Option<Job> {
+    let cg = fs::read_to_string(format!("/proc/{tgid}/cgroup"))
+        .ok()
+        .and_then(|t| cgroup_path(&t))
+        .unwrap_or_default();
+    if let Some(mut j) = job_from_cgroup(&cg) {
+        if j.kind == "kubernetes" {
+            // The pod's hostname is its name, when the environment is readable.
+            if let Ok(env) = fs::read(format!("/proc/{tgid}/environ")) {
+                j.name = env.split(|&b| b == 0).find_map(|kv| {
+                    kv.strip_prefix(b"HOSTNAME=")
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                });
+            }
+        }
+        return Some(j);
+    }
+    if let Ok(env) = fs::read(format!("/proc/{tgid}/environ"))
+        && let Some((id, step)) = slurm_from_environ(&env)
+    {
+        let mut j = Job::new("slurm", id, &cg);
+        j.step = step;
+        return Some(j);
+    }
+    let (root, comm) = process_tree_root(tgid)?;
+    let mut j = Job::new("process_tree", root.to_string(), &cg);
+    j.name = Some(comm);
+    Some(j)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn j(path: &str) -> Option<(String, String, Option<String>, Option<String>)> {
+        job_from_cgroup(path).map(|j| (j.kind, j.id, j.step, j.container))
+    }
+    fn s(x: &str) -> String {
+        x.to_owned()
+    }
+
+    #[test]
+    fn cgroup_file_v2_hybrid_and_v1() {
+        assert_eq!(
+            cgroup_path("0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n"),
+            Some(s(
+                "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0"
+            ))
+        );
+        // hybrid: v1 controllers plus the v2 line
+        let hybrid = "12:cpu,cpuacct:/docker/abc\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/user.slice/user-0.slice/session-3.scope\n";
+        assert_eq!(
+            cgroup_path(hybrid),
+            Some(s("/user.slice/user-0.slice/session-3.scope"))
+        );
+        let v1 = "11:memory:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/system.slice/slurmd.service\n";
+        assert_eq!(cgroup_path(v1), Some(s("/system.slice/slurmd.service")));
+        assert_eq!(cgroup_path("garbage"), None);
+    }
+
+    #[test]
+    fn slurm_v2_and_v1() {
+        assert_eq!(
+            j("/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0"),
+            Some((s("slurm"), s("1234"), Some(s("0")), None))
+        );
+        assert_eq!(
+            j("/slurm/uid_1000/job_7/step_batch/task_0"),
+            Some((s("slurm"), s("7"), Some(s("batch")), None))
+        );
+        assert_eq!(
+            j("/system.slice/slurmstepd.scope/job_99"),
+            Some((s("slurm"), s("99"), None, None))
+        );
+        // not a Slurm job id
+        assert_eq!(j("/job_x/step_0"), None);
+    }
+
+    #[test]
+    fn kubernetes_systemd_and_cgroupfs_drivers() {
+        let cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            j(&format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5b1d2f3a_7c6e_4d2b_9a1e_0f2b3c4d5e6f.slice/cri-containerd-{cid}.scope"
+            )),
+            Some((
+                s("kubernetes"),
+                s("5b1d2f3a-7c6e-4d2b-9a1e-0f2b3c4d5e6f"),
+                None,
+                Some(s(cid))
+            ))
+        );
+        assert_eq!(
+            j(&format!(
+                "/kubepods.slice/kubepods-pod11111111_2222_3333_4444_555555555555.slice/crio-{cid}.scope"
+            )),
+            Some((
+                s("kubernetes"),
+                s("11111111-2222-3333-4444-555555555555"),
+                None,
+                Some(s(cid))
+            ))
+        );
+        assert_eq!(
+            j(&format!(
+                "/kubepods/besteffort/pod5b1d2f3a-7c6e-4d2b-9a1e-0f2b3c4d5e6f/{cid}"
+            )),
+            Some((
+                s("kubernetes"),
+                s("5b1d2f3a-7c6e-4d2b-9a1e-0f2b3c4d5e6f"),
+                None,
+                Some(s(cid))
+            ))
+        );
+    }
+
+    #[test]
+    fn containers_and_systemd() {
+        let cid = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+        assert_eq!(
+            j(&format!("/system.slice/docker-{cid}.scope")),
+            Some((s("docker"), s(cid), None, None))
+        );
+        assert_eq!(
+            j(&format!("/docker/{cid}")),
+            Some((s("docker"), s(cid), None, None))
+        );
+        assert_eq!(
+            j(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{cid}.scope/container"
+            )),
+            Some((s("podman"), s(cid), None, None))
+        );
+        assert_eq!(
+            j(&format!("/machine.slice/libpod-{cid}.scope")),
+            Some((s("podman"), s(cid), None, None))
+        );
+        assert_eq!(
+            j(&format!("/system.slice/cri-containerd-{cid}.scope")),
+            Some((s("containerd"), s(cid), None, None))
+        );
+        assert_eq!(
+            j("/system.slice/train-resnet.service"),
+            Some((s("systemd"), s("train-resnet.service"), None, None))
+        );
+        assert_eq!(
+            j("/user.slice/user-1000.slice/session-12.scope"),
+            Some((s("session"), s("12"), None, None))
+        );
+        // a user manager itself is no job; an app service in it is
+        assert_eq!(
+            j("/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"),
+            Some((s("systemd"), s("jupyter.service"), None, None))
+        );
+        assert_eq!(j("/user.slice/user-1000.slice/user@1000.service"), None);
+        assert_eq!(j("/"), None);
+        assert_eq!(j(""), None);
+    }
+
+    #[test]
+    fn slurm_environment() {
+        let env = b"PATH=/usr/bin\0SLURM_JOB_ID=5150\0SLURM_STEP_ID=3\0HOME=/root\0";
+        assert_eq!(slurm_from_environ(env), Some((s("5150"), Some(s("3")))));
+        assert_eq!(slurm_from_environ(b"SLURM_JOB_ID=\0"), None);
+        assert_eq!(slurm_from_environ(b"HOME=/\0"), None);
+    }
+
+    #[test]
+    fn job_of_reads_procfs() {
+        let own = cgroup_path(&fs::read_to_string("/proc/self/cgroup").unwrap()).unwrap();
+        let j = job_of(std::process::id()).expect("our own job");
+        assert_eq!(j.cgroup, own);
+        assert_eq!(job_of(u32::MAX), None);
+    }
+
+    #[test]
+    fn labels() {
+        let mut a = Job::new("slurm", "12", "");
+        a.step = Some("0".into());
+        assert_eq!(a.label(), "slurm 12.0");
+        assert_eq!(
+            Job::new("docker", "3f2a9c1b7d4e5f6071", "").label(),
+            "docker 3f2a9c1b7d4e"
+        );
+        assert_eq!(a.key(), "slurm:12");
+    }
+}

@@ -224,7 +224,8 @@ fn jobs_group_processes_and_sum_their_totals() {
         );
     }
     let r = a.report(meta());
-    let got: Vec<(String, String, Vec<String>, Vec<u32>, u64)> = r
+    type Row = (String, String, Vec<String>, Vec<u32>, u64);
+    let got: Vec<Row> = r
         .jobs
         .iter()
         .map(|j| {

@@ -21,6 +21,13 @@ pub mod maps {
     pub const FILTER_MODE: &str = "FILTER_MODE";
     /// `HashMap<u32 tgid, u8>`: processes selected when the filter mode is [`crate::FILTER_TGIDS`].
     pub const FILTER_TGIDS: &str = "FILTER_TGIDS";
+    /// `HashMap<u64 cgroup id, u8>`: cgroups (v2) whose processes, at any depth below, are
+    /// selected when the filter mode is [`crate::FILTER_CGROUPS`].
+    pub const FILTER_CGROUPS: &str = "FILTER_CGROUPS";
+    /// `LruHashMap<u32 tgid, u8 verdict>`: the cgroup decision per process, cached so that an
+    /// unselected process costs one lookup per hooked call. Userspace clears it whenever it
+    /// adds a cgroup to `FILTER_CGROUPS`.
+    pub const FILTER_VERDICT: &str = "FILTER_VERDICT";
     /// Per-thread runtime call in flight (pairing runtime with driver, runtime return probes).
     pub const PEND_RT: &str = "PEND_RT";
     /// Per-thread driver call in flight (driver return probes).
@@ -31,6 +38,10 @@ pub mod maps {
 pub const FILTER_ALL: u32 = 0;
 /// Filter mode: only tgids present in `FILTER_TGIDS`.
 pub const FILTER_TGIDS: u32 = 1;
+/// Filter mode: only processes in (or below) the cgroups in `FILTER_CGROUPS`.
+pub const FILTER_CGROUPS: u32 = 2;
+/// Deepest cgroup level the filter looks at (root = 0).
+pub const MAX_CGROUP_DEPTH: i32 = 24;
 
 /// Capacity of the counters arrays (kinds are below this).
 pub const MAX_KINDS: u32 = 16;

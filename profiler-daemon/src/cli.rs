@@ -56,6 +56,15 @@ pub struct CaptureArgs {
     /// Capture one running process (live attach, no restart).
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    /// Only processes in this cgroup (v2; at any depth below it), e.g.
+    /// /system.slice/docker-<id>.scope. Repeatable. Selected in the kernel.
+    #[arg(long = "cgroup", value_name = "PATH", conflicts_with = "pid")]
+    pub cgroups: Vec<String>,
+    /// Only processes of this job: a Slurm job id, a Kubernetes pod UID, a container id (or its
+    /// first 12+ characters), a systemd unit. Repeatable; jobs that start later are picked up.
+    /// Selected in the kernel by the job's cgroup.
+    #[arg(long = "job", value_name = "ID", conflicts_with = "pid")]
+    pub jobs: Vec<String>,
     /// With --pid: if the process has not loaded CUDA yet, wait for it instead of failing.
     #[arg(long, requires = "pid")]
     pub wait: bool,
@@ -199,13 +208,17 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             verbose: cli.capture.verbose,
             command: vec![workload.display().to_string()],
             command_stdin: Some(script),
+            cgroups: vec![],
+            jobs: vec![],
         });
     }
     let a = cli.capture;
     let target = match (a.all_jobs, a.pid) {
         (_, Some(pid)) => Target::Pid(pid),
         (true, None) => Target::AllJobs,
-        (false, None) if !a.command.is_empty() => Target::AllJobs,
+        (false, None) if !a.command.is_empty() || !a.cgroups.is_empty() || !a.jobs.is_empty() => {
+            Target::AllJobs
+        }
         (false, None) => {
             return Err(
                 "say what to capture: --all-jobs (every CUDA process), --pid PID (one \
@@ -233,6 +246,8 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
         verbose: a.verbose,
         command: a.command,
         command_stdin: None,
+        cgroups: a.cgroups,
+        jobs: a.jobs,
     })
 }
 

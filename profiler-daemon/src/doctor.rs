@@ -87,7 +87,7 @@ fn kernel_release() -> String {
 /// exactly 3 SYNC records were submitted (entry-only cookie: one record per call).
 fn round_trip() -> Result<String, String> {
     let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
-    capture::set_filter(&mut ebpf, None).map_err(|e| format!("{e:#}"))?;
+    capture::set_filter(&mut ebpf, &capture::Filter::All).map_err(|e| format!("{e:#}"))?;
     let target = gpuprofd_doctor_probe_target as *const () as u64;
     let (exe, off) = own_file_offset(target)
         .ok_or("could not find this binary's own code in /proc/self/maps")?;

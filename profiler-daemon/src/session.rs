@@ -47,6 +47,10 @@ pub struct CaptureOptions {
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
     pub command_stdin: Option<PathBuf>,
+    /// `--cgroup`: only processes in these cgroups (with --all-jobs semantics otherwise).
+    pub cgroups: Vec<String>,
+    /// `--job`: only processes of these jobs (by their cgroups, found now and on every tick).
+    pub jobs: Vec<String>,
 }
 
 /// Errors a user can act on; each maps to an exit code.
@@ -86,6 +90,8 @@ pub enum SessionError {
     Capture(#[from] CaptureError),
     #[error(transparent)]
     Attach(#[from] crate::attach::AttachError),
+    #[error("{0}")]
+    Selection(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -100,6 +106,7 @@ impl SessionError {
             SessionError::Capture(CaptureError::Permission { .. }) => 6,
             SessionError::Capture(_) | SessionError::Attach(_) => 7,
             SessionError::Spawn { .. } => 8,
+            SessionError::Selection(_) => 2,
             SessionError::Internal(_) => 1,
         }
     }
@@ -134,15 +141,20 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         })?),
         None => None,
     };
+    // A bad --cgroup / --job is refused before anything is scanned or attached.
+    let mut selection = Selection::new(&opts)?;
     let mut scanner = Scanner::new();
     let initial = initial_libraries(&opts, &mut scanner).await?;
 
     let mut ebpf = capture::load(opts.ring_bytes)?;
     let filter = match opts.target {
-        Target::Pid(p) => Some(vec![p]),
-        Target::AllJobs => None,
+        Target::Pid(p) => capture::Filter::Tgids(vec![p]),
+        Target::AllJobs if selection.active() => {
+            capture::Filter::Cgroups(selection.refresh().iter().map(|c| c.id).collect())
+        }
+        Target::AllJobs => capture::Filter::All,
     };
-    capture::set_filter(&mut ebpf, filter.as_deref())?;
+    capture::set_filter(&mut ebpf, &filter)?;
     let mut attacher = Attacher::new();
     for lib in &initial {
         attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
@@ -224,6 +236,11 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 if grew {
                     let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
                 }
+                let fresh = selection.refresh();
+                if !fresh.is_empty() {
+                    let ids: Vec<u64> = fresh.iter().map(|c| c.id).collect();
+                    capture::add_cgroups(&mut ebpf, &ids)?;
+                }
                 let _ = ctl_tx.send(Ctl::Tick { interval }).await;
             }
         }
@@ -236,7 +253,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
     let submitted = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)?;
-    let meta = report_meta(started_at, started.elapsed(), &drops, &stats);
+    let meta = report_meta(started_at, started.elapsed(), &drops, &submitted, &stats);
     let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
     let (reply_tx, reply_rx) = oneshot::channel();
     ctl_tx
@@ -287,8 +304,87 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// The `--cgroup` / `--job` selection: which cgroups are in it, and which were added since.
+struct Selection {
+    root: Option<PathBuf>,
+    jobs: Vec<String>,
+    known: HashSet<u64>,
+    fixed: Vec<crate::enrich::jobs::SelectedCgroup>,
+    announced_empty: bool,
+}
+
+impl Selection {
+    fn new(opts: &CaptureOptions) -> Result<Selection, SessionError> {
+        let mut s = Selection {
+            root: None,
+            jobs: opts.jobs.clone(),
+            known: HashSet::new(),
+            fixed: Vec::new(),
+            announced_empty: false,
+        };
+        if opts.cgroups.is_empty() && opts.jobs.is_empty() {
+            return Ok(s);
+        }
+        let root = crate::enrich::jobs::cgroup2_root().ok_or_else(|| {
+            SessionError::Selection(
+                "--cgroup and --job need the cgroup v2 hierarchy, and none is mounted here; \
+                 use --pid instead"
+                    .into(),
+            )
+        })?;
+        for c in &opts.cgroups {
+            s.fixed.push(
+                crate::enrich::jobs::resolve_cgroup_arg(&root, c)
+                    .map_err(SessionError::Selection)?,
+            );
+        }
+        s.root = Some(root);
+        Ok(s)
+    }
+
+    fn active(&self) -> bool {
+        self.root.is_some()
+    }
+
+    /// Cgroups selected now that were not before (all of them on the first call).
+    fn refresh(&mut self) -> Vec<crate::enrich::jobs::SelectedCgroup> {
+        let Some(root) = &self.root else {
+            return Vec::new();
+        };
+        let mut all = self.fixed.clone();
+        if !self.jobs.is_empty() {
+            all.extend(crate::enrich::jobs::job_cgroups(root, &self.jobs));
+        }
+        let fresh: Vec<_> = all
+            .into_iter()
+            .filter(|c| self.known.insert(c.id))
+            .collect();
+        for c in &fresh {
+            eprintln!("gpuprofd: selecting cgroup {} (id {})", c.rel, c.id);
+        }
+        if self.known.is_empty() && !self.announced_empty {
+            self.announced_empty = true;
+            eprintln!(
+                "gpuprofd: no cgroup of job {} exists yet; waiting for it (checked every second)",
+                self.jobs.join(", ")
+            );
+        }
+        fresh
+    }
+}
+
 fn describe(opts: &CaptureOptions) -> String {
     let what = match opts.target {
+        Target::AllJobs if !opts.jobs.is_empty() || !opts.cgroups.is_empty() => {
+            let mut parts = Vec::new();
+            if !opts.jobs.is_empty() {
+                parts.push(format!("job {}", opts.jobs.join(", ")));
+            }
+            if !opts.cgroups.is_empty() {
+                parts.push(format!("cgroup {}", opts.cgroups.join(", ")));
+            }
+            format!("CUDA processes of {}", parts.join(" and "))
+        }
         Target::AllJobs => "all CUDA processes".to_string(),
         Target::Pid(p) => format!("process {p}"),
     };
@@ -419,6 +515,7 @@ fn report_meta(
     started_at: SystemTime,
     elapsed: Duration,
     drops: &KindCounts,
+    submitted: &KindCounts,
     stats: &ReaderStats,
 ) -> ReportMeta {
     let mut d: BTreeMap<String, u64> = drops
@@ -435,6 +532,11 @@ fn report_meta(
         started_at,
         duration_ns: elapsed.as_nanos() as u64,
         drops: d,
+        submitted: submitted
+            .named()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
     }
 }
 

@@ -17,17 +17,18 @@ use aya_ebpf::{
     EbpfContext,
     bindings::pt_regs,
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid,
+        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
-    AliasBody, CopyBody, FILTER_TGIDS as MODE_TGIDS, GraphBody, Header, LaunchBody, MAX_KINDS,
-    MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN,
-    Pending, Record, SyncBody, class,
+    AliasBody, CopyBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS, GraphBody,
+    Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MemBody, NAME_CAP, NameBody,
+    PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, Pending, Record, SyncBody,
+    class,
     cookie::{self, Cookie},
     dir, flags, kind, memkind, memop,
 };
@@ -42,6 +43,10 @@ static SUBMITTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0)
 static FILTER_MODE: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "FILTER_TGIDS")]
 static FILTER_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(65536, 0);
+#[map(name = "FILTER_CGROUPS")]
+static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(4096, 0);
+#[map(name = "FILTER_VERDICT")]
+static FILTER_VERDICT: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_RT")]
 static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_DRV")]
@@ -63,6 +68,33 @@ fn bump(map: &PerCpuArray<u64>, k: u32) {
     }
 }
 
+/// Whether the current task's cgroup (v2) is a selected cgroup or lies below one. Decided once
+/// per process and cached; userspace clears the cache when the selection grows.
+#[inline(always)]
+fn in_selected_cgroup(tgid: u32) -> bool {
+    // SAFETY: read-only lookup of a plain value.
+    if let Some(&v) = unsafe { FILTER_VERDICT.get(&tgid) } {
+        return v != 0;
+    }
+    let mut yes = false;
+    let mut level = 0;
+    while level < MAX_CGROUP_DEPTH {
+        // SAFETY: plain helper call; 0 past the task's own depth.
+        let id = unsafe { bpf_get_current_ancestor_cgroup_id(level) };
+        if id == 0 {
+            break;
+        }
+        // SAFETY: read-only lookup of a plain value.
+        if unsafe { FILTER_CGROUPS.get(&id) }.is_some() {
+            yes = true;
+            break;
+        }
+        level += 1;
+    }
+    let _ = FILTER_VERDICT.insert(&tgid, &(yes as u8), 0);
+    yes
+}
+
 /// The calling thread if its process is selected, with the probe's cookie.
 #[inline(always)]
 fn start<C: EbpfContext>(ctx: &C) -> Option<(u64, Cookie)> {
@@ -71,6 +103,9 @@ fn start<C: EbpfContext>(ctx: &C) -> Option<(u64, Cookie)> {
     if let Some(&mode) = FILTER_MODE.get(0) {
         // SAFETY: read-only lookup of a plain value.
         if mode == MODE_TGIDS && unsafe { FILTER_TGIDS.get(&tgid) }.is_none() {
+            return None;
+        }
+        if mode == MODE_CGROUPS && !in_selected_cgroup(tgid) {
             return None;
         }
     }

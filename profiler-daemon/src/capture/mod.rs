@@ -6,7 +6,7 @@
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
-use profiler_common::{FILTER_ALL, FILTER_TGIDS, MAX_KINDS, kind, maps};
+use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, kind, maps};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,45 +96,80 @@ fn raise_memlock_rlimit() {
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) };
 }
 
-/// Restricts capture to `tgids` (in the kernel: other processes cost one map lookup per hooked
-/// call and produce no record), or lifts the restriction with `None`.
-pub fn set_filter(ebpf: &mut Ebpf, tgids: Option<&[u32]>) -> Result<(), CaptureError> {
-    {
-        let map = ebpf
-            .map_mut(maps::FILTER_TGIDS)
-            .ok_or(CaptureError::MissingMap {
-                name: maps::FILTER_TGIDS,
-            })?;
-        let mut set: BpfHashMap<_, u32, u8> =
-            BpfHashMap::try_from(map).map_err(|source| CaptureError::Map {
-                name: maps::FILTER_TGIDS,
-                source,
-            })?;
-        for t in tgids.unwrap_or(&[]) {
-            set.insert(t, 1, 0).map_err(|source| CaptureError::Map {
-                name: maps::FILTER_TGIDS,
-                source,
-            })?;
+/// Which processes the probes record (decided in the kernel: an unselected process costs a
+/// map lookup per hooked call and produces no record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Filter {
+    All,
+    Tgids(Vec<u32>),
+    /// Processes in these cgroups (v2 ids), at any depth below them.
+    Cgroups(Vec<u64>),
+}
+
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> CaptureError {
+    move |source| CaptureError::Map { name, source }
+}
+
+/// Installs `filter`.
+pub fn set_filter(ebpf: &mut Ebpf, filter: &Filter) -> Result<(), CaptureError> {
+    match filter {
+        Filter::All => {}
+        Filter::Tgids(tgids) => {
+            let map = ebpf
+                .map_mut(maps::FILTER_TGIDS)
+                .ok_or(CaptureError::MissingMap {
+                    name: maps::FILTER_TGIDS,
+                })?;
+            let mut set: BpfHashMap<_, u32, u8> =
+                BpfHashMap::try_from(map).map_err(map_err(maps::FILTER_TGIDS))?;
+            for t in tgids {
+                set.insert(t, 1, 0).map_err(map_err(maps::FILTER_TGIDS))?;
+            }
         }
+        Filter::Cgroups(ids) => add_cgroups(ebpf, ids)?,
     }
     let map = ebpf
         .map_mut(maps::FILTER_MODE)
         .ok_or(CaptureError::MissingMap {
             name: maps::FILTER_MODE,
         })?;
-    let mut mode: Array<_, u32> = Array::try_from(map).map_err(|source| CaptureError::Map {
-        name: maps::FILTER_MODE,
-        source,
-    })?;
-    let v = if tgids.is_some() {
-        FILTER_TGIDS
-    } else {
-        FILTER_ALL
+    let mut mode: Array<_, u32> = Array::try_from(map).map_err(map_err(maps::FILTER_MODE))?;
+    let v = match filter {
+        Filter::All => FILTER_ALL,
+        Filter::Tgids(_) => FILTER_TGIDS,
+        Filter::Cgroups(_) => FILTER_CGROUPS,
     };
-    mode.set(0, v, 0).map_err(|source| CaptureError::Map {
-        name: maps::FILTER_MODE,
-        source,
-    })
+    mode.set(0, v, 0).map_err(map_err(maps::FILTER_MODE))
+}
+
+/// Adds cgroups to the selection (a job whose cgroup appeared after the start) and forgets
+/// every cached per-process decision, so processes already seen are decided again.
+pub fn add_cgroups(ebpf: &mut Ebpf, ids: &[u64]) -> Result<(), CaptureError> {
+    {
+        let map = ebpf
+            .map_mut(maps::FILTER_CGROUPS)
+            .ok_or(CaptureError::MissingMap {
+                name: maps::FILTER_CGROUPS,
+            })?;
+        let mut set: BpfHashMap<_, u64, u8> =
+            BpfHashMap::try_from(map).map_err(map_err(maps::FILTER_CGROUPS))?;
+        for id in ids {
+            set.insert(id, 1, 0)
+                .map_err(map_err(maps::FILTER_CGROUPS))?;
+        }
+    }
+    let map = ebpf
+        .map_mut(maps::FILTER_VERDICT)
+        .ok_or(CaptureError::MissingMap {
+            name: maps::FILTER_VERDICT,
+        })?;
+    let mut verdicts: BpfHashMap<_, u32, u8> =
+        BpfHashMap::try_from(map).map_err(map_err(maps::FILTER_VERDICT))?;
+    let keys: Vec<u32> = verdicts.keys().filter_map(Result::ok).collect();
+    for k in keys {
+        let _ = verdicts.remove(&k);
+    }
+    Ok(())
 }
 
 /// Per-kind counters summed over CPUs, indexed by record kind.

@@ -296,6 +296,101 @@ pub fn job_of(tgid: u32) -> Option<Job> {
     Some(j)
 }
 
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
+/// hybrid hosts), from `/proc/self/mountinfo`.
+pub fn cgroup2_root() -> Option<std::path::PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (right.split_whitespace().next() == Some("cgroup2"))
+            .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))
+            .flatten()
+    })
+}
+
+/// A selected cgroup: its path relative to the cgroup2 root and its id (the directory's inode,
+/// which is what `bpf_get_current_ancestor_cgroup_id` returns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectedCgroup {
+    pub rel: String,
+    pub id: u64,
+}
+
+fn selected(root: &std::path::Path, dir: &std::path::Path) -> Option<SelectedCgroup> {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(dir).ok()?;
+    md.is_dir().then_some(())?;
+    let rel = dir.strip_prefix(root).ok()?.to_string_lossy();
+    Some(SelectedCgroup {
+        rel: format!("/{}", rel.trim_start_matches('/')),
+        id: md.ino(),
+    })
+}
+
+/// `--cgroup PATH`: absolute under the cgroup2 mount, or relative to it (as `/proc/PID/cgroup`
+/// shows it).
+pub fn resolve_cgroup_arg(root: &std::path::Path, arg: &str) -> Result<SelectedCgroup, String> {
+    let p = std::path::Path::new(arg);
+    let dir = if p.starts_with(root) {
+        p.to_path_buf()
+    } else {
+        root.join(arg.trim_start_matches('/'))
+    };
+    selected(root, &dir).ok_or_else(|| {
+        format!(
+            "--cgroup \"{arg}\": no such cgroup under {} (give the path /proc/PID/cgroup shows, \
+             e.g. /system.slice/docker-<id>.scope)",
+            root.display()
+        )
+    })
+}
+
+/// Whether `job` is the job `--job ID` asks for: the same id, or a container id's prefix of at
+/// least 12 characters (as `docker ps` shows it).
+pub fn job_matches(job: &Job, id: &str) -> bool {
+    job.id == id
+        || (id.len() >= 12
+            && matches!(
+                job.kind.as_str(),
+                "docker" | "podman" | "containerd" | "crio"
+            )
+            && job.id.starts_with(id))
+}
+
+/// The top-most cgroups of the jobs `ids` (a Slurm job's `job_N`, a pod's slice, a container's
+/// scope), walking the hierarchy below `root` (bounded: depth 16, 200 000 directories).
+pub fn job_cgroups(root: &std::path::Path, ids: &[String]) -> Vec<SelectedCgroup> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = stack.pop() {
+        seen += 1;
+        if seen > 200_000 {
+            break;
+        }
+        if dir != root
+            && let Some(sel) = selected(root, &dir)
+            && let Some(job) = job_from_cgroup(&sel.rel)
+            && ids.iter().any(|id| job_matches(&job, id))
+        {
+            out.push(sel); // the job's top: its sub-cgroups are covered in the kernel
+            continue;
+        }
+        if depth >= 16 {
+            continue;
+        }
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +534,58 @@ mod tests {
         let j = job_of(std::process::id()).expect("our own job");
         assert_eq!(j.cgroup, own);
         assert_eq!(job_of(u32::MAX), None);
+    }
+
+    #[test]
+    fn job_ids_match_exactly_or_by_container_prefix() {
+        let d = Job::new("docker", "3f2a9c1b7d4e5f60718293a4", "");
+        assert!(job_matches(&d, "3f2a9c1b7d4e"));
+        assert!(!job_matches(&d, "3f2a9c"), "short prefixes are ambiguous");
+        assert!(job_matches(&Job::new("slurm", "77", ""), "77"));
+        assert!(!job_matches(&Job::new("slurm", "771", ""), "77"));
+    }
+
+    #[test]
+    fn cgroup_tree_walk_finds_job_tops() {
+        let root = std::env::temp_dir().join(format!("gpuprofd-cg-{}", std::process::id()));
+        for d in [
+            "system.slice/slurmstepd.scope/job_77/step_0/user",
+            "system.slice/slurmstepd.scope/job_77/step_1",
+            "system.slice/slurmstepd.scope/job_78/step_0",
+            "system.slice/docker-3f2a9c1b7d4e5f60718293a4b5c6d7e8.scope",
+        ] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let rels = |ids: &[&str]| {
+            let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            job_cgroups(&root, &ids)
+                .into_iter()
+                .map(|c| c.rel)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rels(&["77"]), ["/system.slice/slurmstepd.scope/job_77"]);
+        assert_eq!(
+            rels(&["78", "3f2a9c1b7d4e"]),
+            [
+                "/system.slice/docker-3f2a9c1b7d4e5f60718293a4b5c6d7e8.scope",
+                "/system.slice/slurmstepd.scope/job_78"
+            ]
+        );
+        assert!(rels(&["79"]).is_empty());
+        let c = resolve_cgroup_arg(&root, "/system.slice/slurmstepd.scope/job_78").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            c.id,
+            fs::metadata(root.join("system.slice/slurmstepd.scope/job_78"))
+                .unwrap()
+                .ino()
+        );
+        assert!(
+            resolve_cgroup_arg(&root, "/nope")
+                .unwrap_err()
+                .contains("no such cgroup")
+        );
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

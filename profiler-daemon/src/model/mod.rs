@@ -225,6 +225,7 @@ impl Aggregator {
             started_at: rfc3339_utc(meta.started_at),
             duration_ns: meta.duration_ns,
             drops: meta.drops,
+            submitted: meta.submitted,
             decode_errors: self.decode_errors(),
             jobs: report::jobs(&processes),
             processes,

@@ -20,6 +20,8 @@ pub struct ReportMeta {
     pub duration_ns: u64,
     /// Records lost per kind (see [`drops_by_kind`]).
     pub drops: BTreeMap<String, u64>,
+    /// Records the probes wrote into the ring buffer, per kind.
+    pub submitted: BTreeMap<String, u64>,
 }
 
 /// The whole report; `output::json::to_string_pretty` writes it.
@@ -31,6 +33,8 @@ pub struct Report {
     pub started_at: String,
     pub duration_ns: u64,
     pub drops: BTreeMap<String, u64>,
+    /// Records the probes wrote, per kind (with an in-kernel filter, only selected processes').
+    pub submitted: BTreeMap<String, u64>,
     pub decode_errors: u64,
     /// Per-job totals, sorted by launches (descending), then key.
     pub jobs: Vec<JobReport>,

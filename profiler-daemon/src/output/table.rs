@@ -358,6 +358,7 @@ mod tests {
                 .iter()
                 .map(|(k, n)| ((*k).to_owned(), *n))
                 .collect::<BTreeMap<_, _>>(),
+            submitted: BTreeMap::new(),
             decode_errors: 0,
             jobs: vec![],
             processes: vec![p],

@@ -2,8 +2,8 @@
 //! of untrusted bytes into anything but plain integers.
 
 use crate::{
-    AliasBody, CopyBody, GraphBody, Header, LaunchBody, MemBody, NAME_CAP, NameBody, Record,
-    SyncBody, kind, record_size,
+    AliasBody, CopyBody, GraphBody, Header, LaunchBody, MapBody, MemBody, NAME_CAP, NameBody,
+    Record, SyncBody, kind, record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -22,6 +22,7 @@ pub enum Event {
     Graph(Header, GraphBody),
     Name(Header, NameBody),
     Alias(Header, AliasBody),
+    Map(Header, MapBody),
 }
 
 impl Event {
@@ -33,7 +34,8 @@ impl Event {
             | Event::Mem(h, _)
             | Event::Graph(h, _)
             | Event::Name(h, _)
-            | Event::Alias(h, _) => h,
+            | Event::Alias(h, _)
+            | Event::Map(h, _) => h,
         }
     }
 }
@@ -119,6 +121,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::GRAPH => Event::Graph(header, read(bytes, hs)),
         kind::NAME => Event::Name(header, read(bytes, hs)),
         kind::ALIAS => Event::Alias(header, read(bytes, hs)),
+        kind::MAP => Event::Map(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -233,6 +236,17 @@ mod tests {
                 body: a
             })),
             Ok(Event::Alias(hdr(kind::ALIAS), a))
+        );
+        let m = MapBody {
+            addr: 0x7f00_0000_0000,
+            len: 4096,
+        };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::MAP),
+                body: m
+            })),
+            Ok(Event::Map(hdr(kind::MAP), m))
         );
     }
 

@@ -32,6 +32,8 @@ pub mod maps {
     pub const PEND_RT: &str = "PEND_RT";
     /// Per-thread driver call in flight (driver return probes).
     pub const PEND_DRV: &str = "PEND_DRV";
+    /// Per-thread `mmap(PROT_EXEC, fd)` in flight (`u32 tid` → length).
+    pub const MMAP_PEND: &str = "MMAP_PEND";
 }
 
 /// Filter mode: every process.
@@ -62,8 +64,11 @@ pub mod kind {
     pub const NAME: u32 = 6;
     /// One handle stands for another ([`crate::AliasBody`]).
     pub const ALIAS: u32 = 7;
+    /// A process mapped a file executable with `mmap` ([`crate::MapBody`]): it may have
+    /// loaded a CUDA library the daemon has not attached yet.
+    pub const MAP: u32 = 8;
     /// Highest kind in use.
-    pub const LAST: u32 = ALIAS;
+    pub const LAST: u32 = MAP;
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
@@ -256,6 +261,16 @@ pub struct AliasBody {
 }
 const _: () = assert!(core::mem::size_of::<AliasBody>() == 16);
 
+/// An executable file mapping a process just made (`mmap` with `PROT_EXEC` and a file
+/// descriptor, seen at the syscall's return, so the mapping exists in `/proc/PID/maps`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapBody {
+    pub addr: u64,
+    pub len: u64,
+}
+const _: () = assert!(core::mem::size_of::<MapBody>() == 16);
+
 /// Header + body, as laid out in the ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -276,6 +291,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::GRAPH => core::mem::size_of::<GraphBody>(),
         kind::NAME => core::mem::size_of::<NameBody>(),
         kind::ALIAS => core::mem::size_of::<AliasBody>(),
+        kind::MAP => core::mem::size_of::<MapBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

@@ -83,6 +83,10 @@ pub struct CaptureArgs {
     /// Do not print the per-second live lines on stderr.
     #[arg(long)]
     pub no_live: bool,
+    /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
+    /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
+    #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
+    pub rescan_interval: Option<Duration>,
     /// Ring-buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ring_buffer_mb: u32,
@@ -92,6 +96,14 @@ pub struct CaptureArgs {
     /// Run this command under the profiler and stop when it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// Like [`parse_duration`], but `0` is allowed (meaning "never").
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
 }
 
 /// Parses `30s`, `5m`, `1h`, `250ms`, or plain seconds.
@@ -210,6 +222,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             command_stdin: Some(script),
             cgroups: vec![],
             jobs: vec![],
+            rescan: None,
         });
     }
     let a = cli.capture;
@@ -248,6 +261,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
         command_stdin: None,
         cgroups: a.cgroups,
         jobs: a.jobs,
+        rescan: a.rescan_interval,
     })
 }
 

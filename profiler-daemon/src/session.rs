@@ -51,6 +51,9 @@ pub struct CaptureOptions {
     pub cgroups: Vec<String>,
     /// `--job`: only processes of these jobs (by their cgroups, found now and on every tick).
     pub jobs: Vec<String>,
+    /// How often to rescan /proc for CUDA library files (`None`: 30 s with the kernel mmap
+    /// watcher, 1 s without; zero: never).
+    pub rescan: Option<Duration>,
 }
 
 /// Errors a user can act on; each maps to an exit code.
@@ -169,13 +172,28 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>(16);
     let symbols = Arc::new(ProcSymbols::new());
     let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
+    let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<u32>();
     let agg = tokio::spawn(aggregate(
         rx,
         ctl_rx,
         attacher.api().clone(),
         symbols.clone(),
         opts.live,
+        maps_tx,
     ));
+    // Late loads: an mmap watcher in the kernel reports executable file mappings as they
+    // happen; the /proc rescan is then only a slow safety net.
+    let rescan_every = match capture::watch_mmaps(&mut ebpf) {
+        Ok(()) => opts.rescan.unwrap_or(Duration::from_secs(30)),
+        Err(e) => {
+            eprintln!(
+                "gpuprofd: warning: cannot watch mmap in the kernel ({e}); new CUDA library files \
+                 are found by rescanning /proc every second instead"
+            );
+            opts.rescan.unwrap_or(Duration::from_secs(1))
+        }
+    };
+    let mut last_rescan = Instant::now();
 
     let probes: usize = attacher.libraries().map(|l| l.attached()).sum();
     let libs = attacher.libraries().count();
@@ -214,6 +232,30 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = sigterm.recv() => break "terminated".to_string(),
             _ = sleep_until => break "duration reached".to_string(),
             st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
+            Some(first) = maps_rx.recv() => {
+                // Coalesce a burst (a process start maps dozens of files) into one scan each.
+                let mut tgids = HashSet::from([first]);
+                while let Ok(t) = maps_rx.try_recv() {
+                    tgids.insert(t);
+                }
+                let mut new = Vec::new();
+                for t in tgids {
+                    if matches!(opts.target, Target::Pid(p) if p != t) {
+                        continue;
+                    }
+                    new.extend(scanner.scan_process(t));
+                }
+                let mut grew = false;
+                for lib in new {
+                    if !attacher.is_attached(&lib) {
+                        attach_and_report(&mut attacher, &mut ebpf, &lib, opts.verbose)?;
+                        grew = true;
+                    }
+                }
+                if grew {
+                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+                }
+            }
             _ = tick.tick() => {
                 let interval = last_tick.elapsed();
                 last_tick = Instant::now();
@@ -222,7 +264,12 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 {
                     break format!("process {p} exited");
                 }
+                let rescan = !rescan_every.is_zero() && last_rescan.elapsed() >= rescan_every;
+                if rescan {
+                    last_rescan = Instant::now();
+                }
                 let new = match opts.target {
+                    _ if !rescan => Vec::new(),
                     Target::Pid(p) => scanner.scan_process(p),
                     Target::AllJobs => scanner.scan_all(),
                 };
@@ -562,6 +609,7 @@ async fn aggregate(
     api: ApiTable,
     symbols: Arc<ProcSymbols>,
     live: bool,
+    maps_tx: mpsc::UnboundedSender<u32>,
 ) {
     let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
     let mut known: HashSet<u32> = HashSet::new();
@@ -570,7 +618,18 @@ async fn aggregate(
         tokio::select! {
             biased;
             b = rx.recv(), if batches_open => match b {
-                Some(batch) => apply_batch(&mut agg, &batch, &mut known, &symbols),
+                Some(batch) => {
+                    apply_batch(&mut agg, &batch, &mut known, &symbols);
+                    // Executable file mappings: the session looks for new CUDA libraries.
+                    let mut sent = HashSet::new();
+                    for rec in batch.iter() {
+                        if let Ok(profiler_common::decode::Event::Map(h, _)) = decode(rec)
+                            && sent.insert(h.tgid)
+                        {
+                            let _ = maps_tx.send(h.tgid);
+                        }
+                    }
+                }
                 None => batches_open = false,
             },
             c = ctl.recv() => match c {

@@ -20,13 +20,13 @@ use aya_ebpf::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid,
         bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
-    macros::{map, uprobe, uretprobe},
+    macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use profiler_common::{
     AliasBody, CopyBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS, GraphBody,
-    Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MemBody, NAME_CAP, NameBody,
+    Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody,
     PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, Pending, Record, SyncBody,
     class,
     cookie::{self, Cookie},
@@ -47,6 +47,8 @@ static FILTER_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(65536, 0);
 static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(4096, 0);
 #[map(name = "FILTER_VERDICT")]
 static FILTER_VERDICT: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536, 0);
+#[map(name = "MMAP_PEND")]
+static MMAP_PEND: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 #[map(name = "PEND_RT")]
 static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_DRV")]
@@ -95,19 +97,27 @@ fn in_selected_cgroup(tgid: u32) -> bool {
     yes
 }
 
+/// Whether the in-kernel filter (`--pid`, `--cgroup`, `--job`) selects process `tgid`.
+#[inline(always)]
+fn selected(tgid: u32) -> bool {
+    if let Some(&mode) = FILTER_MODE.get(0) {
+        // SAFETY: read-only lookup of a plain value.
+        if mode == MODE_TGIDS && unsafe { FILTER_TGIDS.get(&tgid) }.is_none() {
+            return false;
+        }
+        if mode == MODE_CGROUPS && !in_selected_cgroup(tgid) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The calling thread if its process is selected, with the probe's cookie.
 #[inline(always)]
 fn start<C: EbpfContext>(ctx: &C) -> Option<(u64, Cookie)> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if let Some(&mode) = FILTER_MODE.get(0) {
-        // SAFETY: read-only lookup of a plain value.
-        if mode == MODE_TGIDS && unsafe { FILTER_TGIDS.get(&tgid) }.is_none() {
-            return None;
-        }
-        if mode == MODE_CGROUPS && !in_selected_cgroup(tgid) {
-            return None;
-        }
+    if !selected((pid_tgid >> 32) as u32) {
+        return None;
     }
     // SAFETY: the context pointer is the program's own.
     let raw = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
@@ -897,6 +907,62 @@ pub fn register_function(ctx: ProbeContext) -> u32 {
         r.rdi,
         profiler_common::namesrc::REGISTER_FUNCTION,
         r.rdx,
+    );
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery of late loads: mmap(PROT_EXEC) of a file, reported when the syscall returns (the
+// mapping is then in /proc/PID/maps). The daemon reads that process's maps and attaches a CUDA
+// library it has not attached yet. Field offsets are those of the syscalls:sys_{enter,exit}_mmap
+// tracepoint formats, which follow the syscall ABI (8-byte slots from offset 16).
+
+const PROT_EXEC: u64 = 4;
+
+#[tracepoint]
+pub fn mmap_enter(ctx: TracePointContext) -> u32 {
+    // SAFETY: reads inside the tracepoint's own record.
+    let prot: u64 = unsafe { ctx.read_at(32) }.unwrap_or(0);
+    // SAFETY: as above.
+    let fd: u64 = unsafe { ctx.read_at(48) }.unwrap_or(u64::MAX);
+    if prot & PROT_EXEC == 0 || (fd as i64) < 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !selected((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    // SAFETY: as above.
+    let len: u64 = unsafe { ctx.read_at(24) }.unwrap_or(0);
+    let _ = MMAP_PEND.insert(&(pid_tgid as u32), &len, 0);
+    0
+}
+
+#[tracepoint]
+pub fn mmap_exit(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    // SAFETY: read-only lookup of a plain value.
+    let Some(&len) = (unsafe { MMAP_PEND.get(&tid) }) else {
+        return 0;
+    };
+    let _ = MMAP_PEND.remove(&tid);
+    // SAFETY: reads inside the tracepoint's own record.
+    let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
+    if (-4095..0).contains(&ret) {
+        return 0;
+    }
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(
+        kind::MAP,
+        0,
+        pid_tgid,
+        now,
+        MapBody {
+            addr: ret as u64,
+            len,
+        },
     );
     0
 }

@@ -561,10 +561,14 @@ static int cmd_lookalike(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_dlopen_runtime(void) {
+/* dlopen_runtime [DIR]: the runtime from DIR (a wheel's nvidia/cuda_runtime/lib), else by name */
+static int cmd_dlopen_runtime(int argc, char **argv) {
     if (g_have_rt) return FAIL("the runtime is already loaded");
-    void *rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_GLOBAL);
-    if (!rt) return FAIL("dlopen libcudart.so.12: %s", dlerror());
+    char path[4200] = "libcudart.so.12";
+    if (argc > 1) return FAIL("usage: [DIR]");
+    if (argc == 1) snprintf(path, sizeof path, "%s/libcudart.so.12", argv[0]);
+    void *rt = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!rt) return FAIL("dlopen %s: %s", path, dlerror());
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!drv) return FAIL("dlopen libcuda.so.1: %s", dlerror());
     if (resolve_all(rt, drv)) return FAIL("a CUDA symbol is missing");
@@ -639,7 +643,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
         return 0;
     }
     if (!strcmp(c, "lookalike_launch")) return cmd_lookalike(argc, argv);
-    if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime();
+    if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);
     if (!strcmp(c, "count")) {
         if (argc != 1) return FAIL("usage: SYMBOL");
         unsigned long long n;

@@ -474,3 +474,45 @@ fn driver_allocation_variants_vmm_and_graphs() {
     assert_eq!(p["launches"], 0);
     w.exit();
 }
+
+#[test]
+fn late_load_of_a_new_library_file_found_by_the_mmap_watcher() {
+    // A runtime in a pip-wheel layout, a file gpuprofd was not told about, dlopen'ed after the
+    // daemon started. The /proc rescan is off: only the in-kernel mmap watcher can find it.
+    let wheel = TempDir::new("wheel");
+    let lib_dir = wheel.path().join("site-packages/nvidia/cuda_runtime/lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    std::fs::copy(
+        fakecuda().join("lib/libcudart.so.12"),
+        lib_dir.join("libcudart.so.12"),
+    )
+    .unwrap();
+    let driver = fakecuda().join("lib/libcuda.so.1");
+    let mut d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--rescan-interval",
+        "0",
+        "--lib",
+        driver.to_str().unwrap(),
+    ]);
+    let mut w = Workload::spawn("workload_late", &[]);
+    w.cmd(&format!("dlopen_runtime {}", lib_dir.display()));
+    let wheel_lib = lib_dir.join("libcudart.so.12");
+    d.stderr.wait_for("the wheel's runtime attached", |l| {
+        l.contains("attached") && l.contains("libcudart.so.12") && l.contains("site-packages")
+    });
+    w.cmd("rt_launch vecAdd 4 2 1 1 64 1 1 0 0");
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(kernel_calls(p, VEC_ADD), 4);
+    assert_eq!(
+        api_calls(p, "cudaLaunchKernel"),
+        4,
+        "runtime layer not attached"
+    );
+    assert_eq!(api_calls(p, "cuLaunchKernel"), 0);
+    assert!(wheel_lib.exists());
+    w.exit();
+}

@@ -190,16 +190,7 @@ impl KindCounts {
 
 /// The report's name for a record kind.
 pub fn kind_name(k: u32) -> &'static str {
-    match k {
-        kind::LAUNCH => "launch",
-        kind::COPY => "copy",
-        kind::SYNC => "sync",
-        kind::MEM => "mem",
-        kind::GRAPH => "graph",
-        kind::NAME => "name",
-        kind::ALIAS => "alias",
-        _ => "other",
-    }
+    crate::output::kind_name(k).unwrap_or("other")
 }
 
 /// Reads a per-CPU counter array (`DROPS` or `SUBMITTED`).
@@ -330,6 +321,56 @@ pub fn ring_fd(ring: &RingBuf<MapData>) -> i32 {
     ring.as_raw_fd()
 }
 
+/// Loads and attaches the mmap watcher (`syscalls:sys_{enter,exit}_mmap` tracepoints), mounting
+/// tracefs first when it is not mounted (a fresh machine often has it unmounted).
+pub fn watch_mmaps(ebpf: &mut Ebpf) -> Result<(), String> {
+    use aya::programs::TracePoint;
+    ensure_tracefs()?;
+    for (prog, event) in [
+        ("mmap_enter", "sys_enter_mmap"),
+        ("mmap_exit", "sys_exit_mmap"),
+    ] {
+        let tp: &mut TracePoint = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("the eBPF object has no program {prog}"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        tp.load().map_err(|e| format!("loading {prog}: {e}"))?;
+        tp.attach("syscalls", event)
+            .map_err(|e| format!("attaching to syscalls:{event}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn ensure_tracefs() -> Result<(), String> {
+    let mounted = |p: &str| std::path::Path::new(p).join("events/syscalls").is_dir();
+    if mounted("/sys/kernel/tracing") || mounted("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: plain mount(2) with valid NUL-terminated strings.
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if mounted("/sys/kernel/tracing") {
+        Ok(())
+    } else {
+        Err("this kernel has no syscall tracepoints (CONFIG_FTRACE_SYSCALLS)".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,7 +403,9 @@ mod tests {
         let names: Vec<_> = c.named().into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
-            ["launch", "copy", "sync", "mem", "graph", "name", "alias"]
+            [
+                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map"
+            ]
         );
     }
 }

@@ -79,6 +79,10 @@ impl Aggregator {
 
     /// Accounts one decoded record.
     pub fn apply(&mut self, ev: &Event) {
+        if let Event::Map(..) = ev {
+            // Discovery, not CUDA activity: the session acts on it; no process entry is made.
+            return;
+        }
         let h = *ev.header();
         let cap = self.live_cap;
         let p = self
@@ -120,6 +124,7 @@ impl Aggregator {
                 }
             }
             Event::Alias(_, a) => p.names.alias(a.from, a.to),
+            Event::Map(..) => {}
         }
         if h.api > MAX_API_ID && !matches!(ev, Event::Name(..) | Event::Alias(..)) {
             // Counted with the rest of the record applied: only its API slot is lost.

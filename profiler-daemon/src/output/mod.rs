@@ -173,6 +173,7 @@ pub fn kind_name(kind: u32) -> Option<&'static str> {
         k::GRAPH => "graph",
         k::NAME => "name",
         k::ALIAS => "alias",
+        k::MAP => "map",
         _ => return None,
     })
 }
@@ -248,12 +249,13 @@ mod tests {
                 ("copy", 0),
                 ("graph", 0),
                 ("launch", 5),
+                ("map", 0),
                 ("mem", 0),
                 ("name", 0),
                 ("other", 3),
                 ("sync", 1)
             ]
         );
-        assert_eq!(drops_by_kind(&[]).len(), 7);
+        assert_eq!(drops_by_kind(&[]).len(), 8);
     }
 }

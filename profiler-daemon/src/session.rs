@@ -172,7 +172,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>(16);
     let symbols = Arc::new(ProcSymbols::new());
     let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
-    let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<u32>();
+    let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<(u32, u64, u64)>();
     let agg = tokio::spawn(aggregate(
         rx,
         ctl_rx,
@@ -233,16 +233,22 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = sleep_until => break "duration reached".to_string(),
             st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
             Some(first) = maps_rx.recv() => {
-                // Coalesce a burst (a process start maps dozens of files) into one scan each.
-                let mut tgids = HashSet::from([first]);
-                while let Ok(t) = maps_rx.try_recv() {
-                    tgids.insert(t);
+                // Most mappings are not CUDA (every process start maps its libc): the mapped
+                // file's name is one readlink of /proc/PID/map_files away; only a CUDA-looking
+                // one (or one that cannot be read) costs a scan of that process's maps, once
+                // per burst.
+                let mut tgids = HashSet::new();
+                let mut one = Some(first);
+                while let Some((t, addr, len)) = one.take().or_else(|| maps_rx.try_recv().ok()) {
+                    if matches!(opts.target, Target::Pid(p) if p != t) || tgids.contains(&t) {
+                        continue;
+                    }
+                    if discovery::mapping_may_be_cuda(t, addr, len) {
+                        tgids.insert(t);
+                    }
                 }
                 let mut new = Vec::new();
                 for t in tgids {
-                    if matches!(opts.target, Target::Pid(p) if p != t) {
-                        continue;
-                    }
                     new.extend(scanner.scan_process(t));
                 }
                 let mut grew = false;
@@ -609,7 +615,7 @@ async fn aggregate(
     api: ApiTable,
     symbols: Arc<ProcSymbols>,
     live: bool,
-    maps_tx: mpsc::UnboundedSender<u32>,
+    maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
 ) {
     let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
     let mut known: HashSet<u32> = HashSet::new();
@@ -621,12 +627,9 @@ async fn aggregate(
                 Some(batch) => {
                     apply_batch(&mut agg, &batch, &mut known, &symbols);
                     // Executable file mappings: the session looks for new CUDA libraries.
-                    let mut sent = HashSet::new();
                     for rec in batch.iter() {
-                        if let Ok(profiler_common::decode::Event::Map(h, _)) = decode(rec)
-                            && sent.insert(h.tgid)
-                        {
-                            let _ = maps_tx.send(h.tgid);
+                        if let Ok(profiler_common::decode::Event::Map(h, m)) = decode(rec) {
+                            let _ = maps_tx.send((h.tgid, m.addr, m.len));
                         }
                     }
                 }
@@ -676,6 +679,10 @@ fn apply_batch(
 ) {
     for rec in batch.iter() {
         match decode(rec) {
+            Ok(profiler_common::decode::Event::Map(..)) => {
+                // Discovery only (the session handles it): not a sign of CUDA use, so no
+                // procfs reads for the thousands of short-lived processes a busy node runs.
+            }
             Ok(ev) => {
                 let tgid = ev.header().tgid;
                 if known.insert(tgid) {

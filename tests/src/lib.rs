@@ -256,14 +256,24 @@ impl Workload {
         Workload::spawn_with(name, &[], Some(cg.path()))
     }
 
+    /// Starts an arbitrary command that ends up exec'ing a workload in the same process (e.g.
+    /// `unshare -m sh -c '... && exec workload'`), and waits for its ready line.
+    pub fn spawn_command(cmd: Command) -> Workload {
+        Workload::spawn_prepared(cmd, "command", None)
+    }
+
     fn spawn_with(name: &str, env: &[(&str, &str)], cgroup: Option<&Path>) -> Workload {
         let mut cmd = Command::new(fakecuda().join("bin").join(name));
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
         }
+        Workload::spawn_prepared(cmd, name, cgroup)
+    }
+
+    fn spawn_prepared(mut cmd: Command, name: &str, cgroup: Option<&Path>) -> Workload {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         if let Some(cg) = cgroup {
             use std::os::unix::ffi::OsStrExt;
             use std::os::unix::process::CommandExt;

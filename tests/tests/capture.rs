@@ -516,3 +516,53 @@ fn late_load_of_a_new_library_file_found_by_the_mmap_watcher() {
     assert!(wheel_lib.exists());
     w.exit();
 }
+
+#[test]
+fn library_seen_only_inside_a_private_mount_namespace() {
+    // The runtime is bind-mounted over an empty directory inside the workload's own mount
+    // namespace: the path in its /proc/PID/maps does not exist (or is empty) for the daemon,
+    // which must open the file through /proc/PID/root.
+    let tmp = TempDir::new("mntns");
+    let src = tmp.path().join("ns-libs");
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::copy(
+        fakecuda().join("lib/libcudart.so.12"),
+        src.join("libcudart.so.12"),
+    )
+    .unwrap();
+    let driver = fakecuda().join("lib/libcuda.so.1");
+    let mut d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--rescan-interval",
+        "0",
+        "--lib",
+        driver.to_str().unwrap(),
+    ]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind '{}' '{}' && exec '{}'",
+            src.display(),
+            mnt.display(),
+            fakecuda().join("bin/workload_late").display()
+        ));
+    let mut w = Workload::spawn_command(cmd);
+    assert!(
+        std::fs::read_dir(&mnt).unwrap().next().is_none(),
+        "the bind mount leaked into the host namespace"
+    );
+    w.cmd(&format!("dlopen_runtime {}", mnt.display()));
+    d.stderr.wait_for("the namespaced runtime attached", |l| {
+        l.contains("attached") && l.contains("libcudart.so.12") && l.contains("/mnt")
+    });
+    w.cmd("rt_launch relu 3 1 1 1 32 1 1 0 0");
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(kernel_calls(p, RELU), 3);
+    assert_eq!(api_calls(p, "cudaLaunchKernel"), 3);
+    w.exit();
+}

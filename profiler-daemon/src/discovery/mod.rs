@@ -214,6 +214,17 @@ pub fn system_libraries() -> Vec<PathBuf> {
 }
 
 /// Expands `--lib` arguments: a file is itself; a directory gives the CUDA libraries in it.
+/// Whether the executable mapping `[addr, addr+len)` of `tgid` may be a CUDA library: its file
+/// name (from `/proc/PID/map_files`) looks like one, or the name cannot be read (the mapping
+/// was merged with a neighbour, or the process is gone): then only a full scan can tell.
+pub fn mapping_may_be_cuda(tgid: u32, addr: u64, len: u64) -> bool {
+    let end = addr.saturating_add(len.div_ceil(4096) * 4096);
+    match fs::read_link(format!("/proc/{tgid}/map_files/{addr:x}-{end:x}")) {
+        Ok(target) => looks_like_cuda(&target.to_string_lossy()),
+        Err(_) => true,
+    }
+}
+
 pub fn expand_lib_args(args: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for a in args {

@@ -4,7 +4,8 @@
 # OUTDIR/lib      libcuda.so.1 (driver trampolines), libcudart.so.12 (push %rbp entries),
 #                 liblookalike.so (exports cuLaunchKernel but is not CUDA)
 # OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
-# OUTDIR/bin      workload, workload_drv, workload_late
+# OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
+# OUTDIR/bin      workload, workload_drv, workload_late, workload_static (runtime linked in)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
@@ -14,7 +15,7 @@
 set -eu
 SRC=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-$SRC/../../target/fakecuda}
-mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/bin"
+mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/lib-static" "$OUT/bin"
 OUT=$(cd "$OUT" && pwd)
 CC=${CC:-gcc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation"
@@ -34,6 +35,12 @@ $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-prote
     -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
     -o "$OUT/lib-cet/libcudart.so.12" runtime.c -ldl -lpthread
 
+# The runtime as a static archive, as nvcc links it by default (-cudart static).
+$CC $CFLAGS -c -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=none \
+    -o "$OUT/lib-static/runtime.o" runtime.c
+rm -f "$OUT/lib-static/libcudart_static.a"
+ar rcs "$OUT/lib-static/libcudart_static.a" "$OUT/lib-static/runtime.o"
+
 $CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.so" lookalike.c
 
 # Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
@@ -42,6 +49,9 @@ $CC $CFLAGS -fno-omit-frame-pointer -o "$OUT/bin/workload" workload.c "$RPATH" -
     -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl
 $CC $CFLAGS -DWORKLOAD_DRV -o "$OUT/bin/workload_drv" workload.c "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl
+$CC $CFLAGS -DWORKLOAD_STATIC -fno-omit-frame-pointer -o "$OUT/bin/workload_static" workload.c \
+    "$OUT/lib-static/libcudart_static.a" "$RPATH" -L"$OUT/lib" \
+    -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl -lpthread
 $CC $CFLAGS -DWORKLOAD_LATE -o "$OUT/bin/workload_late" workload.c "$RPATH" -ldl
 cp demo.script "$OUT/demo.script"
 
@@ -66,6 +76,12 @@ expect "$OUT/lib-cet/libcudart.so.12" cudaLaunchKernel 2 '^endbr64 ?;push %rbp;'
 objdump -d --no-show-raw-insn --disassemble=__cudaLaunchKernel "$OUT/lib/libcudart.so.12" |
     grep -Eq 'jmp .*<cudaLaunchKernel@plt>' || {
     echo "fakecuda/build.sh: __cudaLaunchKernel does not tail-jump to cudaLaunchKernel@plt" >&2
+    exit 1
+}
+# workload_static: the runtime is in .symtab only (an executable exports nothing).
+nm "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' &&
+    ! nm -D "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' || {
+    echo "fakecuda/build.sh: workload_static should define cudaLaunchKernel in .symtab only" >&2
     exit 1
 }
 echo "fakecuda: built in $OUT"

@@ -25,7 +25,10 @@
 
 #include "cuda_fake.h"
 
-#if defined(WORKLOAD_LATE)
+#if defined(WORKLOAD_STATIC)
+#define HAVE_RT 1
+#define LINKED 1
+#elif defined(WORKLOAD_LATE)
 #define HAVE_RT 1
 #define LINKED 0
 #elif defined(WORKLOAD_DRV)
@@ -661,7 +664,16 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
 /* nvcc emits this registration as a static constructor in every translation unit with kernels */
 __attribute__((constructor)) static void init_cuda(void) {
     void *self = dlopen(NULL, RTLD_NOW);
+#if defined(WORKLOAD_STATIC)
+    /* the runtime is linked into this executable (nvcc's default, -cudart static): direct calls */
+    resolve_all(NULL, self);
+#define X(n) R.n = n;
+    RT_API(X)
+#undef X
+    g_have_rt = 1;
+#else
     resolve_all(HAVE_RT ? self : NULL, self);
+#endif
     if (HAVE_RT && g_have_rt) register_kernels();
 }
 #endif

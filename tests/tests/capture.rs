@@ -566,3 +566,34 @@ fn library_seen_only_inside_a_private_mount_namespace() {
     assert_eq!(api_calls(p, "cudaLaunchKernel"), 3);
     w.exit();
 }
+
+#[test]
+fn runtime_linked_statically_into_the_executable() {
+    // nvcc links libcudart statically by default: the runtime's entry points live in the
+    // executable's .symtab, and no libcudart.so is mapped. Found when the process maps the
+    // driver (the mmap watcher; the /proc rescan is off).
+    let driver = fakecuda().join("lib/libcuda.so.1");
+    let mut d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--rescan-interval",
+        "0",
+        "--lib",
+        driver.to_str().unwrap(),
+    ]);
+    let mut w = Workload::spawn("workload_static", &[]);
+    d.stderr.wait_for("the static runtime attached", |l| {
+        l.contains("attached") && l.contains("static libcudart in workload_static")
+    });
+    w.script(&["rt_launch vecAdd 5 4 1 1 64 1 1 0 0", "rt_memcpy h2d 128 2"]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(kernel_calls(p, VEC_ADD), 5);
+    assert_eq!(api_calls(p, "cudaLaunchKernel"), 5);
+    assert_eq!(api_calls(p, "cudaMemcpy"), 2);
+    assert_eq!(api_calls(p, "cuLaunchKernel"), 0, "counted twice");
+    assert_eq!(api_calls(p, "cuMemcpyHtoD_v2"), 0, "counted twice");
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 256);
+    w.exit();
+}

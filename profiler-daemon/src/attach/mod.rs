@@ -130,12 +130,19 @@ impl Attacher {
             return Ok(&self.libraries[&key]);
         }
         self.load_programs(ebpf)?;
-        let info = elf::read_elf(&lib.open_path).map_err(|source| AttachError::Elf {
+        let elf_err = |source| AttachError::Elf {
             path: lib.display.clone(),
             source,
-        })?;
+        };
+        let functions = if lib.static_runtime {
+            elf::read_static_runtime(&lib.open_path, u64::MAX)
+                .map_err(elf_err)?
+                .unwrap_or_default()
+        } else {
+            elf::read_elf(&lib.open_path).map_err(elf_err)?.exports
+        };
         let mut symbols = Vec::new();
-        for f in &info.exports {
+        for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
             };

@@ -129,6 +129,46 @@ pub struct ExportedFn {
     pub entry_bytes: Vec<u8>,
 }
 
+/// The CUDA runtime's entry points when `path` has one linked in statically (nvcc's default,
+/// `-cudart static`): `cudaLaunchKernel` and `__cudaRegisterFunction` both defined, in
+/// `.dynsym` or, for an executable that exports nothing, in `.symtab`. `None` when the file
+/// has no runtime inside (or is stripped, which leaves nothing to hook by name). Only the
+/// `cuda*`/`__cuda*` functions are returned.
+pub fn read_static_runtime(
+    path: &Path,
+    max_bytes: u64,
+) -> Result<Option<Vec<ExportedFn>>, ElfError> {
+    let size = std::fs::metadata(path)
+        .map_err(|source| ElfError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    if size > max_bytes {
+        return Ok(None);
+    }
+    let data = read_limited(path)?;
+    static_runtime_in(&data).map_err(|e| in_file(path, e))
+}
+
+/// [`read_static_runtime`] on bytes in memory.
+pub fn static_runtime_in(data: &[u8]) -> Result<Option<Vec<ExportedFn>>, ElfError> {
+    let file = RawElf::parse(data)?;
+    let has_runtime = |f: &[ExportedFn]| {
+        ["cudaLaunchKernel", "__cudaRegisterFunction"]
+            .iter()
+            .all(|n| f.iter().any(|e| e.name == *n))
+    };
+    for table in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
+        let mut f = file.functions(table)?;
+        if has_runtime(&f) {
+            f.retain(|e| e.name.starts_with("cuda") || e.name.starts_with("__cuda"));
+            return Ok(Some(f));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads `path` (at most [`MAX_ELF_BYTES`]) and parses it with [`parse_elf`].
 pub fn read_elf(path: &Path) -> Result<ElfInfo, ElfError> {
     let data = read_limited(path)?;
@@ -414,13 +454,22 @@ impl<'a> RawElf<'a> {
     }
 
     fn exports(&self) -> Result<Vec<ExportedFn>, ElfError> {
-        let Some(dynsym) = self.first_section(elf::SHT_DYNSYM) else {
+        self.functions(elf::SHT_DYNSYM)
+    }
+
+    /// Defined global/weak functions of `.dynsym` (exports: default or protected visibility)
+    /// or of `.symtab` (any visibility: a statically linked library's functions are often
+    /// hidden in the final object yet are real entry points).
+    fn functions(&self, table: u32) -> Result<Vec<ExportedFn>, ElfError> {
+        let dynamic = table == elf::SHT_DYNSYM;
+        let Some(section) = self.first_section(table) else {
             return Ok(Vec::new());
         };
-        let (syms, strtab) = self.symbols(dynsym, ".dynsym")?;
+        let (syms, strtab) = self.symbols(section, if dynamic { ".dynsym" } else { ".symtab" })?;
         // A versym table that does not match .dynsym one-to-one is ignored (all default).
         let versyms: Option<&[Versym<LE>]> = self
             .first_section(elf::SHT_GNU_VERSYM)
+            .filter(|_| dynamic)
             .and_then(|s| s.data_as_array(LE, self.data).ok())
             .filter(|v: &&[Versym<LE>]| v.len() == syms.len());
 
@@ -442,7 +491,7 @@ impl<'a> RawElf<'a> {
             };
             if !matches!(sym.st_bind(), elf::STB_GLOBAL | elf::STB_WEAK)
                 || sym.st_shndx(LE) == elf::SHN_UNDEF
-                || matches!(sym.st_visibility(), elf::STV_HIDDEN | elf::STV_INTERNAL)
+                || (dynamic && matches!(sym.st_visibility(), elf::STV_HIDDEN | elf::STV_INTERNAL))
             {
                 continue;
             }

@@ -19,6 +19,9 @@ pub struct CudaLibrary {
     pub layer: Layer,
     pub dev: u64,
     pub ino: u64,
+    /// A CUDA runtime linked statically into this executable or library (its entry points come
+    /// from the symbol tables, not the export table).
+    pub static_runtime: bool,
 }
 
 /// One line of `/proc/PID/maps` that maps a file with execute permission.
@@ -98,6 +101,32 @@ pub fn identify(open_path: &Path, display: &str) -> Option<CudaLibrary> {
         layer,
         dev: md.dev(),
         ino: md.ino(),
+        static_runtime: false,
+    })
+}
+
+/// Files bigger than this are not searched for a statically linked runtime (the main
+/// executable always is, up to [`MAX_STATIC_EXE_BYTES`]).
+pub const MAX_STATIC_LIB_BYTES: u64 = 64 << 20;
+/// The main executable is searched up to this size.
+pub const MAX_STATIC_EXE_BYTES: u64 = 512 << 20;
+
+/// A CUDA runtime linked statically into `open_path` (see [`elf::read_static_runtime`]).
+pub fn identify_static(open_path: &Path, display: &str, max_bytes: u64) -> Option<CudaLibrary> {
+    let md = fs::metadata(open_path).ok()?;
+    elf::read_static_runtime(open_path, max_bytes).ok()??;
+    let name = Path::new(display)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| display.to_owned());
+    Some(CudaLibrary {
+        open_path: open_path.to_owned(),
+        display: display.to_owned(),
+        soname: format!("static libcudart in {name}"),
+        layer: Layer::Runtime,
+        dev: md.dev(),
+        ino: md.ino(),
+        static_runtime: true,
     })
 }
 
@@ -120,6 +149,8 @@ pub fn process_exists(tgid: u32) -> bool {
 pub struct Scanner {
     /// (dev, ino) → library (Some) or "checked, not CUDA" (None).
     seen: HashMap<(u64, u64), Option<CudaLibrary>>,
+    /// (dev, ino) → static runtime inside (Some) or "checked, none" (None).
+    statics: HashMap<(u64, u64), Option<CudaLibrary>>,
     /// Processes known to map a CUDA library.
     cuda_tgids: HashSet<u32>,
 }
@@ -155,6 +186,38 @@ impl Scanner {
                 .clone();
             if let Some(lib) = lib {
                 found.push(lib);
+            }
+        }
+        // A process that maps the driver may carry the runtime inside its executable or one
+        // of its libraries (nvcc links libcudart statically by default): look there too, each
+        // file once. Only processes that use CUDA are searched, so the cost stays bounded.
+        if found.iter().any(|l| l.layer == Layer::Driver) {
+            let exe = fs::read_link(format!("/proc/{tgid}/exe"))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut done_static: HashSet<&str> = HashSet::new();
+            for m in &maps {
+                if looks_like_cuda(&m.path) || !done_static.insert(m.path.as_str()) {
+                    continue;
+                }
+                let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+                let open_path = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+                let Ok(md) = fs::metadata(&open_path) else {
+                    continue;
+                };
+                let limit = if clean == exe {
+                    MAX_STATIC_EXE_BYTES
+                } else {
+                    MAX_STATIC_LIB_BYTES
+                };
+                let lib = self
+                    .statics
+                    .entry((md.dev(), md.ino()))
+                    .or_insert_with(|| identify_static(&open_path, clean, limit))
+                    .clone();
+                if let Some(lib) = lib {
+                    found.push(lib);
+                }
             }
         }
         if !found.is_empty() {

@@ -79,9 +79,9 @@ objdump -d --no-show-raw-insn --disassemble=__cudaLaunchKernel "$OUT/lib/libcuda
     exit 1
 }
 # workload_static: the runtime is in .symtab only (an executable exports nothing).
-nm "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' &&
-    ! nm -D "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' || {
+if ! nm "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' ||
+    nm -D "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$'; then
     echo "fakecuda/build.sh: workload_static should define cudaLaunchKernel in .symtab only" >&2
     exit 1
-}
+fi
 echo "fakecuda: built in $OUT"

@@ -184,6 +184,10 @@ impl Aggregator {
             p.prev_launches = p.launches;
             let meta = self.meta.get(&tgid);
             rows.push(LiveRow {
+                job: meta
+                    .and_then(|m| m.job.as_ref())
+                    .map(|j| j.label())
+                    .unwrap_or_default(),
                 tgid,
                 comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
                 exited: meta.is_some_and(|m| m.exited),
@@ -199,7 +203,7 @@ impl Aggregator {
                 live_bytes: p.mem.live_bytes,
             });
         }
-        rows.sort_by_key(|r| r.tgid);
+        rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));
         rows
     }
 

@@ -5,6 +5,8 @@ use super::fmt;
 /// One process's counters for the live view.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LiveRow {
+    /// The job's short label (`slurm 77.0`), empty when unknown; rows are grouped by it.
+    pub job: String,
     pub tgid: u32,
     pub comm: String,
     pub exited: bool,
@@ -21,8 +23,13 @@ pub struct LiveRow {
 /// `4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB`.
 pub fn render_line(r: &LiveRow) -> String {
     let comm = if r.comm.is_empty() { "?" } else { &r.comm };
+    let job = if r.job.is_empty() {
+        String::new()
+    } else {
+        format!("[{}] ", r.job)
+    };
     format!(
-        "{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}",
+        "{job}{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}",
         r.tgid,
         comm,
         if r.exited { " (exited)" } else { "" },
@@ -42,6 +49,7 @@ mod tests {
     #[test]
     fn line() {
         let r = LiveRow {
+            job: String::new(),
             tgid: 4242,
             comm: "python3".into(),
             exited: false,
@@ -56,6 +64,11 @@ mod tests {
             render_line(&r),
             "4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB"
         );
+        let j = LiveRow {
+            job: "slurm 77.0".into(),
+            ..r.clone()
+        };
+        assert!(render_line(&j).starts_with("[slurm 77.0] 4242 python3  launches 1234"));
         let r = LiveRow {
             comm: String::new(),
             exited: true,

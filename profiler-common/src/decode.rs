@@ -2,8 +2,8 @@
 //! of untrusted bytes into anything but plain integers.
 
 use crate::{
-    AliasBody, CopyBody, GraphBody, Header, LaunchBody, MapBody, MemBody, NAME_CAP, NameBody,
-    Record, SyncBody, kind, record_size,
+    AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, MapBody, MemBody, NAME_CAP,
+    NameBody, Record, SyncBody, kind, record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -23,6 +23,7 @@ pub enum Event {
     Name(Header, NameBody),
     Alias(Header, AliasBody),
     Map(Header, MapBody),
+    Exit(Header, ExitBody),
 }
 
 impl Event {
@@ -35,7 +36,8 @@ impl Event {
             | Event::Graph(h, _)
             | Event::Name(h, _)
             | Event::Alias(h, _)
-            | Event::Map(h, _) => h,
+            | Event::Map(h, _)
+            | Event::Exit(h, _) => h,
         }
     }
 }
@@ -122,6 +124,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::NAME => Event::Name(header, read(bytes, hs)),
         kind::ALIAS => Event::Alias(header, read(bytes, hs)),
         kind::MAP => Event::Map(header, read(bytes, hs)),
+        kind::EXIT => Event::Exit(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -247,6 +250,14 @@ mod tests {
                 body: m
             })),
             Ok(Event::Map(hdr(kind::MAP), m))
+        );
+        let x = ExitBody { reserved: 0 };
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::EXIT),
+                body: x
+            })),
+            Ok(Event::Exit(hdr(kind::EXIT), x))
         );
     }
 

@@ -67,8 +67,10 @@ pub mod kind {
     /// A process mapped a file executable with `mmap` ([`crate::MapBody`]): it may have
     /// loaded a CUDA library the daemon has not attached yet.
     pub const MAP: u32 = 8;
+    /// A selected process ended (its last thread exited) ([`crate::ExitBody`]).
+    pub const EXIT: u32 = 9;
     /// Highest kind in use.
-    pub const LAST: u32 = MAP;
+    pub const LAST: u32 = EXIT;
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
@@ -271,6 +273,14 @@ pub struct MapBody {
 }
 const _: () = assert!(core::mem::size_of::<MapBody>() == 16);
 
+/// A process ended: its tgid may be reused by a new process from now on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitBody {
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<ExitBody>() == 8);
+
 /// Header + body, as laid out in the ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -292,6 +302,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::NAME => core::mem::size_of::<NameBody>(),
         kind::ALIAS => core::mem::size_of::<AliasBody>(),
         kind::MAP => core::mem::size_of::<MapBody>(),
+        kind::EXIT => core::mem::size_of::<ExitBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

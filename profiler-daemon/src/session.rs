@@ -183,7 +183,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     ));
     // Late loads: an mmap watcher in the kernel reports executable file mappings as they
     // happen; the /proc rescan is then only a slow safety net.
-    let rescan_every = match capture::watch_mmaps(&mut ebpf) {
+    let rescan_every = match capture::watch_processes(&mut ebpf) {
         Ok(()) => opts.rescan.unwrap_or(Duration::from_secs(30)),
         Err(e) => {
             eprintln!(
@@ -619,13 +619,14 @@ async fn aggregate(
 ) {
     let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
     let mut known: HashSet<u32> = HashSet::new();
+    let mut ended: HashSet<u32> = HashSet::new();
     let mut batches_open = true;
     loop {
         tokio::select! {
             biased;
             b = rx.recv(), if batches_open => match b {
                 Some(batch) => {
-                    apply_batch(&mut agg, &batch, &mut known, &symbols);
+                    apply_batch(&mut agg, &batch, &mut known, &mut ended, &symbols);
                     // Executable file mappings: the session looks for new CUDA libraries.
                     for rec in batch.iter() {
                         if let Ok(profiler_common::decode::Event::Map(h, m)) = decode(rec) {
@@ -652,7 +653,7 @@ async fn aggregate(
                 Some(Ctl::Finish { meta, reply }) => {
                     // Everything the reader handed over is applied before the report.
                     while let Ok(batch) = rx.try_recv() {
-                        apply_batch(&mut agg, &batch, &mut known, &symbols);
+                        apply_batch(&mut agg, &batch, &mut known, &mut ended, &symbols);
                     }
                     for tgid in known.iter().copied() {
                         if !discovery::process_exists(tgid) {
@@ -675,16 +676,37 @@ fn apply_batch(
     agg: &mut Aggregator,
     batch: &Batch,
     known: &mut HashSet<u32>,
+    ended: &mut HashSet<u32>,
     symbols: &ProcSymbols,
 ) {
+    use profiler_common::decode::Event;
     for rec in batch.iter() {
         match decode(rec) {
-            Ok(profiler_common::decode::Event::Map(..)) => {
+            Ok(Event::Map(..)) => {
                 // Discovery only (the session handles it): not a sign of CUDA use, so no
                 // procfs reads for the thousands of short-lived processes a busy node runs.
             }
+            Ok(ev @ Event::Exit(..)) => {
+                let tgid = ev.header().tgid;
+                if known.contains(&tgid) {
+                    ended.insert(tgid);
+                    agg.apply(&ev);
+                }
+            }
             Ok(ev) => {
                 let tgid = ev.header().tgid;
+                // After its process ended, a tgid's records are either stragglers of the old
+                // process's last threads or the first ones of a new process that was given the
+                // same tgid: the start time tells them apart.
+                if ended.contains(&tgid) {
+                    let now = crate::enrich::process::start_time(tgid);
+                    if now.is_some_and(|st| st != agg.start_time(tgid)) {
+                        agg.retire(tgid);
+                        symbols.forget(tgid);
+                        known.remove(&tgid);
+                        ended.remove(&tgid);
+                    }
+                }
                 if known.insert(tgid) {
                     first_sight(agg, tgid, symbols);
                 }
@@ -707,12 +729,14 @@ fn first_sight(agg: &mut Aggregator, tgid: u32, symbols: &ProcSymbols) {
             cmdline: i.cmdline,
             exited: false,
             job: crate::enrich::jobs::job_of(tgid),
+            start_time: crate::enrich::process::start_time(tgid).unwrap_or(0),
         },
         None => ProcessMeta {
             comm: "<exited>".into(),
             cmdline: String::new(),
             exited: true,
             job: None,
+            start_time: 0,
         },
     };
     agg.set_process_meta(tgid, meta);

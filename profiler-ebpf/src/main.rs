@@ -25,10 +25,10 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use profiler_common::{
-    AliasBody, CopyBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS, GraphBody,
-    Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody,
-    PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, Pending, Record, SyncBody,
-    class,
+    AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
+    GraphBody, Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP,
+    NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, Pending, Record,
+    SyncBody, class,
     cookie::{self, Cookie},
     dir, flags, kind, memkind, memop,
 };
@@ -964,5 +964,25 @@ pub fn mmap_exit(ctx: TracePointContext) -> u32 {
             len,
         },
     );
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process ends: the last thread of a selected process exits (sched:sched_process_exit fires for
+// every thread; the group leader's exit is the process's end for our purposes, and its tgid may
+// be reused afterwards). Records before this one in the ring belong to the old process.
+
+#[tracepoint]
+pub fn proc_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if (pid_tgid >> 32) as u32 != pid_tgid as u32 {
+        return 0;
+    }
+    if !selected((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(kind::EXIT, 0, pid_tgid, now, ExitBody { reserved: 0 });
     0
 }

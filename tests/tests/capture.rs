@@ -597,3 +597,53 @@ fn runtime_linked_statically_into_the_executable() {
     assert_eq!(copies(p, "h2d").unwrap()["bytes"], 256);
     w.exit();
 }
+
+#[test]
+fn a_reused_tgid_is_reported_as_two_processes() {
+    // Force the kernel to hand the ended process's pid to the next one (ns_last_pid), then
+    // check the two are kept apart: the first ends with its own counts, marked exited.
+    let d = Daemon::all_jobs();
+    let mut reused = None;
+    for _ in 0..20 {
+        let mut a = Workload::start();
+        a.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+        let pid = a.tgid;
+        a.exit();
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("write /proc/sys/kernel/ns_last_pid (root)");
+        let b = Workload::start();
+        if b.tgid == pid {
+            reused = Some(b);
+            break;
+        }
+        b.exit(); // another process took the pid first: try again
+    }
+    let mut b = reused.expect("the kernel never reused a pid in 20 tries");
+    b.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
+    let tgid = b.tgid;
+    let r = d.stop().report;
+    let same: Vec<&serde_json::Value> = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["tgid"] == tgid)
+        .collect();
+    assert_eq!(same.len(), 2, "{same:?}");
+    assert_eq!(
+        (
+            &same[0]["exited"],
+            kernel_calls(same[0], GEMM),
+            kernel_calls(same[0], RELU)
+        ),
+        (&serde_json::json!(true), 2, 0)
+    );
+    assert_eq!(
+        (
+            &same[1]["exited"],
+            kernel_calls(same[1], GEMM),
+            kernel_calls(same[1], RELU)
+        ),
+        (&serde_json::json!(false), 0, 5)
+    );
+    b.exit();
+}

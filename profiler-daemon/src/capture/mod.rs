@@ -321,14 +321,16 @@ pub fn ring_fd(ring: &RingBuf<MapData>) -> i32 {
     ring.as_raw_fd()
 }
 
-/// Loads and attaches the mmap watcher (`syscalls:sys_{enter,exit}_mmap` tracepoints), mounting
+/// Loads and attaches the process watchers: mmap of executable files
+/// (`syscalls:sys_{enter,exit}_mmap`) and process ends (`sched:sched_process_exit`), mounting
 /// tracefs first when it is not mounted (a fresh machine often has it unmounted).
-pub fn watch_mmaps(ebpf: &mut Ebpf) -> Result<(), String> {
+pub fn watch_processes(ebpf: &mut Ebpf) -> Result<(), String> {
     use aya::programs::TracePoint;
     ensure_tracefs()?;
-    for (prog, event) in [
-        ("mmap_enter", "sys_enter_mmap"),
-        ("mmap_exit", "sys_exit_mmap"),
+    for (prog, category, event) in [
+        ("mmap_enter", "syscalls", "sys_enter_mmap"),
+        ("mmap_exit", "syscalls", "sys_exit_mmap"),
+        ("proc_exit", "sched", "sched_process_exit"),
     ] {
         let tp: &mut TracePoint = ebpf
             .program_mut(prog)
@@ -336,8 +338,8 @@ pub fn watch_mmaps(ebpf: &mut Ebpf) -> Result<(), String> {
             .try_into()
             .map_err(|e| format!("{prog}: {e}"))?;
         tp.load().map_err(|e| format!("loading {prog}: {e}"))?;
-        tp.attach("syscalls", event)
-            .map_err(|e| format!("attaching to syscalls:{event}: {e}"))?;
+        tp.attach(category, event)
+            .map_err(|e| format!("attaching to {category}:{event}: {e}"))?;
     }
     Ok(())
 }
@@ -404,7 +406,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map"
+                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit"
             ]
         );
     }

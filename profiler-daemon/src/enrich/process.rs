@@ -38,6 +38,14 @@ pub fn read_proc_info(tgid: u32) -> Option<ProcInfo> {
     })
 }
 
+/// The start time of `tgid` (`/proc/PID/stat` field 22, clock ticks after boot).
+pub fn start_time(tgid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
+    // fields after the comm's closing parenthesis: state is field 3, starttime field 22
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Names host-stub addresses from the ELF symbol tables of the files a process maps.
 ///
 /// Each process's executable mappings are remembered when it is first seen ([`Self::remember`]),
@@ -125,6 +133,15 @@ impl ProcSymbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_time_of_this_process() {
+        let mine = start_time(std::process::id()).expect("own start time");
+        assert!(mine > 0);
+        let init = start_time(1).expect("pid 1");
+        assert!(init <= mine, "pid 1 started before us");
+        assert_eq!(start_time(u32::MAX), None);
+    }
 
     #[test]
     fn own_process_info() {

@@ -34,6 +34,9 @@ pub struct ProcessMeta {
     pub exited: bool,
     /// The job it belongs to (`None` when it was gone before it could be read).
     pub job: Option<crate::enrich::jobs::Job>,
+    /// Start time (`/proc/PID/stat` field 22, clock ticks since boot): tells a new process
+    /// that reuses the tgid from the old one. 0 when unknown.
+    pub start_time: u64,
 }
 
 /// API ids are 16 bits in the probes' cookies; a larger one is a corrupt record.
@@ -45,6 +48,8 @@ pub struct Aggregator {
     resolver: Box<dyn SymbolResolver + Send>,
     procs: FastMap<u32, Box<ProcState>>,
     meta: HashMap<u32, ProcessMeta>,
+    /// Processes whose tgid was taken by a new process during the run (kept for the report).
+    retired: Vec<(u32, Box<ProcState>, ProcessMeta)>,
     decode_errors: BTreeMap<u32, u64>,
     live_cap: usize,
 }
@@ -56,6 +61,7 @@ impl Aggregator {
             resolver,
             procs: FastMap::default(),
             meta: HashMap::new(),
+            retired: Vec::new(),
             decode_errors: BTreeMap::new(),
             live_cap: DEFAULT_LIVE_CAP,
         }
@@ -79,9 +85,16 @@ impl Aggregator {
 
     /// Accounts one decoded record.
     pub fn apply(&mut self, ev: &Event) {
-        if let Event::Map(..) = ev {
+        match ev {
             // Discovery, not CUDA activity: the session acts on it; no process entry is made.
-            return;
+            Event::Map(..) => return,
+            Event::Exit(h, _) => {
+                if self.procs.contains_key(&h.tgid) {
+                    self.mark_exited(h.tgid);
+                }
+                return;
+            }
+            _ => {}
         }
         let h = *ev.header();
         let cap = self.live_cap;
@@ -124,7 +137,7 @@ impl Aggregator {
                 }
             }
             Event::Alias(_, a) => p.names.alias(a.from, a.to),
-            Event::Map(..) => {}
+            Event::Map(..) | Event::Exit(..) => {}
         }
         if h.api > MAX_API_ID && !matches!(ev, Event::Name(..) | Event::Alias(..)) {
             // Counted with the rest of the record applied: only its API slot is lost.
@@ -152,6 +165,21 @@ impl Aggregator {
     /// `tgid` is gone; its counters stay in the report.
     pub fn mark_exited(&mut self, tgid: u32) {
         self.meta.entry(tgid).or_default().exited = true;
+    }
+
+    /// The start time recorded for `tgid` (0 when unknown).
+    pub fn start_time(&self, tgid: u32) -> u64 {
+        self.meta.get(&tgid).map_or(0, |m| m.start_time)
+    }
+
+    /// `tgid` now belongs to a new process: the old one's counters are set aside (reported,
+    /// marked exited) and the tgid starts afresh.
+    pub fn retire(&mut self, tgid: u32) {
+        if let Some(p) = self.procs.remove(&tgid) {
+            let mut meta = self.meta.remove(&tgid).unwrap_or_default();
+            meta.exited = true;
+            self.retired.push((tgid, p, meta));
+        }
     }
 
     /// Processes that produced records, ascending.
@@ -214,10 +242,11 @@ impl Aggregator {
 
     /// The report of everything so far (names resolved now, through the symbol resolver).
     pub fn report(&self, meta: ReportMeta) -> Report {
-        let processes = self
-            .seen_tgids()
-            .into_iter()
-            .map(|t| {
+        let mut processes: Vec<_> = self
+            .retired
+            .iter()
+            .map(|(t, p, m)| report::process(*t, p, Some(m), &self.api, self.resolver.as_ref()))
+            .chain(self.seen_tgids().into_iter().map(|t| {
                 report::process(
                     t,
                     &self.procs[&t],
@@ -225,9 +254,10 @@ impl Aggregator {
                     &self.api,
                     self.resolver.as_ref(),
                 )
-            })
+            }))
             .collect();
-        let processes: Vec<_> = processes;
+        // By tgid; a retired process before the one that took its tgid (stable sort).
+        processes.sort_by_key(|p| p.tgid);
         Report {
             schema: SCHEMA.to_owned(),
             host: meta.host,

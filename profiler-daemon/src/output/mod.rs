@@ -174,6 +174,7 @@ pub fn kind_name(kind: u32) -> Option<&'static str> {
         k::NAME => "name",
         k::ALIAS => "alias",
         k::MAP => "map",
+        k::EXIT => "exit",
         _ => return None,
     })
 }
@@ -240,13 +241,14 @@ mod tests {
 
     #[test]
     fn drops() {
-        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 3]);
+        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 0, 3]);
         let got: Vec<(&str, u64)> = d.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(
             got,
             [
                 ("alias", 2),
                 ("copy", 0),
+                ("exit", 0),
                 ("graph", 0),
                 ("launch", 5),
                 ("map", 0),
@@ -256,6 +258,6 @@ mod tests {
                 ("sync", 1)
             ]
         );
-        assert_eq!(drops_by_kind(&[]).len(), 8);
+        assert_eq!(drops_by_kind(&[]).len(), 9);
     }
 }

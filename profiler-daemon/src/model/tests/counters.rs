@@ -134,6 +134,7 @@ fn exited_process_kept_with_meta() {
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
+            start_time: 0,
             job: None,
         },
     );
@@ -145,6 +146,7 @@ fn exited_process_kept_with_meta() {
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
+            start_time: 0,
             job: None,
         },
     );
@@ -256,4 +258,40 @@ fn jobs_group_processes_and_sum_their_totals() {
     assert_eq!(r.processes[3].job, None);
     a.set_job(13, job("systemd", "x.service", None));
     assert_eq!(a.report(meta()).jobs.len(), 3);
+}
+
+#[test]
+fn a_reused_tgid_is_a_new_process() {
+    let mut a = agg();
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta(
+        7,
+        ProcessMeta {
+            comm: "old".into(),
+            start_time: 100,
+            ..Default::default()
+        },
+    );
+    assert_eq!(a.start_time(7), 100);
+    a.retire(7);
+    assert_eq!(a.start_time(7), 0);
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta(
+        7,
+        ProcessMeta {
+            comm: "new".into(),
+            start_time: 200,
+            ..Default::default()
+        },
+    );
+    let r = a.report(meta());
+    let got: Vec<(u32, &str, bool, u64)> = r
+        .processes
+        .iter()
+        .map(|p| (p.tgid, p.comm.as_str(), p.exited, p.launches))
+        .collect();
+    assert_eq!(got, [(7, "old", true, 1), (7, "new", false, 2)]);
+    a.retire(8); // never seen: nothing happens
+    assert_eq!(a.report(meta()).processes.len(), 2);
 }

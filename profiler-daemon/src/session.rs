@@ -243,7 +243,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     if matches!(opts.target, Target::Pid(p) if p != t) || tgids.contains(&t) {
                         continue;
                     }
-                    if discovery::mapping_may_be_cuda(t, addr, len) {
+                    if scanner.mapping_may_be_cuda(t, addr, len) {
                         tgids.insert(t);
                     }
                 }

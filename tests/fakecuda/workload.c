@@ -564,12 +564,16 @@ static int cmd_lookalike(int argc, char **argv) {
     return 0;
 }
 
-/* dlopen_runtime [DIR]: the runtime from DIR (a wheel's nvidia/cuda_runtime/lib), else by name */
+/* dlopen_runtime [DIR | FILE]: the runtime from DIR (a wheel's nvidia/cuda_runtime/lib), or
+ * from FILE (a renamed copy), else by name */
 static int cmd_dlopen_runtime(int argc, char **argv) {
     if (g_have_rt) return FAIL("the runtime is already loaded");
     char path[4200] = "libcudart.so.12";
-    if (argc > 1) return FAIL("usage: [DIR]");
-    if (argc == 1) snprintf(path, sizeof path, "%s/libcudart.so.12", argv[0]);
+    if (argc > 1) return FAIL("usage: [DIR | FILE.so*]");
+    if (argc == 1 && strstr(argv[0], ".so"))
+        snprintf(path, sizeof path, "%s", argv[0]); /* a file, possibly renamed */
+    else if (argc == 1)
+        snprintf(path, sizeof path, "%s/libcudart.so.12", argv[0]);
     void *rt = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!rt) return FAIL("dlopen %s: %s", path, dlerror());
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);

@@ -647,3 +647,33 @@ fn a_reused_tgid_is_reported_as_two_processes() {
     );
     b.exit();
 }
+
+#[test]
+fn renamed_runtime_found_by_its_soname() {
+    // A vendored copy under another file name (SONAME still libcudart.so.12): found by what
+    // the file is, not what it is called.
+    let tmp = TempDir::new("renamed");
+    let renamed = tmp.path().join("libvendored_rt.so.3");
+    std::fs::copy(fakecuda().join("lib/libcudart.so.12"), &renamed).unwrap();
+    let driver = fakecuda().join("lib/libcuda.so.1");
+    let mut d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--rescan-interval",
+        "0",
+        "--lib",
+        driver.to_str().unwrap(),
+    ]);
+    let mut w = Workload::spawn("workload_late", &[]);
+    w.cmd(&format!("dlopen_runtime {}", renamed.display()));
+    d.stderr.wait_for("the renamed runtime attached", |l| {
+        l.contains("attached") && l.contains("libvendored_rt.so.3") && l.contains("runtime")
+    });
+    w.cmd("rt_launch gemm 7 1 1 1 32 1 1 0 0");
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    assert_eq!(kernel_calls(p, GEMM), 7);
+    assert_eq!(api_calls(p, "cudaLaunchKernel"), 7);
+    w.exit();
+}

@@ -169,6 +169,73 @@ pub fn static_runtime_in(data: &[u8]) -> Result<Option<Vec<ExportedFn>>, ElfErro
     Ok(None)
 }
 
+/// The `DT_SONAME` of an ELF64 x86-64 file, read with a handful of small reads (ELF header,
+/// program headers, the dynamic segment, one string) rather than the whole file: cheap enough
+/// to ask of every library a process maps. `None` for anything else or anything malformed.
+pub fn read_soname(path: &Path) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let read = |off: u64, len: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, off).ok()?;
+        Some(buf)
+    };
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let eh = read(0, 64)?;
+    // \x7fELF, ELFCLASS64, little-endian, EM_X86_64
+    if eh[..4] != *b"\x7fELF" || eh[4] != 2 || eh[5] != 1 || u16_at(&eh, 18)? != 62 {
+        return None;
+    }
+    let phoff = u64_at(&eh, 32)?;
+    let phentsize = usize::from(u16_at(&eh, 54)?);
+    let phnum = usize::from(u16_at(&eh, 56)?);
+    if phentsize < 56 || phnum == 0 || phnum > 512 {
+        return None;
+    }
+    let ph = read(phoff, phentsize * phnum)?;
+    let mut loads = Vec::new();
+    let mut dynamic = None;
+    for i in 0..phnum {
+        let b = &ph[i * phentsize..];
+        let (p_type, off, vaddr, filesz) =
+            (u32_at(b, 0)?, u64_at(b, 8)?, u64_at(b, 16)?, u64_at(b, 32)?);
+        match p_type {
+            1 => loads.push((vaddr, off, filesz)),
+            2 => dynamic = Some((off, filesz)),
+            _ => {}
+        }
+    }
+    let (doff, dsize) = dynamic?;
+    let dsize = usize::try_from(dsize.min(64 << 10)).ok()?;
+    let dynb = read(doff, dsize)?;
+    let (mut soname, mut strtab) = (None, None);
+    for e in dynb.chunks_exact(16) {
+        let tag = u64_at(e, 0)?;
+        let val = u64_at(e, 8)?;
+        match tag {
+            0 => break,
+            14 => soname = Some(val),
+            5 => strtab = Some(val),
+            _ => {}
+        }
+    }
+    let (name_off, strtab) = (soname?, strtab?);
+    let file_off = loads.iter().find_map(|&(vaddr, off, filesz)| {
+        (strtab >= vaddr && strtab < vaddr.checked_add(filesz)?).then(|| off + (strtab - vaddr))
+    })?;
+    let bytes =
+        read(file_off.checked_add(name_off)?, 256).or_else(|| read(file_off + name_off, 64))?;
+    let end = bytes.iter().position(|&b| b == 0)?;
+    String::from_utf8(bytes[..end].to_vec())
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
 /// Reads `path` (at most [`MAX_ELF_BYTES`]) and parses it with [`parse_elf`].
 pub fn read_elf(path: &Path) -> Result<ElfInfo, ElfError> {
     let data = read_limited(path)?;
@@ -858,6 +925,24 @@ mod tests {
         data[19] = 0;
         let err = parse_elf(&data).unwrap_err();
         assert!(err.to_string().contains("\"AArch64\""), "{err}");
+    }
+
+    #[test]
+    fn soname_read_cheaply_matches_the_full_parse() {
+        // libc of this machine, found through our own maps
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("libc.so"))
+            .expect("libc mapped");
+        let full = read_elf(Path::new(libc)).unwrap().soname;
+        assert!(full.is_some());
+        assert_eq!(read_soname(Path::new(libc)), full);
+        // an executable has none; a non-ELF file and a directory give None
+        assert_eq!(read_soname(Path::new("/proc/self/exe")), None);
+        assert_eq!(read_soname(Path::new("/proc/self/status")), None);
+        assert_eq!(read_soname(Path::new("/")), None);
     }
 
     #[test]

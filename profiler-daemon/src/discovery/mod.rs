@@ -105,6 +105,21 @@ pub fn identify(open_path: &Path, display: &str) -> Option<CudaLibrary> {
     })
 }
 
+/// [`identify`] for any mapped file: files named like CUDA libraries are parsed in full; any
+/// other file only when its SONAME (read cheaply, [`elf::read_soname`]) is a driver's or a
+/// runtime's.
+pub fn identify_by_soname(open_path: &Path, display: &str) -> Option<CudaLibrary> {
+    if looks_like_cuda(display)
+        || elf::read_soname(open_path)
+            .and_then(|s| layer_of_soname(&s))
+            .is_some()
+    {
+        identify(open_path, display)
+    } else {
+        None
+    }
+}
+
 /// Files bigger than this are not searched for a statically linked runtime (the main
 /// executable always is, up to [`MAX_STATIC_EXE_BYTES`]).
 pub const MAX_STATIC_LIB_BYTES: u64 = 64 << 20;
@@ -169,7 +184,7 @@ impl Scanner {
         let mut done: HashSet<&str> = HashSet::new();
         let maps = parse_maps(&text);
         for m in &maps {
-            if !looks_like_cuda(&m.path) || !done.insert(m.path.as_str()) {
+            if !done.insert(m.path.as_str()) || m.path.starts_with('[') {
                 continue;
             }
             let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
@@ -179,10 +194,12 @@ impl Scanner {
                 continue;
             };
             let key = (md.dev(), md.ino());
+            // By identity, not by name: a renamed or vendored copy is found by its SONAME
+            // (one cheap read per file, remembered by inode).
             let lib = self
                 .seen
                 .entry(key)
-                .or_insert_with(|| identify(&open_path, clean))
+                .or_insert_with(|| identify_by_soname(&open_path, clean))
                 .clone();
             if let Some(lib) = lib {
                 found.push(lib);
@@ -250,6 +267,32 @@ impl Scanner {
             .clone()
     }
 
+    /// Whether the executable mapping `[addr, addr+len)` of `tgid` may be a CUDA library not
+    /// known yet, judged from the mapped file itself (`/proc/PID/map_files`): by name first,
+    /// else by its SONAME, each file once. A mapping that cannot be read (merged with a
+    /// neighbour, or the process is gone) answers yes: only a scan of its maps can tell.
+    pub fn mapping_may_be_cuda(&mut self, tgid: u32, addr: u64, len: u64) -> bool {
+        let end = addr.saturating_add(len.div_ceil(4096) * 4096);
+        let link = PathBuf::from(format!("/proc/{tgid}/map_files/{addr:x}-{end:x}"));
+        let Ok(target) = fs::read_link(&link) else {
+            return true;
+        };
+        let name = target.to_string_lossy();
+        if looks_like_cuda(&name) {
+            return true;
+        }
+        let Ok(md) = fs::metadata(&link) else {
+            return true;
+        };
+        if let Some(known) = self.seen.get(&(md.dev(), md.ino())) {
+            return known.is_some();
+        }
+        elf::read_soname(&link)
+            .and_then(|s| layer_of_soname(&s))
+            .is_some()
+            || self.cuda_tgids.contains(&tgid)
+    }
+
     pub fn is_cuda_process(&self, tgid: u32) -> bool {
         self.cuda_tgids.contains(&tgid)
     }
@@ -277,17 +320,6 @@ pub fn system_libraries() -> Vec<PathBuf> {
 }
 
 /// Expands `--lib` arguments: a file is itself; a directory gives the CUDA libraries in it.
-/// Whether the executable mapping `[addr, addr+len)` of `tgid` may be a CUDA library: its file
-/// name (from `/proc/PID/map_files`) looks like one, or the name cannot be read (the mapping
-/// was merged with a neighbour, or the process is gone): then only a full scan can tell.
-pub fn mapping_may_be_cuda(tgid: u32, addr: u64, len: u64) -> bool {
-    let end = addr.saturating_add(len.div_ceil(4096) * 4096);
-    match fs::read_link(format!("/proc/{tgid}/map_files/{addr:x}-{end:x}")) {
-        Ok(target) => looks_like_cuda(&target.to_string_lossy()),
-        Err(_) => true,
-    }
-}
-
 pub fn expand_lib_args(args: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for a in args {

@@ -23,9 +23,12 @@ pub struct Job {
     /// Kubernetes: the container id inside the pod.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub container: Option<String>,
-    /// A readable name when one is known (pod's hostname, the launcher's comm).
+    /// A readable name when one is known (the pod's name, the launcher's comm).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub name: Option<String>,
+    /// Kubernetes: the pod's namespace, when the container runtime exposes it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub namespace: Option<String>,
     /// The cgroup path the decision came from (empty for environment / process-tree jobs).
     pub cgroup: String,
 }
@@ -53,7 +56,10 @@ impl Job {
                 Some(s) => format!("slurm {}.{s}", self.id),
                 None => format!("slurm {}", self.id),
             },
-            "kubernetes" => format!("kubernetes pod {}", short(&self.id)),
+            "kubernetes" => match (&self.namespace, &self.name) {
+                (Some(ns), Some(n)) => format!("kubernetes {ns}/{n}"),
+                _ => format!("kubernetes pod {}", short(&self.id)),
+            },
             "docker" | "podman" | "containerd" | "crio" => {
                 format!("{} {}", self.kind, short(&self.id))
             }
@@ -187,6 +193,43 @@ pub fn job_from_cgroup(path: &str) -> Option<Job> {
     None
 }
 
+/// The pod (namespace, name) of a Kubernetes container, from the annotations in its OCI bundle
+/// (`config.json`) as containerd and CRI-O keep it under `root`.
+pub fn pod_of_container(root: &std::path::Path, container: &str) -> Option<(String, String)> {
+    if container.is_empty() || container.contains('/') || container.contains("..") {
+        return None;
+    }
+    let candidates = [
+        format!("run/containerd/io.containerd.runtime.v2.task/k8s.io/{container}/config.json"),
+        format!("run/containers/storage/overlay-containers/{container}/userdata/config.json"),
+    ];
+    for rel in candidates {
+        let Ok(f) = fs::File::open(root.join(rel)) else {
+            continue;
+        };
+        // Bounded: bundles are a few KiB; a hostile or huge file is not read whole.
+        let mut text = String::new();
+        use std::io::Read;
+        if f.take(4 << 20).read_to_string(&mut text).is_err() {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let a = &v["annotations"];
+        let get = |keys: &[&str]| keys.iter().find_map(|k| a[*k].as_str().map(str::to_owned));
+        let ns = get(&[
+            "io.kubernetes.cri.sandbox-namespace",
+            "io.kubernetes.pod.namespace",
+        ]);
+        let name = get(&["io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"]);
+        if let (Some(ns), Some(name)) = (ns, name) {
+            return Some((ns, name));
+        }
+    }
+    None
+}
+
 /// `SLURM_JOB_ID` / `SLURM_STEP_ID` from the NUL-separated text of `/proc/PID/environ`.
 pub fn slurm_from_environ(env: &[u8]) -> Option<(String, Option<String>)> {
     let mut job = None;
@@ -273,8 +316,16 @@ pub fn job_of(tgid: u32) -> Option<Job> {
         .unwrap_or_default();
     if let Some(mut j) = job_from_cgroup(&cg) {
         if j.kind == "kubernetes" {
-            // The pod's hostname is its name, when the environment is readable.
-            if let Ok(env) = fs::read(format!("/proc/{tgid}/environ")) {
+            // The container runtime's bundle says the pod's namespace and name; else the
+            // pod's hostname (its name by default), when the environment is readable.
+            if let Some((ns, name)) = j
+                .container
+                .as_deref()
+                .and_then(|c| pod_of_container(std::path::Path::new("/"), c))
+            {
+                j.namespace = Some(ns);
+                j.name = Some(name);
+            } else if let Ok(env) = fs::read(format!("/proc/{tgid}/environ")) {
                 j.name = env.split(|&b| b == 0).find_map(|kv| {
                     kv.strip_prefix(b"HOSTNAME=")
                         .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -518,6 +569,36 @@ mod tests {
         assert_eq!(j("/user.slice/user-1000.slice/user@1000.service"), None);
         assert_eq!(j("/"), None);
         assert_eq!(j(""), None);
+    }
+
+    #[test]
+    fn pod_names_from_containerd_and_crio_bundles() {
+        let root = std::env::temp_dir().join(format!("gpuprofd-pod-{}", std::process::id()));
+        let c1 = "aaaaaaaaaaaa1111";
+        let d1 = root.join(format!(
+            "run/containerd/io.containerd.runtime.v2.task/k8s.io/{c1}"
+        ));
+        fs::create_dir_all(&d1).unwrap();
+        fs::write(
+            d1.join("config.json"),
+            r#"{"annotations":{"io.kubernetes.cri.sandbox-namespace":"ml","io.kubernetes.cri.sandbox-name":"trainer-0"}}"#,
+        )
+        .unwrap();
+        let c2 = "bbbbbbbbbbbb2222";
+        let d2 = root.join(format!(
+            "run/containers/storage/overlay-containers/{c2}/userdata"
+        ));
+        fs::create_dir_all(&d2).unwrap();
+        fs::write(
+            d2.join("config.json"),
+            r#"{"annotations":{"io.kubernetes.pod.namespace":"default","io.kubernetes.pod.name":"bert"}}"#,
+        )
+        .unwrap();
+        assert_eq!(pod_of_container(&root, c1), Some((s("ml"), s("trainer-0"))));
+        assert_eq!(pod_of_container(&root, c2), Some((s("default"), s("bert"))));
+        assert_eq!(pod_of_container(&root, "cccc"), None);
+        assert_eq!(pod_of_container(&root, "../../etc"), None);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -232,6 +232,7 @@ pub(super) fn jobs(processes: &[crate::output::ProcessReport]) -> Vec<crate::out
                 id: j.id.clone(),
                 steps: Vec::new(),
                 name: j.name.clone(),
+                namespace: j.namespace.clone(),
                 processes: Vec::new(),
                 launches: 0,
                 graph_launches: 0,

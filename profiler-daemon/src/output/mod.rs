@@ -51,6 +51,8 @@ pub struct JobReport {
     pub steps: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub namespace: Option<String>,
     /// Tgids, ascending.
     pub processes: Vec<u32>,
     pub launches: u64,

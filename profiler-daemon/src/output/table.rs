@@ -54,6 +54,7 @@ pub fn render_with(r: &Report, top: usize) -> String {
                     id: j.id.clone(),
                     step: (j.steps.len() == 1).then(|| j.steps[0].clone()),
                     name: j.name.clone(),
+                    namespace: j.namespace.clone(),
                     ..Default::default()
                 }
                 .label();

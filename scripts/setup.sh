@@ -32,9 +32,12 @@ for c in rustfmt clippy; do
 done
 
 need_pkgs=()
-for p in "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev libxml2-dev binutils; do
+# binutils: objdump/ar for the fake CUDA build; curl + xz-utils: the real-driver placement test
+for p in "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev libxml2-dev binutils curl xz-utils; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
 done
+# python3 runs the GPU harness's comparison tests (any python3 will do, e.g. pyenv's)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-pip)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   $SUDO apt-get update -q >/dev/null

@@ -29,6 +29,24 @@ pub enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Benchmark helper: empty uprobes at the probe sites of SYMBOLs in LIB (the cost floor),
+    /// held until stdin closes.
+    #[command(hide = true)]
+    Floor {
+        #[arg(long)]
+        lib: PathBuf,
+        #[arg(long = "symbol", required = true)]
+        symbols: Vec<String>,
+        /// At the symbol entry instead of the placement's site.
+        #[arg(long)]
+        entry: bool,
+    },
+    /// Benchmark helper: synthetic records through decode and aggregation; prints events/s.
+    #[command(hide = true)]
+    BenchPipeline {
+        #[arg(long, default_value_t = 5_000_000)]
+        events: u64,
+    },
     /// Check that this machine can run the probes (kernel, privileges, BTF, uprobes, a real
     /// uprobe round trip) and show the hook plan for each CUDA library found. Exit 0 when
     /// capture works here, 9 when it cannot.
@@ -153,6 +171,26 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = cli.capture.verbose;
     init_logging(verbose);
+    match &cli.command {
+        Some(Command::Floor {
+            lib,
+            symbols,
+            entry,
+        }) => {
+            return match crate::bench::floor(lib, symbols, *entry) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("gpuprofd floor: {e}");
+                    ExitCode::from(7)
+                }
+            };
+        }
+        Some(Command::BenchPipeline { events }) => {
+            println!("events_per_s {:.0}", crate::bench::pipeline(*events));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
     if let Some(Command::Doctor {
         libs,
         no_system_libs,

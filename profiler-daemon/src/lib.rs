@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod attach;
+pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod discovery;

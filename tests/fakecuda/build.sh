@@ -46,7 +46,7 @@ $CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.
 # Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
 RPATH='-Wl,-rpath,$ORIGIN/../lib'
 $CC $CFLAGS -fno-omit-frame-pointer -o "$OUT/bin/workload" workload.c "$RPATH" -L"$OUT/lib" \
-    -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl
+    -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl -lpthread
 $CC $CFLAGS -DWORKLOAD_DRV -o "$OUT/bin/workload_drv" workload.c "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl
 $CC $CFLAGS -DWORKLOAD_STATIC -fno-omit-frame-pointer -o "$OUT/bin/workload_static" workload.c \

@@ -17,6 +17,7 @@
  * from the executable's symbol table. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -548,6 +549,70 @@ static int cmd_graph(const char *c, int argc, char **argv) {
     return 0;
 }
 
+/* ------------------------------------------------------------ benchmarks */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+static double g_bench_result;
+
+/* time_launch rt|drv N: N back-to-back launches of one kernel; the reply carries ns per call */
+static int cmd_time_launch(int argc, char **argv) {
+    if (argc != 2) return FAIL("usage: rt|drv COUNT");
+    long n = atol(argv[1]);
+    int drv = !strcmp(argv[0], "drv");
+    if (drv ? need_drv() : need_rt()) return -1;
+    CUfunction f = NULL;
+    if (drv) {
+        if (!g_mod && D.cuModuleLoadData(&g_mod, &drv_image)) return FAIL("cuModuleLoadData failed");
+        if (D.cuModuleGetFunction(&f, g_mod, "cupy_scale")) return FAIL("cuModuleGetFunction failed");
+    }
+    struct launch l = {{1, 1, 1}, {32, 1, 1}, 0, NULL, V_PLAIN};
+    void *params[1] = {NULL};
+    double t = now_s();
+    for (long i = 0; i < n; i++) {
+        int r = drv ? D.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL) : stub_vecAdd(&l);
+        if (r) return FAIL("launch %ld returned %d", i, r);
+    }
+    g_bench_result = (now_s() - t) * 1e9 / (double)(n ? n : 1);
+    return 0;
+}
+
+/* storm THREADS COUNT: COUNT runtime launches on each of THREADS threads at once */
+struct storm_arg {
+    long n;
+    int err;
+};
+static void *storm_thread(void *p) {
+    struct storm_arg *a = p;
+    struct launch l = {{1, 1, 1}, {32, 1, 1}, 0, NULL, V_PLAIN};
+    for (long i = 0; i < a->n; i++)
+        if (stub_relu(&l)) {
+            a->err = 1;
+            break;
+        }
+    return NULL;
+}
+static int cmd_storm(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: THREADS COUNT");
+    int nt = atoi(argv[0]);
+    if (nt < 1 || nt > 64) return FAIL("1..64 threads");
+    pthread_t th[64];
+    struct storm_arg args[64];
+    double t = now_s();
+    for (int i = 0; i < nt; i++) {
+        args[i].n = atol(argv[1]), args[i].err = 0;
+        if (pthread_create(&th[i], NULL, storm_thread, &args[i])) return FAIL("pthread_create");
+    }
+    int err = 0;
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL), err |= args[i].err;
+    if (err) return FAIL("a launch failed");
+    g_bench_result = (double)nt * (double)atol(argv[1]) / (now_s() - t); /* launches per second */
+    return 0;
+}
+
 static char g_exe_dir[4096];
 
 /* lookalike_launch COUNT: calls liblookalike.so's cuLaunchKernel (not CUDA at all) */
@@ -648,6 +713,11 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
         if (argc != 1) return FAIL("usage: MILLISECONDS");
         sleep_ms(atol(argv[0]));
         return 0;
+    }
+    if (!strcmp(c, "time_launch") || !strcmp(c, "storm")) {
+        int r = c[0] == 't' ? cmd_time_launch(argc, argv) : cmd_storm(argc, argv);
+        snprintf(reply_extra, extra_len, " result=%.3f", g_bench_result);
+        return r;
     }
     if (!strcmp(c, "lookalike_launch")) return cmd_lookalike(argc, argv);
     if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);

@@ -1,6 +1,8 @@
 //! Build, run, test and benchmark driver: `cargo xtask <command>`. Each command installs what it
 //! needs first (scripts/setup.sh is idempotent), so a fresh machine needs nothing by hand.
 
+mod bench;
+
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -31,6 +33,13 @@ enum Cmd {
         /// Skip fmt and clippy.
         #[arg(long)]
         no_lint: bool,
+    },
+    /// Benchmarks (as root): probe cost per call against the uprobe floor, pipeline ceiling,
+    /// launch storm, process churn. Writes docs/PERFORMANCE.md (not with --quick).
+    Bench {
+        /// Seconds, not minutes: checks the benchmark runs and loses nothing at a modest rate.
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -137,7 +146,18 @@ fn main() -> Result<()> {
             run(cargo()
                 .args(["test", "-p", "gpuprofd-tests", "--", "--test-threads=1"])
                 .env("GPUPROFD_BIN", &bin)
-                .env("FAKECUDA_DIR", fakecuda_dir()))
+                .env("FAKECUDA_DIR", fakecuda_dir()))?;
+            // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.
+            bench::run(&root(), &bin, &fakecuda_dir(), true)
+        }
+        Cmd::Bench { quick } => {
+            let bin = build()?;
+            if !is_root() {
+                bail!(
+                    "the benchmark attaches uprobes and must run as root: `sudo -E cargo xtask bench`"
+                );
+            }
+            bench::run(&root(), &bin, &fakecuda_dir(), quick)
         }
     }
 }

@@ -279,6 +279,10 @@ pub async fn run_reader(
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| CaptureError::Io(std::io::Error::other(e.to_string())))?;
+    // The probes wake the reader only when the ring fills up (see WAKEUP_BYTES in the eBPF
+    // object); a timer drains it at least every 10 ms.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
@@ -288,6 +292,7 @@ pub async fn run_reader(
                 drain(guard.get_inner_mut(), &tx, &stats);
                 guard.clear_ready();
             }
+            _ = tick.tick() => drain(afd.get_mut(), &tx, &stats),
         }
     }
     drain(afd.get_mut(), &tx, &stats);

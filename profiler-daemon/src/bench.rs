@@ -1,0 +1,101 @@
+//! Benchmark helpers behind hidden subcommands (`cargo xtask bench` drives them):
+//!
+//! * `gpuprofd floor --lib FILE --symbol NAME...`: an *empty* uprobe at the site gpuprofd's
+//!   placement would choose for each symbol (and, with `--entry`, at the symbol entry), held
+//!   until stdin closes. What the kernel's uprobe machinery costs with nothing of ours in it.
+//! * `gpuprofd bench-pipeline --events N`: synthetic records through decode and aggregation on
+//!   one thread: the userspace pipeline's ceiling in events per second.
+
+use crate::api::{ApiTable, Layer};
+use crate::attach::placement;
+use crate::capture;
+use crate::discovery::elf;
+use crate::enrich::names::NoSymbols;
+use crate::model::Aggregator;
+use aya::programs::UProbe;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use profiler_common::decode::{decode, encode};
+use profiler_common::{Header, LaunchBody, Record, kind};
+use std::io::Read;
+use std::path::Path;
+use std::time::Instant;
+
+/// Attaches the empty program to `symbols` of `lib`; returns how many probes.
+pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, String> {
+    let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
+    let info = elf::read_elf(lib).map_err(|e| format!("{e:#}"))?;
+    let prog: &mut UProbe = ebpf
+        .program_mut("empty")
+        .ok_or("the eBPF object has no program \"empty\"")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    prog.load().map_err(|e| format!("loading empty: {e}"))?;
+    let mut n = 0;
+    for s in symbols {
+        let f = info
+            .exports
+            .iter()
+            .find(|f| &f.name == s)
+            .ok_or_else(|| format!("{} does not export {s}", lib.display()))?;
+        let off = if at_entry {
+            0
+        } else {
+            placement::choose(&f.entry_bytes, f.vaddr).offset
+        };
+        prog.attach(
+            UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(f.file_offset + off),
+                cookie: None,
+            },
+            lib,
+            UProbeScope::AllProcesses,
+        )
+        .map_err(|e| format!("attaching to {s}: {e}"))?;
+        n += 1;
+    }
+    eprintln!("gpuprofd floor: ready: {n} empty probes; close stdin to stop");
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    Ok(n)
+}
+
+/// Decodes and aggregates `events` synthetic launch records (8 processes, 64 kernels, 4
+/// configurations); returns events per second.
+pub fn pipeline(events: u64) -> f64 {
+    let mut api = ApiTable::default();
+    let id = api.intern("cuLaunchKernel", Layer::Driver);
+    let records: Vec<Record<LaunchBody>> = (0..4096u64)
+        .map(|i| Record {
+            header: Header {
+                kind: kind::LAUNCH,
+                api: u32::from(id),
+                tgid: 1000 + (i % 8) as u32,
+                tid: 1000 + (i % 8) as u32,
+                ts_ns: i,
+            },
+            body: LaunchBody {
+                func: 0x7f00_0000 + (i % 64) * 0x40,
+                grid: [1 + (i % 4) as u32, 1, 1],
+                block: [256, 1, 1],
+                ..Default::default()
+            },
+        })
+        .collect();
+    let mut agg = Aggregator::new(api, Box::new(NoSymbols));
+    let t = Instant::now();
+    let mut done = 0u64;
+    while done < events {
+        for r in &records {
+            if let Ok(ev) = decode(encode(r)) {
+                agg.apply(&ev);
+            }
+            done += 1;
+            if done == events {
+                break;
+            }
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    std::hint::black_box(agg.seen_tgids());
+    events as f64 / secs
+}

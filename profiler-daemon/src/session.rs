@@ -138,7 +138,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
     // Fail on an unwritable output before attaching anything.
     let mut out_file = match &opts.output {
-        Some(p) => Some(File::create(p).map_err(|source| SessionError::Output {
+        Some(p) => Some(create_output(p).map_err(|source| SessionError::Output {
             path: p.display().to_string(),
             source,
         })?),
@@ -424,6 +424,29 @@ impl Selection {
         }
         fresh
     }
+}
+
+/// Creates (or truncates) the report file without following a symlink at its path: the daemon
+/// runs as root, and a link planted in a shared directory must not make it overwrite another
+/// file. New files get mode 0640.
+fn create_output(p: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(p)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::other(
+                    "it is a symbolic link, and gpuprofd does not write through one",
+                )
+            } else {
+                e
+            }
+        })
 }
 
 fn describe(opts: &CaptureOptions) -> String {

@@ -153,3 +153,53 @@ fn bad_arguments() {
     assert_eq!(code, 2);
     assert!(err.contains("\"ten\" is not a duration"), "{err}");
 }
+
+#[test]
+fn output_through_a_symlink_is_refused() {
+    require_bpf();
+    let dir = TempDir::new("symlink-out");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = dir.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let lib = fakecuda().join("lib");
+    let (code, _out, err) = run_daemon(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--output",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}
+
+#[test]
+fn new_report_files_are_not_world_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    require_bpf();
+    let dir = TempDir::new("mode-out");
+    let out = dir.path().join("report.json");
+    let lib = fakecuda().join("lib");
+    let (code, _o, err) = run_daemon(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--no-live",
+        "--duration",
+        "500ms",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+    // 0640 before the umask: never readable by others, always by its owner.
+    assert_eq!(
+        (mode & 0o007, mode & 0o600),
+        (0, 0o600),
+        "report mode {mode:o}"
+    );
+}

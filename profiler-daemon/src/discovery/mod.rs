@@ -105,6 +105,16 @@ pub fn identify(open_path: &Path, display: &str) -> Option<CudaLibrary> {
     })
 }
 
+/// A path to the very file a mapping of `tgid` maps: `/proc/PID/map_files/START-END`, a magic
+/// link to the mapped inode. Unlike the path in the maps line opened through
+/// `/proc/PID/root`, it cannot be redirected by a symlink a container plants on the way (an
+/// absolute link would otherwise resolve against the daemon's root, on the host); it works for
+/// deleted files, and it needs no mount namespace games. The attach (perf_event_open) follows
+/// it to the same inode.
+pub fn mapped_file(tgid: u32, m: &ExecMapping) -> PathBuf {
+    PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
+}
+
 /// [`identify`] for any mapped file: files named like CUDA libraries are parsed in full; any
 /// other file only when its SONAME (read cheaply, [`elf::read_soname`]) is a driver's or a
 /// runtime's.
@@ -188,8 +198,7 @@ impl Scanner {
                 continue;
             }
             let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
-            // Open through the process's root so container paths resolve inside the container.
-            let open_path = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+            let open_path = mapped_file(tgid, m);
             let Ok(md) = fs::metadata(&open_path) else {
                 continue;
             };
@@ -218,7 +227,7 @@ impl Scanner {
                     continue;
                 }
                 let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
-                let open_path = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+                let open_path = mapped_file(tgid, m);
                 let Ok(md) = fs::metadata(&open_path) else {
                     continue;
                 };

@@ -251,14 +251,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 for t in tgids {
                     new.extend(scanner.scan_process(t));
                 }
-                let mut grew = false;
-                for lib in new {
-                    if !attacher.is_attached(&lib) {
-                        attach_and_report(&mut attacher, &mut ebpf, &lib, opts.verbose)?;
-                        grew = true;
-                    }
-                }
-                if grew {
+                if attach_new(&mut attacher, &mut ebpf, new, opts.verbose)? {
                     let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
                 }
             }
@@ -279,14 +272,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     Target::Pid(p) => scanner.scan_process(p),
                     Target::AllJobs => scanner.scan_all(),
                 };
-                let mut grew = false;
-                for lib in new {
-                    if !attacher.is_attached(&lib) {
-                        attach_and_report(&mut attacher, &mut ebpf, &lib, opts.verbose)?;
-                        grew = true;
-                    }
-                }
-                if grew {
+                if attach_new(&mut attacher, &mut ebpf, new, opts.verbose)? {
                     let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
                 }
                 let fresh = selection.refresh();
@@ -447,6 +433,23 @@ fn create_output(p: &Path) -> std::io::Result<File> {
                 e
             }
         })
+}
+
+/// Attaches the libraries in `found` not attached yet; whether any was (the API table grew).
+fn attach_new(
+    attacher: &mut Attacher,
+    ebpf: &mut Ebpf,
+    found: Vec<CudaLibrary>,
+    verbose: bool,
+) -> Result<bool, SessionError> {
+    let mut grew = false;
+    for lib in found {
+        if !attacher.is_attached(&lib) {
+            attach_and_report(attacher, ebpf, &lib, verbose)?;
+            grew = true;
+        }
+    }
+    Ok(grew)
 }
 
 fn describe(opts: &CaptureOptions) -> String {

@@ -162,6 +162,20 @@ impl Daemon {
         ])
     }
 
+    /// gpuprofd on all jobs with only the fake *driver* attached up front and the /proc rescan
+    /// off: any other library must be found by the in-kernel mmap watcher.
+    pub fn watcher_only() -> Daemon {
+        let driver = fakecuda().join("lib/libcuda.so.1");
+        Daemon::start(&[
+            "--all-jobs",
+            "--no-system-libs",
+            "--rescan-interval",
+            "0",
+            "--lib",
+            driver.to_str().unwrap(),
+        ])
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

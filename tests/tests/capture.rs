@@ -487,15 +487,7 @@ fn late_load_of_a_new_library_file_found_by_the_mmap_watcher() {
         lib_dir.join("libcudart.so.12"),
     )
     .unwrap();
-    let driver = fakecuda().join("lib/libcuda.so.1");
-    let mut d = Daemon::start(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--rescan-interval",
-        "0",
-        "--lib",
-        driver.to_str().unwrap(),
-    ]);
+    let mut d = Daemon::watcher_only();
     let mut w = Workload::spawn("workload_late", &[]);
     w.cmd(&format!("dlopen_runtime {}", lib_dir.display()));
     let wheel_lib = lib_dir.join("libcudart.so.12");
@@ -532,15 +524,7 @@ fn library_seen_only_inside_a_private_mount_namespace() {
         src.join("libcudart.so.12"),
     )
     .unwrap();
-    let driver = fakecuda().join("lib/libcuda.so.1");
-    let mut d = Daemon::start(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--rescan-interval",
-        "0",
-        "--lib",
-        driver.to_str().unwrap(),
-    ]);
+    let mut d = Daemon::watcher_only();
     let mut cmd = std::process::Command::new("unshare");
     cmd.args(["-m", "--propagation", "private", "sh", "-c"])
         .arg(format!(
@@ -572,15 +556,7 @@ fn runtime_linked_statically_into_the_executable() {
     // nvcc links libcudart statically by default: the runtime's entry points live in the
     // executable's .symtab, and no libcudart.so is mapped. Found when the process maps the
     // driver (the mmap watcher; the /proc rescan is off).
-    let driver = fakecuda().join("lib/libcuda.so.1");
-    let mut d = Daemon::start(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--rescan-interval",
-        "0",
-        "--lib",
-        driver.to_str().unwrap(),
-    ]);
+    let mut d = Daemon::watcher_only();
     let mut w = Workload::spawn("workload_static", &[]);
     d.stderr.wait_for("the static runtime attached", |l| {
         l.contains("attached") && l.contains("static libcudart in workload_static")
@@ -655,15 +631,7 @@ fn renamed_runtime_found_by_its_soname() {
     let tmp = TempDir::new("renamed");
     let renamed = tmp.path().join("libvendored_rt.so.3");
     std::fs::copy(fakecuda().join("lib/libcudart.so.12"), &renamed).unwrap();
-    let driver = fakecuda().join("lib/libcuda.so.1");
-    let mut d = Daemon::start(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--rescan-interval",
-        "0",
-        "--lib",
-        driver.to_str().unwrap(),
-    ]);
+    let mut d = Daemon::watcher_only();
     let mut w = Workload::spawn("workload_late", &[]);
     w.cmd(&format!("dlopen_runtime {}", renamed.display()));
     d.stderr.wait_for("the renamed runtime attached", |l| {

@@ -257,6 +257,18 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64) -> bool {
     }
 }
 
+/// The common start of a probe that takes part in runtime/driver pairing: the selected calling
+/// thread, the cookie, the registers, the entry time — or `None` when the call is not recorded
+/// (process not selected, or a driver call made inside a runtime call on this thread).
+#[inline(always)]
+fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
+    let (pt, c) = start(ctx)?;
+    let r = regs(ctx);
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    enter(pt, &c, cls, r.rsp, now).then_some((pt, c, r, now))
+}
+
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
 #[inline(always)]
 fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
@@ -287,12 +299,9 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
 /// rdi=f, esi/edx/ecx=grid, r8d/r9d=blockX/Y, [sp+8]=blockZ, [sp+16]=smem, [sp+24]=stream.
 #[uprobe]
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::LAUNCH, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
         return 0;
-    }
+    };
     // [ret, blockZ, smem, stream]
     let s: [u64; 4] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 4]) }.unwrap_or([0; 4]);
     let body = LaunchBody {
@@ -316,18 +325,15 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
 ///  void **extra)` (+ `_ptsz`). config: grid@0/4/8, block@12/16/20, smem@24 (u32), hStream@32.
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::LAUNCH, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
         return 0;
-    }
-    // [grid x,y,z, block x,y,z, smem, pad] then hStream
-    let cfg: [u32; 8] = unsafe { bpf_probe_read_user(r.rdi as *const [u32; 8]) }.unwrap_or([0; 8]);
-    let stream = unsafe { bpf_probe_read_user((r.rdi + 32) as *const u64) }.unwrap_or(0);
+    };
+    // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
+    let cfg: [u32; 10] =
+        unsafe { bpf_probe_read_user(r.rdi as *const [u32; 10]) }.unwrap_or([0; 10]);
     let body = LaunchBody {
         func: r.rsi,
-        stream,
+        stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
         caller: stack(r.rsp, 0),
         grid: [cfg[0], cfg[1], cfg[2]],
         block: [cfg[3], cfg[4], cfg[5]],
@@ -344,10 +350,9 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 /// rcx = block.x | block.y << 32, r8 = block.z; r9 = args; [sp+8] = sharedMem, [sp+16] = stream.
 #[uprobe]
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, class::LAUNCH, r.rsp, now);
+    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+        return 0;
+    };
     // [ret, sharedMem, stream]
     let s: [u64; 3] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 3]) }.unwrap_or([0; 3]);
     let body = LaunchBody {
@@ -372,10 +377,9 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 ///  stream@32.
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, class::LAUNCH, r.rsp, now);
+    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+        return 0;
+    };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
     let cfg: [u32; 10] =
         unsafe { bpf_probe_read_user(r.rdi as *const [u32; 10]) }.unwrap_or([0; 10]);
@@ -396,12 +400,9 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
 /// (+ `_ptsz`): rdi = exec, rsi = stream.
 #[uprobe]
 pub fn graph_launch(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::GRAPH, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::GRAPH) else {
         return 0;
-    }
+    };
     emit(
         kind::GRAPH,
         c.api,
@@ -504,12 +505,9 @@ fn finish_copy(
 /// p = fixed direction.
 #[uprobe]
 pub fn copy_linear(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::COPY, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
-    }
+    };
     let bytes = if c.has(cookie::F_2D) {
         arg(r, c.c).wrapping_mul(arg(r, c.c + 1))
     } else {
@@ -539,12 +537,9 @@ pub fn copy_linear(ctx: ProbeContext) -> u32 {
 /// WidthInBytes@112, Height@120. Cookie: d = stream.
 #[uprobe]
 pub fn copy_2d(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::COPY, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
-    }
+    };
     let p: [u64; 16] = unsafe { bpf_probe_read_user(r.rdi as *const [u64; 16]) }.unwrap_or([0; 16]);
     let (st, dt) = (p[2] as u32, p[9] as u32);
     let src = if st == 1 { p[3] } else { p[4] };
@@ -568,12 +563,9 @@ pub fn copy_2d(ctx: ProbeContext) -> u32 {
 /// Depth@192. Cookie: d = stream, p = PEER for the peer variants (else from memory types).
 #[uprobe]
 pub fn copy_3d(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::COPY, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
-    }
+    };
     let base = r.rdi;
     let src_t: [u64; 3] =
         unsafe { bpf_probe_read_user((base + 32) as *const [u64; 3]) }.unwrap_or([0; 3]);
@@ -605,10 +597,9 @@ pub fn copy_3d(ctx: ProbeContext) -> u32 {
 /// kind@152. Cookie: d = stream.
 #[uprobe]
 pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, class::COPY, r.rsp, now);
+    let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
+        return 0;
+    };
     let ext: [u64; 4] =
         unsafe { bpf_probe_read_user((r.rdi + 128) as *const [u64; 4]) }.unwrap_or([0; 4]);
     let bytes = ext[0].wrapping_mul(ext[1]).wrapping_mul(ext[2]);
@@ -635,12 +626,9 @@ pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
 /// / `cudaStreamWaitEvent` (entry only). Cookie: a = handle (NONE for context/device).
 #[uprobe]
 pub fn sync_entry(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::SYNC, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::SYNC) else {
         return 0;
-    }
+    };
     let handle = arg(r, c.a);
     if c.has(cookie::F_RET) {
         save(
@@ -689,12 +677,9 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
 /// b = pitch out-pointer (pitched), c = bytes (or height when pitched), d = stream.
 #[uprobe]
 pub fn mem_entry(ctx: ProbeContext) -> u32 {
-    let Some((pt, c)) = start(&ctx) else { return 0 };
-    let r = regs(&ctx);
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !enter(pt, &c, class::MEM, r.rsp, now) {
+    let Some((pt, c, r, now)) = begin(&ctx, class::MEM) else {
         return 0;
-    }
+    };
     let op = c.q as u32;
     let v = [arg(r, c.a), arg(r, c.c), arg(r, c.d), arg(r, c.b), 0, 0];
     if c.has(cookie::F_RET) {

@@ -309,7 +309,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let _ = agg.await;
     let read = stats.read.load(Ordering::Relaxed);
     tracing::debug!(read, submitted = submitted.total(), "records");
-    // Results first: detaching is slow (see Attacher::detach_all) and must not delay them.
+    // Results first: detaching is slow (see Attacher::link_count) and must not delay them.
     let written = (|| {
         if let (Some(f), Some(p)) = (out_file.as_mut(), &opts.output) {
             let json = output::json::to_string_pretty(&report);
@@ -332,10 +332,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         eprintln!("gpuprofd: detaching {links} probes (the kernel takes about 0.1 s for each)");
     }
     let t = std::time::Instant::now();
-    let detached = attacher.detach_all(&mut ebpf);
     drop(ebpf);
     tracing::debug!(
-        detached,
+        links,
         elapsed_ms = t.elapsed().as_millis() as u64,
         "probes detached"
     );
@@ -644,28 +643,24 @@ async fn aggregate(
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
 ) {
     let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
-    let mut known: HashSet<u32> = HashSet::new();
-    let mut ended: HashSet<u32> = HashSet::new();
+    let mut seen = Seen {
+        known: HashSet::new(),
+        ended: HashSet::new(),
+        symbols,
+        maps_tx,
+    };
     let mut batches_open = true;
     loop {
         tokio::select! {
             biased;
             b = rx.recv(), if batches_open => match b {
-                Some(batch) => {
-                    apply_batch(&mut agg, &batch, &mut known, &mut ended, &symbols);
-                    // Executable file mappings: the session looks for new CUDA libraries.
-                    for rec in batch.iter() {
-                        if let Ok(profiler_common::decode::Event::Map(h, m)) = decode(rec) {
-                            let _ = maps_tx.send((h.tgid, m.addr, m.len));
-                        }
-                    }
-                }
+                Some(batch) => seen.apply_batch(&mut agg, &batch),
                 None => batches_open = false,
             },
             c = ctl.recv() => match c {
                 Some(Ctl::Api(t)) => agg.set_api_table(t),
                 Some(Ctl::Tick { interval }) => {
-                    for tgid in known.iter().copied() {
+                    for tgid in seen.known.iter().copied() {
                         if !discovery::process_exists(tgid) {
                             agg.mark_exited(tgid);
                         }
@@ -679,9 +674,9 @@ async fn aggregate(
                 Some(Ctl::Finish { meta, reply }) => {
                     // Everything the reader handed over is applied before the report.
                     while let Ok(batch) = rx.try_recv() {
-                        apply_batch(&mut agg, &batch, &mut known, &mut ended, &symbols);
+                        seen.apply_batch(&mut agg, &batch);
                     }
-                    for tgid in known.iter().copied() {
+                    for tgid in seen.known.iter().copied() {
                         if !discovery::process_exists(tgid) {
                             agg.mark_exited(tgid);
                         } else if let Some(job) = crate::enrich::jobs::job_of(tgid) {
@@ -698,50 +693,63 @@ async fn aggregate(
     }
 }
 
-fn apply_batch(
-    agg: &mut Aggregator,
-    batch: &Batch,
-    known: &mut HashSet<u32>,
-    ended: &mut HashSet<u32>,
-    symbols: &ProcSymbols,
-) {
-    use profiler_common::decode::Event;
-    for rec in batch.iter() {
-        match decode(rec) {
-            Ok(Event::Map(..)) => {
-                // Discovery only (the session handles it): not a sign of CUDA use, so no
-                // procfs reads for the thousands of short-lived processes a busy node runs.
-            }
-            Ok(ev @ Event::Exit(..)) => {
-                let tgid = ev.header().tgid;
-                if known.contains(&tgid) {
-                    ended.insert(tgid);
-                    agg.apply(&ev);
+/// What the aggregator task knows about processes besides their counters.
+struct Seen {
+    /// Processes that produced records (first sight done).
+    known: HashSet<u32>,
+    /// Known processes whose end the kernel reported (their tgid may come back, reused).
+    ended: HashSet<u32>,
+    symbols: Arc<ProcSymbols>,
+    /// Executable file mappings, for the session to look for new CUDA libraries.
+    maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
+}
+
+impl Seen {
+    fn apply_batch(&mut self, agg: &mut Aggregator, batch: &Batch) {
+        let Seen {
+            known,
+            ended,
+            symbols,
+            maps_tx,
+        } = self;
+        use profiler_common::decode::Event;
+        for rec in batch.iter() {
+            match decode(rec) {
+                Ok(Event::Map(h, m)) => {
+                    // Discovery only, handed to the session: not a sign of CUDA use, so no procfs
+                    // reads here for the thousands of short-lived processes a busy node runs.
+                    let _ = maps_tx.send((h.tgid, m.addr, m.len));
                 }
-            }
-            Ok(ev) => {
-                let tgid = ev.header().tgid;
-                // After its process ended, a tgid's records are either stragglers of the old
-                // process's last threads or the first ones of a new process that was given the
-                // same tgid: the start time tells them apart.
-                if ended.contains(&tgid) {
-                    let now = crate::enrich::process::start_time(tgid);
-                    if now.is_some_and(|st| st != agg.start_time(tgid)) {
-                        agg.retire(tgid);
-                        symbols.forget(tgid);
-                        known.remove(&tgid);
-                        ended.remove(&tgid);
+                Ok(ev @ Event::Exit(..)) => {
+                    let tgid = ev.header().tgid;
+                    if known.contains(&tgid) {
+                        ended.insert(tgid);
+                        agg.apply(&ev);
                     }
                 }
-                if known.insert(tgid) {
-                    first_sight(agg, tgid, symbols);
+                Ok(ev) => {
+                    let tgid = ev.header().tgid;
+                    // After its process ended, a tgid's records are either stragglers of the old
+                    // process's last threads or the first ones of a new process that was given the
+                    // same tgid: the start time tells them apart.
+                    if ended.contains(&tgid) {
+                        let now = crate::enrich::process::start_time(tgid);
+                        if now.is_some_and(|st| st != agg.start_time(tgid)) {
+                            agg.retire(tgid);
+                            symbols.forget(tgid);
+                            known.remove(&tgid);
+                            ended.remove(&tgid);
+                        }
+                    }
+                    if known.insert(tgid) {
+                        first_sight(agg, tgid, symbols);
+                    }
+                    agg.apply(&ev);
                 }
-                agg.apply(&ev);
+                Err(DecodeError::UnknownKind { kind })
+                | Err(DecodeError::WrongLength { kind, .. }) => agg.record_decode_error(kind),
+                Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
             }
-            Err(DecodeError::UnknownKind { kind }) | Err(DecodeError::WrongLength { kind, .. }) => {
-                agg.record_decode_error(kind)
-            }
-            Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod rules;
 use crate::api::{ApiTable, Layer};
 use crate::discovery::{CudaLibrary, elf};
 use aya::Ebpf;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{ProgramError, UProbe};
 use placement::Placement;
 use rules::{Prog, RET_PROGS, Rule};
@@ -71,8 +71,8 @@ pub struct Attacher {
     api: ApiTable,
     libraries: HashMap<(u64, u64), LibraryAttach>,
     loaded: bool,
-    /// Every link made, by program name, so `detach_all` can release them in parallel.
-    links: Vec<(&'static str, UProbeLinkId)>,
+    /// Probe links made (entry and return probes).
+    links: usize,
 }
 
 impl Attacher {
@@ -177,29 +177,15 @@ impl Attacher {
         Ok(&self.libraries[&key])
     }
 
-    /// How many probe links are attached now.
+    /// How many probe links are attached now. They are released with the eBPF object, which
+    /// is slow by nature: the kernel waits for RCU grace periods on every perf-event uprobe
+    /// detach, under a global mutex (perf_event_detach_bpf_prog, perf_trace_event_unreg), about
+    /// 0.1 s per link (measured: 150 links in 15 s on 6.18; releasing them from 64 threads at
+    /// once took as long), so callers write their results first. The fix is one `uprobe_multi`
+    /// link per program and library (one grace period), which needs programs loaded with
+    /// `BPF_TRACE_UPROBE_MULTI`; aya 0.14 cannot.
     pub fn link_count(&self) -> usize {
-        self.links.len()
-    }
-
-    /// Detaches every probe this attacher made and returns how many.
-    ///
-    /// Slow by nature: the kernel waits for RCU grace periods on every perf-event uprobe
-    /// detach, under a global mutex (perf_event_detach_bpf_prog, perf_trace_event_unreg), so
-    /// it costs ~0.1 s per link whatever the daemon does (measured: 150 links in 15 s on 6.18;
-    /// releasing them from 64 threads at once took as long). Callers write their results
-    /// first. The fix is one `uprobe_multi` link per program and library (one grace period),
-    /// which needs programs loaded with `BPF_TRACE_UPROBE_MULTI`; aya 0.14 cannot.
-    pub fn detach_all(&mut self, ebpf: &mut Ebpf) -> usize {
-        let mut n = 0;
-        for (name, id) in self.links.drain(..) {
-            let prog: Option<&mut UProbe> = ebpf.program_mut(name).and_then(|p| p.try_into().ok());
-            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
-                drop(link);
-                n += 1;
-            }
-        }
-        n
+        self.links
     }
 }
 
@@ -213,7 +199,7 @@ fn attach_one(
     rule: &Rule,
     api: u16,
     offset: u64,
-    links: &mut Vec<(&'static str, UProbeLinkId)>,
+    links: &mut usize,
 ) -> Result<(), String> {
     let mut cookie = rule.cookie;
     cookie.api = api;
@@ -233,13 +219,13 @@ fn attach_one(
         // One transient perf_event_open failure was seen once in CI-like runs (errno not
         // recorded then); a failed attach has no side effect, so try again before giving up.
         let mut attempt = 0;
-        let id = loop {
+        loop {
             let point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(offset),
                 cookie: Some(cookie),
             };
             match prog.attach(point, &lib.open_path, UProbeScope::AllProcesses) {
-                Ok(id) => break id,
+                Ok(_) => break,
                 Err(e) if attempt < 2 => {
                     attempt += 1;
                     tracing::debug!(name, offset, error = %error_chain(&e), "attach retry");
@@ -247,8 +233,8 @@ fn attach_one(
                 }
                 Err(e) => return Err(format!("{name} at {offset:#x}: {}", error_chain(&e))),
             }
-        };
-        links.push((name, id));
+        }
+        *links += 1;
     }
     Ok(())
 }

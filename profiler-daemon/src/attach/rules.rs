@@ -156,6 +156,27 @@ pub fn rule_for(layer: Layer, sym: &str) -> Option<Rule> {
     }
 }
 
+/// An allocation of kind `k`: pointer out-parameter in arg 0, bytes in arg 1.
+fn alloc(k: u32) -> B {
+    B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET)
+}
+
+/// A free of kind `k`: pointer in arg 0.
+fn free(k: u32) -> B {
+    B::new().q(memop::FREE).p(k).a(0).f(F_RET)
+}
+
+/// Peer copies, both layers: dst arg 0, src arg 2, bytes arg 4, stream arg 5 when async.
+fn peer_copy(is_async: bool) -> Rule {
+    let b = B::new().a(0).b(2).c(4).p(dir::PEER);
+    if is_async {
+        b.d(5).f(F_ASYNC)
+    } else {
+        b.f(F_RET)
+    }
+    .rule(Prog::CopyLinear)
+}
+
 fn driver_rule(base: &str) -> Option<Rule> {
     use Prog::*;
     let sync_copy = |d: u32| B::new().a(0).b(1).c(2).p(d).f(F_RET).rule(CopyLinear);
@@ -169,8 +190,6 @@ fn driver_rule(base: &str) -> Option<Rule> {
             .f(F_ASYNC)
             .rule(CopyLinear)
     };
-    let alloc = |k: u32| B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET);
-    let free = |k: u32| B::new().q(memop::FREE).p(k).a(0).f(F_RET);
     Some(match base {
         "cuLaunchKernel" => B::new().rule(DrvLaunch),
         "cuLaunchCooperativeKernel" => B::new().f(F_COOP).rule(DrvLaunch),
@@ -185,21 +204,8 @@ fn driver_rule(base: &str) -> Option<Rule> {
         "cuMemcpyDtoDAsync_v2" => async_copy(dir::D2D),
         "cuMemcpyAsync" => async_copy(dir::DEFAULT),
         // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream])
-        "cuMemcpyPeer" => B::new()
-            .a(0)
-            .b(2)
-            .c(4)
-            .p(dir::PEER)
-            .f(F_RET)
-            .rule(CopyLinear),
-        "cuMemcpyPeerAsync" => B::new()
-            .a(0)
-            .b(2)
-            .c(4)
-            .d(5)
-            .p(dir::PEER)
-            .f(F_ASYNC)
-            .rule(CopyLinear),
+        "cuMemcpyPeer" => peer_copy(false),
+        "cuMemcpyPeerAsync" => peer_copy(true),
         "cuMemcpy2D_v2" | "cuMemcpy2DUnaligned_v2" => B::new().f(F_RET).rule(Copy2d),
         "cuMemcpy2DAsync_v2" => B::new().d(1).f(F_ASYNC).rule(Copy2d),
         "cuMemcpy3D_v2" => B::new().f(F_RET).rule(Copy3d),
@@ -272,8 +278,6 @@ fn driver_rule(base: &str) -> Option<Rule> {
 
 fn runtime_rule(base: &str) -> Option<Rule> {
     use Prog::*;
-    let alloc = |k: u32| B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET);
-    let free = |k: u32| B::new().q(memop::FREE).p(k).a(0).f(F_RET);
     Some(match base {
         // __cudaLaunchKernel(_ptsz) tail-jumps into cudaLaunchKernel(_ptsz) (cudart 12.0–13.5):
         // hooking it too would count every nvcc ≥ 12.4 launch twice.
@@ -313,22 +317,9 @@ fn runtime_rule(base: &str) -> Option<Rule> {
             .d(7)
             .f(F_2D | F_KIND_ARG | F_ASYNC)
             .rule(CopyLinear),
-        // cudaMemcpyPeer(dst, dstDev, src, srcDev, count) / Async(…, stream)
-        "cudaMemcpyPeer" => B::new()
-            .a(0)
-            .b(2)
-            .c(4)
-            .p(dir::PEER)
-            .f(F_RET)
-            .rule(CopyLinear),
-        "cudaMemcpyPeerAsync" => B::new()
-            .a(0)
-            .b(2)
-            .c(4)
-            .d(5)
-            .p(dir::PEER)
-            .f(F_ASYNC)
-            .rule(CopyLinear),
+        // cudaMemcpyPeer(dst, dstDev, src, srcDev, count) / Async(…, stream): the driver's layout
+        "cudaMemcpyPeer" => peer_copy(false),
+        "cudaMemcpyPeerAsync" => peer_copy(true),
         // cudaMemcpyToSymbol(symbol, src, count, offset, kind), FromSymbol(dst, symbol, …)
         "cudaMemcpyToSymbol" | "cudaMemcpyFromSymbol" => B::new()
             .a(0)

@@ -272,18 +272,7 @@ fn is_job_boundary(comm: &str) -> bool {
 }
 
 fn stat_ppid_comm(tgid: u32) -> Option<(u32, String)> {
-    let stat = fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
-    // pid (comm) state ppid ...; comm may contain spaces and parentheses: split at the last ')'
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?.to_owned();
-    let ppid = stat
-        .get(close + 2..)?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some((ppid, comm))
+    crate::enrich::process::read_stat(tgid).map(|s| (s.ppid, s.comm))
 }
 
 /// The launcher at the root of `tgid`'s process tree: the highest ancestor whose parent is a

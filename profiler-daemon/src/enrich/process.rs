@@ -38,12 +38,33 @@ pub fn read_proc_info(tgid: u32) -> Option<ProcInfo> {
     })
 }
 
-/// The start time of `tgid` (`/proc/PID/stat` field 22, clock ticks after boot).
-pub fn start_time(tgid: u32) -> Option<u64> {
+/// The fields of `/proc/PID/stat` the daemon uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub comm: String,
+    pub ppid: u32,
+    /// Field 22, clock ticks after boot: tells a process from a later one given the same pid.
+    pub start_time: u64,
+}
+
+/// Reads `/proc/TGID/stat`; `None` when the process is gone.
+pub fn read_stat(tgid: u32) -> Option<Stat> {
     let stat = fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
-    // fields after the comm's closing parenthesis: state is field 3, starttime field 22
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // pid (comm) state ppid …; comm may contain spaces and parentheses: split at the last ')'
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_owned();
+    let rest: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+    Some(Stat {
+        comm,
+        ppid: rest.get(1)?.parse().ok()?,
+        start_time: rest.get(19)?.parse().ok()?,
+    })
+}
+
+/// The start time of `tgid` ([`Stat::start_time`]).
+pub fn start_time(tgid: u32) -> Option<u64> {
+    read_stat(tgid).map(|s| s.start_time)
 }
 
 /// Names host-stub addresses from the ELF symbol tables of the files a process maps.
@@ -136,7 +157,10 @@ mod tests {
 
     #[test]
     fn start_time_of_this_process() {
+        let me = read_stat(std::process::id()).expect("own stat");
+        assert_eq!(me.ppid, std::os::unix::process::parent_id());
         let mine = start_time(std::process::id()).expect("own start time");
+        assert_eq!(mine, me.start_time);
         assert!(mine > 0);
         let init = start_time(1).expect("pid 1");
         assert!(init <= mine, "pid 1 started before us");

@@ -251,7 +251,9 @@ mod tests {
             })),
             Ok(Event::Map(hdr(kind::MAP), m))
         );
-        let x = ExitBody { reserved: 0 };
+        let x = ExitBody {
+            comm: *b"python3\0\0\0\0\0\0\0\0\0",
+        };
         assert_eq!(
             decode(encode(&Record {
                 header: hdr(kind::EXIT),

@@ -34,6 +34,10 @@ pub mod maps {
     pub const PEND_DRV: &str = "PEND_DRV";
     /// Per-thread `mmap(PROT_EXEC, fd)` in flight (`u32 tid` → length).
     pub const MMAP_PEND: &str = "MMAP_PEND";
+    /// `Array<u32>` of length 1: the byte offset of `group_dead` in the `sched_process_exit`
+    /// tracepoint's record, or 0 where the kernel's record has no such field (before 6.16); the
+    /// process's end is then recorded at its group leader's exit instead of its last thread's.
+    pub const EXIT_CONFIG: &str = "EXIT_CONFIG";
 }
 
 /// Filter mode: every process.
@@ -277,9 +281,11 @@ const _: () = assert!(core::mem::size_of::<MapBody>() == 16);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExitBody {
-    pub reserved: u64,
+    /// The exiting thread's `comm`, NUL-padded: names a process that ended before the daemon
+    /// could read procfs.
+    pub comm: [u8; 16],
 }
-const _: () = assert!(core::mem::size_of::<ExitBody>() == 8);
+const _: () = assert!(core::mem::size_of::<ExitBody>() == 16);
 
 /// Header + body, as laid out in the ring buffer.
 #[repr(C)]

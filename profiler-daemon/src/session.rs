@@ -162,6 +162,18 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     for lib in &initial {
         attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
     }
+    // Late loads: an mmap watcher in the kernel reports executable file mappings as they
+    // happen; the /proc rescan is then only a slow safety net.
+    let (rescan_every, exit_final) = match capture::watch_processes(&mut ebpf) {
+        Ok(final_exit) => (opts.rescan.unwrap_or(Duration::from_secs(30)), final_exit),
+        Err(e) => {
+            eprintln!(
+                "gpuprofd: warning: cannot watch mmap in the kernel ({e}); new CUDA library files \
+                 are found by rescanning /proc every second instead"
+            );
+            (opts.rescan.unwrap_or(Duration::from_secs(1)), false)
+        }
+    };
     let ring = capture::take_ring(&mut ebpf)?;
 
     let started_at = SystemTime::now();
@@ -180,19 +192,8 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         symbols.clone(),
         opts.live,
         maps_tx,
+        exit_final,
     ));
-    // Late loads: an mmap watcher in the kernel reports executable file mappings as they
-    // happen; the /proc rescan is then only a slow safety net.
-    let rescan_every = match capture::watch_processes(&mut ebpf) {
-        Ok(()) => opts.rescan.unwrap_or(Duration::from_secs(30)),
-        Err(e) => {
-            eprintln!(
-                "gpuprofd: warning: cannot watch mmap in the kernel ({e}); new CUDA library files \
-                 are found by rescanning /proc every second instead"
-            );
-            opts.rescan.unwrap_or(Duration::from_secs(1))
-        }
-    };
     let mut last_rescan = Instant::now();
 
     let probes: usize = attacher.libraries().map(|l| l.attached()).sum();
@@ -641,11 +642,13 @@ async fn aggregate(
     symbols: Arc<ProcSymbols>,
     live: bool,
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
+    exit_final: bool,
 ) {
     let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
     let mut seen = Seen {
         known: HashSet::new(),
         ended: HashSet::new(),
+        exit_final,
         symbols,
         maps_tx,
     };
@@ -699,6 +702,9 @@ struct Seen {
     known: HashSet<u32>,
     /// Known processes whose end the kernel reported (their tgid may come back, reused).
     ended: HashSet<u32>,
+    /// The kernel reports a process's end when its last thread exits: nothing of the old
+    /// process follows its end in the ring, so any later record is a new process's.
+    exit_final: bool,
     symbols: Arc<ProcSymbols>,
     /// Executable file mappings, for the session to look for new CUDA libraries.
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
@@ -709,6 +715,7 @@ impl Seen {
         let Seen {
             known,
             ended,
+            exit_final,
             symbols,
             maps_tx,
         } = self;
@@ -729,12 +736,16 @@ impl Seen {
                 }
                 Ok(ev) => {
                     let tgid = ev.header().tgid;
-                    // After its process ended, a tgid's records are either stragglers of the old
-                    // process's last threads or the first ones of a new process that was given the
-                    // same tgid: the start time tells them apart.
+                    // After its process ended, a tgid's records belong to a new process that was
+                    // given the same pid. Where the end was taken at the group leader's exit
+                    // (older kernels), they may also be stragglers of the old process's last
+                    // threads: the start time tells them apart.
                     if ended.contains(&tgid) {
-                        let now = crate::enrich::process::start_time(tgid);
-                        if now.is_some_and(|st| st != agg.start_time(tgid)) {
+                        let reused = *exit_final || {
+                            let now = crate::enrich::process::start_time(tgid);
+                            now.is_some_and(|st| st != agg.start_time(tgid))
+                        };
+                        if reused {
                             agg.retire(tgid);
                             symbols.forget(tgid);
                             known.remove(&tgid);
@@ -742,7 +753,7 @@ impl Seen {
                         }
                     }
                     if known.insert(tgid) {
-                        first_sight(agg, tgid, symbols);
+                        first_sight(agg, tgid, ev.header().ts_ns, symbols);
                     }
                     agg.apply(&ev);
                 }
@@ -754,19 +765,28 @@ impl Seen {
     }
 }
 
-/// A process produced its first record: remember who it is while it is still there.
-fn first_sight(agg: &mut Aggregator, tgid: u32, symbols: &ProcSymbols) {
-    symbols.remember(tgid);
-    let meta = match read_proc_info(tgid) {
-        Some(i) => ProcessMeta {
-            comm: i.comm,
-            cmdline: i.cmdline,
-            exited: false,
-            job: crate::enrich::jobs::job_of(tgid),
-            start_time: crate::enrich::process::start_time(tgid).unwrap_or(0),
-        },
-        None => ProcessMeta {
-            comm: "<exited>".into(),
+/// A process produced its first record (made at `ts_ns`): remember who it is while it is still
+/// there. A short-lived process may be gone by now and its pid given to a later process; what
+/// procfs shows then is not this process, and nothing is read from it.
+fn first_sight(agg: &mut Aggregator, tgid: u32, ts_ns: u64, symbols: &ProcSymbols) {
+    use crate::enrich::process::{read_stat, started_after};
+    let start = read_stat(tgid)
+        .map(|s| s.start_time)
+        .filter(|&st| !started_after(st, ts_ns));
+    let info = start.and_then(|_| read_proc_info(tgid));
+    let meta = match (start, info) {
+        (Some(start_time), Some(i)) => {
+            symbols.remember(tgid);
+            ProcessMeta {
+                comm: i.comm,
+                cmdline: i.cmdline,
+                exited: false,
+                job: crate::enrich::jobs::job_of(tgid),
+                start_time,
+            }
+        }
+        _ => ProcessMeta {
+            comm: crate::model::EXITED_COMM.into(),
             cmdline: String::new(),
             exited: true,
             job: None,

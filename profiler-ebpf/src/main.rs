@@ -17,8 +17,9 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs},
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -49,6 +50,8 @@ static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(4096, 0);
 static FILTER_VERDICT: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "MMAP_PEND")]
 static MMAP_PEND: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+#[map(name = "EXIT_CONFIG")]
+static EXIT_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "PEND_RT")]
 static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_DRV")]
@@ -967,22 +970,40 @@ pub fn mmap_exit(ctx: TracePointContext) -> u32 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process ends: the last thread of a selected process exits (sched:sched_process_exit fires for
-// every thread; the group leader's exit is the process's end for our purposes, and its tgid may
-// be reused afterwards). Records before this one in the ring belong to the old process.
+// Process ends: sched:sched_process_exit fires for every thread. Where the kernel says which exit
+// ends the thread group (`group_dead`, 6.16+), that one is the process's end: no thread of the
+// process can record anything after it, so every later record with the same tgid belongs to a
+// new process that was given the same pid. On older kernels the group leader's exit stands in.
 
 #[tracepoint]
-pub fn proc_exit(_ctx: TracePointContext) -> u32 {
+pub fn proc_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if (pid_tgid >> 32) as u32 != pid_tgid as u32 {
-        return 0;
+    let tgid = (pid_tgid >> 32) as u32;
+    match EXIT_CONFIG.get(0) {
+        Some(&off) if off != 0 => {
+            // SAFETY: a read inside the tracepoint's own record, at the offset its format gives.
+            let dead: u8 = unsafe { ctx.read_at(off as usize) }.unwrap_or(0);
+            if dead == 0 {
+                return 0;
+            }
+        }
+        _ => {
+            if tgid != pid_tgid as u32 {
+                return 0;
+            }
+        }
     }
-    if !selected((pid_tgid >> 32) as u32) {
+    if !selected(tgid) {
         return 0;
     }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    emit(kind::EXIT, 0, pid_tgid, now, ExitBody { reserved: 0 });
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    emit(kind::EXIT, 0, pid_tgid, now, ExitBody { comm });
+    // The pid may be handed to another process now: it must be judged afresh, and a `--pid`
+    // selection named this process, not whichever comes next with its number.
+    let _ = FILTER_VERDICT.remove(&tgid);
+    let _ = FILTER_TGIDS.remove(&tgid);
     0
 }
 

@@ -180,6 +180,18 @@ impl Daemon {
         self.child.id()
     }
 
+    /// Stops the daemon (SIGSTOP): the probes keep recording into the ring buffer, and the
+    /// daemon reads it all only after [`Daemon::resume`], when the processes may be gone.
+    pub fn pause(&self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
+    }
+
+    pub fn resume(&self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+    }
+
     /// SIGINT, wait for exit (bounded), parse the JSON report.
     pub fn stop(mut self) -> Finished {
         // SAFETY: signalling our own child.

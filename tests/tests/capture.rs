@@ -577,14 +577,19 @@ fn runtime_linked_statically_into_the_executable() {
 #[test]
 fn a_reused_tgid_is_reported_as_two_processes() {
     // Force the kernel to hand the ended process's pid to the next one (ns_last_pid), then
-    // check the two are kept apart: the first ends with its own counts, marked exited.
+    // check the two are kept apart: the first ends with its own counts, marked exited. The
+    // daemon is stopped meanwhile, so it reads the first process's records only once its pid
+    // already belongs to the second: what procfs shows then must not be taken for the first.
     let d = Daemon::all_jobs();
+    d.pause();
     let mut reused = None;
     for _ in 0..20 {
         let mut a = Workload::start();
         a.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
         let pid = a.tgid;
         a.exit();
+        // The second process starts at least one clock tick (10 ms) after the first's records.
+        std::thread::sleep(std::time::Duration::from_millis(30));
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
             .expect("write /proc/sys/kernel/ns_last_pid (root)");
         let b = Workload::start();
@@ -595,6 +600,7 @@ fn a_reused_tgid_is_reported_as_two_processes() {
         b.exit(); // another process took the pid first: try again
     }
     let mut b = reused.expect("the kernel never reused a pid in 20 tries");
+    d.resume();
     b.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
     let tgid = b.tgid;
     let r = d.stop().report;
@@ -612,6 +618,16 @@ fn a_reused_tgid_is_reported_as_two_processes() {
             kernel_calls(same[0], RELU)
         ),
         (&serde_json::json!(true), 2, 0)
+    );
+    // Gone before procfs could be read: named by the kernel's end record, nothing borrowed
+    // from the process that has its pid now.
+    assert_eq!(
+        (&same[0]["comm"], &same[0]["cmdline"], &same[0]["job"]),
+        (
+            &serde_json::json!("workload"),
+            &serde_json::json!(""),
+            &serde_json::Value::Null
+        )
     );
     assert_eq!(
         (

@@ -329,9 +329,25 @@ pub fn ring_fd(ring: &RingBuf<MapData>) -> i32 {
 /// Loads and attaches the process watchers: mmap of executable files
 /// (`syscalls:sys_{enter,exit}_mmap`) and process ends (`sched:sched_process_exit`), mounting
 /// tracefs first when it is not mounted (a fresh machine often has it unmounted).
-pub fn watch_processes(ebpf: &mut Ebpf) -> Result<(), String> {
+///
+/// Returns whether a process's end is reported when its last thread exits (the kernel's record
+/// says which exit ends the group) rather than when its group leader does.
+pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, String> {
     use aya::programs::TracePoint;
-    ensure_tracefs()?;
+    let tracefs = ensure_tracefs()?;
+    let group_dead =
+        std::fs::read_to_string(tracefs.join("events/sched/sched_process_exit/format"))
+            .ok()
+            .and_then(|f| field_offset(&f, "group_dead"))
+            .unwrap_or(0);
+    let mut config: Array<_, u32> = Array::try_from(
+        ebpf.map_mut(maps::EXIT_CONFIG)
+            .ok_or_else(|| format!("the eBPF object has no map {}", maps::EXIT_CONFIG))?,
+    )
+    .map_err(|e| format!("{}: {e}", maps::EXIT_CONFIG))?;
+    config
+        .set(0, group_dead, 0)
+        .map_err(|e| format!("{}: {e}", maps::EXIT_CONFIG))?;
     for (prog, category, event) in [
         ("mmap_enter", "syscalls", "sys_enter_mmap"),
         ("mmap_exit", "syscalls", "sys_exit_mmap"),
@@ -346,13 +362,29 @@ pub fn watch_processes(ebpf: &mut Ebpf) -> Result<(), String> {
         tp.attach(category, event)
             .map_err(|e| format!("attaching to {category}:{event}: {e}"))?;
     }
-    Ok(())
+    Ok(group_dead != 0)
 }
 
-fn ensure_tracefs() -> Result<(), String> {
+/// The byte offset of `field` in a tracepoint's `format` file (`field:bool group_dead;
+/// offset:32; size:1; signed:0;`), if it has one.
+fn field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|line| {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let decl = parts.next()?.strip_prefix("field:")?;
+        if decl.rsplit(' ').next()? != field {
+            return None;
+        }
+        parts.find_map(|p| p.strip_prefix("offset:")?.parse().ok())
+    })
+}
+
+/// Makes sure tracefs is mounted; returns where.
+fn ensure_tracefs() -> Result<std::path::PathBuf, String> {
     let mounted = |p: &str| std::path::Path::new(p).join("events/syscalls").is_dir();
-    if mounted("/sys/kernel/tracing") || mounted("/sys/kernel/debug/tracing") {
-        return Ok(());
+    for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if mounted(p) {
+            return Ok(p.into());
+        }
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: plain mount(2) with valid NUL-terminated strings.
@@ -372,7 +404,7 @@ fn ensure_tracefs() -> Result<(), String> {
         ));
     }
     if mounted("/sys/kernel/tracing") {
-        Ok(())
+        Ok("/sys/kernel/tracing".into())
     } else {
         Err("this kernel has no syscall tracepoints (CONFIG_FTRACE_SYSCALLS)".into())
     }
@@ -402,6 +434,24 @@ mod tests {
         b.push(&[1, 2, 3, 4]);
         b.bytes.truncate(6);
         assert_eq!(b.iter().count(), 0);
+    }
+
+    #[test]
+    fn group_dead_offset_is_read_from_the_format() {
+        let format = "name: sched_process_exit\nID: 369\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
+            \tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;\n\
+            \tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;\n\
+            \tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n";
+        assert_eq!(field_offset(format, "group_dead"), Some(32));
+        assert_eq!(field_offset(format, "pid"), Some(24));
+        assert_eq!(field_offset(format, "dead"), None);
+        let old = format.replace(
+            "\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n",
+            "",
+        );
+        assert_eq!(field_offset(&old, "group_dead"), None);
     }
 
     #[test]

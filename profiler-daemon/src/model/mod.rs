@@ -39,6 +39,10 @@ pub struct ProcessMeta {
     pub start_time: u64,
 }
 
+/// The `comm` of a process that was gone before procfs could be read, until its end record
+/// names it.
+pub const EXITED_COMM: &str = "<exited>";
+
 /// API ids are 16 bits in the probes' cookies; a larger one is a corrupt record.
 const MAX_API_ID: u32 = u16::MAX as u32;
 
@@ -88,9 +92,14 @@ impl Aggregator {
         match ev {
             // Discovery, not CUDA activity: the session acts on it; no process entry is made.
             Event::Map(..) => return,
-            Event::Exit(h, _) => {
+            Event::Exit(h, x) => {
                 if self.procs.contains_key(&h.tgid) {
                     self.mark_exited(h.tgid);
+                    let meta = self.meta.entry(h.tgid).or_default();
+                    if meta.comm.is_empty() || meta.comm == EXITED_COMM {
+                        let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
+                        meta.comm = String::from_utf8_lossy(&x.comm[..len]).into_owned();
+                    }
                 }
                 return;
             }

@@ -161,6 +161,41 @@ fn exited_process_kept_with_meta() {
 }
 
 #[test]
+fn a_process_gone_before_procfs_is_named_by_its_end_record() {
+    let exit = |tgid, comm: &[u8]| {
+        let mut body = profiler_common::ExitBody::default();
+        body.comm[..comm.len()].copy_from_slice(comm);
+        Event::Exit(hdr(kind::EXIT, 0, tgid), body)
+    };
+    let gone = || ProcessMeta {
+        comm: EXITED_COMM.into(),
+        exited: true,
+        ..ProcessMeta::default()
+    };
+    let mut a = agg();
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta(7, gone());
+    a.apply(&exit(7, b"short_lived"));
+    a.apply(&launch(8, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta(
+        8,
+        ProcessMeta {
+            comm: "python3".into(),
+            ..ProcessMeta::default()
+        },
+    );
+    a.apply(&exit(8, b"pt_autograd_0")); // read while alive: procfs's name stays
+    a.apply(&exit(9, b"never_seen")); // made no record: not reported
+    let r = a.report(meta());
+    let got: Vec<(u32, &str, bool)> = r
+        .processes
+        .iter()
+        .map(|p| (p.tgid, &*p.comm, p.exited))
+        .collect();
+    assert_eq!(got, [(7, "short_lived", true), (8, "python3", true)]);
+}
+
+#[test]
 fn live_rates_since_previous_call() {
     let mut a = agg();
     for _ in 0..10 {

@@ -47,6 +47,23 @@ impl ApiTable {
         id
     }
 
+    /// A table with these entries, ids in order (as [`Self::list`] gave them).
+    pub fn from_list(list: Vec<ApiInfo>) -> Self {
+        let mut t = Self::new();
+        for a in list.into_iter().take(usize::from(u16::MAX) + 1) {
+            // A damaged file may repeat a name: the id must still match the position.
+            let id = t.apis.len() as u16;
+            t.by_name.entry(a.name.clone()).or_insert(id);
+            t.apis.push(a);
+        }
+        t
+    }
+
+    /// The entries, in id order.
+    pub fn list(&self) -> &[ApiInfo] {
+        &self.apis
+    }
+
     pub fn get(&self, id: u32) -> Option<&ApiInfo> {
         self.apis.get(id as usize)
     }

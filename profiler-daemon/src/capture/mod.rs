@@ -236,8 +236,14 @@ impl Batch {
 
     /// The records in order.
     pub fn iter(&self) -> BatchIter<'_> {
-        BatchIter { rest: &self.bytes }
+        records(&self.bytes)
     }
+}
+
+/// The records in `bytes`, each prefixed by its length (a [`Batch`]'s layout, also used by the
+/// capture file); stops at the first incomplete one.
+pub fn records(bytes: &[u8]) -> BatchIter<'_> {
+    BatchIter { rest: bytes }
 }
 
 pub struct BatchIter<'a> {

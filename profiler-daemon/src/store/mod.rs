@@ -1,0 +1,602 @@
+//! The capture file (`.gpuprof`): everything the aggregator was told, in order, so that
+//! `gpuprofd report FILE` rebuilds the very report the daemon printed, and later views (timeline,
+//! steps) can go back to each call.
+//!
+//! Layout: the 8-byte magic `GPUPROF\0`, the schema version (`u32` LE), then frames until the end
+//! of the file. A frame is its payload's length (`u32` LE), the payload's CRC-32 (`u32` LE) and the
+//! payload: one [`Frame`], bincode-encoded (varint integers). The first frame is the
+//! [`FileHeader`]; the last one, when the daemon stopped cleanly, is [`Frame::End`].
+//!
+//! Calls are stored as the probes wrote them (the wire records of `profiler_common`, in
+//! [`Frame::Records`] runs), interleaved with what the daemon learnt about processes at the
+//! moment it learnt it ([`Frame::Process`], [`Frame::Retire`], ...). Replaying the frames into a
+//! fresh [`Aggregator`] is therefore the same sequence of calls the live aggregator saw.
+//!
+//! The writer buffers and flushes at least once a second (the daemon's tick), so a daemon that
+//! is killed loses at most the last second; the reader recovers every whole frame before the
+//! first damaged one and says where it stopped. Nothing is fsync'ed: a daemon crash loses
+//! nothing that was flushed, a machine crash may lose what the page cache held.
+
+use crate::api::{ApiInfo, ApiTable};
+use crate::capture::records;
+use crate::enrich::jobs::Job;
+use crate::enrich::names::SymbolResolver;
+use crate::model::{Aggregator, ProcessMeta};
+use crate::output::{Report, ReportMeta};
+use bincode::Options as _;
+use profiler_common::decode::{DecodeError, decode};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The first bytes of every capture file.
+pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
+/// The schema this version writes, and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
+pub const MAX_FRAME: u32 = 64 << 20;
+/// Record bytes gathered before they go out as one frame (between flushes).
+const RECORDS_FRAME_BYTES: usize = 1 << 20;
+
+/// Where and when the capture was taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileHeader {
+    /// The gpuprofd version that wrote the file.
+    pub writer: String,
+    pub host: String,
+    /// `uname -r` of the captured machine.
+    pub kernel: String,
+    /// Wall clock at the start (ns since the Unix epoch).
+    pub started_at_unix_ns: u64,
+    /// CLOCK_MONOTONIC at the same moment: a record's `ts_ns` minus this, plus
+    /// `started_at_unix_ns`, is its wall-clock time.
+    pub started_at_monotonic_ns: u64,
+    /// What was captured, as the daemon described it (`all jobs`, `pid 4242`, ...).
+    pub target: String,
+}
+
+/// A job, as stored (the report's [`Job`] skips absent fields, which a non-self-describing
+/// encoding cannot do).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredJob {
+    pub kind: String,
+    pub id: String,
+    pub step: Option<String>,
+    pub container: Option<String>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub cgroup: String,
+}
+
+impl From<&Job> for StoredJob {
+    fn from(j: &Job) -> Self {
+        StoredJob {
+            kind: j.kind.clone(),
+            id: j.id.clone(),
+            step: j.step.clone(),
+            container: j.container.clone(),
+            name: j.name.clone(),
+            namespace: j.namespace.clone(),
+            cgroup: j.cgroup.clone(),
+        }
+    }
+}
+
+impl From<StoredJob> for Job {
+    fn from(j: StoredJob) -> Self {
+        Job {
+            kind: j.kind,
+            id: j.id,
+            step: j.step,
+            container: j.container,
+            name: j.name,
+            namespace: j.namespace,
+            cgroup: j.cgroup,
+        }
+    }
+}
+
+/// What procfs said about a process when it was first seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredProcess {
+    pub comm: String,
+    pub cmdline: String,
+    pub exited: bool,
+    pub job: Option<StoredJob>,
+    pub start_time: u64,
+}
+
+/// How the capture ended (only a cleanly stopped daemon writes it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    pub duration_ns: u64,
+    pub drops: BTreeMap<String, u64>,
+    pub submitted: BTreeMap<String, u64>,
+    pub stop_reason: String,
+}
+
+/// One unit of the file. New variants go at the end (bincode numbers them in order).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    Header(FileHeader),
+    /// The whole API table (record `api` ids index it); written again whenever it grows.
+    Api(Vec<ApiInfo>),
+    /// Wire records, each prefixed by its length (`u32` LE), in ring-buffer order.
+    Records(Vec<u8>),
+    /// A process's first record follows: what procfs said about it.
+    Process {
+        tgid: u32,
+        process: StoredProcess,
+    },
+    /// `tgid` now belongs to a new process; the old one's figures are set aside.
+    Retire {
+        tgid: u32,
+    },
+    /// The process is gone (seen missing from procfs).
+    Exited {
+        tgid: u32,
+    },
+    /// A live process's job, re-read at the end.
+    Job {
+        tgid: u32,
+        job: StoredJob,
+    },
+    /// Host-stub addresses named from the processes' ELF symbol tables: `(tgid, address,
+    /// mangled name)`.
+    Symbols(Vec<(u32, u64, String)>),
+    End(End),
+}
+
+fn codec() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
+        .with_varint_encoding()
+        .with_limit(u64::from(MAX_FRAME))
+}
+
+/// What can go wrong opening a capture file (reading stops at damage; see [`Recovery`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot read \"{path}\": {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "\"{path}\" is not a gpuprofd capture file (it does not start with GPUPROF). A JSON \
+         report is read with any JSON tool; captures are written with --output FILE.gpuprof"
+    )]
+    NotACapture { path: String },
+    #[error(
+        "\"{path}\" was written by a newer gpuprofd (capture schema {found}; this gpuprofd reads \
+         schema {SCHEMA_VERSION} and older). Read it with the gpuprofd version that wrote it, or \
+         upgrade this one"
+    )]
+    NewerSchema { path: String, found: u32 },
+    #[error(
+        "\"{path}\" holds no capture header: {reason}. The file was cut off or damaged before \
+         anything was recorded"
+    )]
+    NoHeader { path: String, reason: String },
+}
+
+/// The file writer, owned by the aggregator task.
+pub struct Writer {
+    out: BufWriter<File>,
+    path: PathBuf,
+    pending: Vec<u8>,
+    /// The first write error; after it the writer stops writing (the capture goes on).
+    failed: Option<String>,
+    pub frames: u64,
+    pub records: u64,
+}
+
+impl Writer {
+    /// Starts a capture file in `file` (already created, empty) with its header.
+    pub fn new(file: File, path: &Path, header: FileHeader) -> Writer {
+        let mut w = Writer {
+            out: BufWriter::with_capacity(256 << 10, file),
+            path: path.to_owned(),
+            pending: Vec::new(),
+            failed: None,
+            frames: 0,
+            records: 0,
+        };
+        let mut start = MAGIC.to_vec();
+        start.extend_from_slice(&SCHEMA_VERSION.to_le_bytes());
+        let r = w.out.write_all(&start);
+        w.check(r);
+        w.frame(&Frame::Header(header));
+        w
+    }
+
+    /// One wire record, in ring order.
+    pub fn record(&mut self, rec: &[u8]) {
+        self.pending
+            .extend_from_slice(&(rec.len() as u32).to_le_bytes());
+        self.pending.extend_from_slice(rec);
+        self.records += 1;
+        if self.pending.len() >= RECORDS_FRAME_BYTES {
+            self.flush_records();
+        }
+    }
+
+    /// A frame other than records; records gathered so far go first, keeping the order.
+    pub fn frame(&mut self, f: &Frame) {
+        self.flush_records();
+        self.write_frame(f);
+    }
+
+    /// Everything so far reaches the file (called every second and at the end).
+    pub fn flush(&mut self) {
+        self.flush_records();
+        let r = self.out.flush();
+        self.check(r);
+    }
+
+    /// The first write error, if writing stopped.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn flush_records(&mut self) {
+        if !self.pending.is_empty() {
+            let bytes = std::mem::take(&mut self.pending);
+            self.write_frame(&Frame::Records(bytes));
+        }
+    }
+
+    fn write_frame(&mut self, f: &Frame) {
+        if self.failed.is_some() {
+            return;
+        }
+        let payload = match codec().serialize(f) {
+            Ok(p) => p,
+            Err(e) => {
+                self.failed = Some(format!("encoding a frame: {e}"));
+                return;
+            }
+        };
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[4..].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        let r = self
+            .out
+            .write_all(&head)
+            .and_then(|_| self.out.write_all(&payload));
+        self.check(r);
+        self.frames += 1;
+    }
+
+    fn check(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r
+            && self.failed.is_none()
+        {
+            self.failed = Some(e.to_string());
+            eprintln!(
+                "gpuprofd: error: writing the capture file \"{}\" failed ({e}); the capture goes \
+                 on in memory and the end-of-run report is still printed, but the file stops here",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// Reads frames one at a time; stops at the end or at the first damaged frame.
+pub struct Reader {
+    input: BufReader<File>,
+    pub path: String,
+    /// Bytes consumed so far (magic, version and whole frames).
+    pub offset: u64,
+    pub frames: u64,
+    /// Why reading stopped before the end of the file, once it has.
+    pub damage: Option<String>,
+}
+
+impl Reader {
+    pub fn open(path: &Path) -> Result<Reader, StoreError> {
+        let shown = path.display().to_string();
+        let io = |source| StoreError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let mut input = BufReader::with_capacity(1 << 20, file);
+        let mut start = [0u8; 12];
+        let n = read_full(&mut input, &mut start).map_err(io)?;
+        if n < 8 || &start[..8] != MAGIC {
+            return Err(StoreError::NotACapture { path: shown });
+        }
+        if n < 12 {
+            return Err(StoreError::NoHeader {
+                path: shown,
+                reason: "the file ends inside its schema version".into(),
+            });
+        }
+        let found = u32::from_le_bytes(start[8..12].try_into().unwrap());
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema { path: shown, found });
+        }
+        Ok(Reader {
+            input,
+            path: shown,
+            offset: 12,
+            frames: 0,
+            damage: None,
+        })
+    }
+
+    /// The next whole frame; `None` at the end of the file or at damage (see `damage`).
+    pub fn next_frame(&mut self) -> Option<Frame> {
+        if self.damage.is_some() {
+            return None;
+        }
+        match self.read_frame() {
+            Ok(f) => f,
+            Err(why) => {
+                self.damage = Some(why);
+                None
+            }
+        }
+    }
+
+    fn read_frame(&mut self) -> Result<Option<Frame>, String> {
+        let at = self.offset;
+        let mut head = [0u8; 8];
+        let n = read_full(&mut self.input, &mut head).map_err(|e| format!("read error: {e}"))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < 8 {
+            return Err(format!(
+                "the file ends inside the frame header at byte {at}"
+            ));
+        }
+        let len = u32::from_le_bytes(head[..4].try_into().unwrap());
+        let crc = u32::from_le_bytes(head[4..].try_into().unwrap());
+        if len > MAX_FRAME {
+            return Err(format!(
+                "the frame at byte {at} claims {len} bytes (more than the {MAX_FRAME} a frame \
+                 may hold): damaged"
+            ));
+        }
+        let mut payload = vec![0u8; len as usize];
+        let got =
+            read_full(&mut self.input, &mut payload).map_err(|e| format!("read error: {e}"))?;
+        if got < payload.len() {
+            return Err(format!(
+                "the file ends inside the frame at byte {at} ({got} of its {len} bytes are there)"
+            ));
+        }
+        if crc32fast::hash(&payload) != crc {
+            return Err(format!(
+                "the frame at byte {at} fails its checksum: damaged"
+            ));
+        }
+        let frame: Frame = codec()
+            .deserialize(&payload)
+            .map_err(|e| format!("the frame at byte {at} does not decode ({e}): damaged"))?;
+        self.offset = at + 8 + u64::from(len);
+        self.frames += 1;
+        Ok(Some(frame))
+    }
+}
+
+/// Reads until `buf` is full or the input ends; how many bytes were read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// How much of a file was read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    pub frames: u64,
+    pub records: u64,
+    /// Bytes of whole frames read (the file may be longer).
+    pub bytes: u64,
+    /// Where and why reading stopped early, if it did.
+    pub damage: Option<String>,
+    /// The daemon's closing frame was there (it stopped cleanly).
+    pub complete: bool,
+}
+
+impl Recovery {
+    /// A line for the user when the file was not read whole, or `None`.
+    pub fn warning(&self, path: &str) -> Option<String> {
+        match (&self.damage, self.complete) {
+            (None, true) => None,
+            (Some(why), _) => Some(format!(
+                "\"{path}\" is damaged: {why}. Recovered {} frames ({} records, the first {} \
+                 bytes); the figures below cover only those",
+                self.frames, self.records, self.bytes
+            )),
+            (None, false) => Some(format!(
+                "\"{path}\" has no closing frame: the daemon did not stop cleanly (killed, or \
+                 still running). Recovered {} frames ({} records) up to its last flush; drop \
+                 counts are unknown and the duration is taken from the last record",
+                self.frames, self.records
+            )),
+        }
+    }
+}
+
+/// Host-stub names read back from the file's [`Frame::Symbols`].
+#[derive(Clone, Default)]
+struct StoredSymbols(Arc<Mutex<HashMap<(u32, u64), String>>>);
+
+impl SymbolResolver for StoredSymbols {
+    fn resolve(&self, tgid: u32, addr: u64) -> Option<String> {
+        self.0.lock().ok()?.get(&(tgid, addr)).cloned()
+    }
+}
+
+/// A capture file read back into the model.
+pub struct Replay {
+    pub header: FileHeader,
+    pub report: Report,
+    pub recovery: Recovery,
+    pub end: Option<End>,
+}
+
+/// Reads `path` and rebuilds the report the daemon made from the same calls.
+pub fn replay(path: &Path) -> Result<Replay, StoreError> {
+    replay_with(path, |_, _| {})
+}
+
+/// [`replay`], handing every record (with the API table in force) to `each` as well.
+pub fn replay_with(
+    path: &Path,
+    mut each: impl FnMut(&ApiTable, &profiler_common::decode::Event),
+) -> Result<Replay, StoreError> {
+    let mut r = Reader::open(path)?;
+    let header = match r.next_frame() {
+        Some(Frame::Header(h)) => h,
+        Some(_) => {
+            return Err(StoreError::NoHeader {
+                path: r.path.clone(),
+                reason: "its first frame is not the header".into(),
+            });
+        }
+        None => {
+            return Err(StoreError::NoHeader {
+                path: r.path.clone(),
+                reason: r.damage.clone().unwrap_or_else(|| "it is empty".into()),
+            });
+        }
+    };
+    let symbols = StoredSymbols::default();
+    let mut agg = Aggregator::new(ApiTable::new(), Box::new(symbols.clone()));
+    let mut api = ApiTable::new();
+    let mut end = None;
+    let mut n_records = 0u64;
+    let mut last_ts = header.started_at_monotonic_ns;
+    while let Some(frame) = r.next_frame() {
+        match frame {
+            Frame::Header(_) => {}
+            Frame::Api(list) => {
+                api = ApiTable::from_list(list);
+                agg.set_api_table(api.clone());
+            }
+            Frame::Records(bytes) => {
+                for rec in records(&bytes) {
+                    n_records += 1;
+                    match decode(rec) {
+                        Ok(ev) => {
+                            last_ts = last_ts.max(ev.header().ts_ns);
+                            each(&api, &ev);
+                            agg.apply(&ev);
+                        }
+                        Err(DecodeError::UnknownKind { kind })
+                        | Err(DecodeError::WrongLength { kind, .. }) => {
+                            agg.record_decode_error(kind)
+                        }
+                        Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
+                    }
+                }
+            }
+            Frame::Process { tgid, process } => agg.set_process_meta(
+                tgid,
+                ProcessMeta {
+                    comm: process.comm,
+                    cmdline: process.cmdline,
+                    exited: process.exited,
+                    job: process.job.map(Job::from),
+                    start_time: process.start_time,
+                },
+            ),
+            Frame::Retire { tgid } => agg.retire(tgid),
+            Frame::Exited { tgid } => agg.mark_exited(tgid),
+            Frame::Job { tgid, job } => agg.set_job(tgid, job.into()),
+            Frame::Symbols(list) => {
+                if let Ok(mut m) = symbols.0.lock() {
+                    m.extend(list.into_iter().map(|(t, a, n)| ((t, a), n)));
+                }
+            }
+            Frame::End(e) => end = Some(e),
+        }
+    }
+    let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);
+    let meta = match &end {
+        Some(e) => ReportMeta {
+            host: header.host.clone(),
+            started_at,
+            duration_ns: e.duration_ns,
+            drops: e.drops.clone(),
+            submitted: e.submitted.clone(),
+        },
+        None => ReportMeta {
+            host: header.host.clone(),
+            started_at,
+            duration_ns: last_ts.saturating_sub(header.started_at_monotonic_ns),
+            drops: BTreeMap::new(),
+            submitted: BTreeMap::new(),
+        },
+    };
+    let report = agg.report(meta);
+    Ok(Replay {
+        header,
+        report,
+        recovery: Recovery {
+            frames: r.frames,
+            records: n_records,
+            bytes: r.offset,
+            damage: r.damage.clone(),
+            complete: end.is_some(),
+        },
+        end,
+    })
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of the records' `ts_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The header of a capture that starts now.
+pub fn header_now(host: String, target: String) -> FileHeader {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    FileHeader {
+        writer: format!("gpuprofd {}", env!("CARGO_PKG_VERSION")),
+        host,
+        kernel,
+        started_at_unix_ns: wall,
+        started_at_monotonic_ns: monotonic_ns(),
+        target,
+    }
+}
+
+/// Whether `path` names a capture file (by its extension) rather than a JSON report.
+pub fn is_capture_path(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gpuprof")
+}
+
+#[cfg(test)]
+mod tests;

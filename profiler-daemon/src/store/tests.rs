@@ -1,0 +1,338 @@
+//! Capture files: written by [`Writer`], read back by [`replay`]; damaged, cut, foreign and
+//! newer files.
+
+use super::*;
+use crate::api::Layer;
+use crate::enrich::names::NoSymbols;
+use profiler_common::decode::{decode, encode};
+use profiler_common::{Header, LaunchBody, Record, kind};
+
+fn launch(tgid: u32, api: u32, func: u64, ts_ns: u64) -> Vec<u8> {
+    encode(&Record {
+        header: Header {
+            kind: kind::LAUNCH,
+            api,
+            tgid,
+            tid: tgid,
+            ts_ns,
+        },
+        body: LaunchBody {
+            func,
+            grid: [4, 1, 1],
+            block: [128, 1, 1],
+            ..Default::default()
+        },
+    })
+    .to_vec()
+}
+
+fn header() -> FileHeader {
+    FileHeader {
+        writer: "gpuprofd test".into(),
+        host: "node7".into(),
+        kernel: "6.18.0".into(),
+        started_at_unix_ns: 1_795_417_200_000_000_000,
+        started_at_monotonic_ns: 1_000,
+        target: "all CUDA processes".into(),
+    }
+}
+
+fn api() -> ApiTable {
+    let mut t = ApiTable::new();
+    t.intern("cudaLaunchKernel", Layer::Runtime);
+    t.intern("cuLaunchKernel", Layer::Driver);
+    t
+}
+
+fn meta(comm: &str) -> StoredProcess {
+    StoredProcess {
+        comm: comm.into(),
+        cmdline: format!("{comm} --train"),
+        exited: false,
+        job: Some(StoredJob {
+            kind: "slurm".into(),
+            id: "4242".into(),
+            step: Some("0".into()),
+            container: None,
+            name: None,
+            namespace: None,
+            cgroup: "/system.slice/slurmstepd.scope/job_4242/step_0".into(),
+        }),
+        start_time: 77,
+    }
+}
+
+/// A capture of two processes: 7 launches (5 + 2), a pid reuse, and a named host stub.
+fn write_capture(path: &Path, with_end: bool) {
+    let f = File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    for i in 0..5 {
+        w.record(&launch(100, 0, 0x4000, 2_000 + i));
+    }
+    w.flush();
+    w.frame(&Frame::Process {
+        tgid: 200,
+        process: meta("trainer"),
+    });
+    w.record(&launch(200, 1, 0x9000, 3_000));
+    w.frame(&Frame::Retire { tgid: 200 });
+    w.frame(&Frame::Process {
+        tgid: 200,
+        process: meta("trainer2"),
+    });
+    w.record(&launch(200, 1, 0x9000, 4_000));
+    w.frame(&Frame::Exited { tgid: 200 });
+    if with_end {
+        w.frame(&Frame::Symbols(vec![(100, 0x4000, "_Z4gemmPfi".into())]));
+        w.frame(&Frame::End(End {
+            duration_ns: 9_000,
+            drops: BTreeMap::from([("launch".to_owned(), 3)]),
+            submitted: BTreeMap::from([("launch".to_owned(), 10)]),
+            stop_reason: "interrupted".into(),
+        }));
+    }
+    w.flush();
+    assert_eq!(w.failure(), None);
+}
+
+/// What the live aggregator reports for the same calls (no symbols: the stub stays unnamed,
+/// so compare against a replay without the Symbols frame).
+fn live_equivalent() -> Report {
+    let mut a = Aggregator::new(api(), Box::new(NoSymbols));
+    let set = |a: &mut Aggregator, tgid, m: StoredProcess| {
+        a.set_process_meta(
+            tgid,
+            ProcessMeta {
+                comm: m.comm,
+                cmdline: m.cmdline,
+                exited: m.exited,
+                job: m.job.map(Into::into),
+                start_time: m.start_time,
+            },
+        )
+    };
+    set(&mut a, 100, meta("python3"));
+    for i in 0..5 {
+        a.apply(&decode(&launch(100, 0, 0x4000, 2_000 + i)).unwrap());
+    }
+    set(&mut a, 200, meta("trainer"));
+    a.apply(&decode(&launch(200, 1, 0x9000, 3_000)).unwrap());
+    a.retire(200);
+    set(&mut a, 200, meta("trainer2"));
+    a.apply(&decode(&launch(200, 1, 0x9000, 4_000)).unwrap());
+    a.mark_exited(200);
+    a.report(ReportMeta {
+        host: "node7".into(),
+        started_at: UNIX_EPOCH + Duration::from_nanos(1_795_417_200_000_000_000),
+        duration_ns: 3_000,
+        drops: BTreeMap::new(),
+        submitted: BTreeMap::new(),
+    })
+}
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!(
+            "gpuprofd-store-{}-{name}.gpuprof",
+            std::process::id()
+        ));
+        Tmp(p)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_replay_is_the_report_the_daemon_made() {
+    let t = Tmp::new("same");
+    write_capture(&t.0, false);
+    let r = replay(&t.0).unwrap();
+    assert_eq!(r.header, header());
+    // No closing frame: the duration runs to the last record (4_000 - 1_000).
+    assert_eq!(r.report, live_equivalent());
+    assert_eq!(
+        r.recovery,
+        Recovery {
+            frames: 10,
+            records: 7,
+            bytes: std::fs::metadata(&t.0).unwrap().len(),
+            damage: None,
+            complete: false,
+        }
+    );
+    assert!(
+        r.recovery
+            .warning("x")
+            .unwrap()
+            .contains("no closing frame")
+    );
+}
+
+#[test]
+fn a_clean_end_brings_drops_duration_and_stub_names() {
+    let t = Tmp::new("end");
+    write_capture(&t.0, true);
+    let r = replay(&t.0).unwrap();
+    assert!(r.recovery.complete);
+    assert_eq!(r.recovery.warning("x"), None);
+    assert_eq!(r.report.duration_ns, 9_000);
+    assert_eq!(r.report.drops["launch"], 3);
+    assert_eq!(r.report.submitted["launch"], 10);
+    let p100 = r.report.processes.iter().find(|p| p.tgid == 100).unwrap();
+    assert_eq!(p100.kernels[0].name, "gemm(float*, int)");
+    assert_eq!(p100.kernels[0].calls, 5);
+    assert_eq!(p100.job.as_ref().unwrap().id, "4242");
+    // The reused pid: two entries, the first retired (exited) with its own launch.
+    let p200: Vec<(&str, u64, bool)> = r
+        .report
+        .processes
+        .iter()
+        .filter(|p| p.tgid == 200)
+        .map(|p| (p.comm.as_str(), p.launches, p.exited))
+        .collect();
+    assert_eq!(p200, [("trainer", 1, true), ("trainer2", 1, true)]);
+    assert_eq!(r.end.unwrap().stop_reason, "interrupted");
+}
+
+#[test]
+fn a_file_cut_anywhere_gives_back_every_whole_frame_before_the_cut() {
+    let t = Tmp::new("full");
+    write_capture(&t.0, true);
+    let full = std::fs::read(&t.0).unwrap();
+    // Frame boundaries, from an intact read.
+    let mut bounds = vec![];
+    let mut rd = Reader::open(&t.0).unwrap();
+    while rd.next_frame().is_some() {
+        bounds.push(rd.offset);
+    }
+    assert_eq!(bounds.len(), 12);
+    let cut = Tmp::new("cut");
+    for len in 0..full.len() {
+        std::fs::write(&cut.0, &full[..len]).unwrap();
+        let whole = bounds.iter().filter(|&&b| b <= len as u64).count() as u64;
+        match replay(&cut.0) {
+            Err(StoreError::NotACapture { .. }) => assert!(len < 8, "cut at {len}"),
+            Err(StoreError::NoHeader { .. }) => assert_eq!(whole, 0, "cut at {len}"),
+            Err(e) => panic!("cut at {len}: {e}"),
+            Ok(r) => {
+                assert_eq!(r.recovery.frames, whole, "cut at {len}");
+                let at_boundary = bounds.contains(&(len as u64));
+                assert_eq!(r.recovery.damage.is_none(), at_boundary, "cut at {len}");
+                assert!(!r.recovery.complete);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_flipped_byte_stops_the_read_at_its_frame() {
+    let t = Tmp::new("flip");
+    write_capture(&t.0, true);
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    let mut rd = Reader::open(&t.0).unwrap();
+    let mut bounds = vec![12u64];
+    while rd.next_frame().is_some() {
+        bounds.push(rd.offset);
+    }
+    // A byte inside the fourth frame's payload (the first run of records).
+    let at = bounds[3] as usize + 8 + 3;
+    bytes[at] ^= 0x40;
+    std::fs::write(&t.0, &bytes).unwrap();
+    let r = replay(&t.0).unwrap();
+    assert_eq!(r.recovery.frames, 3);
+    assert_eq!(r.recovery.records, 0);
+    let why = r.recovery.damage.clone().unwrap();
+    assert_eq!(
+        why,
+        format!(
+            "the frame at byte {} fails its checksum: damaged",
+            bounds[3]
+        )
+    );
+    assert!(r.recovery.warning("run.gpuprof").unwrap().contains(&why));
+    assert_eq!(r.report.processes.len(), 0);
+}
+
+#[test]
+fn a_huge_length_is_refused_without_allocating_it() {
+    let t = Tmp::new("huge");
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    std::fs::write(&t.0, &bytes).unwrap();
+    match replay(&t.0) {
+        Err(StoreError::NoHeader { reason, .. }) => {
+            assert!(reason.contains("claims 4294967295 bytes"), "{reason}")
+        }
+        other => panic!("{:?}", other.map(|r| r.recovery)),
+    }
+}
+
+#[test]
+fn foreign_newer_and_empty_files_are_refused_with_what_to_do() {
+    let t = Tmp::new("foreign");
+    std::fs::write(&t.0, b"{\"schema\": \"gpuprofd.report/1\"}").unwrap();
+    let e = replay(&t.0).err().unwrap();
+    assert!(matches!(e, StoreError::NotACapture { .. }));
+    assert!(e.to_string().contains("--output FILE.gpuprof"));
+
+    let mut newer = MAGIC.to_vec();
+    newer.extend_from_slice(&(SCHEMA_VERSION + 1).to_le_bytes());
+    std::fs::write(&t.0, &newer).unwrap();
+    let e = replay(&t.0).err().unwrap();
+    assert!(matches!(e, StoreError::NewerSchema { found: 2, .. }), "{e}");
+    assert!(e.to_string().contains("upgrade"));
+
+    std::fs::write(&t.0, b"").unwrap();
+    assert!(matches!(
+        replay(&t.0).err().unwrap(),
+        StoreError::NotACapture { .. }
+    ));
+
+    let mut only_magic = MAGIC.to_vec();
+    only_magic.extend_from_slice(&SCHEMA_VERSION.to_le_bytes());
+    std::fs::write(&t.0, &only_magic).unwrap();
+    let e = replay(&t.0).err().unwrap();
+    assert!(e.to_string().contains("it is empty"), "{e}");
+
+    let e = replay(Path::new("/nonexistent/run.gpuprof")).err().unwrap();
+    assert!(matches!(e, StoreError::Io { .. }));
+    assert!(e.to_string().contains("/nonexistent/run.gpuprof"));
+}
+
+#[test]
+fn a_failed_write_is_reported_once_and_writing_stops() {
+    // /dev/full fails every write with ENOSPC.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut w = Writer::new(f, Path::new("/dev/full"), header());
+    for i in 0..100_000 {
+        w.record(&launch(1, 0, 0x1, i));
+    }
+    w.flush();
+    assert!(
+        w.failure().unwrap().contains("No space left"),
+        "{:?}",
+        w.failure()
+    );
+    assert_eq!(w.records, 100_000);
+}
+
+#[test]
+fn capture_paths_are_picked_by_extension() {
+    assert!(is_capture_path(Path::new("/tmp/run.gpuprof")));
+    assert!(!is_capture_path(Path::new("/tmp/run.json")));
+    assert!(!is_capture_path(Path::new("/tmp/gpuprof")));
+}

@@ -47,6 +47,10 @@ pub enum Command {
         #[arg(long, default_value_t = 5_000_000)]
         events: u64,
     },
+    /// Show a capture file (written with `--output FILE.gpuprof`) again: the whole report or one
+    /// view of it, selected and ordered. Exit 10 when the file cannot be read, 11 when it is
+    /// damaged (the figures cover what was recovered before the damage).
+    Report(crate::views::ReportArgs),
     /// Check that this machine can run the probes (kernel, privileges, BTF, uprobes, a real
     /// uprobe round trip) and show the hook plan for each CUDA library found. Exit 0 when
     /// capture works here, 9 when it cannot.
@@ -89,8 +93,10 @@ pub struct CaptureArgs {
     /// Stop after this long (e.g. 30s, 5m, 1h, 500ms); else at Ctrl-C / SIGTERM.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
-    /// Write the JSON report (schema gpuprofd.report/1) to this file.
-    #[arg(long, short, value_name = "FILE.json")]
+    /// Write the results here. `FILE.gpuprof`: a capture file with every recorded call, written
+    /// as the capture runs (flushed every second; `gpuprofd report FILE` reads it); any other
+    /// name: the JSON report (schema gpuprofd.report/1) at the end.
+    #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also attach to these CUDA library files, or the CUDA libraries in these directories.
     #[arg(long = "lib", value_name = "PATH")]
@@ -189,6 +195,7 @@ pub fn main() -> ExitCode {
             println!("events_per_s {:.0}", crate::bench::pipeline(*events));
             return ExitCode::SUCCESS;
         }
+        Some(Command::Report(args)) => return ExitCode::from(crate::views::run(args)),
         _ => {}
     }
     if let Some(Command::Doctor {

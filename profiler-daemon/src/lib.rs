@@ -13,3 +13,5 @@ pub mod enrich;
 pub mod model;
 pub mod output;
 pub mod session;
+pub mod store;
+pub mod views;

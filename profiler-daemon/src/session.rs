@@ -13,6 +13,7 @@ use crate::enrich::names::SymbolResolver;
 use crate::enrich::process::{ProcSymbols, read_proc_info};
 use crate::model::{Aggregator, ProcessMeta};
 use crate::output::{self, Report, ReportMeta};
+use crate::store::{self, Frame};
 use aya::Ebpf;
 use profiler_common::decode::{DecodeError, decode};
 use std::collections::{BTreeMap, HashSet};
@@ -115,6 +116,14 @@ impl SessionError {
     }
 }
 
+/// What went into the capture file.
+struct Journaled {
+    path: PathBuf,
+    frames: u64,
+    records: u64,
+    failure: Option<String>,
+}
+
 /// Messages to the aggregator task.
 enum Ctl {
     Api(ApiTable),
@@ -123,7 +132,8 @@ enum Ctl {
     },
     Finish {
         meta: ReportMeta,
-        reply: oneshot::Sender<Report>,
+        stop_reason: String,
+        reply: oneshot::Sender<(Report, Option<Journaled>)>,
     },
 }
 
@@ -183,16 +193,30 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let (tx, rx) = mpsc::channel::<Batch>(4096);
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>(16);
     let symbols = Arc::new(ProcSymbols::new());
+    let journal = match (&opts.output, &out_file) {
+        (Some(p), Some(_)) if store::is_capture_path(p) => {
+            let f = out_file.take().expect("checked above");
+            let header = store::header_now(hostname(), describe(&opts));
+            Some(store::Writer::new(f, p, header))
+        }
+        _ => None,
+    };
     let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
     let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<(u32, u64, u64)>();
+    let seen = Seen {
+        known: HashSet::new(),
+        ended: HashSet::new(),
+        exit_final,
+        symbols: symbols.clone(),
+        maps_tx,
+        journal,
+    };
     let agg = tokio::spawn(aggregate(
         rx,
         ctl_rx,
         attacher.api().clone(),
-        symbols.clone(),
+        seen,
         opts.live,
-        maps_tx,
-        exit_final,
     ));
     let mut last_rescan = Instant::now();
 
@@ -299,11 +323,12 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     ctl_tx
         .send(Ctl::Finish {
             meta,
+            stop_reason: stop_reason.clone(),
             reply: reply_tx,
         })
         .await
         .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
-    let report = reply_rx
+    let (report, journaled) = reply_rx
         .await
         .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
     drop(ctl_tx);
@@ -322,6 +347,24 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     source,
                 })?;
             eprintln!("gpuprofd: report written to {}", p.display());
+        }
+        if let Some(j) = &journaled {
+            if let Some(e) = &j.failure {
+                return Err(SessionError::Output {
+                    path: j.path.display().to_string(),
+                    source: std::io::Error::other(format!(
+                        "{e}; the file holds what was written before that"
+                    )),
+                });
+            }
+            eprintln!(
+                "gpuprofd: capture written to {} ({} records in {} frames); \
+                 `gpuprofd report {}` shows it again",
+                j.path.display(),
+                j.records,
+                j.frames,
+                j.path.display()
+            );
         }
         Ok::<(), SessionError>(())
     })();
@@ -625,12 +668,21 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Resolver handed to the aggregator: host-stub addresses → ELF symbols.
-struct Resolver(Arc<ProcSymbols>);
+/// Resolver handed to the aggregator: host-stub addresses → ELF symbols. With a capture file,
+/// what it named is kept for the file (a replay cannot read the processes' files).
+struct Resolver(Arc<ProcSymbols>, Option<ResolvedLog>);
+
+type ResolvedLog = Arc<std::sync::Mutex<Vec<(u32, u64, String)>>>;
 
 impl SymbolResolver for Resolver {
     fn resolve(&self, tgid: u32, addr: u64) -> Option<String> {
-        self.0.symbol_at(tgid, addr)
+        let name = self.0.symbol_at(tgid, addr)?;
+        if let Some(log) = &self.1
+            && let Ok(mut l) = log.lock()
+        {
+            l.push((tgid, addr, name.clone()));
+        }
+        Some(name)
     }
 }
 
@@ -639,19 +691,17 @@ async fn aggregate(
     mut rx: mpsc::Receiver<Batch>,
     mut ctl: mpsc::Receiver<Ctl>,
     api: ApiTable,
-    symbols: Arc<ProcSymbols>,
+    mut seen: Seen,
     live: bool,
-    maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
-    exit_final: bool,
 ) {
-    let mut agg = Aggregator::new(api, Box::new(Resolver(symbols.clone())));
-    let mut seen = Seen {
-        known: HashSet::new(),
-        ended: HashSet::new(),
-        exit_final,
-        symbols,
-        maps_tx,
-    };
+    let resolved: Option<ResolvedLog> = seen.journal.as_ref().map(|_| Default::default());
+    let mut agg = Aggregator::new(
+        api.clone(),
+        Box::new(Resolver(seen.symbols.clone(), resolved.clone())),
+    );
+    if let Some(j) = seen.journal.as_mut() {
+        j.frame(&Frame::Api(api.list().to_vec()));
+    }
     let mut batches_open = true;
     loop {
         tokio::select! {
@@ -661,12 +711,16 @@ async fn aggregate(
                 None => batches_open = false,
             },
             c = ctl.recv() => match c {
-                Some(Ctl::Api(t)) => agg.set_api_table(t),
+                Some(Ctl::Api(t)) => {
+                    if let Some(j) = seen.journal.as_mut() {
+                        j.frame(&Frame::Api(t.list().to_vec()));
+                    }
+                    agg.set_api_table(t);
+                }
                 Some(Ctl::Tick { interval }) => {
-                    for tgid in seen.known.iter().copied() {
-                        if !discovery::process_exists(tgid) {
-                            agg.mark_exited(tgid);
-                        }
+                    seen.mark_gone(&mut agg);
+                    if let Some(j) = seen.journal.as_mut() {
+                        j.flush();
                     }
                     if live {
                         for line in agg.live_lines(interval.as_secs_f64()) {
@@ -674,21 +728,49 @@ async fn aggregate(
                         }
                     }
                 }
-                Some(Ctl::Finish { meta, reply }) => {
+                Some(Ctl::Finish { meta, stop_reason, reply }) => {
                     // Everything the reader handed over is applied before the report.
                     while let Ok(batch) = rx.try_recv() {
                         seen.apply_batch(&mut agg, &batch);
                     }
+                    seen.mark_gone(&mut agg);
                     for tgid in seen.known.iter().copied() {
-                        if !discovery::process_exists(tgid) {
-                            agg.mark_exited(tgid);
-                        } else if let Some(job) = crate::enrich::jobs::job_of(tgid) {
+                        if agg.is_exited(tgid) {
+                            continue;
+                        }
+                        if let Some(job) = crate::enrich::jobs::job_of(tgid) {
                             // A live process's job is its cgroup now (it may have been moved
                             // into its job's cgroup after its first CUDA call).
+                            if let Some(j) = seen.journal.as_mut() {
+                                j.frame(&Frame::Job { tgid, job: (&job).into() });
+                            }
                             agg.set_job(tgid, job);
                         }
                     }
-                    let _ = reply.send(agg.report(meta));
+                    let report = agg.report(meta.clone());
+                    let journaled = seen.journal.take().map(|mut j| {
+                        let names = resolved
+                            .as_ref()
+                            .and_then(|l| l.lock().ok().map(|mut v| std::mem::take(&mut *v)))
+                            .unwrap_or_default();
+                        if !names.is_empty() {
+                            j.frame(&Frame::Symbols(names));
+                        }
+                        j.frame(&Frame::End(store::End {
+                            duration_ns: meta.duration_ns,
+                            drops: meta.drops.clone(),
+                            submitted: meta.submitted.clone(),
+                            stop_reason,
+                        }));
+                        j.flush();
+                        Journaled {
+                            path: j.path().to_owned(),
+                            frames: j.frames,
+                            records: j.records,
+                            failure: j.failure().map(str::to_owned),
+                        }
+                    });
+                    let _ = reply.send((report, journaled));
                 }
                 None => break,
             },
@@ -708,6 +790,8 @@ struct Seen {
     symbols: Arc<ProcSymbols>,
     /// Executable file mappings, for the session to look for new CUDA libraries.
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
+    /// The capture file, when one is written: every call on the aggregator, in order.
+    journal: Option<store::Writer>,
 }
 
 impl Seen {
@@ -718,6 +802,7 @@ impl Seen {
             exit_final,
             symbols,
             maps_tx,
+            journal,
         } = self;
         use profiler_common::decode::Event;
         for rec in batch.iter() {
@@ -731,6 +816,9 @@ impl Seen {
                     let tgid = ev.header().tgid;
                     if known.contains(&tgid) {
                         ended.insert(tgid);
+                        if let Some(j) = journal.as_mut() {
+                            j.record(rec);
+                        }
                         agg.apply(&ev);
                     }
                 }
@@ -746,6 +834,9 @@ impl Seen {
                             now.is_some_and(|st| st != agg.start_time(tgid))
                         };
                         if reused {
+                            if let Some(j) = journal.as_mut() {
+                                j.frame(&Frame::Retire { tgid });
+                            }
                             agg.retire(tgid);
                             symbols.forget(tgid);
                             known.remove(&tgid);
@@ -753,13 +844,48 @@ impl Seen {
                         }
                     }
                     if known.insert(tgid) {
-                        first_sight(agg, tgid, ev.header().ts_ns, symbols);
+                        let meta = first_sight(tgid, ev.header().ts_ns, symbols);
+                        if let Some(j) = journal.as_mut() {
+                            j.frame(&Frame::Process {
+                                tgid,
+                                process: store::StoredProcess {
+                                    comm: meta.comm.clone(),
+                                    cmdline: meta.cmdline.clone(),
+                                    exited: meta.exited,
+                                    job: meta.job.as_ref().map(Into::into),
+                                    start_time: meta.start_time,
+                                },
+                            });
+                        }
+                        agg.set_process_meta(tgid, meta);
+                    }
+                    if let Some(j) = journal.as_mut() {
+                        j.record(rec);
                     }
                     agg.apply(&ev);
                 }
-                Err(DecodeError::UnknownKind { kind })
-                | Err(DecodeError::WrongLength { kind, .. }) => agg.record_decode_error(kind),
-                Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
+                Err(e) => {
+                    if let Some(j) = journal.as_mut() {
+                        j.record(rec);
+                    }
+                    match e {
+                        DecodeError::UnknownKind { kind }
+                        | DecodeError::WrongLength { kind, .. } => agg.record_decode_error(kind),
+                        DecodeError::Short { .. } => agg.record_decode_error(0),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Known processes that are gone now are marked exited (once each).
+    fn mark_gone(&mut self, agg: &mut Aggregator) {
+        for tgid in self.known.iter().copied() {
+            if !agg.is_exited(tgid) && !discovery::process_exists(tgid) {
+                if let Some(j) = self.journal.as_mut() {
+                    j.frame(&Frame::Exited { tgid });
+                }
+                agg.mark_exited(tgid);
             }
         }
     }
@@ -768,13 +894,13 @@ impl Seen {
 /// A process produced its first record (made at `ts_ns`): remember who it is while it is still
 /// there. A short-lived process may be gone by now and its pid given to a later process; what
 /// procfs shows then is not this process, and nothing is read from it.
-fn first_sight(agg: &mut Aggregator, tgid: u32, ts_ns: u64, symbols: &ProcSymbols) {
+fn first_sight(tgid: u32, ts_ns: u64, symbols: &ProcSymbols) -> ProcessMeta {
     use crate::enrich::process::{read_stat, started_after};
     let start = read_stat(tgid)
         .map(|s| s.start_time)
         .filter(|&st| !started_after(st, ts_ns));
     let info = start.and_then(|_| read_proc_info(tgid));
-    let meta = match (start, info) {
+    match (start, info) {
         (Some(start_time), Some(i)) => {
             symbols.remember(tgid);
             ProcessMeta {
@@ -792,6 +918,5 @@ fn first_sight(agg: &mut Aggregator, tgid: u32, ts_ns: u64, symbols: &ProcSymbol
             job: None,
             start_time: 0,
         },
-    };
-    agg.set_process_meta(tgid, meta);
+    }
 }

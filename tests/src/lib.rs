@@ -121,14 +121,27 @@ pub struct Finished {
     pub report: Value,
     pub stdout: String,
     pub stderr: Vec<String>,
+    /// The daemon's output file (kept until this is dropped).
+    pub output: PathBuf,
+    _dir: TempDir,
 }
 
 impl Daemon {
     /// Starts `gpuprofd ARGS --output <tmp>.json` and waits for its ready line.
     pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_to("report.json", args)
+    }
+
+    /// Starts `gpuprofd ARGS --output <tmp>/capture.gpuprof` (a capture file; `stop` reads its
+    /// report back with `gpuprofd report`).
+    pub fn capturing(args: &[&str]) -> Daemon {
+        Daemon::start_to("capture.gpuprof", args)
+    }
+
+    fn start_to(file: &str, args: &[&str]) -> Daemon {
         require_bpf();
         let dir = TempDir::new("daemon");
-        let output = dir.path().join("report.json");
+        let output = dir.path().join(file);
         let mut child = Command::new(daemon_bin())
             .args(args)
             .arg("--output")
@@ -207,14 +220,47 @@ impl Daemon {
             "gpuprofd exited with {status}; stderr:\n{}",
             stderr.join("\n")
         );
-        let text = std::fs::read_to_string(&self.output).expect("report written");
-        let report: Value = serde_json::from_str(&text).expect("report is JSON");
+        let report = read_report(&self.output);
+        let dir = std::mem::replace(&mut self._dir, TempDir::new("stopped"));
         Finished {
             report,
             stdout: out,
             stderr,
+            output: self.output.clone(),
+            _dir: dir,
         }
     }
+
+    /// SIGKILL: the daemon gets no chance to finish anything. Returns what it left.
+    pub fn kill9(mut self) -> Finished {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let status = wait_bounded(&mut self.child);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        let dir = std::mem::replace(&mut self._dir, TempDir::new("killed"));
+        Finished {
+            report: Value::Null,
+            stdout: String::new(),
+            stderr: self.stderr.rest(),
+            output: self.output.clone(),
+            _dir: dir,
+        }
+    }
+}
+
+/// The JSON report in `path`, or for a capture file the one `gpuprofd report` rebuilds from it.
+pub fn read_report(path: &Path) -> Value {
+    let text = if path.extension().is_some_and(|e| e == "gpuprof") {
+        let (code, out, err) = run_daemon(&["report", path.to_str().unwrap(), "--format", "json"]);
+        assert_eq!(code, 0, "gpuprofd report failed: {err}");
+        out
+    } else {
+        std::fs::read_to_string(path).expect("report written")
+    };
+    serde_json::from_str(&text).expect("report is JSON")
 }
 
 impl Drop for Daemon {

@@ -172,6 +172,11 @@ impl Aggregator {
     }
 
     /// `tgid` is gone; its counters stay in the report.
+    /// Whether `tgid`'s process is known to have ended.
+    pub fn is_exited(&self, tgid: u32) -> bool {
+        self.meta.get(&tgid).is_some_and(|m| m.exited)
+    }
+
     pub fn mark_exited(&mut self, tgid: u32) {
         self.meta.entry(tgid).or_default().exited = true;
     }

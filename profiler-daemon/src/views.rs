@@ -1,0 +1,537 @@
+//! `gpuprofd report FILE`: a capture file's report again, whole or as one view, selected and
+//! ordered like tfprof's `-select`, `-order_by`, `-min_*` and `-show_name_regexes`.
+//!
+//! Views are built from the [`Report`] alone, so a report replayed from a file and one taken
+//! from a running daemon render the same.
+
+use crate::output::{self, Report, fmt};
+use crate::store;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum View {
+    /// The end-of-run report the daemon printed.
+    Summary,
+    /// Per kernel and launch configuration (tfprof's op view).
+    Kernels,
+    /// Per hooked API function: calls and time blocked in them.
+    Api,
+    /// Copies per direction: calls, bytes, time blocked, bandwidth of blocking copies.
+    Memcpy,
+    /// Device memory per process: allocations, frees, live and peak bytes.
+    Memory,
+    Processes,
+    Jobs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderBy {
+    Calls,
+    Bytes,
+    Blocked,
+    Name,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A capture file written with `--output FILE.gpuprof`.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = View::Summary)]
+    pub view: View,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Sort rows by this, largest first (`name`: alphabetical). Default: the view's main figure.
+    #[arg(long, value_enum)]
+    pub order_by: Option<OrderBy>,
+    /// At most this many rows.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Rows with fewer calls are left out.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub min_calls: u64,
+    /// Rows with fewer bytes are left out.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub min_bytes: u64,
+    /// Only rows whose name (kernel, API, direction, comm, job) matches this regular expression.
+    #[arg(long, value_name = "RE")]
+    pub name_regex: Option<String>,
+    /// Only this process.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only processes of this job (its id or name, as the report shows them).
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<String>,
+    /// Only these columns, comma-separated, in this order (names as in the JSON/CSV output).
+    #[arg(long, value_name = "COLS", value_delimiter = ',')]
+    pub select: Vec<String>,
+}
+
+/// Exit codes of `report`.
+pub const EXIT_UNREADABLE: u8 = 10;
+pub const EXIT_DAMAGED: u8 = 11;
+
+/// Runs `gpuprofd report`; the exit code.
+pub fn run(a: &ReportArgs) -> u8 {
+    let name_re = match a.name_regex.as_deref().map(regex::Regex::new).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuprofd report: --name-regex: {e}");
+            return 2;
+        }
+    };
+    let replay = match store::replay(&a.file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuprofd report: {e}");
+            return EXIT_UNREADABLE;
+        }
+    };
+    if let Some(w) = replay.recovery.warning(&a.file.display().to_string()) {
+        eprintln!("gpuprofd report: warning: {w}");
+    }
+    let out = match render(&replay.report, a, name_re.as_ref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpuprofd report: {e}");
+            return 2;
+        }
+    };
+    print!("{out}");
+    if replay.recovery.damage.is_some() {
+        EXIT_DAMAGED
+    } else {
+        0
+    }
+}
+
+/// One row of a view: what selection and ordering look at, and its columns.
+#[derive(Clone, Debug)]
+struct Row {
+    tgid: Option<u32>,
+    job: Option<(String, Option<String>)>,
+    name: String,
+    calls: u64,
+    bytes: u64,
+    blocked_ns: u64,
+    /// Column name → value, in column order.
+    cols: Vec<(&'static str, Value)>,
+}
+
+/// Renders `view` of `r` with the selection in `a`.
+pub fn render(
+    r: &Report,
+    a: &ReportArgs,
+    name_re: Option<&regex::Regex>,
+) -> Result<String, String> {
+    if a.view == View::Summary {
+        return Ok(match a.format {
+            Format::Table => output::table::render(r),
+            Format::Json => output::json::to_string_pretty(r) + "\n",
+            Format::Csv => return Err("--format csv needs a --view other than summary".into()),
+        });
+    }
+    let mut rows = rows(r, a.view);
+    rows.retain(|row| {
+        row.calls >= a.min_calls
+            && row.bytes >= a.min_bytes
+            && a.pid.is_none_or(|p| row.tgid == Some(p))
+            && a.job.as_deref().is_none_or(|j| {
+                row.job
+                    .as_ref()
+                    .is_some_and(|(id, name)| id == j || name.as_deref() == Some(j))
+            })
+            && name_re.is_none_or(|re| re.is_match(&row.name))
+    });
+    let order = a.order_by.unwrap_or(match a.view {
+        View::Memcpy | View::Memory => OrderBy::Bytes,
+        _ => OrderBy::Calls,
+    });
+    rows.sort_by(|x, y| {
+        let main = match order {
+            OrderBy::Calls => y.calls.cmp(&x.calls),
+            OrderBy::Bytes => y.bytes.cmp(&x.bytes),
+            OrderBy::Blocked => y.blocked_ns.cmp(&x.blocked_ns),
+            OrderBy::Name => x.name.cmp(&y.name),
+        };
+        main.then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.tgid.cmp(&y.tgid))
+    });
+    if let Some(n) = a.top {
+        rows.truncate(n);
+    }
+    let all: Vec<&'static str> = columns(a.view).iter().map(|c| c.0).collect();
+    let picked: Vec<&'static str> = if a.select.is_empty() {
+        // Tables leave out what would not fit 80 columns; --select brings it back.
+        let narrow = narrow_columns(a.view);
+        all.iter()
+            .copied()
+            .filter(|c| a.format != Format::Table || !narrow.contains(c))
+            .collect()
+    } else {
+        let mut v = Vec::new();
+        for s in &a.select {
+            match all.iter().find(|c| **c == s.as_str()) {
+                Some(c) => v.push(*c),
+                None => {
+                    return Err(format!(
+                        "--select: the {:?} view has no column \"{s}\"; it has {}",
+                        a.view,
+                        all.join(", ")
+                    ));
+                }
+            }
+        }
+        v
+    };
+    Ok(match a.format {
+        Format::Json => {
+            let arr: Vec<Value> = rows
+                .iter()
+                .map(|row| {
+                    let mut m = serde_json::Map::new();
+                    for c in &picked {
+                        m.insert((*c).to_owned(), value(row, c).clone());
+                    }
+                    Value::Object(m)
+                })
+                .collect();
+            serde_json::to_string_pretty(&Value::Array(arr)).unwrap_or_default() + "\n"
+        }
+        Format::Csv => {
+            let mut out = picked.join(",") + "\n";
+            for row in &rows {
+                let cells: Vec<String> = picked.iter().map(|c| csv_cell(value(row, c))).collect();
+                out.push_str(&cells.join(","));
+                out.push('\n');
+            }
+            out
+        }
+        Format::Table => {
+            let heads: Vec<&str> = picked.iter().map(|c| head(a.view, c)).collect();
+            let align: Vec<fmt::Align> = picked.iter().map(|c| align(a.view, c)).collect();
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|row| picked.iter().map(|c| human(c, value(row, c))).collect())
+                .collect();
+            if cells.is_empty() {
+                "(no rows match)\n".to_owned()
+            } else {
+                fmt::table("", &heads, &align, &cells)
+            }
+        }
+    })
+}
+
+fn value<'a>(row: &'a Row, col: &str) -> &'a Value {
+    row.cols
+        .iter()
+        .find(|(c, _)| *c == col)
+        .map_or(&Value::Null, |(_, v)| v)
+}
+
+/// Per view: (column, table heading, right-aligned).
+fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
+    match view {
+        View::Summary => &[],
+        View::Kernels => &[
+            ("pid", "PID", true),
+            ("kernel", "KERNEL", false),
+            ("calls", "CALLS", true),
+            ("share", "SHARE", true),
+            ("grid", "GRID", false),
+            ("block", "BLOCK", false),
+            ("shared_bytes", "SMEM", true),
+            ("streams", "STREAMS", true),
+            ("api", "API", false),
+        ],
+        View::Api => &[
+            ("pid", "PID", true),
+            ("api", "API", false),
+            ("calls", "CALLS", true),
+            ("blocked_ns", "BLOCKED ms", true),
+            ("p50_ns", "P50 us", true),
+            ("p99_ns", "P99 us", true),
+            ("max_ns", "MAX us", true),
+        ],
+        View::Memcpy => &[
+            ("pid", "PID", true),
+            ("direction", "DIR", false),
+            ("calls", "CALLS", true),
+            ("async_calls", "ASYNC", true),
+            ("bytes", "BYTES", true),
+            ("blocked_ns", "BLOCKED ms", true),
+            ("bandwidth_bps", "BW (sync)", true),
+        ],
+        View::Memory => &[
+            ("pid", "PID", true),
+            ("comm", "COMM", false),
+            ("calls", "ALLOCS", true),
+            ("bytes", "BYTES", true),
+            ("frees", "FREES", true),
+            ("live_bytes", "LIVE", true),
+            ("peak_bytes", "PEAK", true),
+            ("failed", "FAILED", true),
+        ],
+        View::Processes => &[
+            ("pid", "PID", true),
+            ("comm", "COMM", false),
+            ("job", "JOB", false),
+            ("launches", "LAUNCHES", true),
+            ("copy_bytes", "COPIED", true),
+            ("blocked_ns", "BLOCKED ms", true),
+            ("peak_bytes", "PEAK MEM", true),
+            ("exited", "EXITED", false),
+        ],
+        View::Jobs => &[
+            ("kind", "KIND", false),
+            ("job", "JOB", false),
+            ("processes", "PROCS", true),
+            ("launches", "LAUNCHES", true),
+            ("copy_bytes", "COPIED", true),
+            ("blocked_ns", "BLOCKED ms", true),
+        ],
+    }
+}
+
+/// Columns a table shows only when `--select`ed.
+fn narrow_columns(view: View) -> &'static [&'static str] {
+    match view {
+        View::Kernels => &["shared_bytes", "streams", "api"],
+        _ => &[],
+    }
+}
+
+fn head(view: View, col: &str) -> &'static str {
+    columns(view)
+        .iter()
+        .find(|c| c.0 == col)
+        .map_or("", |c| c.1)
+}
+
+fn align(view: View, col: &str) -> fmt::Align {
+    match columns(view).iter().find(|c| c.0 == col) {
+        Some((_, _, true)) => fmt::Align::Right,
+        _ => fmt::Align::Left,
+    }
+}
+
+/// A cell for people: bytes and times in human units, long names cut to fit 80 columns.
+fn human(col: &str, v: &Value) -> String {
+    match (col, v) {
+        (_, Value::Null) => "-".to_owned(),
+        (
+            "bytes" | "copy_bytes" | "live_bytes" | "peak_bytes" | "shared_bytes",
+            Value::Number(n),
+        ) => fmt::bytes(n.as_u64().unwrap_or(0)),
+        ("bandwidth_bps", Value::Number(n)) => {
+            format!("{}/s", fmt::bytes(n.as_f64().unwrap_or(0.0) as u64))
+        }
+        ("blocked_ns", Value::Number(n)) => fmt::ms(n.as_u64().unwrap_or(0)),
+        ("p50_ns" | "p99_ns" | "max_ns", Value::Number(n)) => fmt::us(n.as_u64().unwrap_or(0)),
+        ("share", Value::Number(n)) => format!("{:.1}%", n.as_f64().unwrap_or(0.0) * 100.0),
+        ("kernel", Value::String(s)) => fmt::truncate(s, 32),
+        ("api" | "comm" | "job", Value::String(s)) => fmt::truncate(s, 24),
+        (_, Value::String(s)) => s.clone(),
+        (_, other) => other.to_string(),
+    }
+}
+
+fn csv_cell(v: &Value) -> String {
+    let s = match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+fn job_label(p: &output::ProcessReport) -> Option<(String, Option<String>)> {
+    p.job.as_ref().map(|j| (j.id.clone(), j.name.clone()))
+}
+
+fn job_text(p: &output::ProcessReport) -> Value {
+    match &p.job {
+        Some(j) => json!(match &j.name {
+            Some(n) => format!("{}:{} ({n})", j.kind, j.id),
+            None => format!("{}:{}", j.kind, j.id),
+        }),
+        None => Value::Null,
+    }
+}
+
+fn rows(r: &Report, view: View) -> Vec<Row> {
+    let mut out = Vec::new();
+    match view {
+        View::Summary => {}
+        View::Kernels => {
+            for p in &r.processes {
+                for k in &p.kernels {
+                    let share = if p.launches == 0 {
+                        0.0
+                    } else {
+                        k.calls as f64 / p.launches as f64
+                    };
+                    out.push(Row {
+                        tgid: Some(p.tgid),
+                        job: job_label(p),
+                        name: k.name.clone(),
+                        calls: k.calls,
+                        bytes: 0,
+                        blocked_ns: 0,
+                        cols: vec![
+                            ("pid", json!(p.tgid)),
+                            ("kernel", json!(k.name)),
+                            ("calls", json!(k.calls)),
+                            ("share", json!(share)),
+                            ("grid", json!(fmt::dim3(k.grid))),
+                            ("block", json!(fmt::dim3(k.block))),
+                            ("shared_bytes", json!(k.shared_bytes)),
+                            ("streams", json!(k.streams)),
+                            ("api", json!(k.api)),
+                        ],
+                    });
+                }
+            }
+        }
+        View::Api => {
+            for p in &r.processes {
+                for a in &p.api {
+                    out.push(Row {
+                        tgid: Some(p.tgid),
+                        job: job_label(p),
+                        name: a.name.clone(),
+                        calls: a.calls,
+                        bytes: 0,
+                        blocked_ns: a.blocked_ns,
+                        cols: vec![
+                            ("pid", json!(p.tgid)),
+                            ("api", json!(a.name)),
+                            ("calls", json!(a.calls)),
+                            ("blocked_ns", json!(a.blocked_ns)),
+                            ("p50_ns", json!(a.p50_ns)),
+                            ("p99_ns", json!(a.p99_ns)),
+                            ("max_ns", json!(a.max_ns)),
+                        ],
+                    });
+                }
+            }
+        }
+        View::Memcpy => {
+            for p in &r.processes {
+                for c in &p.copies {
+                    // Only for directions whose copies all blocked: then the CPU time in the
+                    // calls is the copies' time, and bytes over it is what the program got.
+                    let bw = (c.async_calls == 0 && c.blocked_ns > 0)
+                        .then(|| c.bytes as f64 / (c.blocked_ns as f64 / 1e9));
+                    out.push(Row {
+                        tgid: Some(p.tgid),
+                        job: job_label(p),
+                        name: c.direction.clone(),
+                        calls: c.calls,
+                        bytes: c.bytes,
+                        blocked_ns: c.blocked_ns,
+                        cols: vec![
+                            ("pid", json!(p.tgid)),
+                            ("direction", json!(c.direction)),
+                            ("calls", json!(c.calls)),
+                            ("async_calls", json!(c.async_calls)),
+                            ("bytes", json!(c.bytes)),
+                            ("blocked_ns", json!(c.blocked_ns)),
+                            (
+                                "bandwidth_bps",
+                                bw.map_or(Value::Null, |b| json!(b.round())),
+                            ),
+                        ],
+                    });
+                }
+            }
+        }
+        View::Memory => {
+            for p in &r.processes {
+                let a = &p.allocations;
+                out.push(Row {
+                    tgid: Some(p.tgid),
+                    job: job_label(p),
+                    name: p.comm.clone(),
+                    calls: a.calls,
+                    bytes: a.bytes,
+                    blocked_ns: 0,
+                    cols: vec![
+                        ("pid", json!(p.tgid)),
+                        ("comm", json!(p.comm)),
+                        ("calls", json!(a.calls)),
+                        ("bytes", json!(a.bytes)),
+                        ("frees", json!(a.frees)),
+                        ("live_bytes", json!(a.live_bytes)),
+                        ("peak_bytes", json!(a.peak_bytes)),
+                        ("failed", json!(a.failed)),
+                    ],
+                });
+            }
+        }
+        View::Processes => {
+            for p in &r.processes {
+                let copy_bytes: u64 = p.copies.iter().map(|c| c.bytes).sum();
+                let blocked: u64 = p.api.iter().map(|a| a.blocked_ns).sum();
+                out.push(Row {
+                    tgid: Some(p.tgid),
+                    job: job_label(p),
+                    name: p.comm.clone(),
+                    calls: p.launches,
+                    bytes: copy_bytes,
+                    blocked_ns: blocked,
+                    cols: vec![
+                        ("pid", json!(p.tgid)),
+                        ("comm", json!(p.comm)),
+                        ("job", job_text(p)),
+                        ("launches", json!(p.launches)),
+                        ("copy_bytes", json!(copy_bytes)),
+                        ("blocked_ns", json!(blocked)),
+                        ("peak_bytes", json!(p.allocations.peak_bytes)),
+                        ("exited", json!(p.exited)),
+                    ],
+                });
+            }
+        }
+        View::Jobs => {
+            for j in &r.jobs {
+                let label = match &j.name {
+                    Some(n) => format!("{} ({n})", j.id),
+                    None => j.id.clone(),
+                };
+                out.push(Row {
+                    tgid: None,
+                    job: Some((j.id.clone(), j.name.clone())),
+                    name: label.clone(),
+                    calls: j.launches,
+                    bytes: j.copy_bytes,
+                    blocked_ns: j.blocked_ns,
+                    cols: vec![
+                        ("kind", json!(j.kind)),
+                        ("job", json!(label)),
+                        ("processes", json!(j.processes.len())),
+                        ("launches", json!(j.launches)),
+                        ("copy_bytes", json!(j.copy_bytes)),
+                        ("blocked_ns", json!(j.blocked_ns)),
+                    ],
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Views from a known report: exact tables, JSON and CSV.
+
+use super::*;
+use clap::Parser;
+
+/// Two processes of two jobs: 300 + 100 launches, copies both ways, one API with durations.
+fn report() -> Report {
+    let k = |name: &str, calls: u64, grid: u32| {
+        json!({"name": name, "mangled": null, "calls": calls, "grid": [grid, 1, 1],
+               "block": [256, 1, 1], "shared_bytes": 0, "streams": 1,
+               "api": "cudaLaunchKernel", "name_source": "register_function"})
+    };
+    let alloc = |peak: u64| {
+        let z = json!({"calls": 0, "bytes": 0});
+        json!({"calls": 2, "failed": 0, "bytes": peak, "frees": 1, "live_bytes": peak / 2,
+               "peak_bytes": peak, "untracked": 0,
+               "by_kind": {"device": z, "host_pinned": z, "managed": z, "async": z,
+                           "pitched": z, "vmm": z}})
+    };
+    let v = json!({
+        "schema": "gpuprofd.report/1", "host": "node7", "started_at": "2026-11-23T07:00:00Z",
+        "duration_ns": 10_000_000_000u64, "drops": {}, "submitted": {}, "decode_errors": 0,
+        "jobs": [
+            {"kind": "slurm", "id": "4242", "steps": ["0"], "processes": [100],
+             "launches": 300, "graph_launches": 0, "copy_bytes": 3_145_728u64,
+             "alloc_bytes": 1_048_576, "blocked_ns": 2_000_000},
+            {"kind": "docker", "id": "abc", "name": "web", "steps": [], "processes": [200],
+             "launches": 100, "graph_launches": 0, "copy_bytes": 0, "alloc_bytes": 0,
+             "blocked_ns": 0}
+        ],
+        "processes": [
+            {"tgid": 100, "comm": "python3", "cmdline": "python3 train.py", "exited": false,
+             "job": {"kind": "slurm", "id": "4242", "step": "0", "cgroup": "/slurm/job_4242"},
+             "launches": 300, "unnamed_launches": 0,
+             "kernels": [k("gemm(float*, int)", 200, 64), k("relu(float*, int)", 100, 8)],
+             "copies": [
+                {"direction": "h2d", "calls": 2, "bytes": 2_097_152u64, "async_calls": 0,
+                 "blocked_ns": 1_000_000},
+                {"direction": "d2h", "calls": 1, "bytes": 1_048_576u64, "async_calls": 1,
+                 "blocked_ns": 1_000}],
+             "api": [{"name": "cudaStreamSynchronize", "calls": 10, "blocked_ns": 2_000_000,
+                      "p50_ns": 150_000, "p99_ns": 400_000, "max_ns": 410_000}],
+             "graphs": {"launches": 0}, "allocations": alloc(1_048_576)},
+            {"tgid": 200, "comm": "server", "cmdline": "server", "exited": true,
+             "job": {"kind": "docker", "id": "abc", "name": "web", "cgroup": "/docker/abc"},
+             "launches": 100, "unnamed_launches": 0,
+             "kernels": [k("softmax", 100, 1)], "copies": [], "api": [],
+             "graphs": {"launches": 0}, "allocations": alloc(0)}
+        ]
+    });
+    serde_json::from_value(v).unwrap()
+}
+
+fn show(args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["gpuprofd", "report", "x.gpuprof"];
+    all.extend_from_slice(args);
+    let cli = crate::cli::Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+    let Some(crate::cli::Command::Report(a)) = cli.command else {
+        panic!("not the report command")
+    };
+    let re = a
+        .name_regex
+        .as_deref()
+        .map(|r| regex::Regex::new(r).unwrap());
+    render(&report(), &a, re.as_ref())
+}
+
+#[test]
+fn kernels_view_orders_by_calls_then_name_with_shares() {
+    assert_eq!(
+        show(&["--view", "kernels"]).unwrap(),
+        "PID  KERNEL             CALLS   SHARE  GRID    BLOCK\n\
+         100  gemm(float*, int)    200   66.7%  64x1x1  256x1x1\n\
+         100  relu(float*, int)    100   33.3%  8x1x1   256x1x1\n\
+         200  softmax              100  100.0%  1x1x1   256x1x1\n"
+    );
+}
+
+#[test]
+fn selection_like_tfprof() {
+    let csv = show(&[
+        "--view",
+        "kernels",
+        "--format",
+        "csv",
+        "--select",
+        "kernel,calls",
+        "--name-regex",
+        "^(gemm|relu)",
+        "--order-by",
+        "name",
+    ])
+    .unwrap();
+    assert_eq!(
+        csv,
+        "kernel,calls\n\"gemm(float*, int)\",200\n\"relu(float*, int)\",100\n"
+    );
+    let j = show(&[
+        "--view",
+        "kernels",
+        "--format",
+        "json",
+        "--job",
+        "web",
+        "--select",
+        "pid,kernel",
+    ])
+    .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&j).unwrap(),
+        json!([{"pid": 200, "kernel": "softmax"}])
+    );
+    let top = show(&[
+        "--view",
+        "kernels",
+        "--format",
+        "csv",
+        "--select",
+        "calls",
+        "--top",
+        "1",
+        "--pid",
+        "100",
+        "--min-calls",
+        "150",
+    ])
+    .unwrap();
+    assert_eq!(top, "calls\n200\n");
+    assert_eq!(
+        show(&["--view", "kernels", "--min-calls", "1000"]).unwrap(),
+        "(no rows match)\n"
+    );
+    let e = show(&["--view", "api", "--select", "bytes"]).unwrap_err();
+    assert!(
+        e.contains("no column \"bytes\"") && e.contains("p99_ns"),
+        "{e}"
+    );
+}
+
+#[test]
+fn memcpy_bandwidth_only_for_blocking_copies() {
+    let j = show(&[
+        "--view",
+        "memcpy",
+        "--format",
+        "json",
+        "--select",
+        "direction,bytes,bandwidth_bps",
+    ])
+    .unwrap();
+    // 2 MiB in 1 ms of blocking copies = 2,097,152,000 B/s; d2h had an async copy: no figure.
+    assert_eq!(
+        serde_json::from_str::<Value>(&j).unwrap(),
+        json!([
+            {"direction": "h2d", "bytes": 2_097_152u64, "bandwidth_bps": 2_097_152_000.0},
+            {"direction": "d2h", "bytes": 1_048_576u64, "bandwidth_bps": null}
+        ])
+    );
+    assert_eq!(
+        show(&["--view", "memcpy"]).unwrap(),
+        "PID  DIR  CALLS  ASYNC    BYTES  BLOCKED ms  BW (sync)\n\
+         100  h2d      2      0  2.0 MiB       1.000  2.0 GiB/s\n\
+         100  d2h      1      1  1.0 MiB       0.001          -\n"
+    );
+}
+
+#[test]
+fn api_processes_jobs_and_memory_views() {
+    assert_eq!(
+        show(&["--view", "api"]).unwrap(),
+        "PID  API                    CALLS  BLOCKED ms  P50 us  P99 us  MAX us\n\
+         100  cudaStreamSynchronize     10       2.000   150.0   400.0   410.0\n"
+    );
+    assert_eq!(
+        show(&["--view", "processes"]).unwrap(),
+        "PID  COMM     JOB               LAUNCHES   COPIED  BLOCKED ms  PEAK MEM  EXITED\n\
+         100  python3  slurm:4242             300  3.0 MiB       2.000   1.0 MiB  false\n\
+         200  server   docker:abc (web)       100      0 B       0.000       0 B  true\n"
+    );
+    assert_eq!(
+        show(&["--view", "jobs", "--format", "csv"]).unwrap(),
+        "kind,job,processes,launches,copy_bytes,blocked_ns\n\
+         slurm,4242,1,300,3145728,2000000\n\
+         docker,abc (web),1,100,0,0\n"
+    );
+    assert_eq!(
+        show(&[
+            "--view",
+            "memory",
+            "--format",
+            "csv",
+            "--select",
+            "pid,peak_bytes,live_bytes"
+        ])
+        .unwrap(),
+        "pid,peak_bytes,live_bytes\n100,1048576,524288\n200,0,0\n"
+    );
+}
+
+#[test]
+fn summary_is_the_daemon_report() {
+    assert_eq!(show(&[]).unwrap(), output::table::render(&report()));
+    let j: Report = serde_json::from_str(&show(&["--format", "json"]).unwrap()).unwrap();
+    assert_eq!(j, report());
+    assert!(show(&["--format", "csv"]).unwrap_err().contains("--view"));
+}
+
+#[test]
+fn narrow_columns_come_back_when_selected() {
+    assert_eq!(
+        show(&[
+            "--view",
+            "kernels",
+            "--select",
+            "kernel,streams,api",
+            "--top",
+            "1"
+        ])
+        .unwrap(),
+        "KERNEL             STREAMS  API\ngemm(float*, int)        1  cudaLaunchKernel\n"
+    );
+    let csv = show(&["--view", "kernels", "--format", "csv", "--top", "1"]).unwrap();
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "pid,kernel,calls,share,grid,block,shared_bytes,streams,api"
+    );
+}
+
+#[test]
+fn tables_fit_80_columns() {
+    for v in ["kernels", "api", "memcpy", "memory", "processes", "jobs"] {
+        for line in show(&["--view", v]).unwrap().lines() {
+            assert!(line.chars().count() <= 80, "{v}: {line}");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Capture files end to end: `--output FILE.gpuprof` on the real probes, read back by
+//! `gpuprofd report`, including after the daemon was killed.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+
+const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
+const RELU: &str = "relu(float*, int)";
+
+fn all_jobs_capturing() -> Daemon {
+    let lib = fakecuda().join("lib");
+    Daemon::capturing(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn a_capture_file_replays_to_the_report_the_daemon_printed() {
+    let d = all_jobs_capturing();
+    let mut w = Workload::start();
+    w.script(&[
+        "rt_launch gemm 6 16 16 1 16 16 1 0 0",
+        "rt_launch relu 4 8 1 1 256 1 1 0 1",
+        "rt_memcpy h2d 4096 3",
+        "rt_memcpy_async d2h 100 2 1",
+        "rt_sync_stream 1 2",
+        "rt_malloc 1048576 2",
+        "rt_free_all",
+    ]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    assert!(
+        f.stderr
+            .iter()
+            .any(|l| l.contains("capture written to") && l.contains("capture.gpuprof")),
+        "{:?}",
+        f.stderr
+    );
+    // The file's report is the one the daemon printed at the end, table for table.
+    let (code, table, err) = run_daemon(&["report", f.output.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(table.trim_end(), f.stdout.trim_end());
+    // And holds exactly what the workload did.
+    let p = process(&f.report, tgid);
+    assert_eq!(
+        (
+            p["launches"].as_u64(),
+            kernel_calls(p, GEMM),
+            kernel_calls(p, RELU)
+        ),
+        (Some(10), 6, 4)
+    );
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 4096 * 3);
+    assert_eq!(
+        (
+            copies(p, "d2h").unwrap()["bytes"].as_u64(),
+            copies(p, "d2h").unwrap()["async_calls"].as_u64()
+        ),
+        (Some(200), Some(2))
+    );
+    assert_eq!(api_calls(p, "cudaStreamSynchronize"), 2);
+    assert_eq!(
+        (
+            p["allocations"]["calls"].as_u64(),
+            p["allocations"]["bytes"].as_u64(),
+            p["allocations"]["frees"].as_u64(),
+            p["allocations"]["live_bytes"].as_u64()
+        ),
+        (Some(2), Some(2 << 20), Some(2), Some(0))
+    );
+    assert_eq!(p["comm"], "workload");
+    // A view of it, as CSV.
+    let (code, csv, err) = run_daemon(&[
+        "report",
+        f.output.to_str().unwrap(),
+        "--view",
+        "kernels",
+        "--format",
+        "csv",
+        "--pid",
+        &tgid.to_string(),
+        "--select",
+        "kernel,calls,grid",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        csv,
+        format!("kernel,calls,grid\n\"{GEMM}\",6,16x16x1\n\"{RELU}\",4,8x1x1")
+    );
+    w.exit();
+}
+
+#[test]
+fn a_killed_daemon_leaves_a_readable_capture_and_no_probes() {
+    let d = all_jobs_capturing();
+    let mut w = Workload::start();
+    w.cmd("rt_launch gemm 9 1 1 1 32 1 1 0 0");
+    // The daemon flushes every second: wait for two ticks, then kill it without warning.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let f = d.kill9();
+    let (code, out, err) = run_daemon(&["report", f.output.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("no closing frame") && err.contains("drop counts are unknown"),
+        "{err}"
+    );
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(kernel_calls(process(&r, w.tgid), GEMM), 9);
+    // The kernel took the probes away with the daemon: the fake runtime's launches still work,
+    // and a new daemon attaches to the same libraries and counts only what follows.
+    w.cmd("rt_launch gemm 5 1 1 1 32 1 1 0 0");
+    let d2 = Daemon::all_jobs();
+    w.cmd("rt_launch relu 3 1 1 1 32 1 1 0 0");
+    let tgid = w.tgid;
+    let r2 = d2.stop().report;
+    let p = process(&r2, tgid);
+    assert_eq!((kernel_calls(p, GEMM), kernel_calls(p, RELU)), (0, 3));
+    w.exit();
+}
+
+#[test]
+fn report_refuses_what_is_not_a_capture() {
+    let dir = TempDir::new("notcapture");
+    let json = dir.path().join("report.json");
+    std::fs::write(&json, "{\"schema\": \"gpuprofd.report/1\"}").unwrap();
+    let (code, out, err) = run_daemon(&["report", json.to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (10, ""));
+    assert!(err.contains("is not a gpuprofd capture file"), "{err}");
+    let (code, _, err) = run_daemon(&["report", "/nonexistent/x.gpuprof"]);
+    assert_eq!(code, 10);
+    assert!(
+        err.contains("cannot read \"/nonexistent/x.gpuprof\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_damaged_capture_reports_what_was_recovered() {
+    let d = all_jobs_capturing();
+    let mut w = Workload::start();
+    w.cmd("rt_launch gemm 4 1 1 1 32 1 1 0 0");
+    let tgid = w.tgid;
+    w.exit();
+    let f = d.stop();
+    // Cut the last 10 bytes (inside the closing frame).
+    let mut bytes = std::fs::read(&f.output).unwrap();
+    bytes.truncate(bytes.len() - 10);
+    std::fs::write(&f.output, &bytes).unwrap();
+    let (code, out, err) = run_daemon(&["report", f.output.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 11, "{err}");
+    assert!(
+        err.contains("is damaged: the file ends inside the frame at byte"),
+        "{err}"
+    );
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(kernel_calls(process(&r, tgid), GEMM), 4);
+}

@@ -51,6 +51,9 @@ pub enum Command {
     /// view of it, selected and ordered. Exit 10 when the file cannot be read, 11 when it is
     /// damaged (the figures cover what was recovered before the damage).
     Report(crate::views::ReportArgs),
+    /// Write a capture file as a timeline: Chrome Trace Event JSON, for Perfetto UI
+    /// (ui.perfetto.dev) or chrome://tracing. Exit codes as `report`'s.
+    Export(crate::export::ExportArgs),
     /// Check that this machine can run the probes (kernel, privileges, BTF, uprobes, a real
     /// uprobe round trip) and show the hook plan for each CUDA library found. Exit 0 when
     /// capture works here, 9 when it cannot.
@@ -196,6 +199,7 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some(Command::Report(args)) => return ExitCode::from(crate::views::run(args)),
+        Some(Command::Export(args)) => return ExitCode::from(crate::export::run(args)),
         _ => {}
     }
     if let Some(Command::Doctor {

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod discovery;
 pub mod doctor;
 pub mod enrich;
+pub mod export;
 pub mod model;
 pub mod output;
 pub mod session;

@@ -91,6 +91,45 @@ fn a_capture_file_replays_to_the_report_the_daemon_printed() {
         csv,
         format!("kernel,calls,grid\n\"{GEMM}\",6,16x16x1\n\"{RELU}\",4,8x1x1")
     );
+    // The timeline: every call of the workload on its thread, launches by kernel name.
+    let trace = f.output.with_extension("trace.json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        f.output.to_str().unwrap(),
+        "--format",
+        "chrome",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let on_thread = |cat: &str| -> Vec<(String, String)> {
+        t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["pid"] == tgid && e["tid"] == tgid && e["cat"] == cat)
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["ph"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let launches = on_thread("launch");
+    assert_eq!(launches.len(), 10);
+    assert_eq!(launches.iter().filter(|(n, _)| n == GEMM).count(), 6);
+    assert_eq!(launches.iter().filter(|(n, _)| n == RELU).count(), 4);
+    // Blocking copies are timed slices; async copies returned at once: slices too (the
+    // runtime's return probe times the call), 3 + 2 in all.
+    let copies_ = on_thread("copy");
+    assert_eq!(copies_.len(), 5, "{copies_:?}");
+    assert_eq!(
+        on_thread("sync"),
+        vec![("cudaStreamSynchronize".to_owned(), "X".to_owned()); 2]
+    );
     w.exit();
 }
 

@@ -11,6 +11,7 @@ pub mod hist;
 pub mod mem;
 pub mod process;
 mod report;
+pub use report::direction_name;
 #[cfg(test)]
 mod tests;
 
@@ -252,6 +253,34 @@ impl Aggregator {
     /// [`Self::live_rows`], rendered.
     pub fn live_lines(&mut self, interval_s: f64) -> Vec<String> {
         self.live_rows(interval_s).iter().map(render_line).collect()
+    }
+
+    /// The name the report gives each launched function: `(tgid, generation, func, runtime)`
+    /// → name, where generation counts the processes that had the tgid before (pid reuse, see
+    /// [`Self::retire`]) and `runtime` says whether the launch went through a runtime API.
+    pub fn kernel_names(&self) -> HashMap<(u32, u32, u64, bool), String> {
+        let mut out = HashMap::new();
+        let mut generation: HashMap<u32, u32> = HashMap::new();
+        let mut name = |tgid: u32, g: u32, p: &ProcState| {
+            for k in p.kernels.keys() {
+                let runtime = self
+                    .api
+                    .get(k.api)
+                    .is_some_and(|a| a.layer == crate::api::Layer::Runtime);
+                out.entry((tgid, g, k.func, runtime)).or_insert_with(|| {
+                    report::name_of(p, self.resolver.as_ref(), tgid, k.func, runtime).name
+                });
+            }
+        };
+        for (t, p, _) in &self.retired {
+            let g = generation.entry(*t).or_default();
+            name(*t, *g, p);
+            *g += 1;
+        }
+        for (t, p) in &self.procs {
+            name(*t, generation.get(t).copied().unwrap_or(0), p);
+        }
+        out
     }
 
     /// The report of everything so far (names resolved now, through the symbol resolver).

@@ -11,6 +11,14 @@ use crate::output::{
 };
 use profiler_common::{dir, memkind};
 
+/// The report's label of copy direction `d` (`profiler_common::dir`).
+pub fn direction_name(d: u32) -> &'static str {
+    DIRECTION_ORDER
+        .iter()
+        .find(|(k, _)| *k == d)
+        .map_or("unknown", |(_, n)| n)
+}
+
 /// Copy directions in report order, with their labels.
 const DIRECTION_ORDER: [(u32, &str); 7] = [
     (dir::H2D, "h2d"),
@@ -24,15 +32,15 @@ const DIRECTION_ORDER: [(u32, &str); 7] = [
 
 /// A kernel's name as the report shows it.
 #[derive(Clone, Debug)]
-struct Named {
-    name: String,
+pub(super) struct Named {
+    pub(super) name: String,
     mangled: Option<String>,
     source: NameSource,
 }
 
 /// Names `func` of a launch through a `runtime` (or driver) API: the process's name table
 /// (aliases included), then for runtime host stubs the symbol resolver, then `<unknown 0x…>`.
-fn name_of(
+pub(super) fn name_of(
     p: &ProcState,
     resolver: &dyn SymbolResolver,
     tgid: u32,

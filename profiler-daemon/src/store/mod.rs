@@ -451,6 +451,8 @@ impl SymbolResolver for StoredSymbols {
 pub struct Replay {
     pub header: FileHeader,
     pub report: Report,
+    /// [`Aggregator::kernel_names`] of the replayed run.
+    pub kernel_names: HashMap<(u32, u32, u64, bool), String>,
     pub recovery: Recovery,
     pub end: Option<End>,
 }
@@ -553,6 +555,7 @@ pub fn replay_with(
     Ok(Replay {
         header,
         report,
+        kernel_names: agg.kernel_names(),
         recovery: Recovery {
             frames: r.frames,
             records: n_records,
@@ -599,4 +602,4 @@ pub fn is_capture_path(path: &Path) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,7 +7,7 @@ use crate::enrich::names::NoSymbols;
 use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
 
-fn launch(tgid: u32, api: u32, func: u64, ts_ns: u64) -> Vec<u8> {
+pub(crate) fn launch(tgid: u32, api: u32, func: u64, ts_ns: u64) -> Vec<u8> {
     encode(&Record {
         header: Header {
             kind: kind::LAUNCH,
@@ -26,7 +26,7 @@ fn launch(tgid: u32, api: u32, func: u64, ts_ns: u64) -> Vec<u8> {
     .to_vec()
 }
 
-fn header() -> FileHeader {
+pub(crate) fn header() -> FileHeader {
     FileHeader {
         writer: "gpuprofd test".into(),
         host: "node7".into(),
@@ -63,7 +63,7 @@ fn meta(comm: &str) -> StoredProcess {
 }
 
 /// A capture of two processes: 7 launches (5 + 2), a pid reuse, and a named host stub.
-fn write_capture(path: &Path, with_end: bool) {
+pub(crate) fn write_capture(path: &Path, with_end: bool) {
     let f = File::create(path).unwrap();
     let mut w = Writer::new(f, path, header());
     w.frame(&Frame::Api(api().list().to_vec()));
@@ -135,9 +135,9 @@ fn live_equivalent() -> Report {
     })
 }
 
-struct Tmp(PathBuf);
+pub(crate) struct Tmp(pub(crate) PathBuf);
 impl Tmp {
-    fn new(name: &str) -> Tmp {
+    pub(crate) fn new(name: &str) -> Tmp {
         let p = std::env::temp_dir().join(format!(
             "gpuprofd-store-{}-{name}.gpuprof",
             std::process::id()

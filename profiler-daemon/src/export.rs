@@ -1,0 +1,417 @@
+//! `gpuprofd export FILE --format chrome`: a capture file as Chrome Trace Event JSON, for
+//! Perfetto UI (ui.perfetto.dev) and chrome://tracing.
+//!
+//! What the trace holds, all from the CPU side (uprobes see when the program called the API,
+//! not when the GPU ran the work):
+//! - a process per captured process (named with its comm and job), a thread track per thread
+//!   that called CUDA;
+//! - every call on its thread: launches as instants named after the kernel (grid, block,
+//!   shared memory, stream, API in the arguments); copies, synchronisations and allocations as
+//!   slices spanning the call when a return probe timed it, instants otherwise;
+//! - a track per stream ("stream 0x…") with the launches and copies enqueued on it, at the time
+//!   they were enqueued;
+//! - a counter per process: device memory allocated through the hooked APIs and not yet freed.
+//!
+//! A pid that was reused during the capture shows as two processes; the earlier one's track id
+//! is `tgid + 10,000,000 × (n + 1)` for its n-th predecessor. Events are streamed to the output
+//! (memory stays bounded by the number of kernels, threads and streams, not events).
+
+use crate::api::{ApiTable, Layer};
+use crate::capture::records;
+use crate::model::direction_name as dir_name;
+use crate::store::{self, Frame, Reader};
+use profiler_common::decode::{Event, decode};
+use profiler_common::{flags, memop};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome Trace Event JSON (Perfetto UI, chrome://tracing).
+    Chrome,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExportArgs {
+    /// A capture file written with `--output FILE.gpuprof`.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Chrome)]
+    pub format: ExportFormat,
+    /// Where to write the trace.
+    #[arg(long, short, value_name = "FILE.json")]
+    pub output: PathBuf,
+    /// Only calls this many seconds or more after the capture started.
+    #[arg(long, value_name = "SECONDS")]
+    pub from: Option<f64>,
+    /// Only calls less than this many seconds after the capture started.
+    #[arg(long, value_name = "SECONDS")]
+    pub to: Option<f64>,
+}
+
+/// Runs `gpuprofd export`; the exit code (as `report`'s).
+pub fn run(a: &ExportArgs) -> u8 {
+    if let (Some(f), Some(t)) = (a.from, a.to)
+        && f >= t
+    {
+        eprintln!("gpuprofd export: --from {f} is not before --to {t}");
+        return 2;
+    }
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags_nofollow()
+        .open(&a.output)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "gpuprofd export: cannot write \"{}\": {e}",
+                a.output.display()
+            );
+            return 4;
+        }
+    };
+    let mut out = std::io::BufWriter::new(file);
+    match chrome(&a.file, &mut out, a.from, a.to) {
+        Ok(s) => {
+            if let Err(e) = out.flush() {
+                eprintln!(
+                    "gpuprofd export: cannot write \"{}\": {e}",
+                    a.output.display()
+                );
+                return 4;
+            }
+            if let Some(w) = &s.warning {
+                eprintln!("gpuprofd export: warning: {w}");
+            }
+            eprintln!(
+                "gpuprofd export: {} events of {} processes written to {}",
+                s.events,
+                s.processes,
+                a.output.display()
+            );
+            if s.damaged {
+                crate::views::EXIT_DAMAGED
+            } else {
+                0
+            }
+        }
+        Err(e) => {
+            eprintln!("gpuprofd export: {e}");
+            crate::views::EXIT_UNREADABLE
+        }
+    }
+}
+
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o640).custom_flags(libc::O_NOFOLLOW)
+    }
+}
+
+/// What an export wrote.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub events: u64,
+    pub processes: usize,
+    pub damaged: bool,
+    pub warning: Option<String>,
+}
+
+/// Track id of the `generation`-th process that had `tgid` when `last` generations did.
+fn track_pid(tgid: u32, generation: u32, last: u32) -> u64 {
+    if generation >= last {
+        u64::from(tgid)
+    } else {
+        u64::from(tgid) + 10_000_000 * u64::from(last - generation)
+    }
+}
+
+/// Stream tracks get thread ids above any real one (Linux pids stay below 2^22).
+const STREAM_TID_BASE: u64 = 1 << 30;
+
+struct Streams {
+    ids: HashMap<(u64, u64), u64>,
+}
+
+impl Streams {
+    /// The track of `stream` in process track `pid`, and whether it is new.
+    fn track(&mut self, pid: u64, stream: u64) -> (u64, bool) {
+        let n = self.ids.len() as u64;
+        let mut new = false;
+        let id = *self.ids.entry((pid, stream)).or_insert_with(|| {
+            new = true;
+            STREAM_TID_BASE + n
+        });
+        (id, new)
+    }
+}
+
+/// Writes the Chrome trace of the capture at `path` to `out`.
+pub fn chrome(
+    path: &std::path::Path,
+    out: &mut impl Write,
+    from_s: Option<f64>,
+    to_s: Option<f64>,
+) -> Result<Summary, String> {
+    // Pass 1: the report (process names, jobs) and every kernel's name.
+    let replay = store::replay(path).map_err(|e| e.to_string())?;
+    let t0 = replay.header.started_at_monotonic_ns;
+    let from_ns = from_s.map(|s| t0 + (s * 1e9) as u64);
+    let to_ns = to_s.map(|s| t0 + (s * 1e9) as u64);
+    let mut last_gen: HashMap<u32, u32> = HashMap::new();
+    for p in &replay.report.processes {
+        *last_gen.entry(p.tgid).or_insert(0) += 1;
+    }
+    let last = |tgid: u32| last_gen.get(&tgid).map_or(0, |n| n.saturating_sub(1));
+
+    let io = |e: std::io::Error| format!("writing the trace: {e}");
+    write!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
+    let mut events = 0u64;
+    let mut emit = |out: &mut dyn Write, v: Value| -> Result<(), String> {
+        if events > 0 {
+            out.write_all(b",\n").map_err(io)?;
+        }
+        serde_json::to_writer(&mut *out, &v).map_err(|e| e.to_string())?;
+        events += 1;
+        Ok(())
+    };
+
+    // Process and thread names.
+    let mut seen_gen: HashMap<u32, u32> = HashMap::new();
+    for p in &replay.report.processes {
+        let g = seen_gen.entry(p.tgid).or_insert(0);
+        let pid = track_pid(p.tgid, *g, last(p.tgid));
+        *g += 1;
+        let job = p
+            .job
+            .as_ref()
+            .map(|j| format!(" [{}:{}]", j.kind, j.name.as_deref().unwrap_or(&j.id)))
+            .unwrap_or_default();
+        let ended = if p.exited { ", exited" } else { "" };
+        emit(
+            out,
+            json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                   "args": {"name": format!("{} (pid {}{ended}){job}", p.comm, p.tgid)}}),
+        )?;
+    }
+
+    // Pass 2: every call, in ring order.
+    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
+    let mut api = ApiTable::new();
+    let mut generation: HashMap<u32, u32> = HashMap::new();
+    let mut threads: HashMap<(u64, u32), ()> = HashMap::new();
+    let mut streams = Streams {
+        ids: HashMap::new(),
+    };
+    let mut live: HashMap<u64, (u64, HashMap<u64, u64>)> = HashMap::new();
+    let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
+    while let Some(frame) = r.next_frame() {
+        let bytes = match frame {
+            Frame::Api(list) => {
+                api = ApiTable::from_list(list);
+                continue;
+            }
+            Frame::Retire { tgid } => {
+                *generation.entry(tgid).or_insert(0) += 1;
+                continue;
+            }
+            Frame::Records(b) => b,
+            _ => continue,
+        };
+        for rec in records(&bytes) {
+            let Ok(ev) = decode(rec) else { continue };
+            let h = *ev.header();
+            let g = generation.get(&h.tgid).copied().unwrap_or(0);
+            let pid = track_pid(h.tgid, g, last(h.tgid));
+            let api_name = api.name(h.api);
+            let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
+            let in_window =
+                from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
+            // Live memory is followed over the whole capture, shown inside the window.
+            if let Event::Mem(_, m) = &ev {
+                let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
+                let (bytes, ptrs) = live.entry(pid).or_default();
+                let before = *bytes;
+                match m.op {
+                    memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
+                        ptrs.insert(m.ptr, m.bytes);
+                        *bytes += m.bytes;
+                    }
+                    memop::FREE | memop::VMM_RELEASE if ok => {
+                        *bytes -= ptrs.remove(&m.ptr).unwrap_or(0);
+                    }
+                    _ => {}
+                }
+                if in_window && *bytes != before {
+                    let v = *bytes;
+                    emit(
+                        out,
+                        json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
+                               "ts": us(h.ts_ns), "args": {"live": v}}),
+                    )?;
+                }
+            }
+            if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
+                continue;
+            }
+            if threads.insert((pid, h.tid), ()).is_none() {
+                emit(
+                    out,
+                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
+                           "args": {"name": format!("thread {}", h.tid)}}),
+                )?;
+            }
+            let ts = us(h.ts_ns);
+            let mut on_stream =
+                |out: &mut dyn Write,
+                 stream: u64,
+                 v: Value,
+                 emit: &mut dyn FnMut(&mut dyn Write, Value) -> Result<(), String>|
+                 -> Result<(), String> {
+                    let (tid, new) = streams.track(pid, stream);
+                    if new {
+                        let label = if stream == 0 {
+                            "default stream".to_owned()
+                        } else {
+                            format!("stream 0x{stream:x}")
+                        };
+                        emit(
+                            out,
+                            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                               "args": {"name": label}}),
+                        )?;
+                    }
+                    let mut v = v;
+                    v["tid"] = json!(tid);
+                    emit(out, v)
+                };
+            match &ev {
+                Event::Launch(_, l) => {
+                    let name = replay
+                        .kernel_names
+                        .get(&(h.tgid, g, l.func, runtime))
+                        .cloned()
+                        .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
+                    let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
+                                      "shared_bytes": l.shared_bytes,
+                                      "stream": format!("0x{:x}", l.stream)});
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "t", "cat": "launch", "name": name.clone(),
+                               "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
+                    )?;
+                    on_stream(
+                        out,
+                        l.stream,
+                        json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
+                               "pid": pid, "ts": ts, "args": args}),
+                        &mut emit,
+                    )?;
+                }
+                Event::Copy(_, c) => {
+                    let name = format!("{api_name} {}", dir_name(c.direction));
+                    let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
+                                      "async": c.flags & flags::ASYNC != 0,
+                                      "stream": format!("0x{:x}", c.stream), "ret": c.ret});
+                    emit(
+                        out,
+                        call(
+                            &name,
+                            "copy",
+                            pid,
+                            h.tid,
+                            ts,
+                            c.flags,
+                            c.dur_ns,
+                            args.clone(),
+                        ),
+                    )?;
+                    on_stream(
+                        out,
+                        c.stream,
+                        json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
+                               "pid": pid, "ts": ts, "args": args}),
+                        &mut emit,
+                    )?;
+                }
+                Event::Sync(_, s) => {
+                    let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
+                                      "gpu_side": s.flags & flags::GPU_SIDE != 0});
+                    emit(
+                        out,
+                        call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
+                    )?;
+                }
+                Event::Mem(_, m) => {
+                    let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
+                                      "ret": m.ret});
+                    emit(
+                        out,
+                        call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
+                    )?;
+                }
+                Event::Graph(_, gr) => {
+                    let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
+                                      "stream": format!("0x{:x}", gr.stream)});
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
+                               "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
+                    )?;
+                }
+                Event::Exit(..) => {
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
+                               "pid": pid, "tid": h.tid, "ts": ts}),
+                    )?;
+                }
+                Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
+            }
+        }
+    }
+    writeln!(out, "]}}").map_err(io)?;
+    let recovery_warning = r
+        .damage
+        .as_ref()
+        .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
+    Ok(Summary {
+        events,
+        processes: replay.report.processes.len(),
+        damaged: r.damage.is_some(),
+        warning: recovery_warning.or_else(|| replay.recovery.warning(&path.display().to_string())),
+    })
+}
+
+/// A timed call as a slice (return probe: its duration is measured), else an instant.
+#[allow(clippy::too_many_arguments)]
+fn call(
+    name: &str,
+    cat: &str,
+    pid: u64,
+    tid: u32,
+    ts: f64,
+    fl: u32,
+    dur_ns: u64,
+    args: Value,
+) -> Value {
+    if fl & flags::HAS_RETURN != 0 {
+        json!({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
+               "dur": dur_ns as f64 / 1e3, "args": args})
+    } else {
+        json!({"ph": "i", "s": "t", "cat": cat, "name": name, "pid": pid, "tid": tid,
+               "ts": ts, "args": args})
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+//! The Chrome trace of a known capture: exact events, tracks and names.
+
+use super::*;
+use crate::store::tests::{Tmp, write_capture};
+
+fn trace(from: Option<f64>, to: Option<f64>) -> (Summary, Value) {
+    let t = Tmp::new("export");
+    write_capture(&t.0, true);
+    let mut out = Vec::new();
+    let s = chrome(&t.0, &mut out, from, to).unwrap();
+    (s, serde_json::from_slice(&out).expect("the trace is JSON"))
+}
+
+fn events(v: &Value) -> &Vec<Value> {
+    v["traceEvents"].as_array().unwrap()
+}
+
+#[test]
+fn every_launch_on_its_thread_and_stream_with_its_name() {
+    let (s, v) = trace(None, None);
+    let ev = events(&v);
+    assert_eq!(s.events, ev.len() as u64);
+    assert_eq!((s.events, s.processes, s.damaged), (23, 3, false));
+    // The reused pid 200: its first process moved to 10,000,200.
+    let procs: Vec<(u64, &str)> = ev
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        procs,
+        [
+            (100, "python3 (pid 100) [slurm:4242]"),
+            (10_000_200, "trainer (pid 200, exited) [slurm:4242]"),
+            (200, "trainer2 (pid 200, exited) [slurm:4242]"),
+        ]
+    );
+    let launches: Vec<(u64, u64, &str, f64)> = ev
+        .iter()
+        .filter(|e| e["cat"] == "launch")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                e["name"].as_str().unwrap(),
+                e["ts"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(launches.len(), 14);
+    // Thread track then stream track, per launch; ts in µs after the capture's start.
+    assert_eq!(launches[0], (100, 100, "gemm(float*, int)", 1.0));
+    assert_eq!(
+        launches[1],
+        (100, STREAM_TID_BASE, "gemm(float*, int)", 1.0)
+    );
+    assert_eq!(
+        launches[9],
+        (100, STREAM_TID_BASE, "gemm(float*, int)", 1.004)
+    );
+    assert_eq!(launches[10], (10_000_200, 200, "<unknown 0x9000>", 2.0));
+    assert_eq!(launches[12], (200, 200, "<unknown 0x9000>", 3.0));
+    let first = ev.iter().find(|e| e["cat"] == "launch").unwrap();
+    assert_eq!(
+        first["args"],
+        json!({"api": "cudaLaunchKernel", "grid": [4, 1, 1], "block": [128, 1, 1],
+               "shared_bytes": 0, "stream": "0x0"})
+    );
+    let streams: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["tid"].as_u64().unwrap() >= STREAM_TID_BASE)
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(streams, ["default stream"; 3]);
+}
+
+#[test]
+fn a_window_keeps_only_its_calls() {
+    // Start + 2.5 µs: only the last launch (at 3 µs) remains.
+    let (s, v) = trace(Some(2.5e-6), None);
+    let launches: Vec<u64> = events(&v)
+        .iter()
+        .filter(|e| e["cat"] == "launch")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(launches, [200, 200]);
+    assert_eq!(s.events, 3 + 1 + 1 + 2);
+    let (_, v) = trace(Some(0.0), Some(1.5e-6));
+    assert_eq!(
+        events(&v).iter().filter(|e| e["cat"] == "launch").count(),
+        10
+    );
+}
+
+#[test]
+fn a_killed_capture_still_exports_with_a_warning() {
+    let t = Tmp::new("export-cut");
+    write_capture(&t.0, false);
+    let mut out = Vec::new();
+    let s = chrome(&t.0, &mut out, None, None).unwrap();
+    assert!(s.warning.unwrap().contains("no closing frame"));
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        events(&v).iter().filter(|e| e["cat"] == "launch").count(),
+        14
+    );
+}

@@ -2,6 +2,7 @@
 //!
 //! Data flows one way; each stage is a module and is testable without the ones before it.
 
+pub mod advice;
 pub mod api;
 pub mod attach;
 pub mod bench;

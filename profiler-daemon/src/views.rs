@@ -23,6 +23,8 @@ pub enum View {
     Memory,
     Processes,
     Jobs,
+    /// What the figures suggest trying, with the evidence (also at the end of the summary).
+    Advice,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -138,6 +140,33 @@ pub fn render(
             Format::Csv => return Err("--format csv needs a --view other than summary".into()),
         });
     }
+    if a.view == View::Advice {
+        let mut advice = crate::advice::advise(r);
+        advice.retain(|x| {
+            a.pid.is_none_or(|p| x.pid == Some(p)) && name_re.is_none_or(|re| re.is_match(x.rule))
+        });
+        return Ok(match a.format {
+            Format::Table if advice.is_empty() => "no advice: nothing stood out\n".to_owned(),
+            Format::Table => crate::advice::render(&advice).trim_start().to_owned(),
+            Format::Json => serde_json::to_string_pretty(&advice).unwrap_or_default() + "\n",
+            Format::Csv => {
+                let mut out = "rule,pid,comm,evidence,suggestion\n".to_owned();
+                for x in &advice {
+                    let cells = [
+                        json!(x.rule),
+                        x.pid.map_or(Value::Null, |p| json!(p)),
+                        x.comm.as_ref().map_or(Value::Null, |c| json!(c)),
+                        json!(x.evidence),
+                        json!(x.suggestion),
+                    ];
+                    let cells: Vec<String> = cells.iter().map(csv_cell).collect();
+                    out.push_str(&cells.join(","));
+                    out.push('\n');
+                }
+                out
+            }
+        });
+    }
     let mut rows = rows(r, a.view);
     rows.retain(|row| {
         row.calls >= a.min_calls
@@ -240,7 +269,7 @@ fn value<'a>(row: &'a Row, col: &str) -> &'a Value {
 /// Per view: (column, table heading, right-aligned).
 fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
     match view {
-        View::Summary => &[],
+        View::Summary | View::Advice => &[],
         View::Kernels => &[
             ("pid", "PID", true),
             ("kernel", "KERNEL", false),
@@ -374,7 +403,7 @@ fn job_text(p: &output::ProcessReport) -> Value {
 fn rows(r: &Report, view: View) -> Vec<Row> {
     let mut out = Vec::new();
     match view {
-        View::Summary => {}
+        View::Summary | View::Advice => {}
         View::Kernels => {
             for p in &r.processes {
                 for k in &p.kernels {

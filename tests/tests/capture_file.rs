@@ -198,3 +198,49 @@ fn a_damaged_capture_reports_what_was_recovered() {
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(kernel_calls(process(&r, tgid), GEMM), 4);
 }
+
+#[test]
+fn advice_names_the_sync_bound_process_and_only_it() {
+    let d = all_jobs_capturing();
+    let mut calm = Workload::start();
+    calm.script(&[
+        "rt_launch gemm 20 1 1 1 32 1 1 0 0",
+        "rt_memcpy h2d 1048576 2",
+    ]);
+    let mut waiting = Workload::start();
+    // 40 device synchronisations of 50 ms each: 2 s of the host waiting for the "GPU".
+    waiting.script(&["set_delay_us 50000", "rt_sync_device 40"]);
+    let (calm_pid, waiting_pid) = (calm.tgid, waiting.tgid);
+    let f = d.stop();
+    let (code, out, err) = run_daemon(&[
+        "report",
+        f.output.to_str().unwrap(),
+        "--view",
+        "advice",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let advice: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<(&str, u64)> = advice
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["rule"].as_str().unwrap(), a["pid"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [("sync_bound", u64::from(waiting_pid))], "{advice}");
+    assert!(
+        advice[0]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("most in cudaDeviceSynchronize (40 calls, p50 5"),
+        "{advice}"
+    );
+    assert!(
+        f.stdout
+            .contains(&format!("[sync_bound] process {waiting_pid} workload"))
+    );
+    assert!(!f.stdout.contains(&format!("process {calm_pid} workload:")));
+    calm.exit();
+    waiting.exit();
+}

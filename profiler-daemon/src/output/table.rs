@@ -14,8 +14,14 @@ pub fn render(r: &Report) -> String {
     render_with(r, TOP_KERNELS)
 }
 
-/// The report as text, at most `top` kernel rows per process.
+/// The report as text, at most `top` kernel rows per process, then the advice.
 pub fn render_with(r: &Report, top: usize) -> String {
+    let mut s = render_figures(r, top);
+    s.push_str(&crate::advice::render(&crate::advice::advise(r)));
+    s
+}
+
+fn render_figures(r: &Report, top: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -412,9 +418,19 @@ mod tests {
             "  copies: none\n",
             "  API calls: none\n",
             "  allocations: none\n",
+            "\n",
+            "advice (from CPU-side measurements; see README):\n",
+            "  [records_lost] capture: 15 records were lost because the ring buffer was full; \
+             every count in this report is a lower bound\n",
+            "    try: capture again with a larger --ring-buffer-mb (e.g. 256), or narrow the \
+             capture with --pid / --job\n",
         );
         assert_eq!(render(&r), want);
         r.processes.clear();
-        assert!(render(&r).ends_with("decode errors: 2\n\nno CUDA activity recorded\n"));
+        r.drops.clear();
+        assert!(
+            render(&r)
+                .ends_with("no records lost; decode errors: 2\n\nno CUDA activity recorded\n")
+        );
     }
 }

@@ -1,0 +1,205 @@
+//! Advice: what the figures suggest trying, each with the evidence that triggered it (like
+//! TensorBoard's "recommendation for next steps"), computed from a [`Report`] alone.
+//!
+//! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls); none
+//! knows how long kernels ran on the GPU. Thresholds are the constants below. A rule needs
+//! [`MIN_DURATION_NS`] of capture, so that a short run's start-up does not read as a pattern.
+
+use crate::output::{ProcessReport, Report, fmt};
+use serde::Serialize;
+
+/// Captures shorter than this get no per-process advice (start-up dominates them).
+pub const MIN_DURATION_NS: u64 = 1_000_000_000;
+/// Sync-bound: CPU time blocked in synchronisation calls, as a share of the capture.
+pub const SYNC_BOUND_SHARE: f64 = 0.30;
+/// Launch-bound: kernel launches per second of capture.
+pub const LAUNCH_BOUND_RATE: f64 = 10_000.0;
+/// Tiny copies: at least this many copies in one direction...
+pub const TINY_COPY_CALLS: u64 = 1_000;
+/// ...averaging fewer bytes than this.
+pub const TINY_COPY_BYTES: u64 = 64 << 10;
+/// Blocking copies: CPU time blocked in synchronous copies, as a share of the capture.
+pub const BLOCKING_COPY_SHARE: f64 = 0.10;
+/// Allocation churn: device allocations per second of capture.
+pub const ALLOC_CHURN_RATE: f64 = 100.0;
+
+/// One piece of advice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Advice {
+    /// `sync_bound`, `launch_bound`, `tiny_copies`, `blocking_copies`, `alloc_churn`,
+    /// `records_lost`.
+    pub rule: &'static str,
+    /// The process it is about (`None`: the capture as a whole).
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// What was measured that triggered it.
+    pub evidence: String,
+    /// What to try.
+    pub suggestion: String,
+}
+
+/// Synchronisation APIs whose time is the CPU waiting for the GPU.
+fn is_sync_api(name: &str) -> bool {
+    name.contains("Synchronize") || name == "cudaEventQuery" || name == "cuEventQuery"
+}
+
+/// Every piece of advice for `r`, per process in report order, then capture-wide.
+pub fn advise(r: &Report) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let secs = r.duration_ns as f64 / 1e9;
+    if r.duration_ns >= MIN_DURATION_NS {
+        for p in &r.processes {
+            process_advice(p, r.duration_ns, secs, &mut out);
+        }
+    }
+    let lost: u64 = r.drops.values().sum();
+    if lost > 0 {
+        out.push(Advice {
+            rule: "records_lost",
+            pid: None,
+            comm: None,
+            evidence: format!(
+                "{lost} records were lost because the ring buffer was full; every count in this \
+                 report is a lower bound"
+            ),
+            suggestion: "capture again with a larger --ring-buffer-mb (e.g. 256), or narrow the \
+                         capture with --pid / --job"
+                .into(),
+        });
+    }
+    out
+}
+
+fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice {
+            rule,
+            pid: Some(p.tgid),
+            comm: Some(p.comm.clone()),
+            evidence,
+            suggestion: suggestion.to_owned(),
+        })
+    };
+    let share = |ns: u64| ns as f64 / dur_ns as f64;
+
+    let syncs: Vec<_> = p.api.iter().filter(|a| is_sync_api(&a.name)).collect();
+    let sync_ns: u64 = syncs.iter().map(|a| a.blocked_ns).sum();
+    if share(sync_ns) >= SYNC_BOUND_SHARE {
+        let top = syncs
+            .iter()
+            .max_by_key(|a| a.blocked_ns)
+            .expect("non-empty");
+        push(
+            "sync_bound",
+            format!(
+                "blocked {:.1} s of {secs:.1} s ({:.0}%) waiting for the GPU; most in {} \
+                 ({} calls, p50 {} ms)",
+                sync_ns as f64 / 1e9,
+                share(sync_ns) * 100.0,
+                top.name,
+                top.calls,
+                fmt::ms(top.p50_ns)
+            ),
+            "the host waits for the GPU instead of queueing more work: take per-step \
+             synchronisations (loss.item(), .cpu(), printing tensors) out of the step loop or \
+             do them every N steps, and use events / non_blocking copies so the CPU runs ahead",
+        );
+    }
+
+    let rate = p.launches as f64 / secs;
+    if rate >= LAUNCH_BOUND_RATE {
+        let small = p
+            .kernels
+            .iter()
+            .filter(|k| u64::from(k.grid[0]) * u64::from(k.grid[1]) * u64::from(k.grid[2]) < 132)
+            .map(|k| k.calls)
+            .sum::<u64>();
+        push(
+            "launch_bound",
+            format!(
+                "{:.0} kernel launches per second ({} in {secs:.1} s); {:.0}% of them with \
+                 fewer than 132 blocks",
+                rate,
+                p.launches,
+                small as f64 * 100.0 / p.launches.max(1) as f64
+            ),
+            "many small kernels: the CPU's launch rate may limit the GPU. Capture the step in a \
+             CUDA graph (torch.cuda.graphs, torch.compile(mode=\"reduce-overhead\")), or fuse \
+             kernels (torch.compile, custom fused ops)",
+        );
+    }
+
+    for c in &p.copies {
+        if c.calls >= TINY_COPY_CALLS && c.bytes / c.calls.max(1) < TINY_COPY_BYTES {
+            push(
+                "tiny_copies",
+                format!(
+                    "{} {} copies averaging {} ({} in all)",
+                    c.calls,
+                    c.direction,
+                    fmt::bytes(c.bytes / c.calls),
+                    fmt::bytes(c.bytes)
+                ),
+                "each copy pays a fixed cost on the CPU and the bus: batch them into fewer, \
+                 larger copies (one staging buffer per step), or keep the data on the GPU",
+            );
+        }
+    }
+
+    let sync_copy_ns: u64 = p
+        .copies
+        .iter()
+        .filter(|c| c.async_calls < c.calls)
+        .map(|c| c.blocked_ns)
+        .sum();
+    if share(sync_copy_ns) >= BLOCKING_COPY_SHARE {
+        push(
+            "blocking_copies",
+            format!(
+                "blocked {:.1} s of {secs:.1} s ({:.0}%) inside synchronous copies",
+                sync_copy_ns as f64 / 1e9,
+                share(sync_copy_ns) * 100.0
+            ),
+            "synchronous copies stop the host until the copy (and the work before it on the \
+             stream) is done: copy from pinned memory (pin_memory=True in the DataLoader) with \
+             non_blocking=True / cudaMemcpyAsync, and overlap copies with compute",
+        );
+    }
+
+    let allocs = p.allocations.by_kind.device.calls + p.allocations.by_kind.pitched.calls;
+    let alloc_rate = allocs as f64 / secs;
+    if alloc_rate >= ALLOC_CHURN_RATE {
+        push(
+            "alloc_churn",
+            format!(
+                "{alloc_rate:.0} device allocations per second ({allocs} in {secs:.1} s), \
+                 {} frees",
+                p.allocations.frees
+            ),
+            "cudaMalloc/cudaFree synchronise and are slow: allocate once and reuse, or use a \
+             pool (cudaMallocAsync, PyTorch's caching allocator, CuPy's memory pool)",
+        );
+    }
+}
+
+/// The advice as text for the end-of-run summary ("" when there is none).
+pub fn render(advice: &[Advice]) -> String {
+    if advice.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\nadvice (from CPU-side measurements; see README):\n");
+    for a in advice {
+        let who = match (a.pid, &a.comm) {
+            (Some(p), Some(c)) => format!("process {p} {c}"),
+            _ => "capture".to_owned(),
+        };
+        s.push_str(&format!(
+            "  [{}] {who}: {}\n    try: {}\n",
+            a.rule, a.evidence, a.suggestion
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+//! Each rule fires on a report that has its problem, with exact evidence, and a balanced report
+//! fires none.
+
+use super::*;
+use serde_json::{Value, json};
+
+const SECS: u64 = 10;
+
+/// A process over a 10 s capture: `launches` of a 64-block kernel, `api` rows
+/// `(name, calls, blocked_ns, p50_ns)`, copies `(direction, calls, bytes, async_calls,
+/// blocked_ns)`, `device_allocs`.
+fn process(
+    tgid: u32,
+    launches: u64,
+    api: &[(&str, u64, u64, u64)],
+    copies: &[(&str, u64, u64, u64, u64)],
+    device_allocs: u64,
+) -> Value {
+    let z = json!({"calls": 0, "bytes": 0});
+    json!({
+        "tgid": tgid, "comm": "python3", "cmdline": "python3 train.py", "exited": false,
+        "job": null, "launches": launches, "unnamed_launches": 0,
+        "kernels": [{"name": "k", "mangled": null, "calls": launches, "grid": [64, 1, 1],
+                     "block": [256, 1, 1], "shared_bytes": 0, "streams": 1,
+                     "api": "cudaLaunchKernel", "name_source": "register_function"}],
+        "copies": copies.iter().map(|(d, c, b, a, n)| json!({"direction": d, "calls": c,
+                   "bytes": b, "async_calls": a, "blocked_ns": n})).collect::<Vec<_>>(),
+        "api": api.iter().map(|(n, c, b, p)| json!({"name": n, "calls": c, "blocked_ns": b,
+                "p50_ns": p, "p99_ns": p, "max_ns": p})).collect::<Vec<_>>(),
+        "graphs": {"launches": 0},
+        "allocations": {"calls": device_allocs, "failed": 0, "bytes": device_allocs << 20,
+                        "frees": device_allocs, "live_bytes": 0, "peak_bytes": 1 << 20,
+                        "untracked": 0,
+                        "by_kind": {"device": {"calls": device_allocs, "bytes": device_allocs << 20},
+                                    "host_pinned": z, "managed": z, "async": z, "pitched": z,
+                                    "vmm": z}}
+    })
+}
+
+fn report(processes: Vec<Value>, drops: u64) -> Report {
+    serde_json::from_value(json!({
+        "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
+        "duration_ns": SECS * 1_000_000_000, "drops": {"launch": drops}, "submitted": {},
+        "decode_errors": 0, "jobs": [], "processes": processes
+    }))
+    .unwrap()
+}
+
+/// Busy but healthy: 5k launches/s, 10% of the time in syncs, big async copies, few mallocs.
+fn balanced() -> Value {
+    process(
+        1,
+        50_000,
+        &[("cudaStreamSynchronize", 1_000, 1_000_000_000, 900_000)],
+        &[("h2d", 500, 500 << 20, 500, 10_000_000)],
+        20,
+    )
+}
+
+fn rules(r: &Report) -> Vec<(&'static str, Option<u32>)> {
+    advise(r).iter().map(|a| (a.rule, a.pid)).collect()
+}
+
+#[test]
+fn a_balanced_run_gets_no_advice() {
+    assert_eq!(advise(&report(vec![balanced()], 0)), vec![]);
+    assert_eq!(render(&[]), "");
+}
+
+#[test]
+fn sync_bound() {
+    let p = process(
+        7,
+        1_000,
+        &[
+            ("cudaStreamSynchronize", 3_000, 3_500_000_000, 1_200_000),
+            ("cudaDeviceSynchronize", 10, 500_000_000, 50_000_000),
+            ("cudaLaunchKernel", 1_000, 0, 0),
+        ],
+        &[],
+        0,
+    );
+    let a = advise(&report(vec![balanced(), p], 0));
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].rule, a[0].pid), ("sync_bound", Some(7)));
+    assert_eq!(
+        a[0].evidence,
+        "blocked 4.0 s of 10.0 s (40%) waiting for the GPU; most in cudaStreamSynchronize \
+         (3000 calls, p50 1.200 ms)"
+    );
+}
+
+#[test]
+fn launch_bound() {
+    let a = advise(&report(vec![process(8, 150_000, &[], &[], 0)], 0));
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].rule, "launch_bound");
+    assert_eq!(
+        a[0].evidence,
+        "15000 kernel launches per second (150000 in 10.0 s); 100% of them with fewer than 132 \
+         blocks"
+    );
+    assert!(a[0].suggestion.contains("CUDA graph"));
+}
+
+#[test]
+fn tiny_and_blocking_copies() {
+    let p = process(
+        9,
+        10,
+        &[],
+        &[
+            ("h2d", 4_000, 4_000 * 512, 0, 2_000_000_000),
+            ("d2h", 10, 10 << 20, 0, 5_000_000),
+        ],
+        0,
+    );
+    let a = advise(&report(vec![p], 0));
+    let got: Vec<(&str, &str)> = a.iter().map(|x| (x.rule, x.evidence.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "tiny_copies",
+                "4000 h2d copies averaging 512 B (2.0 MiB in all)"
+            ),
+            (
+                "blocking_copies",
+                "blocked 2.0 s of 10.0 s (20%) inside synchronous copies"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn alloc_churn_and_lost_records() {
+    let r = report(vec![process(11, 10, &[], &[], 5_000)], 42);
+    assert_eq!(
+        rules(&r),
+        [("alloc_churn", Some(11)), ("records_lost", None)]
+    );
+    let a = advise(&r);
+    assert_eq!(
+        a[0].evidence,
+        "500 device allocations per second (5000 in 10.0 s), 5000 frees"
+    );
+    assert!(a[1].evidence.starts_with("42 records were lost"));
+    let text = render(&a);
+    assert!(text.contains("[alloc_churn] process 11 python3: 500 device allocations"));
+    assert!(text.contains("[records_lost] capture: 42 records"));
+}
+
+#[test]
+fn a_short_capture_gets_no_per_process_advice() {
+    let mut r = report(vec![process(8, 150_000, &[], &[], 0)], 0);
+    r.duration_ns = MIN_DURATION_NS - 1;
+    assert_eq!(advise(&r), vec![]);
+}

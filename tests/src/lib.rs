@@ -167,12 +167,13 @@ impl Daemon {
     /// Starts gpuprofd on all jobs with only the fake libraries attached.
     pub fn all_jobs() -> Daemon {
         let lib = fakecuda().join("lib");
-        Daemon::start(&[
-            "--all-jobs",
-            "--no-system-libs",
-            "--lib",
-            lib.to_str().unwrap(),
-        ])
+        Daemon::start(&all_jobs_args(&lib))
+    }
+
+    /// [`Daemon::all_jobs`] writing a capture file (see [`Daemon::capturing`]).
+    pub fn all_jobs_capturing() -> Daemon {
+        let lib = fakecuda().join("lib");
+        Daemon::capturing(&all_jobs_args(&lib))
     }
 
     /// gpuprofd on all jobs with only the fake *driver* attached up front and the /proc rescan
@@ -249,6 +250,16 @@ impl Daemon {
             _dir: dir,
         }
     }
+}
+
+/// gpuprofd on all jobs with the fake driver and runtime in `lib` attached up front.
+fn all_jobs_args(lib: &Path) -> [&str; 4] {
+    [
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().expect("UTF-8 path"),
+    ]
 }
 
 /// The JSON report in `path`, or for a capture file the one `gpuprofd report` rebuilds from it.

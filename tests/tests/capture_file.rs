@@ -8,19 +8,9 @@ use gpuprofd_tests::*;
 const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
 const RELU: &str = "relu(float*, int)";
 
-fn all_jobs_capturing() -> Daemon {
-    let lib = fakecuda().join("lib");
-    Daemon::capturing(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--lib",
-        lib.to_str().unwrap(),
-    ])
-}
-
 #[test]
 fn a_capture_file_replays_to_the_report_the_daemon_printed() {
-    let d = all_jobs_capturing();
+    let d = Daemon::all_jobs_capturing();
     let mut w = Workload::start();
     w.script(&[
         "rt_launch gemm 6 16 16 1 16 16 1 0 0",
@@ -135,7 +125,7 @@ fn a_capture_file_replays_to_the_report_the_daemon_printed() {
 
 #[test]
 fn a_killed_daemon_leaves_a_readable_capture_and_no_probes() {
-    let d = all_jobs_capturing();
+    let d = Daemon::all_jobs_capturing();
     let mut w = Workload::start();
     w.cmd("rt_launch gemm 9 1 1 1 32 1 1 0 0");
     // The daemon flushes every second: wait for two ticks, then kill it without warning.
@@ -179,7 +169,7 @@ fn report_refuses_what_is_not_a_capture() {
 
 #[test]
 fn a_damaged_capture_reports_what_was_recovered() {
-    let d = all_jobs_capturing();
+    let d = Daemon::all_jobs_capturing();
     let mut w = Workload::start();
     w.cmd("rt_launch gemm 4 1 1 1 32 1 1 0 0");
     let tgid = w.tgid;
@@ -201,7 +191,7 @@ fn a_damaged_capture_reports_what_was_recovered() {
 
 #[test]
 fn advice_names_the_sync_bound_process_and_only_it() {
-    let d = all_jobs_capturing();
+    let d = Daemon::all_jobs_capturing();
     let mut calm = Workload::start();
     calm.script(&[
         "rt_launch gemm 20 1 1 1 32 1 1 0 0",

@@ -6,6 +6,7 @@
 //! [`MIN_DURATION_NS`] of capture, so that a short run's start-up does not read as a pattern.
 
 use crate::output::{ProcessReport, Report, fmt};
+use crate::steps::{ProcessSteps, quantile};
 use serde::Serialize;
 
 /// Captures shorter than this get no per-process advice (start-up dominates them).
@@ -22,12 +23,18 @@ pub const TINY_COPY_BYTES: u64 = 64 << 10;
 pub const BLOCKING_COPY_SHARE: f64 = 0.10;
 /// Allocation churn: device allocations per second of capture.
 pub const ALLOC_CHURN_RATE: f64 = 100.0;
+/// Input-bound: the median delay from a step's start to its first enqueued work, as a share of
+/// the median step time.
+pub const INPUT_BOUND_SHARE: f64 = 0.30;
+/// Memory growth: device memory live at the last step's end minus at the first's, when it never
+/// went down from step to step.
+pub const MEMORY_GROWTH_BYTES: u64 = 64 << 20;
 
 /// One piece of advice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
     /// `sync_bound`, `launch_bound`, `tiny_copies`, `blocking_copies`, `alloc_churn`,
-    /// `records_lost`.
+    /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `records_lost`.
     pub rule: &'static str,
     /// The process it is about (`None`: the capture as a whole).
     pub pid: Option<u32>,
@@ -43,13 +50,23 @@ fn is_sync_api(name: &str) -> bool {
     name.contains("Synchronize") || name == "cudaEventQuery" || name == "cuEventQuery"
 }
 
-/// Every piece of advice for `r`, per process in report order, then capture-wide.
-pub fn advise(r: &Report) -> Vec<Advice> {
+/// Every piece of advice for `r` (and the `steps` found in its capture, if any), per process in
+/// report order, then capture-wide.
+pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
     let mut out = Vec::new();
     let secs = r.duration_ns as f64 / 1e9;
     if r.duration_ns >= MIN_DURATION_NS {
+        let mut generation: std::collections::HashMap<u32, u32> = Default::default();
         for p in &r.processes {
             process_advice(p, r.duration_ns, secs, &mut out);
+            let g = generation.entry(p.tgid).or_default();
+            if let Some(s) = steps
+                .iter()
+                .find(|s| s.tgid == p.tgid && s.generation == *g)
+            {
+                step_advice(p, s, &mut out);
+            }
+            *g += 1;
         }
     }
     let lost: u64 = r.drops.values().sum();
@@ -178,6 +195,60 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
             ),
             "cudaMalloc/cudaFree synchronise and are slow: allocate once and reuse, or use a \
              pool (cudaMallocAsync, PyTorch's caching allocator, CuPy's memory pool)",
+        );
+    }
+}
+
+fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
+    let regular: Vec<&crate::steps::Step> = s.regular().collect();
+    if (regular.len() as u64) < crate::steps::MIN_STEPS {
+        return;
+    }
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice {
+            rule,
+            pid: Some(p.tgid),
+            comm: Some(p.comm.clone()),
+            evidence,
+            suggestion: suggestion.to_owned(),
+        })
+    };
+    let wall = quantile(regular.iter().map(|x| x.wall_ns).collect(), 0.5);
+    let wait = quantile(regular.iter().map(|x| x.first_enqueue_ns).collect(), 0.5);
+    if wall > 0 && wait as f64 >= INPUT_BOUND_SHARE * wall as f64 {
+        push(
+            "input_bound",
+            format!(
+                "in {} steps of {} ms (median; boundary {}), the first GPU work was enqueued \
+                 {} ms ({:.0}%) after the step began",
+                regular.len(),
+                fmt::ms(wall),
+                s.boundary,
+                fmt::ms(wait),
+                wait as f64 * 100.0 / wall as f64
+            ),
+            "the GPU gets nothing new while the host prepares the next step: load and \
+             preprocess data ahead (DataLoader num_workers, prefetch_factor, pin_memory), move \
+             augmentation to the GPU, and check host-side logging between steps",
+        );
+    }
+    let first = regular[0].live_bytes;
+    let last = regular[regular.len() - 1].live_bytes;
+    let never_down = regular
+        .windows(2)
+        .all(|w| w[1].live_bytes >= w[0].live_bytes);
+    if never_down && last.saturating_sub(first) >= MEMORY_GROWTH_BYTES {
+        push(
+            "memory_growth",
+            format!(
+                "device memory live at step ends grew from {} to {} over {} steps and never \
+                 went down",
+                fmt::bytes(first),
+                fmt::bytes(last),
+                regular.len()
+            ),
+            "something allocated per step is kept: tensors appended to a list (losses kept \
+             with their graph — use loss.item() or .detach()), caches that grow, or a leak",
         );
     }
 }

@@ -10,17 +10,18 @@
 //!   slices spanning the call when a return probe timed it, instants otherwise;
 //! - a track per stream ("stream 0x…") with the launches and copies enqueued on it, at the time
 //!   they were enqueued;
-//! - a counter per process: device memory allocated through the hooked APIs and not yet freed.
+//! - a counter per process: device memory allocated through the hooked APIs and not yet freed;
+//! - a "steps" track per process with a training loop (see `steps`): a span per step (a step in
+//!   the `--from/--to` window when it starts inside it).
 //!
 //! A pid that was reused during the capture shows as two processes; the earlier one's track id
 //! is `tgid + 10,000,000 × (n + 1)` for its n-th predecessor. Events are streamed to the output
 //! (memory stays bounded by the number of kernels, threads and streams, not events).
 
-use crate::api::{ApiTable, Layer};
-use crate::capture::records;
+use crate::api::Layer;
 use crate::model::direction_name as dir_name;
-use crate::store::{self, Frame, Reader};
-use profiler_common::decode::{Event, decode};
+use crate::store;
+use profiler_common::decode::Event;
 use profiler_common::{flags, memop};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -137,6 +138,8 @@ fn track_pid(tgid: u32, generation: u32, last: u32) -> u64 {
 
 /// Stream tracks get thread ids above any real one (Linux pids stay below 2^22).
 const STREAM_TID_BASE: u64 = 1 << 30;
+/// The track of a process's steps.
+const STEP_TID: u64 = STREAM_TID_BASE - 1;
 
 struct Streams {
     ids: HashMap<(u64, u64), u64>,
@@ -204,190 +207,199 @@ pub fn chrome(
         )?;
     }
 
+    // Steps (two more passes, see `steps`): a span per step on a "steps" track.
+    for s in crate::steps::find(path)? {
+        let pid = track_pid(s.tgid, s.generation, last(s.tgid));
+        let mut named = false;
+        for (i, st) in s.steps.iter().enumerate() {
+            let at = t0 + st.start_ns;
+            if from_ns.is_some_and(|f| at < f) || to_ns.is_some_and(|t| at >= t) {
+                continue;
+            }
+            if !named {
+                named = true;
+                emit(
+                    out,
+                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": STEP_TID,
+                           "args": {"name": format!("steps (ends: {})", s.boundary)}}),
+                )?;
+            }
+            emit(
+                out,
+                json!({"ph": "X", "cat": "step", "name": format!("step {}", i + 1),
+                       "pid": pid, "tid": STEP_TID, "ts": st.start_ns as f64 / 1e3,
+                       "dur": st.wall_ns as f64 / 1e3,
+                       "args": {"launches": st.launches, "blocked_ns": st.blocked_ns,
+                                "copy_bytes": st.copy_bytes,
+                                "first_enqueue_ns": st.first_enqueue_ns,
+                                "live_bytes": st.live_bytes, "regular": st.regular}}),
+            )?;
+        }
+    }
+
     // Pass 2: every call, in ring order.
-    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
-    let mut api = ApiTable::new();
-    let mut generation: HashMap<u32, u32> = HashMap::new();
     let mut threads: HashMap<(u64, u32), ()> = HashMap::new();
     let mut streams = Streams {
         ids: HashMap::new(),
     };
     let mut live: HashMap<u64, (u64, HashMap<u64, u64>)> = HashMap::new();
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
-    while let Some(frame) = r.next_frame() {
-        let bytes = match frame {
-            Frame::Api(list) => {
-                api = ApiTable::from_list(list);
-                continue;
-            }
-            Frame::Retire { tgid } => {
-                *generation.entry(tgid).or_insert(0) += 1;
-                continue;
-            }
-            Frame::Records(b) => b,
-            _ => continue,
-        };
-        for rec in records(&bytes) {
-            let Ok(ev) = decode(rec) else { continue };
-            let h = *ev.header();
-            let g = generation.get(&h.tgid).copied().unwrap_or(0);
-            let pid = track_pid(h.tgid, g, last(h.tgid));
-            let api_name = api.name(h.api);
-            let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
-            let in_window =
-                from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
-            // Live memory is followed over the whole capture, shown inside the window.
-            if let Event::Mem(_, m) = &ev {
-                let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
-                let (bytes, ptrs) = live.entry(pid).or_default();
-                let before = *bytes;
-                match m.op {
-                    memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
-                        ptrs.insert(m.ptr, m.bytes);
-                        *bytes += m.bytes;
-                    }
-                    memop::FREE | memop::VMM_RELEASE if ok => {
-                        *bytes -= ptrs.remove(&m.ptr).unwrap_or(0);
-                    }
-                    _ => {}
+    let damage = store::for_each_record(path, |api, g, ev| {
+        let h = *ev.header();
+        let pid = track_pid(h.tgid, g, last(h.tgid));
+        let api_name = api.name(h.api);
+        let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
+        let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
+        // Live memory is followed over the whole capture, shown inside the window.
+        if let Event::Mem(_, m) = &ev {
+            let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
+            let (bytes, ptrs) = live.entry(pid).or_default();
+            let before = *bytes;
+            match m.op {
+                memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
+                    ptrs.insert(m.ptr, m.bytes);
+                    *bytes += m.bytes;
                 }
-                if in_window && *bytes != before {
-                    let v = *bytes;
-                    emit(
-                        out,
-                        json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
-                               "ts": us(h.ts_ns), "args": {"live": v}}),
-                    )?;
+                memop::FREE | memop::VMM_RELEASE if ok => {
+                    *bytes -= ptrs.remove(&m.ptr).unwrap_or(0);
                 }
+                _ => {}
             }
-            if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
-                continue;
-            }
-            if threads.insert((pid, h.tid), ()).is_none() {
+            if in_window && *bytes != before {
+                let v = *bytes;
                 emit(
                     out,
-                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
-                           "args": {"name": format!("thread {}", h.tid)}}),
+                    json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
+                               "ts": us(h.ts_ns), "args": {"live": v}}),
                 )?;
             }
-            let ts = us(h.ts_ns);
-            let mut on_stream =
-                |out: &mut dyn Write,
-                 stream: u64,
-                 v: Value,
-                 emit: &mut dyn FnMut(&mut dyn Write, Value) -> Result<(), String>|
-                 -> Result<(), String> {
-                    let (tid, new) = streams.track(pid, stream);
-                    if new {
-                        let label = if stream == 0 {
-                            "default stream".to_owned()
-                        } else {
-                            format!("stream 0x{stream:x}")
-                        };
-                        emit(
-                            out,
-                            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": label}}),
-                        )?;
-                    }
-                    let mut v = v;
-                    v["tid"] = json!(tid);
-                    emit(out, v)
+        }
+        if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
+            return Ok(());
+        }
+        if threads.insert((pid, h.tid), ()).is_none() {
+            emit(
+                out,
+                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
+                           "args": {"name": format!("thread {}", h.tid)}}),
+            )?;
+        }
+        let ts = us(h.ts_ns);
+        let mut on_stream = |out: &mut dyn Write,
+                             stream: u64,
+                             v: Value,
+                             emit: &mut dyn FnMut(&mut dyn Write, Value) -> Result<(), String>|
+         -> Result<(), String> {
+            let (tid, new) = streams.track(pid, stream);
+            if new {
+                let label = if stream == 0 {
+                    "default stream".to_owned()
+                } else {
+                    format!("stream 0x{stream:x}")
                 };
-            match &ev {
-                Event::Launch(_, l) => {
-                    let name = replay
-                        .kernel_names
-                        .get(&(h.tgid, g, l.func, runtime))
-                        .cloned()
-                        .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
-                    let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
+                emit(
+                    out,
+                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                               "args": {"name": label}}),
+                )?;
+            }
+            let mut v = v;
+            v["tid"] = json!(tid);
+            emit(out, v)
+        };
+        match &ev {
+            Event::Launch(_, l) => {
+                let name = replay
+                    .kernel_names
+                    .get(&(h.tgid, g, l.func, runtime))
+                    .cloned()
+                    .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
+                let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
                                       "shared_bytes": l.shared_bytes,
                                       "stream": format!("0x{:x}", l.stream)});
-                    emit(
-                        out,
-                        json!({"ph": "i", "s": "t", "cat": "launch", "name": name.clone(),
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name.clone(),
                                "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
-                    )?;
-                    on_stream(
-                        out,
-                        l.stream,
-                        json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
+                )?;
+                on_stream(
+                    out,
+                    l.stream,
+                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
                                "pid": pid, "ts": ts, "args": args}),
-                        &mut emit,
-                    )?;
-                }
-                Event::Copy(_, c) => {
-                    let name = format!("{api_name} {}", dir_name(c.direction));
-                    let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
+                    &mut emit,
+                )?;
+            }
+            Event::Copy(_, c) => {
+                let name = format!("{api_name} {}", dir_name(c.direction));
+                let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
                                       "async": c.flags & flags::ASYNC != 0,
                                       "stream": format!("0x{:x}", c.stream), "ret": c.ret});
-                    emit(
-                        out,
-                        call(
-                            &name,
-                            "copy",
-                            pid,
-                            h.tid,
-                            ts,
-                            c.flags,
-                            c.dur_ns,
-                            args.clone(),
-                        ),
-                    )?;
-                    on_stream(
-                        out,
-                        c.stream,
-                        json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
+                emit(
+                    out,
+                    call(
+                        &name,
+                        "copy",
+                        pid,
+                        h.tid,
+                        ts,
+                        c.flags,
+                        c.dur_ns,
+                        args.clone(),
+                    ),
+                )?;
+                on_stream(
+                    out,
+                    c.stream,
+                    json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
                                "pid": pid, "ts": ts, "args": args}),
-                        &mut emit,
-                    )?;
-                }
-                Event::Sync(_, s) => {
-                    let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
-                                      "gpu_side": s.flags & flags::GPU_SIDE != 0});
-                    emit(
-                        out,
-                        call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
-                    )?;
-                }
-                Event::Mem(_, m) => {
-                    let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
-                                      "ret": m.ret});
-                    emit(
-                        out,
-                        call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
-                    )?;
-                }
-                Event::Graph(_, gr) => {
-                    let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
-                                      "stream": format!("0x{:x}", gr.stream)});
-                    emit(
-                        out,
-                        json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
-                               "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
-                    )?;
-                }
-                Event::Exit(..) => {
-                    emit(
-                        out,
-                        json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
-                               "pid": pid, "tid": h.tid, "ts": ts}),
-                    )?;
-                }
-                Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
+                    &mut emit,
+                )?;
             }
+            Event::Sync(_, s) => {
+                let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
+                                      "gpu_side": s.flags & flags::GPU_SIDE != 0});
+                emit(
+                    out,
+                    call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
+                )?;
+            }
+            Event::Mem(_, m) => {
+                let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
+                                      "ret": m.ret});
+                emit(
+                    out,
+                    call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
+                )?;
+            }
+            Event::Graph(_, gr) => {
+                let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
+                                      "stream": format!("0x{:x}", gr.stream)});
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
+                               "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
+                )?;
+            }
+            Event::Exit(..) => {
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
+                               "pid": pid, "tid": h.tid, "ts": ts}),
+                )?;
+            }
+            Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
         }
-    }
+        Ok(())
+    })?;
     writeln!(out, "]}}").map_err(io)?;
-    let recovery_warning = r
-        .damage
+    let recovery_warning = damage
         .as_ref()
         .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
     Ok(Summary {
         events,
         processes: replay.report.processes.len(),
-        damaged: r.damage.is_some(),
+        damaged: damage.is_some(),
         warning: recovery_warning.or_else(|| replay.recovery.warning(&path.display().to_string())),
     })
 }

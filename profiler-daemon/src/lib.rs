@@ -15,5 +15,6 @@ pub mod export;
 pub mod model;
 pub mod output;
 pub mod session;
+pub mod steps;
 pub mod store;
 pub mod views;

@@ -5,6 +5,7 @@
 //! from a running daemon render the same.
 
 use crate::output::{self, Report, fmt};
+use crate::steps::ProcessSteps;
 use crate::store;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ pub enum View {
     Jobs,
     /// What the figures suggest trying, with the evidence (also at the end of the summary).
     Advice,
+    /// Training steps found per process (see `steps` for the method): step time, launches,
+    /// blocked time and input delay per step; `--format json` adds every step.
+    Steps,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -99,7 +103,18 @@ pub fn run(a: &ReportArgs) -> u8 {
     if let Some(w) = replay.recovery.warning(&a.file.display().to_string()) {
         eprintln!("gpuprofd report: warning: {w}");
     }
-    let out = match render(&replay.report, a, name_re.as_ref()) {
+    let steps = if matches!(a.view, View::Steps | View::Advice) {
+        match crate::steps::find(&a.file) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("gpuprofd report: finding steps: {e}");
+                return EXIT_UNREADABLE;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let out = match render(&replay.report, &steps, a, name_re.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpuprofd report: {e}");
@@ -127,9 +142,10 @@ struct Row {
     cols: Vec<(&'static str, Value)>,
 }
 
-/// Renders `view` of `r` with the selection in `a`.
+/// Renders `view` of `r` (with the `steps` found in its capture) with the selection in `a`.
 pub fn render(
     r: &Report,
+    steps: &[ProcessSteps],
     a: &ReportArgs,
     name_re: Option<&regex::Regex>,
 ) -> Result<String, String> {
@@ -141,7 +157,7 @@ pub fn render(
         });
     }
     if a.view == View::Advice {
-        let mut advice = crate::advice::advise(r);
+        let mut advice = crate::advice::advise(r, steps);
         advice.retain(|x| {
             a.pid.is_none_or(|p| x.pid == Some(p)) && name_re.is_none_or(|re| re.is_match(x.rule))
         });
@@ -167,7 +183,11 @@ pub fn render(
             }
         });
     }
-    let mut rows = rows(r, a.view);
+    let mut rows = if a.view == View::Steps {
+        step_rows(r, steps)
+    } else {
+        rows(r, a.view)
+    };
     rows.retain(|row| {
         row.calls >= a.min_calls
             && row.bytes >= a.min_bytes
@@ -203,6 +223,7 @@ pub fn render(
         all.iter()
             .copied()
             .filter(|c| a.format != Format::Table || !narrow.contains(c))
+            .filter(|c| a.format == Format::Json || *c != "steps")
             .collect()
     } else {
         let mut v = Vec::new();
@@ -270,6 +291,19 @@ fn value<'a>(row: &'a Row, col: &str) -> &'a Value {
 fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
     match view {
         View::Summary | View::Advice => &[],
+        View::Steps => &[
+            ("pid", "PID", true),
+            ("boundary", "BOUNDARY", false),
+            ("calls", "STEPS", true),
+            ("irregular", "IRREG", true),
+            ("wall_p50_ns", "P50 ms", true),
+            ("wall_p90_ns", "P90 ms", true),
+            ("launches", "LAUNCH/STEP", true),
+            ("blocked_ns", "BLOCKED ms", true),
+            ("first_enqueue_ns", "INPUT ms", true),
+            ("copy_bytes", "COPIED/STEP", true),
+            ("steps", "", false),
+        ],
         View::Kernels => &[
             ("pid", "PID", true),
             ("kernel", "KERNEL", false),
@@ -330,10 +364,11 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
     }
 }
 
-/// Columns a table shows only when `--select`ed.
+/// Columns a table shows only when `--select`ed (`steps`, the whole series, only in JSON).
 fn narrow_columns(view: View) -> &'static [&'static str] {
     match view {
         View::Kernels => &["shared_bytes", "streams", "api"],
+        View::Steps => &["irregular", "wall_p90_ns", "copy_bytes"],
         _ => &[],
     }
 }
@@ -363,11 +398,13 @@ fn human(col: &str, v: &Value) -> String {
         ("bandwidth_bps", Value::Number(n)) => {
             format!("{}/s", fmt::bytes(n.as_f64().unwrap_or(0.0) as u64))
         }
-        ("blocked_ns", Value::Number(n)) => fmt::ms(n.as_u64().unwrap_or(0)),
+        ("blocked_ns" | "wall_p50_ns" | "wall_p90_ns" | "first_enqueue_ns", Value::Number(n)) => {
+            fmt::ms(n.as_u64().unwrap_or(0))
+        }
         ("p50_ns" | "p99_ns" | "max_ns", Value::Number(n)) => fmt::us(n.as_u64().unwrap_or(0)),
         ("share", Value::Number(n)) => format!("{:.1}%", n.as_f64().unwrap_or(0.0) * 100.0),
         ("kernel", Value::String(s)) => fmt::truncate(s, 32),
-        ("api" | "comm" | "job", Value::String(s)) => fmt::truncate(s, 24),
+        ("api" | "comm" | "job" | "boundary", Value::String(s)) => fmt::truncate(s, 24),
         (_, Value::String(s)) => s.clone(),
         (_, other) => other.to_string(),
     }
@@ -400,10 +437,49 @@ fn job_text(p: &output::ProcessReport) -> Value {
     }
 }
 
+/// Per process with a step loop: medians over its regular steps (what the loop usually does).
+fn step_rows(r: &Report, steps: &[ProcessSteps]) -> Vec<Row> {
+    use crate::steps::{Step, quantile};
+    steps
+        .iter()
+        .map(|s| {
+            let reg: Vec<&Step> = s.regular().collect();
+            let q = |f: fn(&Step) -> u64, at: f64| quantile(reg.iter().map(|x| f(x)).collect(), at);
+            // The report entry of this process generation, for its job.
+            let p = r
+                .processes
+                .iter()
+                .filter(|p| p.tgid == s.tgid)
+                .nth(s.generation as usize);
+            Row {
+                tgid: Some(s.tgid),
+                job: p.and_then(job_label),
+                name: s.boundary.clone(),
+                calls: reg.len() as u64,
+                bytes: q(|x| x.copy_bytes, 0.5),
+                blocked_ns: q(|x| x.blocked_ns, 0.5),
+                cols: vec![
+                    ("pid", json!(s.tgid)),
+                    ("boundary", json!(s.boundary)),
+                    ("calls", json!(reg.len())),
+                    ("irregular", json!(s.steps.len() - reg.len())),
+                    ("wall_p50_ns", json!(q(|x| x.wall_ns, 0.5))),
+                    ("wall_p90_ns", json!(q(|x| x.wall_ns, 0.9))),
+                    ("launches", json!(q(|x| x.launches, 0.5))),
+                    ("blocked_ns", json!(q(|x| x.blocked_ns, 0.5))),
+                    ("first_enqueue_ns", json!(q(|x| x.first_enqueue_ns, 0.5))),
+                    ("copy_bytes", json!(q(|x| x.copy_bytes, 0.5))),
+                    ("steps", json!(s.steps)),
+                ],
+            }
+        })
+        .collect()
+}
+
 fn rows(r: &Report, view: View) -> Vec<Row> {
     let mut out = Vec::new();
     match view {
-        View::Summary | View::Advice => {}
+        View::Summary | View::Advice | View::Steps => {}
         View::Kernels => {
             for p in &r.processes {
                 for k in &p.kernels {

@@ -234,3 +234,98 @@ fn advice_names_the_sync_bound_process_and_only_it() {
     calm.exit();
     waiting.exit();
 }
+
+#[test]
+fn a_training_loop_is_cut_into_its_steps() {
+    let d = Daemon::all_jobs_capturing();
+    let mut w = Workload::start();
+    // Warm-up, then 6 iterations of [200 ms preparing input, 5 launches, a 4 KiB copy, the
+    // stream sync that closes the step], then a short last iteration.
+    let mut script = vec!["rt_malloc 1048576 1", "rt_sync_device 1"];
+    for _ in 0..6 {
+        script.extend([
+            "sleep_ms 200",
+            "rt_launch gemm 3 1 1 1 32 1 1 0 1",
+            "rt_launch relu 2 1 1 1 32 1 1 0 1",
+            "rt_memcpy h2d 4096 1",
+            "rt_sync_stream 1 1",
+        ]);
+    }
+    script.extend(["rt_launch gemm 1 1 1 1 32 1 1 0 1", "rt_sync_stream 1 1"]);
+    w.script(&script);
+    let tgid = w.tgid;
+    let f = d.stop();
+    let file = f.output.to_str().unwrap();
+    let (code, out, err) = run_daemon(&["report", file, "--view", "steps", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    let s = &rows[0];
+    assert_eq!(s["pid"], tgid);
+    assert!(
+        s["boundary"]
+            .as_str()
+            .unwrap()
+            .starts_with("cudaStreamSynchronize 0x"),
+        "{s}"
+    );
+    // The first iteration closes the warm-up; iterations 2..6 are the loop's steps, the short
+    // last one is irregular.
+    assert_eq!(
+        (
+            s["calls"].as_u64(),
+            s["irregular"].as_u64(),
+            s["launches"].as_u64(),
+            s["copy_bytes"].as_u64()
+        ),
+        (Some(5), Some(1), Some(5), Some(4096))
+    );
+    let input = s["first_enqueue_ns"].as_u64().unwrap();
+    let wall = s["wall_p50_ns"].as_u64().unwrap();
+    assert!((200_000_000..400_000_000).contains(&input), "{s}");
+    assert!(wall >= input, "{s}");
+    let steps = s["steps"].as_array().unwrap();
+    assert_eq!(
+        steps
+            .iter()
+            .map(|x| (
+                x["launches"].as_u64().unwrap(),
+                x["regular"].as_bool().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            (5, true),
+            (5, true),
+            (5, true),
+            (5, true),
+            (5, true),
+            (1, false)
+        ]
+    );
+    // The advice names the input wait; nothing else stands out.
+    let (code, out, _) = run_daemon(&["report", file, "--view", "advice", "--format", "json"]);
+    assert_eq!(code, 0);
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rules: Vec<&str> = a
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["input_bound"], "{a}");
+    // And the timeline has a span per step.
+    let trace = f.output.with_extension("trace.json");
+    let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let spans = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "step" && e["pid"] == tgid)
+        .count();
+    assert_eq!(spans, 6);
+    w.exit();
+}

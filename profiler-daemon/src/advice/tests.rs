@@ -58,12 +58,12 @@ fn balanced() -> Value {
 }
 
 fn rules(r: &Report) -> Vec<(&'static str, Option<u32>)> {
-    advise(r).iter().map(|a| (a.rule, a.pid)).collect()
+    advise(r, &[]).iter().map(|a| (a.rule, a.pid)).collect()
 }
 
 #[test]
 fn a_balanced_run_gets_no_advice() {
-    assert_eq!(advise(&report(vec![balanced()], 0)), vec![]);
+    assert_eq!(advise_(&report(vec![balanced()], 0)), vec![]);
     assert_eq!(render(&[]), "");
 }
 
@@ -80,7 +80,7 @@ fn sync_bound() {
         &[],
         0,
     );
-    let a = advise(&report(vec![balanced(), p], 0));
+    let a = advise_(&report(vec![balanced(), p], 0));
     assert_eq!(a.len(), 1);
     assert_eq!((a[0].rule, a[0].pid), ("sync_bound", Some(7)));
     assert_eq!(
@@ -92,7 +92,7 @@ fn sync_bound() {
 
 #[test]
 fn launch_bound() {
-    let a = advise(&report(vec![process(8, 150_000, &[], &[], 0)], 0));
+    let a = advise_(&report(vec![process(8, 150_000, &[], &[], 0)], 0));
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].rule, "launch_bound");
     assert_eq!(
@@ -115,7 +115,7 @@ fn tiny_and_blocking_copies() {
         ],
         0,
     );
-    let a = advise(&report(vec![p], 0));
+    let a = advise_(&report(vec![p], 0));
     let got: Vec<(&str, &str)> = a.iter().map(|x| (x.rule, x.evidence.as_str())).collect();
     assert_eq!(
         got,
@@ -139,7 +139,7 @@ fn alloc_churn_and_lost_records() {
         rules(&r),
         [("alloc_churn", Some(11)), ("records_lost", None)]
     );
-    let a = advise(&r);
+    let a = advise_(&r);
     assert_eq!(
         a[0].evidence,
         "500 device allocations per second (5000 in 10.0 s), 5000 frees"
@@ -154,5 +154,81 @@ fn alloc_churn_and_lost_records() {
 fn a_short_capture_gets_no_per_process_advice() {
     let mut r = report(vec![process(8, 150_000, &[], &[], 0)], 0);
     r.duration_ns = MIN_DURATION_NS - 1;
-    assert_eq!(advise(&r), vec![]);
+    assert_eq!(advise_(&r), vec![]);
+}
+
+fn advise_(r: &Report) -> Vec<Advice> {
+    advise(r, &[])
+}
+
+fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
+    ProcessSteps {
+        tgid,
+        generation: 0,
+        boundary: "cudaStreamSynchronize 0x10".into(),
+        steps: steps
+            .iter()
+            .enumerate()
+            .map(
+                |(i, &(wall_ns, first_enqueue_ns, live_bytes))| crate::steps::Step {
+                    start_ns: i as u64 * wall_ns,
+                    wall_ns,
+                    launches: 5,
+                    blocked_ns: 0,
+                    copy_bytes: 0,
+                    first_enqueue_ns,
+                    live_bytes,
+                    regular: true,
+                },
+            )
+            .collect(),
+    }
+}
+
+#[test]
+fn input_bound_and_memory_growth_from_steps() {
+    let r = report(vec![balanced(), process(5, 100, &[], &[], 0)], 0);
+    const MB: u64 = 1 << 20;
+    let s = [
+        steps_of(1, &[(10_000_000, 1_000_000, 0); 5]),
+        steps_of(
+            5,
+            &[
+                (10_000_000, 4_000_000, 100 * MB),
+                (10_000_000, 5_000_000, 140 * MB),
+                (10_000_000, 4_000_000, 140 * MB),
+                (10_000_000, 6_000_000, 180 * MB),
+            ],
+        ),
+    ];
+    let a = advise(&r, &s);
+    let got: Vec<(&str, Option<u32>, &str)> = a
+        .iter()
+        .map(|x| (x.rule, x.pid, x.evidence.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "input_bound",
+                Some(5),
+                "in 4 steps of 10.000 ms (median; boundary cudaStreamSynchronize 0x10), the \
+                 first GPU work was enqueued 4.000 ms (40%) after the step began"
+            ),
+            (
+                "memory_growth",
+                Some(5),
+                "device memory live at step ends grew from 100.0 MiB to 180.0 MiB over 4 steps \
+                 and never went down"
+            ),
+        ]
+    );
+    // Memory that goes down once is not growth; two steps are too few to judge.
+    let down = [steps_of(
+        5,
+        &[(10, 0, 100 * MB), (10, 0, 90 * MB), (10, 0, 300 * MB)],
+    )];
+    assert_eq!(advise(&r, &down), vec![]);
+    let few = [steps_of(5, &[(10, 9, 0), (10, 9, 500 * MB)])];
+    assert_eq!(advise(&r, &few), vec![]);
 }

@@ -457,16 +457,36 @@ pub struct Replay {
     pub end: Option<End>,
 }
 
-/// Reads `path` and rebuilds the report the daemon made from the same calls.
-pub fn replay(path: &Path) -> Result<Replay, StoreError> {
-    replay_with(path, |_, _| {})
+/// Hands every decodable record of `path` to `each`, in order, with the API table in force and
+/// the record's process generation (how many processes had its tgid before it in the capture,
+/// as [`Aggregator::kernel_names`] counts them). Returns why reading stopped early, if it did.
+pub fn for_each_record(
+    path: &Path,
+    mut each: impl FnMut(&ApiTable, u32, &profiler_common::decode::Event) -> Result<(), String>,
+) -> Result<Option<String>, String> {
+    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
+    let mut api = ApiTable::new();
+    let mut generation: HashMap<u32, u32> = HashMap::new();
+    while let Some(frame) = r.next_frame() {
+        match frame {
+            Frame::Api(list) => api = ApiTable::from_list(list),
+            Frame::Retire { tgid } => *generation.entry(tgid).or_insert(0) += 1,
+            Frame::Records(bytes) => {
+                for rec in records(&bytes) {
+                    if let Ok(ev) = decode(rec) {
+                        let g = generation.get(&ev.header().tgid).copied().unwrap_or(0);
+                        each(&api, g, &ev)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(r.damage)
 }
 
-/// [`replay`], handing every record (with the API table in force) to `each` as well.
-pub fn replay_with(
-    path: &Path,
-    mut each: impl FnMut(&ApiTable, &profiler_common::decode::Event),
-) -> Result<Replay, StoreError> {
+/// Reads `path` and rebuilds the report the daemon made from the same calls.
+pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     let mut r = Reader::open(path)?;
     let header = match r.next_frame() {
         Some(Frame::Header(h)) => h,
@@ -485,24 +505,19 @@ pub fn replay_with(
     };
     let symbols = StoredSymbols::default();
     let mut agg = Aggregator::new(ApiTable::new(), Box::new(symbols.clone()));
-    let mut api = ApiTable::new();
     let mut end = None;
     let mut n_records = 0u64;
     let mut last_ts = header.started_at_monotonic_ns;
     while let Some(frame) = r.next_frame() {
         match frame {
             Frame::Header(_) => {}
-            Frame::Api(list) => {
-                api = ApiTable::from_list(list);
-                agg.set_api_table(api.clone());
-            }
+            Frame::Api(list) => agg.set_api_table(ApiTable::from_list(list)),
             Frame::Records(bytes) => {
                 for rec in records(&bytes) {
                     n_records += 1;
                     match decode(rec) {
                         Ok(ev) => {
                             last_ts = last_ts.max(ev.header().ts_ns);
-                            each(&api, &ev);
                             agg.apply(&ev);
                         }
                         Err(DecodeError::UnknownKind { kind })

@@ -62,7 +62,7 @@ fn show(args: &[&str]) -> Result<String, String> {
         .name_regex
         .as_deref()
         .map(|r| regex::Regex::new(r).unwrap());
-    render(&report(), &a, re.as_ref())
+    render(&report(), &[], &a, re.as_ref())
 }
 
 #[test]
@@ -233,4 +233,59 @@ fn tables_fit_80_columns() {
             assert!(line.chars().count() <= 80, "{v}: {line}");
         }
     }
+}
+
+#[test]
+fn steps_view_medians_and_series() {
+    use crate::steps::{ProcessSteps, Step};
+    let step = |i: u64, wall_ns: u64, regular: bool| Step {
+        start_ns: i * 20_000_000,
+        wall_ns,
+        launches: if regular { 300 } else { 7 },
+        blocked_ns: 2_000_000,
+        copy_bytes: 4096,
+        first_enqueue_ns: 500_000,
+        live_bytes: 1 << 20,
+        regular,
+    };
+    let steps = vec![ProcessSteps {
+        tgid: 100,
+        generation: 0,
+        boundary: "cudaStreamSynchronize".into(),
+        steps: vec![
+            step(0, 12_000_000, true),
+            step(1, 10_000_000, true),
+            step(2, 11_000_000, true),
+            step(3, 3_000_000, false),
+        ],
+    }];
+    let a = |args: &[&str]| {
+        let mut all = vec!["gpuprofd", "report", "x.gpuprof", "--view", "steps"];
+        all.extend_from_slice(args);
+        let cli = crate::cli::Cli::try_parse_from(all).unwrap();
+        let Some(crate::cli::Command::Report(a)) = cli.command else {
+            panic!()
+        };
+        render(&report(), &steps, &a, None).unwrap()
+    };
+    assert_eq!(
+        a(&[]),
+        "PID  BOUNDARY               STEPS  P50 ms  LAUNCH/STEP  BLOCKED ms  INPUT ms\n\
+         100  cudaStreamSynchronize      3  11.000          300       2.000     0.500\n"
+    );
+    assert_eq!(
+        a(&["--format", "csv"]),
+        "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
+         first_enqueue_ns,copy_bytes\n100,cudaStreamSynchronize,3,1,11000000,12000000,300,\
+         2000000,500000,4096\n"
+    );
+    let j: Value = serde_json::from_str(&a(&["--format", "json"])).unwrap();
+    assert_eq!(j[0]["steps"].as_array().unwrap().len(), 4);
+    assert_eq!(j[0]["steps"][3]["regular"], false);
+    assert_eq!(j[0]["steps"][1]["wall_ns"], 10_000_000);
+    assert_eq!(a(&["--job", "web"]), "(no rows match)\n");
+    assert_eq!(
+        a(&["--job", "4242", "--format", "csv", "--select", "pid"]),
+        "pid\n100\n"
+    );
 }

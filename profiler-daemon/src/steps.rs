@@ -1,0 +1,351 @@
+//! Training steps, found without annotations from a capture file.
+//!
+//! Method. A training loop repeats the same launches and closes each repetition with a call that
+//! makes the host wait for the GPU: a synchronisation (`cudaStreamSynchronize`, what `loss.item()`
+//! ends in) or a blocking device-to-host copy. Every such call of a process, keyed by API and
+//! stream/event handle (or copy direction), is a candidate boundary. Cutting the process's calls
+//! at each occurrence of a candidate gives segments; a segment's signature is the multiset of the
+//! functions it launched (an order-independent hash, and the count). The boundary whose segments
+//! most often share one signature — the step's — is the process's step boundary, when at least
+//! [`MIN_STEPS`] segments share it. The calls before its first occurrence are warm-up, not a step.
+//!
+//! Per step (from the end of one boundary call to the end of the next): wall time; launches;
+//! host time blocked in timed calls; copy bytes; the delay from the step's start to its first
+//! enqueued work (launch or copy) — time the GPU had nothing new from this process, e.g. waiting
+//! for input; device memory live at its end. Steps whose signature differs from the step's
+//! (a last, shorter batch; an evaluation pass) are counted as irregular and kept in the series.
+//!
+//! Limits: a loop whose steps launch different kernels each time (dynamic shapes that change the
+//! kernel choice) has no repeating signature and gets no steps; a loop with no blocking call at
+//! all (fully asynchronous, e.g. CUDA graphs replayed without a sync) has no boundary. Times are
+//! CPU-side: a step's wall time is what the host saw, which equals the GPU's step time only when
+//! the boundary waits for all of the step's work.
+
+use crate::api::ApiTable;
+use crate::store;
+use profiler_common::decode::Event;
+use profiler_common::{flags, memop};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Fewest segments sharing one signature for a boundary to count as a step loop.
+pub const MIN_STEPS: u64 = 3;
+/// Candidate boundaries followed per process (the first ones seen).
+const MAX_CANDIDATES: usize = 16;
+/// Distinct segment signatures remembered per candidate.
+const MAX_SIGNATURES: usize = 64;
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// Start, ns after the capture started.
+    pub start_ns: u64,
+    pub wall_ns: u64,
+    pub launches: u64,
+    /// CPU time inside calls a return probe timed (the boundary call included).
+    pub blocked_ns: u64,
+    pub copy_bytes: u64,
+    /// From the step's start to its first launch or copy (the whole step when it had none).
+    pub first_enqueue_ns: u64,
+    /// Device memory allocated through the hooked APIs and not freed, at the step's end.
+    pub live_bytes: u64,
+    /// The step's signature is the loop's.
+    pub regular: bool,
+}
+
+/// The steps of one process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessSteps {
+    pub tgid: u32,
+    /// How many processes had this tgid before (pid reuse); 0 almost always.
+    pub generation: u32,
+    /// The boundary call: API, and the handle or direction that keys it.
+    pub boundary: String,
+    pub steps: Vec<Step>,
+}
+
+impl ProcessSteps {
+    pub fn regular(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| s.regular)
+    }
+}
+
+/// A candidate boundary: API id and handle (sync) or direction (copy).
+type Key = (u32, u64);
+
+fn boundary_key(ev: &Event) -> Option<Key> {
+    match ev {
+        Event::Sync(h, s) if s.flags & flags::GPU_SIDE == 0 => Some((h.api, s.handle)),
+        Event::Copy(h, c)
+            if c.flags & flags::ASYNC == 0 && c.direction == profiler_common::dir::D2H =>
+        {
+            Some((h.api, u64::from(c.direction)))
+        }
+        _ => None,
+    }
+}
+
+fn mix(func: u64) -> u64 {
+    // splitmix64's finaliser: spreads nearby handles across the word.
+    let mut z = func.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Signature of the launches since a boundary: (sum of mixed functions, count).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Sig(u64, u64);
+
+impl Sig {
+    fn add(&mut self, func: u64) {
+        self.0 = self.0.wrapping_add(mix(func));
+        self.1 += 1;
+    }
+}
+
+#[derive(Default)]
+struct Candidate {
+    acc: Sig,
+    /// Segment signature → how many segments had it.
+    seen: HashMap<Sig, u64>,
+}
+
+#[derive(Default)]
+struct Finder {
+    order: Vec<Key>,
+    cands: HashMap<Key, Candidate>,
+}
+
+impl Finder {
+    fn on_launch(&mut self, func: u64) {
+        for c in self.cands.values_mut() {
+            c.acc.add(func);
+        }
+    }
+
+    fn on_boundary(&mut self, k: Key) {
+        if !self.cands.contains_key(&k) {
+            if self.cands.len() >= MAX_CANDIDATES {
+                return;
+            }
+            self.order.push(k);
+            // Its first occurrence starts its first segment.
+            self.cands.insert(k, Candidate::default());
+            return;
+        }
+        let c = self.cands.get_mut(&k).expect("checked");
+        let sig = std::mem::take(&mut c.acc);
+        if sig.1 == 0 {
+            return; // back-to-back boundaries: no segment
+        }
+        if c.seen.len() < MAX_SIGNATURES || c.seen.contains_key(&sig) {
+            *c.seen.entry(sig).or_default() += 1;
+        }
+    }
+
+    /// The boundary and its step signature: most segments sharing one signature, at least
+    /// [`MIN_STEPS`]; ties go to the boundary seen first.
+    fn choose(&self) -> Option<(Key, Sig)> {
+        let mut best: Option<(Key, Sig, u64)> = None;
+        for k in &self.order {
+            let c = &self.cands[k];
+            // The mode; ties to the signature with more launches, then the smaller hash.
+            let Some((sig, n)) = c
+                .seen
+                .iter()
+                .max_by_key(|(s, n)| (**n, s.1, std::cmp::Reverse(s.0)))
+            else {
+                continue;
+            };
+            if *n >= MIN_STEPS && best.as_ref().is_none_or(|b| *n > b.2) {
+                best = Some((*k, *sig, *n));
+            }
+        }
+        best.map(|(k, s, _)| (k, s))
+    }
+}
+
+fn fresh_step(start_ns: u64) -> Step {
+    Step {
+        start_ns,
+        wall_ns: 0,
+        launches: 0,
+        blocked_ns: 0,
+        copy_bytes: 0,
+        first_enqueue_ns: u64::MAX,
+        live_bytes: 0,
+        regular: false,
+    }
+}
+
+/// Per-process state of the second pass.
+struct Cutter {
+    key: Key,
+    sig: Sig,
+    /// The boundary API's name, once seen.
+    name: Option<String>,
+    started: bool,
+    cur: Step,
+    cur_sig: Sig,
+    live: u64,
+    ptrs: HashMap<u64, u64>,
+    steps: Vec<Step>,
+}
+
+impl Cutter {
+    fn new(key: Key, sig: Sig) -> Self {
+        Cutter {
+            key,
+            sig,
+            name: None,
+            started: false,
+            cur: fresh_step(0),
+            cur_sig: Sig::default(),
+            live: 0,
+            ptrs: HashMap::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    fn on(&mut self, api: &ApiTable, ev: &Event, t0: u64) {
+        let h = *ev.header();
+        let rel = h.ts_ns.saturating_sub(t0);
+        let mut enqueue = false;
+        match ev {
+            Event::Launch(_, l) => {
+                self.cur.launches += 1;
+                self.cur_sig.add(l.func);
+                enqueue = true;
+            }
+            Event::Copy(_, c) => {
+                if c.flags & flags::HAS_RETURN == 0 || c.ret == 0 {
+                    self.cur.copy_bytes += c.bytes;
+                }
+                if c.flags & flags::HAS_RETURN != 0 {
+                    self.cur.blocked_ns += c.dur_ns;
+                }
+                enqueue = true;
+            }
+            Event::Sync(_, s) if s.flags & flags::HAS_RETURN != 0 => {
+                self.cur.blocked_ns += s.dur_ns;
+            }
+            Event::Mem(_, m) => {
+                if m.flags & flags::HAS_RETURN != 0 {
+                    self.cur.blocked_ns += m.dur_ns;
+                }
+                let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
+                match m.op {
+                    memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
+                        self.ptrs.insert(m.ptr, m.bytes);
+                        self.live += m.bytes;
+                    }
+                    memop::FREE | memop::VMM_RELEASE if ok => {
+                        self.live -= self.ptrs.remove(&m.ptr).unwrap_or(0);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        if enqueue && self.cur.first_enqueue_ns == u64::MAX {
+            self.cur.first_enqueue_ns = rel.saturating_sub(self.cur.start_ns);
+        }
+        if boundary_key(ev) == Some(self.key) {
+            if self.name.is_none() {
+                self.name = Some(api.name(h.api));
+            }
+            let dur = match ev {
+                Event::Sync(_, s) => s.dur_ns,
+                Event::Copy(_, c) => c.dur_ns,
+                _ => 0,
+            };
+            let end = rel + dur;
+            if self.started {
+                let mut s = self.cur.clone();
+                s.wall_ns = end.saturating_sub(s.start_ns);
+                if s.first_enqueue_ns == u64::MAX {
+                    s.first_enqueue_ns = s.wall_ns;
+                }
+                s.live_bytes = self.live;
+                s.regular = self.cur_sig == self.sig;
+                self.steps.push(s);
+            }
+            self.started = true;
+            self.cur = fresh_step(end);
+            self.cur_sig = Sig::default();
+        }
+    }
+}
+
+/// The steps of every process in the capture at `path` that has a step loop, by tgid.
+pub fn find(path: &Path) -> Result<Vec<ProcessSteps>, String> {
+    let t0 = store::replay(path)
+        .map_err(|e| e.to_string())?
+        .header
+        .started_at_monotonic_ns;
+    // Pass 1: candidate boundaries and their segment signatures.
+    let mut finders: HashMap<(u32, u32), Finder> = HashMap::new();
+    store::for_each_record(path, |_, g, ev| {
+        let f = finders.entry((ev.header().tgid, g)).or_default();
+        match ev {
+            Event::Launch(_, l) => f.on_launch(l.func),
+            _ => {
+                if let Some(k) = boundary_key(ev) {
+                    f.on_boundary(k);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let mut cutters: HashMap<(u32, u32), Cutter> = finders
+        .iter()
+        .filter_map(|(p, f)| f.choose().map(|(k, s)| (*p, Cutter::new(k, s))))
+        .collect();
+    if cutters.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Pass 2: cut at the chosen boundary, measure each step.
+    store::for_each_record(path, |api, g, ev| {
+        if let Some(c) = cutters.get_mut(&(ev.header().tgid, g)) {
+            c.on(api, ev, t0);
+        }
+        Ok(())
+    })?;
+    let mut out: Vec<ProcessSteps> = cutters
+        .into_iter()
+        .map(|((tgid, generation), c)| {
+            let (_, handle) = c.key;
+            let name = c.name.unwrap_or_default();
+            let boundary = if name.contains("Memcpy") || name.contains("memcpy") {
+                format!("{name} d2h")
+            } else if handle == 0 {
+                name
+            } else {
+                format!("{name} 0x{handle:x}")
+            };
+            ProcessSteps {
+                tgid,
+                generation,
+                boundary,
+                steps: c.steps,
+            }
+        })
+        .collect();
+    out.sort_by_key(|p| (p.tgid, p.generation));
+    Ok(out)
+}
+
+/// The value at quantile `q` (0..=1) of `v` (nearest rank), 0 when empty.
+pub fn quantile(mut v: Vec<u64>, q: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+#[cfg(test)]
+mod tests;

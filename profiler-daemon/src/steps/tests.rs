@@ -1,0 +1,183 @@
+//! Step detection on captures whose step structure is known.
+
+use super::*;
+use crate::api::Layer;
+use crate::store::tests::{Tmp, header};
+use crate::store::{Frame, Writer};
+use profiler_common::decode::encode;
+use profiler_common::{CopyBody, Header, LaunchBody, MemBody, Record, SyncBody, dir, kind};
+
+const LAUNCH: u32 = 0;
+const STREAM_SYNC: u32 = 1;
+const DEVICE_SYNC: u32 = 2;
+const MEMCPY: u32 = 3;
+const MALLOC: u32 = 4;
+
+fn hdr(kind: u32, api: u32, tgid: u32, ts_ns: u64) -> Header {
+    Header {
+        kind,
+        api,
+        tgid,
+        tid: tgid,
+        ts_ns,
+    }
+}
+
+struct Rec<'a>(&'a mut Writer, u32);
+
+impl Rec<'_> {
+    fn launch(&mut self, ts: u64, func: u64) {
+        self.0.record(encode(&Record {
+            header: hdr(kind::LAUNCH, LAUNCH, self.1, ts),
+            body: LaunchBody {
+                func,
+                ..Default::default()
+            },
+        }));
+    }
+    fn sync(&mut self, api: u32, ts: u64, handle: u64, dur_ns: u64) {
+        self.0.record(encode(&Record {
+            header: hdr(kind::SYNC, api, self.1, ts),
+            body: SyncBody {
+                handle,
+                dur_ns,
+                ret: 0,
+                flags: flags::HAS_RETURN,
+            },
+        }));
+    }
+    fn copy(&mut self, ts: u64, direction: u32, bytes: u64, dur_ns: u64) {
+        self.0.record(encode(&Record {
+            header: hdr(kind::COPY, MEMCPY, self.1, ts),
+            body: CopyBody {
+                bytes,
+                direction,
+                dur_ns,
+                flags: flags::HAS_RETURN,
+                ..Default::default()
+            },
+        }));
+    }
+    fn malloc(&mut self, ts: u64, ptr: u64, bytes: u64) {
+        self.0.record(encode(&Record {
+            header: hdr(kind::MEM, MALLOC, self.1, ts),
+            body: MemBody {
+                ptr,
+                bytes,
+                dur_ns: 100,
+                op: memop::ALLOC,
+                mem_kind: profiler_common::memkind::DEVICE,
+                flags: flags::HAS_RETURN,
+                ..Default::default()
+            },
+        }));
+    }
+}
+
+const A: u64 = 0xa0;
+const B: u64 = 0xb0;
+const MIB: u64 = 1 << 20;
+
+/// pid 100: warm-up, then 5 iterations of [input 200 µs, A×3, B×2, blocking h2d 4 KiB,
+/// stream sync] 1 ms apart (the third also allocates 2 MiB), then a short last one (A×1).
+/// pid 200: a few launches and two syncs, no loop. pid 300: a sync per iteration, but a
+/// different kernel every time.
+fn capture(path: &std::path::Path) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header()); // t0 = 1_000 ns
+    let mut api = ApiTable::new();
+    for (n, l) in [
+        ("cudaLaunchKernel", Layer::Runtime),
+        ("cudaStreamSynchronize", Layer::Runtime),
+        ("cudaDeviceSynchronize", Layer::Runtime),
+        ("cudaMemcpy", Layer::Runtime),
+        ("cudaMalloc", Layer::Runtime),
+    ] {
+        api.intern(n, l);
+    }
+    w.frame(&Frame::Api(api.list().to_vec()));
+    let mut p = Rec(&mut w, 100);
+    p.malloc(10_000, 0x1000, MIB);
+    p.sync(DEVICE_SYNC, 20_000, 0, 500);
+    for i in 0..5u64 {
+        let base = 100_000 + i * 1_000_000;
+        for k in 0..3 {
+            p.launch(base + 200_000 + k, A);
+        }
+        for k in 0..2 {
+            p.launch(base + 250_000 + k, B);
+        }
+        p.copy(base + 300_000, dir::H2D, 4096, 50_000);
+        if i == 2 {
+            p.malloc(base + 400_000, 0x2000, 2 * MIB);
+        }
+        p.sync(STREAM_SYNC, base + 900_000, 0x10, 80_000);
+    }
+    let base = 100_000 + 5 * 1_000_000;
+    p.launch(base + 200_000, A);
+    p.sync(STREAM_SYNC, base + 500_000, 0x10, 80_000);
+    let mut q = Rec(&mut w, 200);
+    q.launch(50_000, A);
+    q.sync(STREAM_SYNC, 60_000, 0, 10);
+    q.launch(70_000, B);
+    q.sync(STREAM_SYNC, 80_000, 0, 10);
+    let mut r = Rec(&mut w, 300);
+    for i in 0..6u64 {
+        r.launch(1_000_000 * i, 0x300 + i);
+        r.sync(DEVICE_SYNC, 1_000_000 * i + 10, 0, 10);
+    }
+    w.flush();
+}
+
+#[test]
+fn a_known_loop_is_found_and_measured() {
+    let t = Tmp::new("steps");
+    capture(&t.0);
+    let found = find(&t.0).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let p = &found[0];
+    assert_eq!((p.tgid, p.generation), (100, 0));
+    assert_eq!(p.boundary, "cudaStreamSynchronize 0x10");
+    // Iteration 0 and the warm-up before it are not a step; iterations 1..4 are, then the
+    // short last one (irregular).
+    let step = |i: u64, live: u64, blocked: u64| Step {
+        start_ns: 100_000 + (i - 1) * 1_000_000 + 980_000 - 1_000,
+        wall_ns: 1_000_000,
+        launches: 5,
+        blocked_ns: blocked,
+        copy_bytes: 4096,
+        first_enqueue_ns: 220_000,
+        live_bytes: live,
+        regular: true,
+    };
+    let last = Step {
+        start_ns: 100_000 + 4 * 1_000_000 + 980_000 - 1_000,
+        wall_ns: 600_000,
+        launches: 1,
+        blocked_ns: 80_000,
+        copy_bytes: 0,
+        first_enqueue_ns: 220_000,
+        live_bytes: 3 * MIB,
+        regular: false,
+    };
+    assert_eq!(
+        p.steps,
+        vec![
+            step(1, MIB, 130_000),
+            step(2, 3 * MIB, 130_100),
+            step(3, 3 * MIB, 130_000),
+            step(4, 3 * MIB, 130_000),
+            last
+        ]
+    );
+    assert_eq!(p.regular().count(), 4);
+}
+
+#[test]
+fn quantiles_by_nearest_rank() {
+    assert_eq!(quantile(vec![], 0.5), 0);
+    assert_eq!(quantile(vec![5, 1, 3], 0.5), 3);
+    assert_eq!(quantile(vec![4, 1, 3, 2], 0.5), 2);
+    assert_eq!(quantile(vec![4, 1, 3, 2], 0.9), 4);
+    assert_eq!(quantile(vec![7], 0.0), 7);
+}

@@ -5,7 +5,16 @@
 #   - LLVM 22 dev packages (bpf-linker must link against the same LLVM as rustc nightly)
 #   - bpf-linker 0.13 built against LLVM 22
 #   - test tools: gcc (present), binutils
+#   - with --test-tools: Chromium (the HTML report is checked in headless Chromium)
 set -euo pipefail
+
+TEST_TOOLS=""
+for arg in "$@"; do
+  case "$arg" in
+    --test-tools) TEST_TOOLS=1 ;;
+    *) printf 'setup: unknown argument %s (only --test-tools)\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 SUDO=""
@@ -38,6 +47,9 @@ for p in "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1
 done
 # python3 runs the GPU harness's comparison tests (any python3 will do, e.g. pyenv's)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-pip)
+if [ -n "$TEST_TOOLS" ]; then
+  command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   $SUDO apt-get update -q >/dev/null

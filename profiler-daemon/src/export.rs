@@ -22,7 +22,7 @@ use crate::api::Layer;
 use crate::model::direction_name as dir_name;
 use crate::store;
 use profiler_common::decode::Event;
-use profiler_common::{flags, memop};
+use profiler_common::flags;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::Write;
@@ -59,13 +59,7 @@ pub fn run(a: &ExportArgs) -> u8 {
         eprintln!("gpuprofd export: --from {f} is not before --to {t}");
         return 2;
     }
-    let file = match std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags_nofollow()
-        .open(&a.output)
-    {
+    let file = match crate::session::create_output(&a.output) {
         Ok(f) => f,
         Err(e) => {
             eprintln!(
@@ -104,17 +98,6 @@ pub fn run(a: &ExportArgs) -> u8 {
             eprintln!("gpuprofd export: {e}");
             crate::views::EXIT_UNREADABLE
         }
-    }
-}
-
-trait NoFollow {
-    fn custom_flags_nofollow(&mut self) -> &mut Self;
-}
-
-impl NoFollow for std::fs::OpenOptions {
-    fn custom_flags_nofollow(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o640).custom_flags(libc::O_NOFOLLOW)
     }
 }
 
@@ -242,7 +225,7 @@ pub fn chrome(
     let mut streams = Streams {
         ids: HashMap::new(),
     };
-    let mut live: HashMap<u64, (u64, HashMap<u64, u64>)> = HashMap::new();
+    let mut live: HashMap<u64, store::LiveBytes> = HashMap::new();
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
     let damage = store::for_each_record(path, |api, g, ev| {
         let h = *ev.header();
@@ -252,21 +235,9 @@ pub fn chrome(
         let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
         // Live memory is followed over the whole capture, shown inside the window.
         if let Event::Mem(_, m) = &ev {
-            let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
-            let (bytes, ptrs) = live.entry(pid).or_default();
-            let before = *bytes;
-            match m.op {
-                memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
-                    ptrs.insert(m.ptr, m.bytes);
-                    *bytes += m.bytes;
-                }
-                memop::FREE | memop::VMM_RELEASE if ok => {
-                    *bytes -= ptrs.remove(&m.ptr).unwrap_or(0);
-                }
-                _ => {}
-            }
-            if in_window && *bytes != before {
-                let v = *bytes;
+            let l = live.entry(pid).or_default();
+            if l.apply(m) && in_window {
+                let v = l.bytes;
                 emit(
                     out,
                     json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,

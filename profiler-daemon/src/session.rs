@@ -458,7 +458,7 @@ impl Selection {
 /// Creates (or truncates) the report file without following a symlink at its path: the daemon
 /// runs as root, and a link planted in a shared directory must not make it overwrite another
 /// file. New files get mode 0640.
-fn create_output(p: &Path) -> std::io::Result<File> {
+pub(crate) fn create_output(p: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)

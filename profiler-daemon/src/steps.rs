@@ -24,7 +24,7 @@
 use crate::api::ApiTable;
 use crate::store;
 use profiler_common::decode::Event;
-use profiler_common::{flags, memop};
+use profiler_common::flags;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -189,8 +189,7 @@ struct Cutter {
     started: bool,
     cur: Step,
     cur_sig: Sig,
-    live: u64,
-    ptrs: HashMap<u64, u64>,
+    live: store::LiveBytes,
     steps: Vec<Step>,
 }
 
@@ -203,8 +202,7 @@ impl Cutter {
             started: false,
             cur: fresh_step(0),
             cur_sig: Sig::default(),
-            live: 0,
-            ptrs: HashMap::new(),
+            live: store::LiveBytes::default(),
             steps: Vec::new(),
         }
     }
@@ -235,17 +233,7 @@ impl Cutter {
                 if m.flags & flags::HAS_RETURN != 0 {
                     self.cur.blocked_ns += m.dur_ns;
                 }
-                let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
-                match m.op {
-                    memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
-                        self.ptrs.insert(m.ptr, m.bytes);
-                        self.live += m.bytes;
-                    }
-                    memop::FREE | memop::VMM_RELEASE if ok => {
-                        self.live -= self.ptrs.remove(&m.ptr).unwrap_or(0);
-                    }
-                    _ => {}
-                }
+                self.live.apply(m);
             }
             _ => {}
         }
@@ -268,7 +256,7 @@ impl Cutter {
                 if s.first_enqueue_ns == u64::MAX {
                     s.first_enqueue_ns = s.wall_ns;
                 }
-                s.live_bytes = self.live;
+                s.live_bytes = self.live.bytes;
                 s.regular = self.cur_sig == self.sig;
                 self.steps.push(s);
             }

@@ -36,6 +36,8 @@ pub enum Format {
     Table,
     Json,
     Csv,
+    /// The overview page (summary view only): one self-contained HTML file.
+    Html,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -78,6 +80,9 @@ pub struct ReportArgs {
     /// Only these columns, comma-separated, in this order (names as in the JSON/CSV output).
     #[arg(long, value_name = "COLS", value_delimiter = ',')]
     pub select: Vec<String>,
+    /// Write to this file instead of standard output (never through a symbolic link).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// Exit codes of `report`.
@@ -103,7 +108,11 @@ pub fn run(a: &ReportArgs) -> u8 {
     if let Some(w) = replay.recovery.warning(&a.file.display().to_string()) {
         eprintln!("gpuprofd report: warning: {w}");
     }
-    let steps = if matches!(a.view, View::Steps | View::Advice) {
+    if a.format == Format::Html && a.view != View::Summary {
+        eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
+        return 2;
+    }
+    let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
         match crate::steps::find(&a.file) {
             Ok(s) => s,
             Err(e) => {
@@ -114,14 +123,38 @@ pub fn run(a: &ReportArgs) -> u8 {
     } else {
         Vec::new()
     };
-    let out = match render(&replay.report, &steps, a, name_re.as_ref()) {
+    let rendered = if a.format == Format::Html {
+        crate::html::memory_series(&a.file, replay.header.started_at_monotonic_ns).map(|mem| {
+            let advice = crate::advice::advise(&replay.report, &steps);
+            crate::html::page(&crate::html::page_data(
+                &replay.report,
+                &steps,
+                &advice,
+                &mem,
+            ))
+        })
+    } else {
+        render(&replay.report, &steps, a, name_re.as_ref())
+    };
+    let out = match rendered {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpuprofd report: {e}");
             return 2;
         }
     };
-    print!("{out}");
+    match &a.output {
+        Some(p) => {
+            let written = crate::session::create_output(p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
+            if let Err(e) = written {
+                eprintln!("gpuprofd report: cannot write \"{}\": {e}", p.display());
+                return 4;
+            }
+            eprintln!("gpuprofd report: written to {}", p.display());
+        }
+        None => print!("{out}"),
+    }
     if replay.recovery.damage.is_some() {
         EXIT_DAMAGED
     } else {
@@ -154,6 +187,7 @@ pub fn render(
             Format::Table => output::table::render(r),
             Format::Json => output::json::to_string_pretty(r) + "\n",
             Format::Csv => return Err("--format csv needs a --view other than summary".into()),
+            Format::Html => return Err("--format html is rendered by `run`".into()),
         });
     }
     if a.view == View::Advice {
@@ -162,8 +196,10 @@ pub fn render(
             a.pid.is_none_or(|p| x.pid == Some(p)) && name_re.is_none_or(|re| re.is_match(x.rule))
         });
         return Ok(match a.format {
-            Format::Table if advice.is_empty() => "no advice: nothing stood out\n".to_owned(),
-            Format::Table => crate::advice::render(&advice).trim_start().to_owned(),
+            Format::Table | Format::Html if advice.is_empty() => {
+                "no advice: nothing stood out\n".to_owned()
+            }
+            Format::Table | Format::Html => crate::advice::render(&advice).trim_start().to_owned(),
             Format::Json => serde_json::to_string_pretty(&advice).unwrap_or_default() + "\n",
             Format::Csv => {
                 let mut out = "rule,pid,comm,evidence,suggestion\n".to_owned();
@@ -264,7 +300,7 @@ pub fn render(
             }
             out
         }
-        Format::Table => {
+        Format::Table | Format::Html => {
             let heads: Vec<&str> = picked.iter().map(|c| head(a.view, c)).collect();
             let align: Vec<fmt::Align> = picked.iter().map(|c| align(a.view, c)).collect();
             let cells: Vec<Vec<String>> = rows

@@ -252,6 +252,52 @@ impl Daemon {
     }
 }
 
+/// Loads `html` in headless Chromium (installed by `scripts/setup.sh --test-tools`, which the
+/// test command runs) and returns the DOM after its scripts ran; saves a screenshot as
+/// `target/test-artifacts/<name>.png`.
+pub fn chromium_dom(html: &Path, name: &str) -> String {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("chromium is not installed: run scripts/setup.sh --test-tools");
+    let url = format!("file://{}", html.display());
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+    ];
+    let out = Command::new(chromium)
+        .args(common)
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shot = shots.join(format!("{name}.png"));
+    let st = Command::new(chromium)
+        .args(common)
+        .arg("--window-size=1200,2400")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    assert!(st.status.success() && shot.exists(), "no screenshot");
+    String::from_utf8(out.stdout).expect("UTF-8 DOM")
+}
+
 /// gpuprofd on all jobs with the fake driver and runtime in `lib` attached up front.
 fn all_jobs_args(lib: &Path) -> [&str; 4] {
     [

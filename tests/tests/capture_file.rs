@@ -327,5 +327,40 @@ fn a_training_loop_is_cut_into_its_steps() {
         .filter(|e| e["cat"] == "step" && e["pid"] == tgid)
         .count();
     assert_eq!(spans, 6);
+    // The overview page, as headless Chromium renders it, shows the report's numbers.
+    let html = f.output.with_extension("html");
+    let (code, _, err) = run_daemon(&[
+        "report",
+        file,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let dom = chromium_dom(&html, "report-training-loop");
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the page's script did not run"
+    );
+    let launches: u64 = f.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["launches"].as_u64().unwrap())
+        .sum();
+    assert_eq!(launches, 31);
+    assert!(dom.contains("<td data-k=\"launches\">31</td>"), "{dom}");
+    assert!(
+        dom.contains(&format!(
+            "<td class=\"l\" data-k=\"name\">{GEMM}</td><td class=\"\" data-k=\"calls\">19</td>"
+        )),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(&format!("data-pid=\"{tgid}\" data-points=\"6\"")),
+        "step chart: {dom}"
+    );
+    assert!(dom.contains("data-rule=\"input_bound\""), "{dom}");
     w.exit();
 }

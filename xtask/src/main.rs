@@ -116,6 +116,9 @@ fn main() -> Result<()> {
         }
         Cmd::Test { no_lint } => {
             let bin = build()?;
+            run(Command::new("bash")
+                .arg(root().join("scripts/setup.sh"))
+                .arg("--test-tools"))?;
             if !no_lint {
                 run(cargo().args(["fmt", "--all", "--", "--check"]))?;
                 run(cargo().args([

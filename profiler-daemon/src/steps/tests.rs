@@ -65,7 +65,7 @@ impl Rec<'_> {
                 ptr,
                 bytes,
                 dur_ns: 100,
-                op: memop::ALLOC,
+                op: profiler_common::memop::ALLOC,
                 mem_kind: profiler_common::memkind::DEVICE,
                 flags: flags::HAS_RETURN,
                 ..Default::default()

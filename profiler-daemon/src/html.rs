@@ -1,0 +1,291 @@
+//! `gpuprofd report FILE --format html -o report.html`: one self-contained page (no network at
+//! view time) with the overview: summary, step-time graph, top kernels, jobs, copies, device
+//! memory over time, advice.
+//!
+//! The page carries its data as JSON in a `<script type="application/json">` element and draws
+//! itself with a few lines of plain JavaScript (tables and inline SVG), so what a browser shows
+//! is exactly the JSON's numbers; the end-to-end test loads it in headless Chromium and reads
+//! the rendered DOM back.
+
+use crate::advice::Advice;
+use crate::output::Report;
+use crate::steps::ProcessSteps;
+use crate::store::LiveBytes;
+use profiler_common::decode::Event;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Top kernels shown.
+const TOP_KERNELS: usize = 10;
+/// Points per memory curve (changes beyond are thinned evenly; the last is always kept).
+const MAX_POINTS: usize = 400;
+
+/// Device memory live over time per process generation: `(tgid, generation)` → points of
+/// (seconds since the start, bytes).
+pub type MemorySeries = HashMap<(u32, u32), Vec<(f64, u64)>>;
+
+/// [`MemorySeries`] of the capture at `path` (`t0`: its start, CLOCK_MONOTONIC ns).
+pub fn memory_series(path: &Path, t0: u64) -> Result<MemorySeries, String> {
+    let mut live: HashMap<(u32, u32), LiveBytes> = HashMap::new();
+    let mut series = MemorySeries::new();
+    crate::store::for_each_record(path, |_, g, ev| {
+        if let Event::Mem(h, m) = ev {
+            let l = live.entry((h.tgid, g)).or_default();
+            if l.apply(m) {
+                let t = h.ts_ns.saturating_sub(t0) as f64 / 1e9;
+                series.entry((h.tgid, g)).or_default().push((t, l.bytes));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(series.into_iter().map(|(k, pts)| (k, thin(pts))).collect())
+}
+
+fn thin(pts: Vec<(f64, u64)>) -> Vec<(f64, u64)> {
+    if pts.len() <= MAX_POINTS {
+        return pts;
+    }
+    let step = pts.len().div_ceil(MAX_POINTS - 1);
+    let last = *pts.last().expect("non-empty");
+    let mut out: Vec<_> = pts.into_iter().step_by(step).collect();
+    if out.last() != Some(&last) {
+        out.push(last);
+    }
+    out
+}
+
+/// The page's data.
+pub fn page_data(
+    r: &Report,
+    steps: &[ProcessSteps],
+    advice: &[Advice],
+    memory: &MemorySeries,
+) -> Value {
+    let launches: u64 = r.processes.iter().map(|p| p.launches).sum();
+    let copy_bytes: u64 = r
+        .processes
+        .iter()
+        .flat_map(|p| &p.copies)
+        .map(|c| c.bytes)
+        .sum();
+    let lost: u64 = r.drops.values().sum();
+    let mut kernels: Vec<Value> = r
+        .processes
+        .iter()
+        .flat_map(|p| {
+            p.kernels.iter().map(move |k| {
+                json!({"pid": p.tgid, "name": k.name, "calls": k.calls,
+                       "grid": crate::output::fmt::dim3(k.grid),
+                       "block": crate::output::fmt::dim3(k.block)})
+            })
+        })
+        .collect();
+    kernels.sort_by(|a, b| {
+        b["calls"]
+            .as_u64()
+            .cmp(&a["calls"].as_u64())
+            .then_with(|| a["name"].as_str().cmp(&b["name"].as_str()))
+            .then_with(|| a["pid"].as_u64().cmp(&b["pid"].as_u64()))
+    });
+    kernels.truncate(TOP_KERNELS);
+    let jobs: Vec<Value> = r
+        .jobs
+        .iter()
+        .map(|j| {
+            json!({"kind": j.kind, "job": j.name.clone().unwrap_or_else(|| j.id.clone()),
+                   "processes": j.processes.len(), "launches": j.launches,
+                   "copy_bytes": j.copy_bytes, "blocked_ms": j.blocked_ns as f64 / 1e6})
+        })
+        .collect();
+    let mut copies: Vec<(String, u64, u64)> = Vec::new();
+    for c in r.processes.iter().flat_map(|p| &p.copies) {
+        match copies.iter_mut().find(|x| x.0 == c.direction) {
+            Some(x) => {
+                x.1 += c.calls;
+                x.2 += c.bytes;
+            }
+            None => copies.push((c.direction.clone(), c.calls, c.bytes)),
+        }
+    }
+    let comm = |tgid: u32, g: u32| {
+        r.processes
+            .iter()
+            .filter(|p| p.tgid == tgid)
+            .nth(g as usize)
+            .map_or_else(String::new, |p| p.comm.clone())
+    };
+    let step_series: Vec<Value> = steps
+        .iter()
+        .map(|s| {
+            json!({"pid": s.tgid, "comm": comm(s.tgid, s.generation), "boundary": s.boundary,
+                   "wall_ms": s.steps.iter().map(|x| x.wall_ns as f64 / 1e6).collect::<Vec<_>>()})
+        })
+        .collect();
+    let mut keys: Vec<&(u32, u32)> = memory.keys().collect();
+    keys.sort();
+    let memory: Vec<Value> = keys
+        .into_iter()
+        .map(|&(tgid, g)| {
+            let pts = &memory[&(tgid, g)];
+            json!({"pid": tgid, "comm": comm(tgid, g),
+                   "points": pts.iter().map(|(t, b)| json!([t, b])).collect::<Vec<_>>()})
+        })
+        .collect();
+    json!({
+        "summary": {
+            "host": r.host, "started_at": r.started_at,
+            "duration_s": r.duration_ns as f64 / 1e9,
+            "processes": r.processes.len(), "jobs": r.jobs.len(),
+            "launches": launches, "copy_bytes": copy_bytes, "records_lost": lost,
+        },
+        "kernels": kernels,
+        "jobs": jobs,
+        "copies": copies.iter().map(|(d, c, b)| json!({"direction": d, "calls": c, "bytes": b}))
+            .collect::<Vec<_>>(),
+        "steps": step_series,
+        "memory": memory,
+        "advice": advice,
+    })
+}
+
+/// The page for `data` ([`page_data`]).
+pub fn page(data: &Value) -> String {
+    // '<' escaped inside the JSON so that no string in it can close the script element.
+    let json = serde_json::to_string(data)
+        .unwrap_or_else(|_| "{}".into())
+        .replace('<', "\\u003c");
+    format!(
+        "{HEAD}<script type=\"application/json\" id=\"data\">{json}</script>\n<script>{SCRIPT}</script>\n</body>\n</html>\n"
+    )
+}
+
+const HEAD: &str = r#"<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>gpuprofd report</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1100px; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+.note { color: #666; font-size: 12px; } svg { background: #fafafa; border: 1px solid #eee; }
+.advice { margin: 8px 0; padding: 8px; background: #fff7e6; border-left: 3px solid #f0a000; }
+</style>
+</head>
+<body>
+<h1>gpuprofd report</h1>
+<p class="note">All times are measured on the CPU side (when programs called CUDA, and how long
+they were blocked); GPU execution times are not measured.</p>
+<h2>Summary</h2><table id="summary"></table>
+<h2>Step time</h2><div id="steps"></div>
+<h2>Top kernels (by launches)</h2><table id="kernels"></table>
+<h2>Jobs</h2><table id="jobs"></table>
+<h2>Copies</h2><div id="copies"></div>
+<h2>Device memory over time</h2><div id="memory"></div>
+<h2>Advice</h2><div id="advice"></div>
+"#;
+
+const SCRIPT: &str = r#"
+const D = JSON.parse(document.getElementById('data').textContent);
+const $ = (id) => document.getElementById(id);
+const el = (tag, attrs, text) => { const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text; return e; };
+const bytes = (n) => { const u = ['B','KiB','MiB','GiB','TiB']; let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return i ? n.toFixed(1) + ' ' + u[i] : n + ' B'; };
+function table(id, cols, rows) {
+  const t = $(id); const h = el('tr');
+  cols.forEach(c => h.appendChild(el('th', {class: c.left ? 'l' : ''}, c.title)));
+  t.appendChild(h);
+  rows.forEach(r => { const tr = el('tr');
+    cols.forEach(c => tr.appendChild(el('td', {class: c.left ? 'l' : '', 'data-k': c.key},
+      c.fmt ? c.fmt(r[c.key]) : String(r[c.key])))); t.appendChild(tr); });
+}
+const S = D.summary;
+[['host', S.host], ['started_at', S.started_at], ['duration_s', S.duration_s.toFixed(3)],
+ ['processes', S.processes], ['jobs', S.jobs], ['launches', S.launches],
+ ['copy_bytes', bytes(S.copy_bytes)], ['records_lost', S.records_lost]].forEach(([k, v]) => {
+  const tr = el('tr'); tr.appendChild(el('td', {class: 'l'}, k));
+  tr.appendChild(el('td', {'data-k': k}, String(v))); $('summary').appendChild(tr); });
+function chart(parent, series, xlab, ylab, fmtY) {
+  const W = 900, H = 220, P = 50; let xs = [], ys = [];
+  series.forEach(s => s.points.forEach(([x, y]) => { xs.push(x); ys.push(y); }));
+  if (!xs.length) { parent.appendChild(el('p', {class: 'note'}, 'nothing recorded')); return; }
+  const x0 = Math.min(...xs), x1 = Math.max(...xs) || 1, y1 = Math.max(...ys) || 1;
+  const sx = (x) => P + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (W - 2 * P);
+  const sy = (y) => H - P + 10 - (y / y1) * (H - 2 * P);
+  const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  svg.setAttribute('width', W); svg.setAttribute('height', H);
+  const colors = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
+  series.forEach((s, i) => {
+    const pl = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+    pl.setAttribute('points', s.points.map(([x, y]) => sx(x) + ',' + sy(y)).join(' '));
+    pl.setAttribute('fill', 'none'); pl.setAttribute('stroke', colors[i % colors.length]);
+    pl.setAttribute('stroke-width', '2'); pl.setAttribute('data-pid', s.pid);
+    pl.setAttribute('data-points', s.points.length); svg.appendChild(pl);
+    const t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+    t.setAttribute('x', W - P - 160); t.setAttribute('y', 16 + 14 * i);
+    t.setAttribute('fill', colors[i % colors.length]); t.textContent = s.label; svg.appendChild(t);
+  });
+  const yl = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+  yl.setAttribute('x', 4); yl.setAttribute('y', 14); yl.textContent = ylab + ' (max ' + fmtY(y1) + ')';
+  svg.appendChild(yl);
+  const xl = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+  xl.setAttribute('x', W / 2 - 40); xl.setAttribute('y', H - 6); xl.textContent = xlab;
+  svg.appendChild(xl); parent.appendChild(svg);
+}
+chart($('steps'), D.steps.map(s => ({pid: s.pid, label: s.pid + ' ' + s.comm,
+  points: s.wall_ms.map((w, i) => [i + 1, w])})), 'step', 'step time, ms', (v) => v.toFixed(1));
+if (!D.steps.length) $('steps').firstChild.textContent =
+  'no training loop found (see README: Steps)';
+table('kernels', [{key: 'pid', title: 'PID'}, {key: 'name', title: 'kernel', left: true},
+  {key: 'calls', title: 'launches'}, {key: 'grid', title: 'grid'}, {key: 'block', title: 'block'}],
+  D.kernels);
+table('jobs', [{key: 'kind', title: 'kind', left: true}, {key: 'job', title: 'job', left: true},
+  {key: 'processes', title: 'processes'}, {key: 'launches', title: 'launches'},
+  {key: 'copy_bytes', title: 'copied', fmt: bytes},
+  {key: 'blocked_ms', title: 'blocked ms', fmt: (v) => v.toFixed(3)}], D.jobs);
+const ct = el('table', {id: 'copytable'}); $('copies').appendChild(ct);
+const maxB = Math.max(1, ...D.copies.map(c => c.bytes));
+D.copies.forEach(c => { const tr = el('tr'); tr.appendChild(el('td', {class: 'l'}, c.direction));
+  tr.appendChild(el('td', {'data-k': 'calls'}, String(c.calls)));
+  tr.appendChild(el('td', {'data-k': 'bytes', 'data-v': c.bytes}, bytes(c.bytes)));
+  const bar = el('td', {class: 'l'}); bar.appendChild(el('div', {style:
+    'background:#1f77b4;height:10px;width:' + Math.round(300 * c.bytes / maxB) + 'px'}));
+  tr.appendChild(bar); ct.appendChild(tr); });
+chart($('memory'), D.memory.map(m => ({pid: m.pid, label: m.pid + ' ' + m.comm,
+  points: m.points})), 'seconds since start', 'live device memory', bytes);
+if (!D.copies.length) $('copies').appendChild(el('p', {class: 'note'}, 'no copies recorded'));
+if (!D.advice.length) $('advice').appendChild(el('p', {}, 'nothing stood out'));
+D.advice.forEach(a => { const d = el('div', {class: 'advice', 'data-rule': a.rule});
+  d.appendChild(el('b', {}, a.rule + (a.pid ? ' — process ' + a.pid + ' ' + a.comm : '')));
+  d.appendChild(el('div', {}, a.evidence)); d.appendChild(el('div', {}, 'Try: ' + a.suggestion));
+  $('advice').appendChild(d); });
+document.body.setAttribute('data-rendered', 'yes');
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_cannot_close_its_script_element() {
+        let p = page(&json!({"summary": {"host": "</script><script>alert(1)</script>"}}));
+        assert_eq!(p.matches("</script>").count(), 2, "only the page's own two");
+        assert!(p.contains("\\u003c/script>\\u003cscript>alert(1)"));
+    }
+
+    #[test]
+    fn long_series_are_thinned_keeping_the_last_point() {
+        let pts: Vec<(f64, u64)> = (0..1000).map(|i| (i as f64, i)).collect();
+        let t = thin(pts);
+        assert!(t.len() <= MAX_POINTS, "{}", t.len());
+        assert_eq!(t[0], (0.0, 0));
+        assert_eq!(*t.last().unwrap(), (999.0, 999));
+        let short: Vec<(f64, u64)> = vec![(0.0, 1), (1.0, 2)];
+        assert_eq!(thin(short.clone()), short);
+    }
+}

@@ -5,8 +5,9 @@
 //! not when the GPU ran the work):
 //! - a process per captured process (named with its comm and job), a thread track per thread
 //!   that called CUDA;
-//! - every call on its thread: launches as instants named after the kernel (grid, block,
-//!   shared memory, stream, API in the arguments); copies, synchronisations and allocations as
+//! - every call on its thread: launches as zero-length slices named after the kernel (grid,
+//!   block, shared memory, stream, API in the arguments), with a flow arrow to the same launch on
+//!   its stream's track; copies, synchronisations and allocations as
 //!   slices spanning the call when a return probe timed it, instants otherwise;
 //! - a track per stream ("stream 0x…") with the launches and copies enqueued on it, at the time
 //!   they were enqueued;
@@ -226,6 +227,7 @@ pub fn chrome(
         ids: HashMap::new(),
     };
     let mut live: HashMap<u64, store::LiveBytes> = HashMap::new();
+    let mut flow = 0u64;
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
     let damage = store::for_each_record(path, |api, g, ev| {
         let h = *ev.header();
@@ -260,7 +262,7 @@ pub fn chrome(
                              stream: u64,
                              v: Value,
                              emit: &mut dyn FnMut(&mut dyn Write, Value) -> Result<(), String>|
-         -> Result<(), String> {
+         -> Result<u64, String> {
             let (tid, new) = streams.track(pid, stream);
             if new {
                 let label = if stream == 0 {
@@ -276,7 +278,8 @@ pub fn chrome(
             }
             let mut v = v;
             v["tid"] = json!(tid);
-            emit(out, v)
+            emit(out, v)?;
+            Ok(tid)
         };
         match &ev {
             Event::Launch(_, l) => {
@@ -288,17 +291,29 @@ pub fn chrome(
                 let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
                                       "shared_bytes": l.shared_bytes,
                                       "stream": format!("0x{:x}", l.stream)});
+                // Zero-length slices rather than instants: flow arrows bind to slices.
                 emit(
                     out,
-                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name.clone(),
+                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name.clone(),
                                "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
                 )?;
-                on_stream(
+                let stream_tid = on_stream(
                     out,
                     l.stream,
-                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
+                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name,
                                "pid": pid, "ts": ts, "args": args}),
                     &mut emit,
+                )?;
+                flow += 1;
+                emit(
+                    out,
+                    json!({"ph": "s", "id": flow, "cat": "enqueue", "name": "enqueue",
+                           "pid": pid, "tid": h.tid, "ts": ts}),
+                )?;
+                emit(
+                    out,
+                    json!({"ph": "f", "bp": "e", "id": flow, "cat": "enqueue",
+                           "name": "enqueue", "pid": pid, "tid": stream_tid, "ts": ts}),
                 )?;
             }
             Event::Copy(_, c) => {
@@ -319,7 +334,7 @@ pub fn chrome(
                         args.clone(),
                     ),
                 )?;
-                on_stream(
+                let _ = on_stream(
                     out,
                     c.stream,
                     json!({"ph": "i", "s": "t", "cat": "copy", "name": name,

@@ -20,7 +20,16 @@ fn every_launch_on_its_thread_and_stream_with_its_name() {
     let (s, v) = trace(None, None);
     let ev = events(&v);
     assert_eq!(s.events, ev.len() as u64);
-    assert_eq!((s.events, s.processes, s.damaged), (23, 3, false));
+    // 3 process names, 3 thread names, 3 stream names, 7 launches × (thread slice, stream
+    // slice, flow start, flow end).
+    assert_eq!((s.events, s.processes, s.damaged), (37, 3, false));
+    let flows: Vec<(&str, u64)> = ev
+        .iter()
+        .filter(|e| e["cat"] == "enqueue")
+        .take(2)
+        .map(|e| (e["ph"].as_str().unwrap(), e["tid"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(flows, [("s", 100), ("f", STREAM_TID_BASE)]);
     // The reused pid 200: its first process moved to 10,000,200.
     let procs: Vec<(u64, &str)> = ev
         .iter()
@@ -89,7 +98,7 @@ fn a_window_keeps_only_its_calls() {
         .map(|e| e["pid"].as_u64().unwrap())
         .collect();
     assert_eq!(launches, [200, 200]);
-    assert_eq!(s.events, 3 + 1 + 1 + 2);
+    assert_eq!(s.events, 3 + 1 + 1 + 2 + 2);
     let (_, v) = trace(Some(0.0), Some(1.5e-6));
     assert_eq!(
         events(&v).iter().filter(|e| e["cat"] == "launch").count(),

@@ -114,6 +114,16 @@ pub struct CaptureArgs {
     /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
     #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
     pub rescan_interval: Option<Duration>,
+    /// NVML library to sample GPU utilisation and per-process GPU memory from (default: the
+    /// driver's libnvidia-ml.so.1 found by the dynamic linker).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_nvml")]
+    pub nvml_lib: Option<PathBuf>,
+    /// How often to sample NVML.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    pub nvml_interval: Duration,
+    /// Do not sample NVML.
+    #[arg(long)]
+    pub no_nvml: bool,
     /// Ring-buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ring_buffer_mb: u32,
@@ -272,6 +282,10 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             cgroups: vec![],
             jobs: vec![],
             rescan: None,
+            nvml: Some(session::NvmlOptions {
+                lib: None,
+                interval: Duration::from_secs(1),
+            }),
         });
     }
     let a = cli.capture;
@@ -311,6 +325,10 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
         cgroups: a.cgroups,
         jobs: a.jobs,
         rescan: a.rescan_interval,
+        nvml: (!a.no_nvml).then_some(session::NvmlOptions {
+            lib: a.nvml_lib,
+            interval: a.nvml_interval,
+        }),
     })
 }
 

@@ -12,6 +12,8 @@
 //! - a track per stream ("stream 0x…") with the launches and copies enqueued on it, at the time
 //!   they were enqueued;
 //! - a counter per process: device memory allocated through the hooked APIs and not yet freed;
+//! - with NVML: a utilisation counter per GPU (on track 0, "GPUs") and the GPU memory each
+//!   process holds;
 //! - a "steps" track per process with a training loop (see `steps`): a span per step (a step in
 //!   the `--from/--to` window when it starts inside it).
 //!
@@ -172,7 +174,12 @@ pub fn chrome(
         Ok(())
     };
 
-    // Process and thread names.
+    // Process and thread names; track 0 holds the GPUs' counters.
+    emit(
+        out,
+        json!({"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
+               "args": {"name": "GPUs (NVML)"}}),
+    )?;
     let mut seen_gen: HashMap<u32, u32> = HashMap::new();
     for p in &replay.report.processes {
         let g = seen_gen.entry(p.tgid).or_insert(0);
@@ -189,6 +196,34 @@ pub fn chrome(
             json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                    "args": {"name": format!("{} (pid {}{ended}){job}", p.comm, p.tgid)}}),
         )?;
+    }
+
+    // NVML: a counter per device (utilisation) and per process (GPU memory it holds).
+    for s in store::nvml_samples(path)? {
+        if from_ns.is_some_and(|f| s.ts_ns < f) || to_ns.is_some_and(|t| s.ts_ns >= t) {
+            continue;
+        }
+        let ts = s.ts_ns.saturating_sub(t0) as f64 / 1e3;
+        for d in &s.devices {
+            emit(
+                out,
+                json!({"ph": "C", "name": format!("GPU {} utilisation % (NVML)", d.index),
+                       "pid": 0, "ts": ts,
+                       "args": {"gpu": d.gpu_util, "memory": d.mem_util}}),
+            )?;
+        }
+        for p in &s.processes {
+            if let Some(b) = p.used_bytes
+                && last_gen.contains_key(&p.pid)
+            {
+                emit(
+                    out,
+                    json!({"ph": "C", "name": "GPU memory held (NVML, bytes)",
+                           "pid": track_pid(p.pid, last(p.pid), last(p.pid)), "ts": ts,
+                           "args": {"held": b}}),
+                )?;
+            }
+        }
     }
 
     // Steps (two more passes, see `steps`): a span per step on a "steps" track.

@@ -127,7 +127,11 @@ pub fn page_data(
     let memory: Vec<Value> = keys
         .into_iter()
         .map(|&(tgid, g)| {
-            let pts = &memory[&(tgid, g)];
+            // Held until the end of the capture (a single allocation still draws a line).
+            let mut pts = memory[&(tgid, g)].clone();
+            if let Some(&(_, last)) = pts.last() {
+                pts.push((r.duration_ns as f64 / 1e9, last));
+            }
             json!({"pid": tgid, "comm": comm(tgid, g),
                    "points": pts.iter().map(|(t, b)| json!([t, b])).collect::<Vec<_>>()})
         })
@@ -146,6 +150,11 @@ pub fn page_data(
         "steps": step_series,
         "memory": memory,
         "advice": advice,
+        "nvml": {"state": r.nvml.state, "detail": r.nvml.detail, "samples": r.nvml.samples},
+        "gpus": r.gpus.iter().map(|g| json!({"index": g.index, "name": g.name,
+            "gpu_util_avg": g.gpu_util_avg, "mem_util_avg": g.mem_util_avg,
+            "memory_used_max": g.memory_used_max_bytes, "memory_total": g.memory_total_bytes,
+            "power_avg_w": g.power_avg_w})).collect::<Vec<_>>(),
     })
 }
 
@@ -179,6 +188,7 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 <p class="note">All times are measured on the CPU side (when programs called CUDA, and how long
 they were blocked); GPU execution times are not measured.</p>
 <h2>Summary</h2><table id="summary"></table>
+<h2>GPUs (NVML)</h2><div id="gpus"></div>
 <h2>Step time</h2><div id="steps"></div>
 <h2>Top kernels (by launches)</h2><table id="kernels"></table>
 <h2>Jobs</h2><table id="jobs"></table>
@@ -236,6 +246,18 @@ function chart(parent, series, xlab, ylab, fmtY) {
   const xl = document.createElementNS('http://www.w3.org/2000/svg', 'text');
   xl.setAttribute('x', W / 2 - 40); xl.setAttribute('y', H - 6); xl.textContent = xlab;
   svg.appendChild(xl); parent.appendChild(svg);
+}
+if (D.gpus.length) {
+  const gt = el('table', {id: 'gputable'}); $('gpus').appendChild(gt);
+  table('gputable', [{key: 'index', title: 'GPU'}, {key: 'name', title: 'name', left: true},
+    {key: 'gpu_util_avg', title: 'util avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'mem_util_avg', title: 'mem util avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'memory_used_max', title: 'memory used max', fmt: (v) => v === null ? '-' : bytes(v)},
+    {key: 'power_avg_w', title: 'power avg W', fmt: (v) => v === null ? '-' : v.toFixed(1)}],
+    D.gpus);
+} else {
+  $('gpus').appendChild(el('p', {class: 'note'}, 'NVML ' + D.nvml.state +
+    (D.nvml.detail ? ': ' + D.nvml.detail : '')));
 }
 chart($('steps'), D.steps.map(s => ({pid: s.pid, label: s.pid + ' ' + s.comm,
   points: s.wall_ms.map((w, i) => [i + 1, w])})), 'step', 'step time, ms', (v) => v.toFixed(1));

@@ -14,6 +14,7 @@ pub mod enrich;
 pub mod export;
 pub mod html;
 pub mod model;
+pub mod nvml;
 pub mod output;
 pub mod session;
 pub mod steps;

@@ -55,6 +55,15 @@ pub struct CaptureOptions {
     /// How often to rescan /proc for CUDA library files (`None`: 30 s with the kernel mmap
     /// watcher, 1 s without; zero: never).
     pub rescan: Option<Duration>,
+    /// NVML sampling (`None`: off).
+    pub nvml: Option<NvmlOptions>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NvmlOptions {
+    /// The library to load (`None`: libnvidia-ml.so.1 through the dynamic linker).
+    pub lib: Option<PathBuf>,
+    pub interval: Duration,
 }
 
 /// Errors a user can act on; each maps to an exit code.
@@ -127,6 +136,7 @@ struct Journaled {
 /// Messages to the aggregator task.
 enum Ctl {
     Api(ApiTable),
+    Nvml(Option<crate::nvml::Message>),
     Tick {
         interval: Duration,
     },
@@ -219,6 +229,13 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         opts.live,
     ));
     let mut last_rescan = Instant::now();
+    let mut nvml_rx = match &opts.nvml {
+        Some(n) => Some(crate::nvml::start(n.lib.clone(), n.interval)),
+        None => {
+            let _ = ctl_tx.send(Ctl::Nvml(None)).await;
+            None
+        }
+    };
 
     let probes: usize = attacher.libraries().map(|l| l.attached()).sum();
     let libs = attacher.libraries().count();
@@ -257,6 +274,18 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = sigterm.recv() => break "terminated".to_string(),
             _ = sleep_until => break "duration reached".to_string(),
             st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
+            Some(m) = async {
+                match nvml_rx.as_mut() {
+                    Some(r) => r.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let crate::nvml::Message::Stopped(why) = &m {
+                    eprintln!("gpuprofd: warning: {why}");
+                    nvml_rx = None;
+                }
+                let _ = ctl_tx.send(Ctl::Nvml(Some(m))).await;
+            }
             Some(first) = maps_rx.recv() => {
                 // Most mappings are not CUDA (every process start maps its libc): the mapped
                 // file's name is one readlink of /proc/PID/map_files away; only a CUDA-looking
@@ -711,6 +740,25 @@ async fn aggregate(
                 None => batches_open = false,
             },
             c = ctl.recv() => match c {
+                Some(Ctl::Nvml(m)) => {
+                    let frame = match m {
+                        Some(crate::nvml::Message::Sample(s)) => {
+                            agg.apply_nvml(&s);
+                            Frame::Nvml(s)
+                        }
+                        Some(crate::nvml::Message::Stopped(why)) => {
+                            agg.nvml_stopped(&why);
+                            Frame::NvmlStopped(why)
+                        }
+                        None => {
+                            agg.nvml_off();
+                            Frame::NvmlOff
+                        }
+                    };
+                    if let Some(j) = seen.journal.as_mut() {
+                        j.frame(&frame);
+                    }
+                }
                 Some(Ctl::Api(t)) => {
                     if let Some(j) = seen.journal.as_mut() {
                         j.frame(&Frame::Api(t.list().to_vec()));

@@ -5,6 +5,7 @@
 #                 liblookalike.so (exports cuLaunchKernel but is not CUDA)
 # OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
+# OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
 # OUTDIR/bin      workload, workload_drv, workload_late, workload_static (runtime linked in)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
@@ -15,7 +16,7 @@
 set -eu
 SRC=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-$SRC/../../target/fakecuda}
-mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/lib-static" "$OUT/bin"
+mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/lib-static" "$OUT/lib-nvml" "$OUT/bin"
 OUT=$(cd "$OUT" && pwd)
 CC=${CC:-gcc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation"
@@ -42,6 +43,9 @@ rm -f "$OUT/lib-static/libcudart_static.a"
 ar rcs "$OUT/lib-static/libcudart_static.a" "$OUT/lib-static/runtime.o"
 
 $CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.so" lookalike.c
+
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
+    -o "$OUT/lib-nvml/libnvidia-ml.so.1" nvml.c
 
 # Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
 RPATH='-Wl,-rpath,$ORIGIN/../lib'

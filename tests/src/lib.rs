@@ -139,10 +139,16 @@ impl Daemon {
     }
 
     fn start_to(file: &str, args: &[&str]) -> Daemon {
+        Daemon::start_with(file, args, &[])
+    }
+
+    /// Starts `gpuprofd ARGS --output <tmp>/FILE` with extra environment variables.
+    pub fn start_with(file: &str, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         require_bpf();
         let dir = TempDir::new("daemon");
         let output = dir.path().join(file);
         let mut child = Command::new(daemon_bin())
+            .envs(env.iter().copied())
             .args(args)
             .arg("--output")
             .arg(&output)

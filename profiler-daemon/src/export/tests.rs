@@ -20,9 +20,9 @@ fn every_launch_on_its_thread_and_stream_with_its_name() {
     let (s, v) = trace(None, None);
     let ev = events(&v);
     assert_eq!(s.events, ev.len() as u64);
-    // 3 process names, 3 thread names, 3 stream names, 7 launches × (thread slice, stream
-    // slice, flow start, flow end).
-    assert_eq!((s.events, s.processes, s.damaged), (37, 3, false));
+    // The GPUs track's name, 3 process names, 3 thread names, 3 stream names, 7 launches ×
+    // (thread slice, stream slice, flow start, flow end).
+    assert_eq!((s.events, s.processes, s.damaged), (38, 3, false));
     let flows: Vec<(&str, u64)> = ev
         .iter()
         .filter(|e| e["cat"] == "enqueue")
@@ -33,7 +33,7 @@ fn every_launch_on_its_thread_and_stream_with_its_name() {
     // The reused pid 200: its first process moved to 10,000,200.
     let procs: Vec<(u64, &str)> = ev
         .iter()
-        .filter(|e| e["name"] == "process_name")
+        .filter(|e| e["name"] == "process_name" && e["pid"] != 0)
         .map(|e| {
             (
                 e["pid"].as_u64().unwrap(),
@@ -98,7 +98,7 @@ fn a_window_keeps_only_its_calls() {
         .map(|e| e["pid"].as_u64().unwrap())
         .collect();
     assert_eq!(launches, [200, 200]);
-    assert_eq!(s.events, 3 + 1 + 1 + 2 + 2);
+    assert_eq!(s.events, 1 + 3 + 1 + 1 + 2 + 2);
     let (_, v) = trace(Some(0.0), Some(1.5e-6));
     assert_eq!(
         events(&v).iter().filter(|e| e["cat"] == "launch").count(),

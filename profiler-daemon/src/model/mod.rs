@@ -6,6 +6,7 @@
 //! Kernel names are resolved at report time, so a name that arrives after its launches still
 //! names them.
 
+pub mod gpu;
 pub mod hash;
 pub mod hist;
 pub mod mem;
@@ -57,6 +58,7 @@ pub struct Aggregator {
     retired: Vec<(u32, Box<ProcState>, ProcessMeta)>,
     decode_errors: BTreeMap<u32, u64>,
     live_cap: usize,
+    gpus: gpu::Gpus,
 }
 
 impl Aggregator {
@@ -69,6 +71,7 @@ impl Aggregator {
             retired: Vec::new(),
             decode_errors: BTreeMap::new(),
             live_cap: DEFAULT_LIVE_CAP,
+            gpus: gpu::Gpus::default(),
         }
     }
 
@@ -255,6 +258,43 @@ impl Aggregator {
         self.live_rows(interval_s).iter().map(render_line).collect()
     }
 
+    /// One NVML sampling round: device figures, and per-process figures for the processes that
+    /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
+    pub fn apply_nvml(&mut self, s: &crate::nvml::Sample) {
+        let mut seen_now: Vec<u32> = Vec::new();
+        for p in self.gpus.apply(s) {
+            let Some(st) = self.procs.get_mut(&p.pid) else {
+                continue;
+            };
+            let g = &mut st.gpu;
+            if !seen_now.contains(&p.pid) {
+                seen_now.push(p.pid);
+                g.samples += 1;
+            }
+            g.devices.insert(p.device);
+            g.used_bytes.add(p.used_bytes);
+            g.sm_util.add(p.sm_util.map(u64::from));
+            g.mem_util.add(p.mem_util.map(u64::from));
+        }
+    }
+
+    /// NVML sampling stopped (or never started): why.
+    pub fn nvml_stopped(&mut self, why: &str) {
+        let st = &mut self.gpus.status;
+        st.state = if st.samples > 0 {
+            "failed"
+        } else {
+            "unavailable"
+        }
+        .into();
+        st.detail = why.to_owned();
+    }
+
+    /// NVML sampling was not asked for.
+    pub fn nvml_off(&mut self) {
+        self.gpus.status.state = "off".into();
+    }
+
     /// The name the report gives each launched function: `(tgid, generation, func, runtime)`
     /// → name, where generation counts the processes that had the tgid before (pid reuse, see
     /// [`Self::retire`]) and `runtime` says whether the launch went through a runtime API.
@@ -310,6 +350,17 @@ impl Aggregator {
             submitted: meta.submitted,
             decode_errors: self.decode_errors(),
             jobs: report::jobs(&processes),
+            nvml: {
+                let mut st = self.gpus.status.clone();
+                if st.state.is_empty() {
+                    st.state = "pending".into();
+                    st.detail = "no NVML sample arrived before the capture ended".into();
+                }
+                st
+            },
+            gpus: self
+                .gpus
+                .report(|pid| processes.iter().any(|p| p.tgid == pid)),
             processes,
         }
     }

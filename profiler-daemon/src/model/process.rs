@@ -74,6 +74,8 @@ pub struct ProcState {
     pub names: NameTable,
     /// `launches` when the live view last looked.
     pub prev_launches: u64,
+    /// NVML's figures for the process.
+    pub gpu: super::gpu::ProcGpu,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -94,6 +96,7 @@ impl ProcState {
             mem: MemTracker::new(live_cap),
             names: NameTable::new(),
             prev_launches: 0,
+            gpu: Default::default(),
         }
     }
 

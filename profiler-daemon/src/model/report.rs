@@ -224,6 +224,7 @@ pub(super) fn process(
             launches: p.graph_launches,
         },
         allocations: allocations(p),
+        gpu: p.gpu.report(),
     }
 }
 

@@ -25,7 +25,7 @@ pub struct ReportMeta {
 }
 
 /// The whole report; `output::json::to_string_pretty` writes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub schema: String,
     pub host: String,
@@ -40,6 +40,49 @@ pub struct Report {
     pub jobs: Vec<JobReport>,
     /// Sorted by tgid.
     pub processes: Vec<ProcessReport>,
+    /// How NVML sampling went (`state` `off` when it was not asked for).
+    #[serde(default)]
+    pub nvml: crate::nvml::NvmlStatus,
+    /// What NVML reported per device, by index (empty without NVML).
+    #[serde(default)]
+    pub gpus: Vec<GpuReport>,
+}
+
+/// One GPU as NVML sampled it (derived: NVML's own averages over its sample period, averaged
+/// again over gpuprofd's samples). `None`: the device does not report it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub samples: u64,
+    /// Percent of time a kernel was running, mean over the samples.
+    pub gpu_util_avg: Option<f64>,
+    pub gpu_util_max: Option<u64>,
+    /// Percent of time device memory was read or written, mean over the samples.
+    pub mem_util_avg: Option<f64>,
+    pub memory_used_max_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub sm_clock_avg_mhz: Option<f64>,
+    pub power_avg_w: Option<f64>,
+    pub temp_max_c: Option<u64>,
+    /// Processes NVML listed on the device that made no CUDA call gpuprofd recorded (they
+    /// started before it and stayed idle, use CUDA in a way it does not hook, or are graphics).
+    pub unprofiled_pids: Vec<u32>,
+}
+
+/// One process as NVML sampled it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessGpuReport {
+    /// NVML rounds that listed the process.
+    pub samples: u64,
+    /// Devices it was listed on.
+    pub devices: Vec<u32>,
+    /// GPU memory it held (all of it: allocations through any API, context, cuDNN workspaces…).
+    pub memory_max_bytes: Option<u64>,
+    /// SM utilisation NVML attributed to it, mean over the samples that had one.
+    pub sm_util_avg: Option<f64>,
+    pub mem_util_avg: Option<f64>,
 }
 
 /// One job's processes and totals (sums of its processes' figures).
@@ -63,7 +106,7 @@ pub struct JobReport {
     pub blocked_ns: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub tgid: u32,
     pub comm: String,
@@ -82,6 +125,9 @@ pub struct ProcessReport {
     pub api: Vec<ApiReport>,
     pub graphs: GraphReport,
     pub allocations: AllocReport,
+    /// What NVML reported for the process (`null` without NVML or when NVML never listed it).
+    #[serde(default)]
+    pub gpu: Option<ProcessGpuReport>,
 }
 
 /// Launches of one kernel with one configuration through one API.

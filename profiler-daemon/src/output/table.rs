@@ -95,11 +95,56 @@ fn render_figures(r: &Report, top: usize) -> String {
             &rows,
         ));
     }
+    gpus(&mut s, r);
     for p in &r.processes {
         s.push('\n');
         process(&mut s, p, top);
     }
     s
+}
+
+/// NVML's devices, or why there are none.
+fn gpus(s: &mut String, r: &Report) {
+    match r.nvml.state.as_str() {
+        "ok" | "failed" => {}
+        "" | "off" => return,
+        other => {
+            let _ = writeln!(s, "\nNVML: {other}: {}", r.nvml.detail);
+            return;
+        }
+    }
+    let _ = writeln!(s, "\nGPUs (NVML, {} samples):", r.nvml.samples);
+    let pct = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}%"));
+    for g in &r.gpus {
+        let mem = match (g.memory_used_max_bytes, g.memory_total_bytes) {
+            (Some(u), Some(t)) => format!("{} of {}", fmt::bytes(u), fmt::bytes(t)),
+            (Some(u), None) => fmt::bytes(u),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            s,
+            "  {} {}: util avg {} (max {}), memory util avg {}, memory used max {}, power avg {}, temp max {}",
+            g.index,
+            g.name,
+            pct(g.gpu_util_avg),
+            g.gpu_util_max.map_or("-".into(), |v| format!("{v}%")),
+            pct(g.mem_util_avg),
+            mem,
+            g.power_avg_w.map_or("-".into(), |w| format!("{w:.1} W")),
+            g.temp_max_c.map_or("-".into(), |t| format!("{t} C")),
+        );
+        if !g.unprofiled_pids.is_empty() {
+            let pids: Vec<String> = g.unprofiled_pids.iter().map(u32::to_string).collect();
+            let _ = writeln!(
+                s,
+                "    also on it, no CUDA calls recorded: {}",
+                pids.join(" ")
+            );
+        }
+    }
+    if r.nvml.state == "failed" {
+        let _ = writeln!(s, "  NVML stopped: {}", r.nvml.detail);
+    }
 }
 
 fn process(s: &mut String, p: &ProcessReport, top: usize) {
@@ -217,6 +262,20 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
         s.push_str(&table("    ", &headers, &[L, R, R, R, R, R], &rows));
     }
     allocations(s, &p.allocations);
+    if let Some(g) = &p.gpu {
+        let _ = writeln!(
+            s,
+            "  GPU (NVML, {} samples on device {}): SM util avg {}, memory held max {}",
+            g.samples,
+            g.devices
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            g.sm_util_avg.map_or("-".into(), |v| format!("{v:.1}%")),
+            g.memory_max_bytes.map_or("-".into(), fmt::bytes),
+        );
+    }
 }
 
 fn allocations(s: &mut String, a: &AllocReport) {
@@ -355,6 +414,7 @@ mod tests {
                     ..Default::default()
                 },
             },
+            gpu: None,
         };
         Report {
             schema: SCHEMA.into(),
@@ -367,6 +427,8 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             submitted: BTreeMap::new(),
             decode_errors: 0,
+            nvml: Default::default(),
+            gpus: vec![],
             jobs: vec![],
             processes: vec![p],
         }

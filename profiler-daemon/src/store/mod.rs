@@ -149,6 +149,12 @@ pub enum Frame {
     /// mangled name)`.
     Symbols(Vec<(u32, u64, String)>),
     End(End),
+    /// One NVML sampling round.
+    Nvml(crate::nvml::Sample),
+    /// NVML sampling stopped (or never started): why.
+    NvmlStopped(String),
+    /// NVML sampling was not asked for.
+    NvmlOff,
 }
 
 fn codec() -> impl bincode::Options {
@@ -485,6 +491,18 @@ pub fn for_each_record(
     Ok(r.damage)
 }
 
+/// The NVML samples in `path`, in order.
+pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, String> {
+    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(frame) = r.next_frame() {
+        if let Frame::Nvml(s) = frame {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `path` and rebuilds the report the daemon made from the same calls.
 pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     let mut r = Reader::open(path)?;
@@ -547,6 +565,9 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
                 }
             }
             Frame::End(e) => end = Some(e),
+            Frame::Nvml(s) => agg.apply_nvml(&s),
+            Frame::NvmlStopped(why) => agg.nvml_stopped(&why),
+            Frame::NvmlOff => agg.nvml_off(),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

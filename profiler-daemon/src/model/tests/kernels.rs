@@ -217,6 +217,38 @@ fn report_json_contract() {
             }),
         },
     );
+    use crate::nvml::{DeviceSample, ProcessSample, Sample};
+    a.apply_nvml(&Sample {
+        ts_ns: 5,
+        devices: vec![DeviceSample {
+            index: 0,
+            name: "NVIDIA H100".into(),
+            uuid: "GPU-1".into(),
+            gpu_util: Some(50),
+            mem_util: Some(20),
+            mem_used: Some(1 << 30),
+            mem_total: Some(80 << 30),
+            sm_clock_mhz: Some(1980),
+            power_mw: Some(350_000),
+            temp_c: Some(60),
+        }],
+        processes: vec![
+            ProcessSample {
+                device: 0,
+                pid: 42,
+                used_bytes: Some(512 << 20),
+                sm_util: Some(45),
+                mem_util: Some(10),
+            },
+            ProcessSample {
+                device: 0,
+                pid: 77,
+                used_bytes: Some(1 << 20),
+                sm_util: None,
+                mem_util: None,
+            },
+        ],
+    });
     let mut m = meta();
     m.drops = output::drops_by_kind(&[0, 3]);
     let got = output::json::to_string(&a.report(m));
@@ -234,7 +266,12 @@ fn report_json_contract() {
         r#""graphs":{"launches":0},"allocations":{"calls":0,"failed":0,"bytes":0,"frees":0,"live_bytes":0,"#,
         r#""peak_bytes":0,"untracked":0,"by_kind":{"device":{"calls":0,"bytes":0},"host_pinned":{"calls":0,"bytes":0},"#,
         r#""managed":{"calls":0,"bytes":0},"async":{"calls":0,"bytes":0},"pitched":{"calls":0,"bytes":0},"#,
-        r#""vmm":{"calls":0,"bytes":0}}}}]}"#
+        r#""vmm":{"calls":0,"bytes":0}}},"#,
+        r#""gpu":{"samples":1,"devices":[0],"memory_max_bytes":536870912,"sm_util_avg":45.0,"mem_util_avg":10.0}}],"#,
+        r#""nvml":{"state":"ok","samples":1},"#,
+        r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
+        r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,
+        r#""sm_clock_avg_mhz":1980.0,"power_avg_w":350.0,"temp_max_c":60,"unprofiled_pids":[77]}]}"#
     );
     assert_eq!(got, want);
     let back: output::Report =

@@ -1,0 +1,128 @@
+//! NVML samples, aggregated per device and per process.
+
+use crate::nvml::{NvmlStatus, Sample};
+use crate::output::{GpuReport, ProcessGpuReport};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A running mean and maximum of an optional value.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stat {
+    sum: u128,
+    n: u64,
+    max: u64,
+}
+
+impl Stat {
+    pub fn add(&mut self, v: Option<u64>) {
+        if let Some(v) = v {
+            self.sum += u128::from(v);
+            self.n += 1;
+            self.max = self.max.max(v);
+        }
+    }
+
+    /// Mean, rounded to 0.1; `None` without values.
+    pub fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| ((self.sum as f64 / self.n as f64) * 10.0).round() / 10.0)
+    }
+
+    pub fn max(&self) -> Option<u64> {
+        (self.n > 0).then_some(self.max)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Device {
+    name: String,
+    uuid: String,
+    samples: u64,
+    gpu_util: Stat,
+    mem_util: Stat,
+    mem_used: Stat,
+    mem_total: Option<u64>,
+    sm_clock: Stat,
+    power_mw: Stat,
+    temp: Stat,
+    /// Pids NVML listed on the device.
+    pids: BTreeSet<u32>,
+}
+
+/// One process's NVML figures.
+#[derive(Clone, Debug, Default)]
+pub struct ProcGpu {
+    pub samples: u64,
+    pub devices: BTreeSet<u32>,
+    pub used_bytes: Stat,
+    pub sm_util: Stat,
+    pub mem_util: Stat,
+}
+
+impl ProcGpu {
+    pub fn report(&self) -> Option<ProcessGpuReport> {
+        (self.samples > 0).then(|| ProcessGpuReport {
+            samples: self.samples,
+            devices: self.devices.iter().copied().collect(),
+            memory_max_bytes: self.used_bytes.max(),
+            sm_util_avg: self.sm_util.mean(),
+            mem_util_avg: self.mem_util.mean(),
+        })
+    }
+}
+
+/// Per-device aggregates and NVML's status.
+#[derive(Clone, Debug, Default)]
+pub struct Gpus {
+    devices: BTreeMap<u32, Device>,
+    pub status: NvmlStatus,
+}
+
+impl Gpus {
+    /// Device figures of `s`; returns the per-process figures for the caller to attribute.
+    pub fn apply<'a>(&mut self, s: &'a Sample) -> &'a [crate::nvml::ProcessSample] {
+        self.status.samples += 1;
+        if self.status.state.is_empty() {
+            self.status.state = "ok".into();
+        }
+        for d in &s.devices {
+            let e = self.devices.entry(d.index).or_default();
+            e.name.clone_from(&d.name);
+            e.uuid.clone_from(&d.uuid);
+            e.samples += 1;
+            e.gpu_util.add(d.gpu_util.map(u64::from));
+            e.mem_util.add(d.mem_util.map(u64::from));
+            e.mem_used.add(d.mem_used);
+            e.mem_total = d.mem_total.or(e.mem_total);
+            e.sm_clock.add(d.sm_clock_mhz.map(u64::from));
+            e.power_mw.add(d.power_mw.map(u64::from));
+            e.temp.add(d.temp_c.map(u64::from));
+        }
+        for p in &s.processes {
+            if let Some(e) = self.devices.get_mut(&p.device) {
+                e.pids.insert(p.pid);
+            }
+        }
+        &s.processes
+    }
+
+    /// The report's `gpus`; `profiled` says whether a pid made CUDA calls gpuprofd recorded.
+    pub fn report(&self, profiled: impl Fn(u32) -> bool) -> Vec<GpuReport> {
+        self.devices
+            .iter()
+            .map(|(&index, d)| GpuReport {
+                index,
+                name: d.name.clone(),
+                uuid: d.uuid.clone(),
+                samples: d.samples,
+                gpu_util_avg: d.gpu_util.mean(),
+                gpu_util_max: d.gpu_util.max(),
+                mem_util_avg: d.mem_util.mean(),
+                memory_used_max_bytes: d.mem_used.max(),
+                memory_total_bytes: d.mem_total,
+                sm_clock_avg_mhz: d.sm_clock.mean(),
+                power_avg_w: d.power_mw.mean().map(|mw| (mw / 100.0).round() / 10.0),
+                temp_max_c: d.temp.max(),
+                unprofiled_pids: d.pids.iter().copied().filter(|&p| !profiled(p)).collect(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,227 @@
+/* A fake libnvidia-ml.so.1: the NVML entry points gpuprofd samples, with the real prototypes and
+ * struct layouts (nvml.h), returning values scripted in the file named by $FAKENVML_CONFIG:
+ *
+ *   device NAME UUID MEM_TOTAL_BYTES    a new device (names without spaces)
+ *   util GPU_PERCENT MEM_PERCENT        for the last device
+ *   memused BYTES
+ *   power MILLIWATTS
+ *   temp CELSIUS
+ *   smclock MHZ
+ *   proc PID USED_BYTES SM_PERCENT MEM_PERCENT   a compute process on the last device
+ *   fail_after N    from the (N+1)-th nvmlDeviceGetUtilizationRates on, every device call
+ *                   returns NVML_ERROR_GPU_IS_LOST (a GPU that fell off the bus mid-run)
+ *
+ * Without $FAKENVML_CONFIG (or with an unreadable one) nvmlInit_v2 fails with
+ * NVML_ERROR_DRIVER_NOT_LOADED, as on a machine whose driver is not loaded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_GPU_IS_LOST = 15,
+};
+
+typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+    unsigned gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct {
+    unsigned pid;
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+#define MAX_DEV 8
+#define MAX_PROC 16
+struct proc { unsigned pid; unsigned long long used; unsigned sm, mem; };
+struct dev {
+    char name[96], uuid[96];
+    unsigned long long total, used;
+    unsigned util_gpu, util_mem, power, temp, smclock;
+    struct proc procs[MAX_PROC];
+    unsigned nprocs;
+};
+typedef struct dev *nvmlDevice_t;
+
+static struct dev devs[MAX_DEV];
+static unsigned ndevs;
+static int inited;
+static long fail_after = -1;
+static long util_calls;
+static unsigned long long samples; /* process-utilisation sample clock (µs) */
+
+static int lost(void) { return fail_after >= 0 && util_calls > fail_after; }
+
+static int load(void) {
+    const char *path = getenv("FAKENVML_CONFIG");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return -1;
+    char line[512];
+    ndevs = 0;
+    while (fgets(line, sizeof line, f)) {
+        char w[32];
+        if (sscanf(line, "%31s", w) != 1 || w[0] == '#') continue;
+        struct dev *d = ndevs ? &devs[ndevs - 1] : NULL;
+        if (!strcmp(w, "device") && ndevs < MAX_DEV) {
+            d = &devs[ndevs++];
+            memset(d, 0, sizeof *d);
+            sscanf(line, "%*s %95s %95s %llu", d->name, d->uuid, &d->total);
+        } else if (!d) {
+            if (!strcmp(w, "fail_after")) sscanf(line, "%*s %ld", &fail_after);
+        } else if (!strcmp(w, "util")) {
+            sscanf(line, "%*s %u %u", &d->util_gpu, &d->util_mem);
+        } else if (!strcmp(w, "memused")) {
+            sscanf(line, "%*s %llu", &d->used);
+        } else if (!strcmp(w, "power")) {
+            sscanf(line, "%*s %u", &d->power);
+        } else if (!strcmp(w, "temp")) {
+            sscanf(line, "%*s %u", &d->temp);
+        } else if (!strcmp(w, "smclock")) {
+            sscanf(line, "%*s %u", &d->smclock);
+        } else if (!strcmp(w, "proc") && d->nprocs < MAX_PROC) {
+            struct proc *p = &d->procs[d->nprocs++];
+            sscanf(line, "%*s %u %llu %u %u", &p->pid, &p->used, &p->sm, &p->mem);
+        } else if (!strcmp(w, "fail_after")) {
+            sscanf(line, "%*s %ld", &fail_after);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+#define CHECK_DEV(d)                                           \
+    do {                                                       \
+        if (!inited) return NVML_ERROR_UNINITIALIZED;          \
+        if (!(d) || (d) < devs || (d) >= devs + ndevs)         \
+            return NVML_ERROR_INVALID_ARGUMENT;                \
+        if (lost()) return NVML_ERROR_GPU_IS_LOST;             \
+    } while (0)
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    if (load()) return NVML_ERROR_DRIVER_NOT_LOADED;
+    inited = 1;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned flags) { return nvmlInit_v2(); }
+EXPORT nvmlReturn_t nvmlShutdown(void) {
+    inited = 0;
+    return NVML_SUCCESS;
+}
+EXPORT const char *nvmlErrorString(nvmlReturn_t r) { return r ? "fake NVML error" : "Success"; }
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = ndevs;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (index >= ndevs || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devs[index];
+    return NVML_SUCCESS;
+}
+static nvmlReturn_t copy_str(const char *s, char *out, unsigned len) {
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(s) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, s);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned len) {
+    CHECK_DEV(d);
+    return copy_str(d->name, name, len);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned len) {
+    CHECK_DEV(d);
+    return copy_str(d->uuid, uuid, len);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u) {
+    util_calls++;
+    CHECK_DEV(d);
+    if (!u) return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = d->util_gpu;
+    u->memory = d->util_mem;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
+    CHECK_DEV(d);
+    if (!m || (m->version & 0xffffff) != sizeof *m || m->version >> 24 != 2)
+        return NVML_ERROR_INVALID_ARGUMENT; /* the caller must set NVML_STRUCT_VERSION(Memory, 2) */
+    m->total = d->total;
+    m->used = d->used;
+    m->reserved = 0;
+    m->free = d->total - d->used;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned *mw) {
+    CHECK_DEV(d);
+    if (!d->power) return NVML_ERROR_NOT_SUPPORTED;
+    *mw = d->power;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned *t) {
+    CHECK_DEV(d);
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *t = d->temp;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned *mhz) {
+    CHECK_DEV(d);
+    if (type != 1 /* NVML_CLOCK_SM */) return NVML_ERROR_NOT_SUPPORTED;
+    *mhz = d->smclock;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *count,
+                                                            nvmlProcessInfo_t *infos) {
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (*count < d->nprocs) {
+        *count = d->nprocs;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = d->nprocs;
+    for (unsigned i = 0; i < d->nprocs; i++) {
+        infos[i].pid = d->procs[i].pid;
+        infos[i].usedGpuMemory = d->procs[i].used;
+        infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xffffffff;
+    }
+    return NVML_SUCCESS;
+}
+/* One sample per process per call, stamped later than every earlier one: a caller that passes
+ * the newest stamp it saw gets each sample once. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
+                                                    nvmlProcessUtilizationSample_t *out,
+                                                    unsigned *count,
+                                                    unsigned long long last_seen) {
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!out || *count < d->nprocs) {
+        *count = d->nprocs;
+        return d->nprocs ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_NOT_FOUND;
+    }
+    unsigned long long stamp = ++samples * 1000000ULL;
+    if (stamp <= last_seen) stamp = last_seen + 1;
+    for (unsigned i = 0; i < d->nprocs; i++) {
+        out[i].pid = d->procs[i].pid;
+        out[i].timeStamp = stamp;
+        out[i].smUtil = d->procs[i].sm;
+        out[i].memUtil = d->procs[i].mem;
+        out[i].encUtil = out[i].decUtil = 0;
+    }
+    *count = d->nprocs;
+    return NVML_SUCCESS;
+}

@@ -70,6 +70,9 @@ pub enum Command {
         /// List every hooked symbol, not one sample per probe program.
         #[arg(long)]
         symbols: bool,
+        /// NVML library to check (default: libnvidia-ml.so.1 through the dynamic linker).
+        #[arg(long, value_name = "PATH")]
+        nvml_lib: Option<PathBuf>,
     },
 }
 
@@ -217,6 +220,7 @@ pub fn main() -> ExitCode {
         no_system_libs,
         json,
         symbols,
+        nvml_lib,
     }) = &cli.command
     {
         return ExitCode::from(crate::doctor::run(&crate::doctor::DoctorOptions {
@@ -224,6 +228,7 @@ pub fn main() -> ExitCode {
             system_libs: !no_system_libs,
             json: *json,
             symbols: *symbols,
+            nvml_lib: nvml_lib.clone(),
         }));
     }
     let opts = match to_options(cli) {

@@ -26,13 +26,62 @@ pub struct DoctorOptions {
     pub json: bool,
     /// List every matched symbol (else a per-library summary and a sample).
     pub symbols: bool,
+    /// The NVML library to try (`None`: libnvidia-ml.so.1 through the dynamic linker).
+    pub nvml_lib: Option<PathBuf>,
 }
 
 /// One check's outcome.
 struct Check {
     name: &'static str,
     ok: bool,
+    /// Capture cannot work without it (NVML, for one, is optional).
+    required: bool,
     detail: String,
+}
+
+/// NVML: the GPUs it lists, or why it is unavailable (capture works without it).
+fn nvml_check(lib: Option<&PathBuf>) -> Check {
+    let mut b = nvml_wrapper::Nvml::builder();
+    if let Some(p) = lib {
+        b.lib_path(p.as_os_str());
+    }
+    let (ok, detail) = match b.init() {
+        Ok(n) => match n.device_count() {
+            Ok(c) => {
+                let names: Vec<String> = (0..c)
+                    .map(|i| {
+                        n.device_by_index(i)
+                            .and_then(|d| d.name())
+                            .unwrap_or_else(|e| format!("<{e}>"))
+                    })
+                    .collect();
+                (
+                    true,
+                    format!(
+                        "{c} GPU(s): {}; {}",
+                        names.join(", "),
+                        n.sys_driver_version().map_or_else(
+                            |_| "driver version unknown".to_owned(),
+                            |v| format!("driver {v}")
+                        )
+                    ),
+                )
+            }
+            Err(e) => (false, format!("NVML loaded but cannot count GPUs: {e}")),
+        },
+        Err(e) => (
+            false,
+            format!(
+                "{e}: GPU utilisation and per-process GPU memory will not be sampled (capture works without them)"
+            ),
+        ),
+    };
+    Check {
+        name: "nvml",
+        ok,
+        required: false,
+        detail,
+    }
 }
 
 /// The function the round-trip check probes. `#[inline(never)]` and `black_box` keep it a real
@@ -178,12 +227,14 @@ pub fn run(opts: &DoctorOptions) -> u8 {
     let mut checks = Vec::new();
     checks.push(Check {
         name: "kernel",
+        required: true,
         ok: true,
         detail: kernel_release(),
     });
     let (caps_ok, caps) = capabilities();
     checks.push(Check {
         name: "privileges",
+        required: true,
         ok: caps_ok,
         detail: if caps_ok {
             caps
@@ -194,6 +245,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
     let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
     checks.push(Check {
         name: "btf",
+        required: true,
         ok: btf,
         detail: if btf {
             "/sys/kernel/btf/vmlinux present".into()
@@ -204,6 +256,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
     checks.push(Check {
         name: "uprobe_pmu",
+        required: true,
         ok: pmu,
         detail: if pmu {
             "uprobe PMU present".into()
@@ -215,9 +268,11 @@ pub fn run(opts: &DoctorOptions) -> u8 {
     let bpf_ok = rt.is_ok();
     checks.push(Check {
         name: "bpf_round_trip",
+        required: true,
         ok: bpf_ok,
         detail: rt.unwrap_or_else(|e| e),
     });
+    checks.push(nvml_check(opts.nvml_lib.as_ref()));
 
     let mut paths = discovery::expand_lib_args(&opts.libs);
     if opts.system_libs {
@@ -238,7 +293,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         let v = json!({
             "schema": "gpuprofd.doctor/1",
             "ok": bpf_ok,
-            "checks": checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
+            "checks": checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail})).collect::<Vec<_>>(),
             "libraries": plans,
         });
         println!(
@@ -247,7 +302,11 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         );
     } else {
         for c in &checks {
-            let mark = if c.ok { "ok  " } else { "FAIL" };
+            let mark = match (c.ok, c.required) {
+                (true, _) => "ok  ",
+                (false, true) => "FAIL",
+                (false, false) => "warn",
+            };
             println!("{mark} {:<15} {}", c.name, c.detail);
         }
         if plans.is_empty() {

@@ -123,6 +123,16 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
 }
 EXPORT const char *nvmlErrorString(nvmlReturn_t r) { return r ? "fake NVML error" : "Success"; }
 
+static nvmlReturn_t copy_str(const char *s, char *out, unsigned len) {
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(s) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, s);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned len) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    return copy_str("535.261.03-fake", version, len);
+}
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
     if (!inited) return NVML_ERROR_UNINITIALIZED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -133,12 +143,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *
     if (!inited) return NVML_ERROR_UNINITIALIZED;
     if (index >= ndevs || !device) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &devs[index];
-    return NVML_SUCCESS;
-}
-static nvmlReturn_t copy_str(const char *s, char *out, unsigned len) {
-    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
-    if (strlen(s) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
-    strcpy(out, s);
     return NVML_SUCCESS;
 }
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned len) {

@@ -350,7 +350,13 @@ fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
 
 /// Runs gpuprofd with ARGS to completion (for error cases): (exit code, stdout, stderr).
 pub fn run_daemon(args: &[&str]) -> (i32, String, String) {
+    run_daemon_env(args, &[])
+}
+
+/// [`run_daemon`] with extra environment variables.
+pub fn run_daemon_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut child = Command::new(daemon_bin())
+        .envs(env.iter().copied())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -105,3 +105,61 @@ fn doctor_round_trip_and_hook_plan() {
         "__cudaLaunchKernel double counts"
     );
 }
+
+#[test]
+fn doctor_reports_nvml_and_does_not_need_it() {
+    require_bpf();
+    let dir = TempDir::new("doctor-nvml");
+    let cfg = dir.path().join("nvml.conf");
+    std::fs::write(
+        &cfg,
+        "device FAKE_GPU_A GPU-a 1000\ndevice FAKE_GPU_B GPU-b 1000\n",
+    )
+    .unwrap();
+    let fake = fakecuda().join("lib-nvml/libnvidia-ml.so.1");
+    let nvml = |env: &[(&str, &str)]| {
+        let (code, out, err) = run_daemon_env(
+            &[
+                "doctor",
+                "--json",
+                "--no-system-libs",
+                "--nvml-lib",
+                fake.to_str().unwrap(),
+            ],
+            env,
+        );
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "nvml")
+            .cloned()
+            .unwrap();
+        (code, c)
+    };
+    let (code, c) = nvml(&[("FAKENVML_CONFIG", cfg.to_str().unwrap())]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (&c["ok"], &c["required"], c["detail"].as_str().unwrap()),
+        (
+            &Value::Bool(true),
+            &Value::Bool(false),
+            "2 GPU(s): FAKE_GPU_A, FAKE_GPU_B; driver 535.261.03-fake"
+        )
+    );
+    // The driver is not loaded: NVML fails to initialise, capture still works (exit 0).
+    let (code, c) = nvml(&[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (&c["ok"], &c["required"]),
+        (&Value::Bool(false), &Value::Bool(false))
+    );
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("capture works without them"),
+        "{c}"
+    );
+}

@@ -77,34 +77,40 @@ pub struct NvmlStatus {
 /// Rounds that fail in a row before the sampler gives up.
 const MAX_FAILED_ROUNDS: u32 = 3;
 
-/// Starts the sampler thread: one [`Message`] per round on the returned channel.
-pub fn start(lib: Option<PathBuf>, period: Duration) -> mpsc::Receiver<Message> {
+/// Initialises NVML and starts the sampler thread: one [`Message`] per round on the returned
+/// channel. Returns why not when NVML cannot be used here (known before the capture starts).
+pub fn start(lib: Option<PathBuf>, period: Duration) -> Result<mpsc::Receiver<Message>, String> {
     let (tx, rx) = mpsc::channel(64);
-    let spawned = std::thread::Builder::new()
+    let (init_tx, init_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
         .name("gpuprofd-nvml".into())
-        .spawn(move || run(lib, period, tx));
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the NVML sampler thread: {e}");
-    }
-    rx
+        .spawn(move || {
+            let mut b = Nvml::builder();
+            if let Some(p) = &lib {
+                b.lib_path(p.as_os_str());
+            }
+            match b.init() {
+                Ok(nvml) => {
+                    let _ = init_tx.send(Ok(()));
+                    run(&nvml, period, tx);
+                }
+                Err(e) => {
+                    let _ = init_tx.send(Err(describe_init(&e, lib.as_ref())));
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the NVML sampler thread: {e}"))?;
+    init_rx
+        .recv()
+        .map_err(|_| "the NVML sampler thread ended during initialisation".to_owned())??;
+    Ok(rx)
 }
 
-fn run(lib: Option<PathBuf>, period: Duration, tx: mpsc::Sender<Message>) {
-    let mut b = Nvml::builder();
-    if let Some(p) = &lib {
-        b.lib_path(p.as_os_str());
-    }
-    let nvml = match b.init() {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = tx.blocking_send(Message::Stopped(describe_init(&e, lib.as_ref())));
-            return;
-        }
-    };
+fn run(nvml: &Nvml, period: Duration, tx: mpsc::Sender<Message>) {
     let mut last_seen: Vec<u64> = Vec::new();
     let mut failed = 0;
     loop {
-        match round(&nvml, &mut last_seen) {
+        match round(nvml, &mut last_seen) {
             Ok(s) => {
                 failed = 0;
                 if tx.blocking_send(Message::Sample(s)).is_err() {

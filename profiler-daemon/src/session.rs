@@ -230,7 +230,16 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     ));
     let mut last_rescan = Instant::now();
     let mut nvml_rx = match &opts.nvml {
-        Some(n) => Some(crate::nvml::start(n.lib.clone(), n.interval)),
+        Some(n) => match crate::nvml::start(n.lib.clone(), n.interval) {
+            Ok(rx) => Some(rx),
+            Err(why) => {
+                eprintln!("gpuprofd: warning: {why}");
+                let _ = ctl_tx
+                    .send(Ctl::Nvml(Some(crate::nvml::Message::Stopped(why))))
+                    .await;
+                None
+            }
+        },
         None => {
             let _ = ctl_tx.send(Ctl::Nvml(None)).await;
             None
@@ -339,6 +348,16 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
     };
     eprintln!("gpuprofd: stopping: {stop_reason}; draining the ring buffer");
+    // NVML news that arrived while stopping still belongs in the report (a sampler that could
+    // not start says so within milliseconds, maybe just after a quick Ctrl-C).
+    if let Some(rx) = nvml_rx.as_mut() {
+        while let Ok(m) = rx.try_recv() {
+            if let crate::nvml::Message::Stopped(why) = &m {
+                eprintln!("gpuprofd: warning: {why}");
+            }
+            let _ = ctl_tx.send(Ctl::Nvml(Some(m))).await;
+        }
+    }
     cancel.cancel();
     reader
         .await

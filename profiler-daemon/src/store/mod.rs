@@ -264,10 +264,16 @@ impl Writer {
         if self.failed.is_some() {
             return;
         }
+        // The codec's limit is the reader's: a frame the reader would refuse is never written.
         let payload = match codec().serialize(f) {
             Ok(p) => p,
             Err(e) => {
                 self.failed = Some(format!("encoding a frame: {e}"));
+                eprintln!(
+                    "gpuprofd: error: the capture file \"{}\" stops here: encoding a frame \
+                     failed ({e})",
+                    self.path.display()
+                );
                 return;
             }
         };

@@ -331,6 +331,24 @@ fn a_failed_write_is_reported_once_and_writing_stops() {
 }
 
 #[test]
+fn a_frame_the_reader_would_refuse_is_never_written() {
+    let t = Tmp::new("huge-frame");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    let names: Vec<(u32, u64, String)> = (0..70_000u64).map(|i| (1, i, "x".repeat(1000))).collect();
+    w.frame(&Frame::Symbols(names));
+    w.flush();
+    assert!(
+        w.failure().unwrap().contains("encoding a frame"),
+        "{:?}",
+        w.failure()
+    );
+    // What was written before still reads back whole.
+    let r = replay(&t.0).unwrap();
+    assert_eq!((r.recovery.frames, r.recovery.damage), (1, None));
+}
+
+#[test]
 fn capture_paths_are_picked_by_extension() {
     assert!(is_capture_path(Path::new("/tmp/run.gpuprof")));
     assert!(!is_capture_path(Path::new("/tmp/run.json")));

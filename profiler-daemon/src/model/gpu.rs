@@ -55,6 +55,9 @@ pub struct ProcGpu {
     pub used_bytes: Stat,
     pub sm_util: Stat,
     pub mem_util: Stat,
+    /// The latest round's figures (the live view shows them).
+    pub last_sm_util: Option<u32>,
+    pub last_used_bytes: Option<u64>,
 }
 
 impl ProcGpu {

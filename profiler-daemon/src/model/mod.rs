@@ -247,6 +247,8 @@ impl Aggregator {
                 copy_bytes: p.copy_bytes(),
                 sync_blocked_ns: p.sync_blocked_ns,
                 live_bytes: p.mem.live_bytes,
+                gpu_sm_util: p.gpu.last_sm_util,
+                gpu_held_bytes: p.gpu.last_used_bytes,
             });
         }
         rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));
@@ -270,6 +272,15 @@ impl Aggregator {
             if !seen_now.contains(&p.pid) {
                 seen_now.push(p.pid);
                 g.samples += 1;
+                g.last_sm_util = None;
+                g.last_used_bytes = None;
+            }
+            // Summed over the devices the process is on.
+            if let Some(v) = p.sm_util {
+                g.last_sm_util = Some(g.last_sm_util.unwrap_or(0) + v);
+            }
+            if let Some(v) = p.used_bytes {
+                g.last_used_bytes = Some(g.last_used_bytes.unwrap_or(0) + v);
             }
             g.devices.insert(p.device);
             g.used_bytes.add(p.used_bytes);

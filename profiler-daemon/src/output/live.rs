@@ -18,6 +18,9 @@ pub struct LiveRow {
     /// CPU time blocked in synchronisations.
     pub sync_blocked_ns: u64,
     pub live_bytes: u64,
+    /// NVML's latest figures for the process, when it has any.
+    pub gpu_sm_util: Option<u32>,
+    pub gpu_held_bytes: Option<u64>,
 }
 
 /// `4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB`.
@@ -28,8 +31,15 @@ pub fn render_line(r: &LiveRow) -> String {
     } else {
         format!("[{}] ", r.job)
     };
+    let mut gpu = String::new();
+    if let Some(u) = r.gpu_sm_util {
+        gpu.push_str(&format!("  gpu sm {u}%"));
+    }
+    if let Some(b) = r.gpu_held_bytes {
+        gpu.push_str(&format!("  gpu mem {}", fmt::bytes(b)));
+    }
     format!(
-        "{job}{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}",
+        "{job}{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}{gpu}",
         r.tgid,
         comm,
         if r.exited { " (exited)" } else { "" },
@@ -59,6 +69,8 @@ mod tests {
             copy_bytes: 52_428_800,
             sync_blocked_ns: 1_200_000,
             live_bytes: 16 << 20,
+            gpu_sm_util: None,
+            gpu_held_bytes: None,
         };
         assert_eq!(
             render_line(&r),
@@ -78,5 +90,11 @@ mod tests {
             render_line(&r),
             "4242 ? (exited)  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB"
         );
+        let g = LiveRow {
+            gpu_sm_util: Some(80),
+            gpu_held_bytes: Some(1 << 30),
+            ..r
+        };
+        assert!(render_line(&g).ends_with("alloc live 16.0 MiB  gpu sm 80%  gpu mem 1.0 GiB"));
     }
 }

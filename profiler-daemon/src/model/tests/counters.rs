@@ -330,3 +330,51 @@ fn a_reused_tgid_is_a_new_process() {
     a.retire(8); // never seen: nothing happens
     assert_eq!(a.report(meta()).processes.len(), 2);
 }
+
+#[test]
+fn nvml_figures_reach_the_live_rows_summed_over_devices() {
+    use crate::nvml::{ProcessSample, Sample};
+    let mut a = agg();
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    let on = |device, sm| ProcessSample {
+        device,
+        pid: 7,
+        used_bytes: Some(1 << 20),
+        sm_util: sm,
+        mem_util: None,
+    };
+    a.apply_nvml(&Sample {
+        ts_ns: 1,
+        devices: vec![],
+        processes: vec![
+            on(0, Some(30)),
+            on(1, Some(25)),
+            ProcessSample {
+                pid: 8,
+                ..on(0, Some(99))
+            },
+        ],
+    });
+    let rows = a.live_rows(1.0);
+    assert_eq!(
+        (rows[0].tgid, rows[0].gpu_sm_util, rows[0].gpu_held_bytes),
+        (7, Some(55), Some(2 << 20))
+    );
+    // The next round replaces the figures; a round without an SM figure shows none.
+    a.apply_nvml(&Sample {
+        ts_ns: 2,
+        devices: vec![],
+        processes: vec![on(0, None)],
+    });
+    let rows = a.live_rows(1.0);
+    assert_eq!(
+        (rows[0].gpu_sm_util, rows[0].gpu_held_bytes),
+        (None, Some(1 << 20))
+    );
+    let r = a.report(meta());
+    let g = r.processes[0].gpu.as_ref().unwrap();
+    assert_eq!(
+        (g.samples, g.devices.clone(), g.sm_util_avg),
+        (2, vec![0, 1], Some(27.5))
+    );
+}

@@ -23,6 +23,12 @@ pub const TINY_COPY_BYTES: u64 = 64 << 10;
 pub const BLOCKING_COPY_SHARE: f64 = 0.10;
 /// Allocation churn: device allocations per second of capture.
 pub const ALLOC_CHURN_RATE: f64 = 100.0;
+/// Idle GPU memory: NVML says the process holds at least this much GPU memory...
+pub const IDLE_HELD_BYTES: u64 = 1 << 30;
+/// ...while its SM utilisation averaged below this (percent)...
+pub const IDLE_SM_UTIL: f64 = 5.0;
+/// ...over at least this many NVML samples.
+pub const IDLE_MIN_SAMPLES: u64 = 5;
 /// Input-bound: the median delay from a step's start to its first enqueued work, as a share of
 /// the median step time.
 pub const INPUT_BOUND_SHARE: f64 = 0.30;
@@ -34,7 +40,8 @@ pub const MEMORY_GROWTH_BYTES: u64 = 64 << 20;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
     /// `sync_bound`, `launch_bound`, `tiny_copies`, `blocking_copies`, `alloc_churn`,
-    /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `records_lost`.
+    /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
+    /// (needs NVML), `records_lost`.
     pub rule: &'static str,
     /// The process it is about (`None`: the capture as a whole).
     pub pid: Option<u32>,
@@ -180,6 +187,26 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
             "synchronous copies stop the host until the copy (and the work before it on the \
              stream) is done: copy from pinned memory (pin_memory=True in the DataLoader) with \
              non_blocking=True / cudaMemcpyAsync, and overlap copies with compute",
+        );
+    }
+
+    if let Some(g) = &p.gpu
+        && let (Some(held), Some(sm)) = (g.memory_max_bytes, g.sm_util_avg)
+        && held >= IDLE_HELD_BYTES
+        && sm < IDLE_SM_UTIL
+        && g.samples >= IDLE_MIN_SAMPLES
+    {
+        push(
+            "gpu_idle_held",
+            format!(
+                "holds {} of GPU memory (NVML) while its SM utilisation averaged {sm:.1}% over \
+                 {} samples",
+                fmt::bytes(held),
+                g.samples
+            ),
+            "the process keeps GPU memory other jobs could use while doing little on the GPU: \
+             free cached memory (torch.cuda.empty_cache()), end idle notebooks/servers, or \
+             share the GPU deliberately (MPS, MIG)",
         );
     }
 

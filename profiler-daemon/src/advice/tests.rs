@@ -151,6 +151,31 @@ fn alloc_churn_and_lost_records() {
 }
 
 #[test]
+fn gpu_memory_held_while_idle() {
+    let with_gpu = |tgid, held: u64, sm: f64, samples: u64| {
+        let mut p = process(tgid, 10, &[], &[], 0);
+        p["gpu"] = json!({"samples": samples, "devices": [0], "memory_max_bytes": held,
+                          "sm_util_avg": sm, "mem_util_avg": 0.0});
+        p
+    };
+    let r = report(
+        vec![
+            with_gpu(1, 20 << 30, 0.5, 10),
+            with_gpu(2, 20 << 30, 60.0, 10),
+            with_gpu(3, 100 << 20, 0.0, 10),
+            with_gpu(4, 20 << 30, 0.0, 2),
+        ],
+        0,
+    );
+    let a = advise_(&r);
+    assert_eq!(rules(&r), [("gpu_idle_held", Some(1))]);
+    assert_eq!(
+        a[0].evidence,
+        "holds 20.0 GiB of GPU memory (NVML) while its SM utilisation averaged 0.5% over 10 samples"
+    );
+}
+
+#[test]
 fn a_short_capture_gets_no_per_process_advice() {
     let mut r = report(vec![process(8, 150_000, &[], &[], 0)], 0);
     r.duration_ns = MIN_DURATION_NS - 1;

@@ -5,7 +5,9 @@
 #   - LLVM 22 dev packages (bpf-linker must link against the same LLVM as rustc nightly)
 #   - bpf-linker 0.13 built against LLVM 22
 #   - test tools: gcc (present), binutils
-#   - with --test-tools: Chromium (the HTML report is checked in headless Chromium)
+#   - with --test-tools: Chromium (the HTML report is checked in headless Chromium), and
+#     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
+#     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -54,6 +56,19 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   $SUDO apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+TEST_TOOLS_DIR=/opt/gpuprofd-test-tools
+if [ -n "$TEST_TOOLS" ] && [ ! -x "$TEST_TOOLS_DIR/usr/bin/promtool" ]; then
+  log "unpacking Debian's prometheus package (promtool, prometheus) into $TEST_TOOLS_DIR"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+    $SUDO apt-get update -q >/dev/null
+    (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1)
+  fi
+  $SUDO mkdir -p "$TEST_TOOLS_DIR"
+  $SUDO dpkg-deb -x "$tmp"/prometheus_*.deb "$TEST_TOOLS_DIR"
+  rm -rf "$tmp"
 fi
 
 have_linker=""

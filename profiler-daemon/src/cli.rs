@@ -127,6 +127,11 @@ pub struct CaptureArgs {
     /// Do not sample NVML.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics while capturing,
+    /// e.g. 127.0.0.1:9400. Off unless given; an address other than loopback exposes the
+    /// figures to the network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Ring-buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ring_buffer_mb: u32,
@@ -291,6 +296,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
                 lib: None,
                 interval: Duration::from_secs(1),
             }),
+            metrics_addr: None,
         });
     }
     let a = cli.capture;
@@ -334,6 +340,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             lib: a.nvml_lib,
             interval: a.nvml_interval,
         }),
+        metrics_addr: a.metrics_addr,
     })
 }
 

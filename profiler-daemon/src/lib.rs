@@ -13,6 +13,7 @@ pub mod doctor;
 pub mod enrich;
 pub mod export;
 pub mod html;
+pub mod metrics;
 pub mod model;
 pub mod nvml;
 pub mod output;

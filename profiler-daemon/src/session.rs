@@ -57,6 +57,8 @@ pub struct CaptureOptions {
     pub rescan: Option<Duration>,
     /// NVML sampling (`None`: off).
     pub nvml: Option<NvmlOptions>,
+    /// Serve Prometheus `/metrics` here.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +107,12 @@ pub enum SessionError {
     Attach(#[from] crate::attach::AttachError),
     #[error("{0}")]
     Selection(String),
+    #[error("cannot serve /metrics on {addr}: {source}. Choose a free address with --metrics-addr")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -119,7 +127,7 @@ impl SessionError {
             SessionError::Capture(CaptureError::Permission { .. }) => 6,
             SessionError::Capture(_) | SessionError::Attach(_) => 7,
             SessionError::Spawn { .. } => 8,
-            SessionError::Selection(_) => 2,
+            SessionError::Selection(_) | SessionError::Metrics { .. } => 2,
             SessionError::Internal(_) => 1,
         }
     }
@@ -137,6 +145,10 @@ struct Journaled {
 enum Ctl {
     Api(ApiTable),
     Nvml(Option<crate::nvml::Message>),
+    Metrics {
+        meta: ReportMeta,
+        reply: oneshot::Sender<(Report, crate::metrics::Extra)>,
+    },
     Tick {
         interval: Duration,
     },
@@ -162,6 +174,14 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             path: p.display().to_string(),
             source,
         })?),
+        None => None,
+    };
+    let metrics_listener = match opts.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| SessionError::Metrics { addr, source })?,
+        ),
         None => None,
     };
     // A bad --cgroup / --job is refused before anything is scanned or attached.
@@ -248,6 +268,42 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     let probes: usize = attacher.libraries().map(|l| l.attached()).sum();
     let libs = attacher.libraries().count();
+    // Loss counters for the metrics, refreshed every tick.
+    let counters = Arc::new(std::sync::Mutex::new((
+        KindCounts::default(),
+        KindCounts::default(),
+    )));
+    let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
+    if let Some(listener) = metrics_listener {
+        let (ctl, counters, stats, probe_count) = (
+            ctl_tx.clone(),
+            counters.clone(),
+            stats.clone(),
+            probe_count.clone(),
+        );
+        let snapshot = move || {
+            let (ctl, counters, stats, probe_count) = (
+                ctl.clone(),
+                counters.clone(),
+                stats.clone(),
+                probe_count.clone(),
+            );
+            async move {
+                let (drops, submitted) = counters.lock().ok()?.clone();
+                let meta = report_meta(started_at, started.elapsed(), &drops, &submitted, &stats);
+                let (reply, rx) = oneshot::channel();
+                ctl.send(Ctl::Metrics { meta, reply }).await.ok()?;
+                let (report, mut extra) = rx.await.ok()?;
+                extra.records_read = stats.read.load(Ordering::Relaxed);
+                extra.probes = probe_count.load(Ordering::Relaxed);
+                Some(crate::metrics::render(&report, &extra))
+            }
+        };
+        tokio::spawn(crate::metrics::serve(listener, snapshot));
+        if let Some(addr) = opts.metrics_addr {
+            eprintln!("gpuprofd: serving Prometheus metrics on http://{addr}/metrics");
+        }
+    }
     eprintln!(
         "gpuprofd: ready: {probes} probes on {libs} CUDA libraries; capturing ({})",
         describe(&opts)
@@ -321,6 +377,19 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = tick.tick() => {
                 let interval = last_tick.elapsed();
                 last_tick = Instant::now();
+                if opts.metrics_addr.is_some()
+                    && let (Ok(d), Ok(s)) = (
+                        capture::read_counts(&ebpf, profiler_common::maps::DROPS),
+                        capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED),
+                    )
+                    && let Ok(mut c) = counters.lock()
+                {
+                    *c = (d, s);
+                }
+                probe_count.store(
+                    attacher.libraries().map(|l| l.attached() as u64).sum(),
+                    Ordering::Relaxed,
+                );
                 if let Target::Pid(p) = opts.target
                     && !discovery::process_exists(p)
                 {
@@ -777,6 +846,10 @@ async fn aggregate(
                     if let Some(j) = seen.journal.as_mut() {
                         j.frame(&frame);
                     }
+                }
+                Some(Ctl::Metrics { meta, reply }) => {
+                    let extra = agg.metrics_extra(crate::metrics::EXITED_GRACE);
+                    let _ = reply.send((agg.report(meta), extra));
                 }
                 Some(Ctl::Api(t)) => {
                     if let Some(j) = seen.journal.as_mut() {

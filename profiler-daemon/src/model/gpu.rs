@@ -76,6 +76,8 @@ impl ProcGpu {
 #[derive(Clone, Debug, Default)]
 pub struct Gpus {
     devices: BTreeMap<u32, Device>,
+    /// The latest round's (utilisation %, memory used) per device.
+    now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
     pub status: NvmlStatus,
 }
 
@@ -87,6 +89,7 @@ impl Gpus {
             self.status.state = "ok".into();
         }
         for d in &s.devices {
+            self.now.insert(d.index, (d.gpu_util, d.mem_used));
             let e = self.devices.entry(d.index).or_default();
             e.name.clone_from(&d.name);
             e.uuid.clone_from(&d.uuid);
@@ -105,6 +108,11 @@ impl Gpus {
             }
         }
         &s.processes
+    }
+
+    /// The latest round's (utilisation %, memory used) per device.
+    pub fn now(&self) -> &BTreeMap<u32, (Option<u32>, Option<u64>)> {
+        &self.now
     }
 
     /// The report's `gpus`; `profiled` says whether a pid made CUDA calls gpuprofd recorded.

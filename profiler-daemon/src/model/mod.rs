@@ -59,6 +59,8 @@ pub struct Aggregator {
     decode_errors: BTreeMap<u32, u64>,
     live_cap: usize,
     gpus: gpu::Gpus,
+    /// When each process was first known to have ended (for the metrics' grace period).
+    exited_at: HashMap<u32, std::time::Instant>,
 }
 
 impl Aggregator {
@@ -72,6 +74,7 @@ impl Aggregator {
             decode_errors: BTreeMap::new(),
             live_cap: DEFAULT_LIVE_CAP,
             gpus: gpu::Gpus::default(),
+            exited_at: HashMap::new(),
         }
     }
 
@@ -161,6 +164,11 @@ impl Aggregator {
     /// Stores what procfs says about `tgid` (its `exited` flag is kept once set).
     pub fn set_process_meta(&mut self, tgid: u32, meta: ProcessMeta) {
         let exited = self.meta.get(&tgid).is_some_and(|m| m.exited);
+        if meta.exited {
+            self.exited_at
+                .entry(tgid)
+                .or_insert_with(std::time::Instant::now);
+        }
         self.meta.insert(
             tgid,
             ProcessMeta {
@@ -183,6 +191,30 @@ impl Aggregator {
 
     pub fn mark_exited(&mut self, tgid: u32) {
         self.meta.entry(tgid).or_default().exited = true;
+        self.exited_at
+            .entry(tgid)
+            .or_insert_with(std::time::Instant::now);
+    }
+
+    /// What the metrics exposition needs beyond the report: NVML's latest figures and the
+    /// processes that ended longer than `grace` ago.
+    pub fn metrics_extra(&self, grace: std::time::Duration) -> crate::metrics::Extra {
+        crate::metrics::Extra {
+            gpu_now: self.gpus.now().clone(),
+            process_gpu_bytes: self
+                .procs
+                .iter()
+                .filter_map(|(&t, p)| p.gpu.last_used_bytes.map(|b| (t, b)))
+                .collect(),
+            expired: self
+                .exited_at
+                .iter()
+                .filter(|(_, at)| at.elapsed() > grace)
+                .map(|(&t, _)| t)
+                .collect(),
+            records_read: 0,
+            probes: 0,
+        }
     }
 
     /// The start time recorded for `tgid` (0 when unknown).
@@ -193,6 +225,7 @@ impl Aggregator {
     /// `tgid` now belongs to a new process: the old one's counters are set aside (reported,
     /// marked exited) and the tgid starts afresh.
     pub fn retire(&mut self, tgid: u32) {
+        self.exited_at.remove(&tgid);
         if let Some(p) = self.procs.remove(&tgid) {
             let mut meta = self.meta.remove(&tgid).unwrap_or_default();
             meta.exited = true;

@@ -1,0 +1,383 @@
+//! Prometheus `/metrics`: the running daemon's figures per job and process, NVML gauges, loss
+//! and self counters, in the Prometheus text format 0.0.4 (built with prometheus-client, whose
+//! OpenMetrics output is rewritten: counter families named with their `_total` samples, no
+//! `# EOF`), which every scraper and `promtool check metrics` read.
+//!
+//! Served by a small HTTP/1.1 responder on `--metrics-addr` (off unless asked for; the
+//! README's service setup uses 127.0.0.1:9400). Each scrape asks the aggregator for a snapshot.
+//!
+//! Cardinality is bounded: kernel series only for the [`TOP_KERNELS`] most launched kernels of
+//! each process, and a process that ended leaves the exposition [`EXITED_GRACE`] after its end
+//! (its last values stay visible for one or two scrapes, then the series stop).
+
+use crate::output::Report;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// Kernel series per process.
+pub const TOP_KERNELS: usize = 10;
+/// How long an ended process stays in the exposition.
+pub const EXITED_GRACE: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Proc {
+    pid: String,
+    comm: String,
+    job: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcDir {
+    pid: String,
+    comm: String,
+    job: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcApi {
+    pid: String,
+    comm: String,
+    job: String,
+    api: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcKernel {
+    pid: String,
+    comm: String,
+    job: String,
+    kernel: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Gpu {
+    gpu: String,
+    uuid: String,
+}
+
+/// What the aggregator adds to a [`Report`] for a scrape.
+#[derive(Clone, Debug, Default)]
+pub struct Extra {
+    /// Latest NVML figures per GPU index: (utilisation %, memory used bytes).
+    pub gpu_now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
+    /// Latest GPU memory NVML says each process holds.
+    pub process_gpu_bytes: BTreeMap<u32, u64>,
+    /// Processes that ended more than [`EXITED_GRACE`] ago (left out).
+    pub expired: Vec<u32>,
+    /// Records read from the ring buffer so far.
+    pub records_read: u64,
+    pub probes: u64,
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Proc, Counter> {
+    let f = Family::<Proc, Counter>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// The exposition of `r` (+ `extra`).
+pub fn render(r: &Report, extra: &Extra) -> String {
+    let mut reg = Registry::default();
+    let launches = counter(
+        &mut reg,
+        "gpuprofd_kernel_launches",
+        "Kernel launches the process made (CUDA graph launches excluded)",
+    );
+    let graphs = counter(
+        &mut reg,
+        "gpuprofd_graph_launches",
+        "CUDA graph launches the process made",
+    );
+    let copies = Family::<ProcDir, Counter>::default();
+    reg.register(
+        "gpuprofd_copies",
+        "Memory copies the process made, by direction",
+        copies.clone(),
+    );
+    let copy_bytes = Family::<ProcDir, Counter>::default();
+    reg.register(
+        "gpuprofd_copy_bytes",
+        "Bytes the process copied, by direction",
+        copy_bytes.clone(),
+    );
+    let api_calls = Family::<ProcApi, Counter>::default();
+    reg.register(
+        "gpuprofd_api_calls",
+        "Calls of each hooked CUDA API function",
+        api_calls.clone(),
+    );
+    let api_blocked = Family::<ProcApi, Counter<f64, AtomicU64>>::default();
+    reg.register(
+        "gpuprofd_api_blocked_seconds",
+        "CPU time the process spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
+        api_blocked.clone(),
+    );
+    let kernels = Family::<ProcKernel, Counter>::default();
+    reg.register(
+        "gpuprofd_kernel_calls",
+        "Launches per kernel (the most launched kernels of each process only)",
+        kernels.clone(),
+    );
+    let live = Family::<Proc, Gauge>::default();
+    reg.register(
+        "gpuprofd_device_memory_live_bytes",
+        "Device memory the process allocated through the hooked APIs and has not freed",
+        live.clone(),
+    );
+    let held = Family::<Proc, Gauge>::default();
+    reg.register(
+        "gpuprofd_process_gpu_memory_bytes",
+        "GPU memory NVML says the process holds (all of it)",
+        held.clone(),
+    );
+    let gpu_util = Family::<Gpu, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_utilization_percent",
+        "NVML: percent of the last sample period a kernel ran on the GPU",
+        gpu_util.clone(),
+    );
+    let gpu_mem = Family::<Gpu, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_memory_used_bytes",
+        "NVML: device memory in use",
+        gpu_mem.clone(),
+    );
+    let lost = Family::<Kind, Counter>::default();
+    reg.register(
+        "gpuprofd_records_lost",
+        "Records lost (ring buffer full, or the aggregator behind), by kind: counts are lower bounds when non-zero",
+        lost.clone(),
+    );
+    let submitted = Family::<Kind, Counter>::default();
+    reg.register(
+        "gpuprofd_records_submitted",
+        "Records the probes wrote into the ring buffer, by kind",
+        submitted.clone(),
+    );
+    let read: Counter = Counter::default();
+    reg.register(
+        "gpuprofd_records_read",
+        "Records the daemon read from the ring buffer",
+        read.clone(),
+    );
+    let procs: Gauge = Gauge::default();
+    reg.register(
+        "gpuprofd_processes",
+        "CUDA processes in the exposition (live, or ended within the grace period)",
+        procs.clone(),
+    );
+    let probes: Gauge = Gauge::default();
+    reg.register("gpuprofd_probes", "Uprobes attached", probes.clone());
+
+    let mut shown = 0;
+    let mut seen: Vec<u32> = Vec::new();
+    // A reused pid: only its latest process is exposed (series are keyed by pid).
+    for p in r.processes.iter().rev() {
+        if seen.contains(&p.tgid) || extra.expired.contains(&p.tgid) {
+            continue;
+        }
+        seen.push(p.tgid);
+        shown += 1;
+        let job = p
+            .job
+            .as_ref()
+            .map(|j| format!("{}:{}", j.kind, j.id))
+            .unwrap_or_default();
+        let l = Proc {
+            pid: p.tgid.to_string(),
+            comm: p.comm.clone(),
+            job: job.clone(),
+        };
+        launches.get_or_create(&l).inc_by(p.launches);
+        graphs.get_or_create(&l).inc_by(p.graphs.launches);
+        live.get_or_create(&l)
+            .set(p.allocations.live_bytes.min(i64::MAX as u64) as i64);
+        if let Some(&b) = extra.process_gpu_bytes.get(&p.tgid) {
+            held.get_or_create(&l).set(b.min(i64::MAX as u64) as i64);
+        }
+        for c in &p.copies {
+            let d = ProcDir {
+                pid: l.pid.clone(),
+                comm: l.comm.clone(),
+                job: job.clone(),
+                direction: c.direction.clone(),
+            };
+            copies.get_or_create(&d).inc_by(c.calls);
+            copy_bytes.get_or_create(&d).inc_by(c.bytes);
+        }
+        for a in &p.api {
+            let k = ProcApi {
+                pid: l.pid.clone(),
+                comm: l.comm.clone(),
+                job: job.clone(),
+                api: a.name.clone(),
+            };
+            api_calls.get_or_create(&k).inc_by(a.calls);
+            if a.blocked_ns > 0 {
+                api_blocked
+                    .get_or_create(&k)
+                    .inc_by(a.blocked_ns as f64 / 1e9);
+            }
+        }
+        // Kernels by name (launch configurations summed), the most launched first.
+        let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
+        for k in &p.kernels {
+            *by_name.entry(&k.name).or_default() += k.calls;
+        }
+        let mut top: Vec<(&str, u64)> = by_name.into_iter().collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (name, calls) in top.into_iter().take(TOP_KERNELS) {
+            kernels
+                .get_or_create(&ProcKernel {
+                    pid: l.pid.clone(),
+                    comm: l.comm.clone(),
+                    job: job.clone(),
+                    kernel: name.to_owned(),
+                })
+                .inc_by(calls);
+        }
+    }
+    for g in &r.gpus {
+        let l = Gpu {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+        };
+        if let Some((util, mem)) = extra.gpu_now.get(&g.index) {
+            if let Some(u) = util {
+                gpu_util.get_or_create(&l).set(i64::from(*u));
+            }
+            if let Some(m) = mem {
+                gpu_mem
+                    .get_or_create(&l)
+                    .set((*m).min(i64::MAX as u64) as i64);
+            }
+        }
+    }
+    for (k, v) in &r.drops {
+        lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
+    }
+    for (k, v) in &r.submitted {
+        submitted
+            .get_or_create(&Kind { kind: k.clone() })
+            .inc_by(*v);
+    }
+    read.inc_by(extra.records_read);
+    procs.set(shown);
+    probes.set(extra.probes.min(i64::MAX as u64) as i64);
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    to_prometheus_text(&out)
+}
+
+/// OpenMetrics text → Prometheus text 0.0.4: a counter family `x` (samples `x_total`) becomes
+/// `x_total` in its HELP and TYPE lines; `# UNIT` and `# EOF` go.
+fn to_prometheus_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let name = rest.split(' ').next().unwrap_or("");
+                if counters.contains(name) {
+                    out.push_str(p);
+                    out.push_str(name);
+                    out.push_str("_total");
+                    out.push_str(&rest[name.len()..]);
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener`; `snapshot` yields the current exposition.
+pub async fn serve<F, Fut>(listener: tokio::net::TcpListener, snapshot: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let snapshot = snapshot.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut n = 0;
+            // Read the request head (bounded: 4 KiB, 5 s).
+            let head = tokio::time::timeout(Duration::from_secs(5), async {
+                while n < buf.len() {
+                    match sock.read(&mut buf[n..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => n += k,
+                    }
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            })
+            .await;
+            if head.is_err() {
+                return;
+            }
+            let line = String::from_utf8_lossy(&buf[..n]);
+            let first = line.lines().next().unwrap_or("");
+            let mut parts = first.split_whitespace();
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let (status, ctype, body) = if method == "GET" && path == "/metrics" {
+                match snapshot().await {
+                    Some(b) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b),
+                    None => (
+                        "503 Service Unavailable",
+                        "text/plain",
+                        "the daemon is stopping\n".to_owned(),
+                    ),
+                }
+            } else {
+                (
+                    "404 Not Found",
+                    "text/plain",
+                    "gpuprofd serves GET /metrics only\n".to_owned(),
+                )
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = sock.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

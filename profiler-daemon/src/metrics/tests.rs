@@ -1,0 +1,157 @@
+//! The exposition of a known report: exact samples, bounded series.
+
+use super::*;
+use serde_json::json;
+
+fn report() -> Report {
+    let k = |name: &str, calls: u64| {
+        json!({"name": name, "mangled": null, "calls": calls, "grid": [1, 1, 1],
+               "block": [32, 1, 1], "shared_bytes": 0, "streams": 1,
+               "api": "cudaLaunchKernel", "name_source": "register_function"})
+    };
+    let z = json!({"calls": 0, "bytes": 0});
+    let alloc = json!({"calls": 1, "failed": 0, "bytes": 4096, "frees": 0, "live_bytes": 4096,
+        "peak_bytes": 4096, "untracked": 0, "by_kind": {"device": z, "host_pinned": z,
+        "managed": z, "async": z, "pitched": z, "vmm": z}});
+    let mut kernels: Vec<serde_json::Value> =
+        (0..12).map(|i| k(&format!("k{i:02}"), 100 - i)).collect();
+    kernels.push(k("k00", 5)); // same name, another configuration: summed
+    let proc_ = |tgid: u32, comm: &str| {
+        json!({"tgid": tgid, "comm": comm, "cmdline": "", "exited": false,
+           "job": {"kind": "slurm", "id": "77", "cgroup": "/job_77"},
+           "launches": 1000, "unnamed_launches": 0, "kernels": kernels,
+           "copies": [{"direction": "h2d", "calls": 3, "bytes": 3072, "async_calls": 0,
+                       "blocked_ns": 1500}],
+           "api": [{"name": "cudaStreamSynchronize", "calls": 4, "blocked_ns": 2_500_000_000u64,
+                    "p50_ns": 1, "p99_ns": 1, "max_ns": 1}],
+           "graphs": {"launches": 2}, "allocations": alloc, "gpu": null})
+    };
+    serde_json::from_value(json!({
+        "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
+        "duration_ns": 1, "drops": {"launch": 3, "copy": 0}, "submitted": {"launch": 1003},
+        "decode_errors": 0, "jobs": [],
+        "processes": [proc_(100, "old"), proc_(100, "python3"), proc_(200, "gone")],
+        "nvml": {"state": "ok", "samples": 3},
+        "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-1", "samples": 3, "gpu_util_avg": 50.0,
+                  "gpu_util_max": 90, "mem_util_avg": 1.0, "memory_used_max_bytes": 10,
+                  "memory_total_bytes": 100, "sm_clock_avg_mhz": null, "power_avg_w": null,
+                  "temp_max_c": null, "unprofiled_pids": []}]
+    }))
+    .unwrap()
+}
+
+fn extra() -> Extra {
+    Extra {
+        gpu_now: BTreeMap::from([(0, (Some(87), Some(12 << 30)))]),
+        process_gpu_bytes: BTreeMap::from([(100, 1 << 30)]),
+        expired: vec![200],
+        records_read: 1003,
+        probes: 95,
+    }
+}
+
+fn samples(text: &str, name: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn exposition_has_exact_values() {
+    let t = render(&report(), &extra());
+    assert!(!t.contains("# EOF"), "{t}");
+    assert!(
+        t.contains("# TYPE gpuprofd_kernel_launches_total counter\n"),
+        "{t}"
+    );
+    let l = r#"{pid="100",comm="python3",job="slurm:77"}"#;
+    assert_eq!(
+        samples(&t, "gpuprofd_kernel_launches_total"),
+        [format!("gpuprofd_kernel_launches_total{l} 1000")]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_copy_bytes_total"),
+        [
+            r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",job="slurm:77",direction="h2d"} 3072"#
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_api_blocked_seconds_total"),
+        [
+            r#"gpuprofd_api_blocked_seconds_total{pid="100",comm="python3",job="slurm:77",api="cudaStreamSynchronize"} 2.5"#
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_process_gpu_memory_bytes"),
+        [format!("gpuprofd_process_gpu_memory_bytes{l} 1073741824")]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_utilization_percent"),
+        [r#"gpuprofd_gpu_utilization_percent{gpu="0",uuid="GPU-1"} 87"#]
+    );
+    let mut lost = samples(&t, "gpuprofd_records_lost_total");
+    lost.sort();
+    assert_eq!(
+        lost,
+        [
+            r#"gpuprofd_records_lost_total{kind="copy"} 0"#,
+            r#"gpuprofd_records_lost_total{kind="launch"} 3"#
+        ]
+    );
+    assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);
+    assert_eq!(samples(&t, "gpuprofd_probes"), ["gpuprofd_probes 95"]);
+}
+
+#[test]
+fn series_are_bounded() {
+    let t = render(&report(), &extra());
+    // The ended process (200) and the old holder of pid 100 are gone; kernel series: top 10.
+    assert!(!t.contains(r#"pid="200""#), "{t}");
+    assert!(!t.contains(r#"comm="old""#), "{t}");
+    let k = samples(&t, "gpuprofd_kernel_calls_total");
+    assert_eq!(k.len(), TOP_KERNELS);
+    assert!(
+        k.iter().any(|s| s.contains(r#"kernel="k00"} 105"#)),
+        "configurations summed by name: {k:?}"
+    );
+    assert!(!k.iter().any(|s| s.contains("k10") || s.contains("k11")));
+}
+
+/// `promtool check metrics` (Prometheus's own linter) accepts the exposition, when promtool is
+/// installed (`scripts/setup.sh --test-tools` installs it; the privileged suite requires it).
+#[test]
+fn promtool_accepts_the_exposition_if_installed() {
+    let Some(promtool) = ["/opt/gpuprofd-test-tools/usr/bin/promtool", "promtool"]
+        .into_iter()
+        .find(|p| {
+            std::process::Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+    else {
+        return; // checked for certain in tests/tests/metrics.rs
+    };
+    use std::io::Write;
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(render(&report(), &extra()).as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

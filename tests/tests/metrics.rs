@@ -1,0 +1,163 @@
+//! Prometheus `/metrics` of a running daemon: exact values, validated by promtool, scraped by a
+//! real Prometheus server (both from Debian's prometheus package, unpacked by
+//! `scripts/setup.sh --test-tools` under /opt/gpuprofd-test-tools).
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOOLS: &str = "/opt/gpuprofd-test-tools/usr/bin";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over plain HTTP/1.1: (status line, body).
+fn get(addr: &str, path: &str) -> Option<(String, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
+}
+
+fn value(body: &str, name: &str, label: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Polls until `f` gives a value (bounded).
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn metrics_are_exact_valid_and_scraped_by_prometheus() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let lib = fakecuda().join("lib");
+    let d = Daemon::start(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--no-nvml",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--metrics-addr",
+        &addr,
+    ]);
+    let mut w = Workload::start();
+    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 3"]);
+    let pid = format!("pid=\"{}\"", w.tgid);
+    let body = wait_for("7 launches in /metrics", Duration::from_secs(10), || {
+        let (status, body) = get(&addr, "/metrics")?;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        (value(&body, "gpuprofd_kernel_launches_total{", &pid) == Some(7.0)).then_some(body)
+    });
+    assert_eq!(
+        value(&body, "gpuprofd_copy_bytes_total{", &pid),
+        Some(12288.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            "gpuprofd_kernel_calls_total{",
+            "gemm(float const*, float const*"
+        ),
+        Some(7.0)
+    );
+    assert_eq!(
+        value(&body, "gpuprofd_records_lost_total{", "kind=\"launch\""),
+        Some(0.0)
+    );
+    assert_eq!(get(&addr, "/").unwrap().0, "HTTP/1.1 404 Not Found");
+
+    // Prometheus's own linter accepts it.
+    let mut lint = Command::new(format!("{TOOLS}/promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool missing: run scripts/setup.sh --test-tools");
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = lint.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // And a real Prometheus server scrapes it.
+    let dir = TempDir::new("prometheus");
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpuprofd\n    \
+             static_configs:\n      - targets: ['{addr}']\n"
+        ),
+    )
+    .unwrap();
+    let web = format!("127.0.0.1:{}", free_port());
+    let mut prom = Command::new(format!("{TOOLS}/prometheus"))
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus missing: run scripts/setup.sh --test-tools");
+    let query = format!(
+        "/api/v1/query?query=gpuprofd_kernel_launches_total%7Bpid%3D%22{}%22%7D",
+        w.tgid
+    );
+    let got = std::panic::catch_unwind(|| {
+        wait_for(
+            "Prometheus to scrape gpuprofd",
+            Duration::from_secs(60),
+            || {
+                let (_, body) = get(&web, &query)?;
+                let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+                v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .map(str::to_owned)
+            },
+        )
+    });
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert_eq!(got.expect("prometheus query"), "7");
+    w.exit();
+    let r = d.stop().report;
+    assert_eq!(r["nvml"]["state"], "off");
+}

@@ -275,8 +275,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     )));
     let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
     if let Some(listener) = metrics_listener {
+        // A weak sender: the metrics server must not keep the aggregator alive at the end.
         let (ctl, counters, stats, probe_count) = (
-            ctl_tx.clone(),
+            ctl_tx.downgrade(),
             counters.clone(),
             stats.clone(),
             probe_count.clone(),
@@ -292,7 +293,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 let (drops, submitted) = counters.lock().ok()?.clone();
                 let meta = report_meta(started_at, started.elapsed(), &drops, &submitted, &stats);
                 let (reply, rx) = oneshot::channel();
-                ctl.send(Ctl::Metrics { meta, reply }).await.ok()?;
+                ctl.upgrade()?
+                    .send(Ctl::Metrics { meta, reply })
+                    .await
+                    .ok()?;
                 let (report, mut extra) = rx.await.ok()?;
                 extra.records_read = stats.read.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);

@@ -203,3 +203,26 @@ fn new_report_files_are_not_world_readable() {
         "report mode {mode:o}"
     );
 }
+
+#[test]
+fn a_metrics_address_in_use_is_refused_before_attaching() {
+    // Someone already listens there.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let lib = fakecuda().join("lib");
+    let (code, out, err) = run_daemon(&[
+        "--all-jobs",
+        "--no-system-libs",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--metrics-addr",
+        &addr,
+    ]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(&format!("cannot serve /metrics on {addr}"))
+            && err.contains("Choose a free address with --metrics-addr"),
+        "{err}"
+    );
+    assert!(!err.contains("gpuprofd: ready"), "{err}");
+}

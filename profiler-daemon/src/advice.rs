@@ -52,6 +52,18 @@ pub struct Advice {
     pub suggestion: String,
 }
 
+impl Advice {
+    fn about(p: &ProcessReport, rule: &'static str, evidence: String, suggestion: &str) -> Advice {
+        Advice {
+            rule,
+            pid: Some(p.tgid),
+            comm: Some(p.comm.clone()),
+            evidence,
+            suggestion: suggestion.to_owned(),
+        }
+    }
+}
+
 /// Synchronisation APIs whose time is the CPU waiting for the GPU.
 fn is_sync_api(name: &str) -> bool {
     name.contains("Synchronize") || name == "cudaEventQuery" || name == "cuEventQuery"
@@ -96,13 +108,7 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
 
 fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
     let mut push = |rule, evidence: String, suggestion: &str| {
-        out.push(Advice {
-            rule,
-            pid: Some(p.tgid),
-            comm: Some(p.comm.clone()),
-            evidence,
-            suggestion: suggestion.to_owned(),
-        })
+        out.push(Advice::about(p, rule, evidence, suggestion))
     };
     let share = |ns: u64| ns as f64 / dur_ns as f64;
 
@@ -232,13 +238,7 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
         return;
     }
     let mut push = |rule, evidence: String, suggestion: &str| {
-        out.push(Advice {
-            rule,
-            pid: Some(p.tgid),
-            comm: Some(p.comm.clone()),
-            evidence,
-            suggestion: suggestion.to_owned(),
-        })
+        out.push(Advice::about(p, rule, evidence, suggestion))
     };
     let wall = quantile(regular.iter().map(|x| x.wall_ns).collect(), 0.5);
     let wait = quantile(regular.iter().map(|x| x.first_enqueue_ns).collect(), 0.5);

@@ -258,6 +258,27 @@ impl Daemon {
     }
 }
 
+/// Renders the capture file `capture` as the HTML overview page with `gpuprofd report` and
+/// returns the DOM headless Chromium made of it (see [`chromium_dom`]).
+pub fn overview_dom(capture: &Path, name: &str) -> String {
+    let html = capture.with_extension("html");
+    let (code, _, err) = run_daemon(&[
+        "report",
+        capture.to_str().unwrap(),
+        "--format",
+        "html",
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let dom = chromium_dom(&html, name);
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the page's script did not run"
+    );
+    dom
+}
+
 /// Loads `html` in headless Chromium (installed by `scripts/setup.sh --test-tools`, which the
 /// test command runs) and returns the DOM after its scripts ran; saves a screenshot as
 /// `target/test-artifacts/<name>.png`.

@@ -328,21 +328,7 @@ fn a_training_loop_is_cut_into_its_steps() {
         .count();
     assert_eq!(spans, 6);
     // The overview page, as headless Chromium renders it, shows the report's numbers.
-    let html = f.output.with_extension("html");
-    let (code, _, err) = run_daemon(&[
-        "report",
-        file,
-        "--format",
-        "html",
-        "-o",
-        html.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let dom = chromium_dom(&html, "report-training-loop");
-    assert!(
-        dom.contains("data-rendered=\"yes\""),
-        "the page's script did not run"
-    );
+    let dom = overview_dom(&f.output, "report-training-loop");
     let launches: u64 = f.report["processes"]
         .as_array()
         .unwrap()

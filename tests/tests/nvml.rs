@@ -127,17 +127,7 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
         util[0]["args"],
         serde_json::json!({"gpu": 87, "memory": 40})
     );
-    let html = f.output.with_extension("html");
-    let (code, _, err) = run_daemon(&[
-        "report",
-        file,
-        "--format",
-        "html",
-        "-o",
-        html.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let dom = chromium_dom(&html, "report-nvml");
+    let dom = overview_dom(&f.output, "report-nvml");
     assert!(
         dom.contains("<td class=\"\" data-k=\"gpu_util_avg\">87.0</td>"),
         "{dom}"

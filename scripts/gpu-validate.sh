@@ -212,10 +212,16 @@ coverage_run() { # NAME MODULE SCRIPT [args...]
     if ! have_py_mod "$module"; then record "$name" coverage "" "" "$module is not importable"; return; fi
     if [ "$BPF_OK" != 1 ]; then blocked "$name" coverage; return; fi
     echo "  $name"
-    local res="$OUT/runs/$name.result.json"
-    if "$BIN" --all-jobs --no-live --output "$OUT/runs/$name.report.json" -- \
+    local res="$OUT/runs/$name.result.json" cap="$OUT/runs/$name.gpuprof"
+    # A capture file; the JSON report, steps, timeline and overview page are read back from it
+    # (which also validates the capture-file path on real workloads).
+    if "$BIN" --all-jobs --no-live --output "$cap" -- \
         "$PY" "$WL/$script" --out "$res" --steps "$STEPS" "$@" \
-        >"$OUT/runs/$name.gpuprofd.out" 2>"$OUT/runs/$name.gpuprofd.err"; then
+        >"$OUT/runs/$name.gpuprofd.out" 2>"$OUT/runs/$name.gpuprofd.err" &&
+        "$BIN" report "$cap" --format json -o "$OUT/runs/$name.report.json" 2>>"$OUT/runs/$name.gpuprofd.err"; then
+        "$BIN" report "$cap" --view steps --format json -o "$OUT/runs/$name.steps.json" 2>>"$OUT/runs/$name.gpuprofd.err" || true
+        "$BIN" report "$cap" --format html -o "$OUT/runs/$name.report.html" 2>>"$OUT/runs/$name.gpuprofd.err" || true
+        "$BIN" export "$cap" -o "$OUT/runs/$name.trace.json" 2>>"$OUT/runs/$name.gpuprofd.err" || true
         record "$name" coverage "" "$OUT/runs/$name.report.json" "" "$res"
     else
         record "$name" coverage "" "" "gpuprofd or the workload failed: see runs/$name.gpuprofd.err"
@@ -337,14 +343,23 @@ fi
 # ---- NVML ------------------------------------------------------------------------------------
 NVML=""
 if wanted nvml && command -v nvidia-smi >/dev/null 2>&1; then
-    echo "gpu-validate: nvml (nvidia-smi during a run)"
+    echo "gpu-validate: nvml (nvidia-smi and gpuprofd's NVML sampling during one run)"
     NVML="$OUT/nvml.json"
+    NCAP="$OUT/runs/nvml.gpuprof"
+    DPID=""
+    if [ "$BPF_OK" = 1 ]; then
+        "$BIN" --all-jobs --no-live --output "$NCAP" \
+            >"$OUT/runs/nvml.gpuprofd.out" 2>"$OUT/runs/nvml.gpuprofd.err" &
+        DPID=$!
+        wait_line "$OUT/runs/nvml.gpuprofd.err" "gpuprofd: ready" 60 || true
+    fi
     if have_py_mod torch; then
         "$PY" "$WL/launch_bound.py" --out "$OUT/runs/nvml.result.json" --steps $((STEPS * 10)) 2>/dev/null &
         NP=$!
         sleep 3
     fi
-    "$PY" - "$NVML" <<'PYEOF'
+    SMI="$OUT/runs/nvml.smi.json"
+    "$PY" - "$SMI" <<'PYEOF'
 import json, subprocess, sys
 def q(*a):
     r = subprocess.run(["nvidia-smi", *a, "--format=csv,noheader,nounits"], capture_output=True, text=True)
@@ -352,10 +367,29 @@ def q(*a):
 json.dump({
     "query_gpu": q("--query-gpu=index,utilization.gpu,memory.used,memory.total"),
     "query_compute_apps": q("--query-compute-apps=pid,used_memory"),
-    "gpuprofd": "NVML correlation is not implemented yet (issue 6); nothing to compare against",
 }, open(sys.argv[1], "w"), indent=1)
 PYEOF
     [ -n "${NP:-}" ] && wait "$NP" 2>/dev/null || true
+    if [ -n "$DPID" ]; then
+        kill -INT "$DPID" 2>/dev/null || true
+        wait "$DPID" 2>/dev/null || true
+        "$BIN" report "$NCAP" --format json -o "$OUT/runs/nvml.report.json" 2>>"$OUT/runs/nvml.gpuprofd.err" || true
+    fi
+    "$PY" - "$NVML" "$SMI" "$OUT/runs/nvml.report.json" "$OUT/runs/nvml.result.json" <<'PYEOF'
+import json, os, sys
+out, smi, rep, res = sys.argv[1:5]
+load = lambda p: json.load(open(p)) if os.path.exists(p) else None
+smi, rep, res = load(smi), load(rep), load(res)
+g = {"nvidia_smi": smi}
+if rep is None:
+    g["gpuprofd"] = "no gpuprofd capture (BPF unavailable, or it failed: runs/nvml.gpuprofd.err)"
+else:
+    g["gpuprofd"] = {"nvml": rep.get("nvml"), "gpus": rep.get("gpus")}
+    pid = (res or {}).get("pid")
+    proc = next((p for p in rep.get("processes", []) if p.get("tgid") == pid), None)
+    g["gpuprofd_workload_process"] = (proc or {}).get("gpu")
+json.dump(g, open(out, "w"), indent=1)
+PYEOF
 fi
 
 # ---- compare ---------------------------------------------------------------------------------

@@ -103,6 +103,16 @@ def compare_process(name, proc, res, findings):
                 if g != c:
                     findings.append(f"{name}: {a} gpuprofd {g} calls, torch.profiler {c}")
         row["api"] = api_rows
+    # Steps found in the capture (informational: the loop's iterations minus the first, which
+    # closes the warm-up; a training loop with none found is a finding).
+    steps_path = res.get("_steps_path")
+    if steps_path and os.path.exists(steps_path):
+        steps = json.load(open(steps_path))
+        mine = [s for s in steps if s.get("pid") == res.get("pid")]
+        row["steps_found"] = mine[0]["calls"] if mine else 0
+        row["step_boundary"] = mine[0]["boundary"] if mine else None
+        if not mine and known.get("loss_item_d2h"):
+            findings.append(f"{name}: a training loop with {known['loss_item_d2h']} loss.item() calls, gpuprofd found no steps")
     if known.get("graph_replays") is not None:
         want = known["graph_replays"]
         row["graph_replays"] = want
@@ -184,6 +194,9 @@ def main(manifest_path, outdir):
             if res is None:
                 findings.append(f"{r['name']}: workload result {rp} missing")
                 continue
+            rp_report = rel(r.get("report")) or ""
+            if rp_report.endswith(".report.json"):
+                res["_steps_path"] = rp_report[: -len(".report.json")] + ".steps.json"
             rows.append(compare_process(r["name"], process_of(report, res["pid"]), res, findings))
     over = overhead_rows([dict(r, results=[rel(x) for x in r.get("results", [])]) for r in man.get("runs", [])])
     doctor = load(rel(man.get("doctor")))

@@ -60,8 +60,21 @@ pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, St
 }
 
 /// Decodes and aggregates `events` synthetic launch records (8 processes, 64 kernels, 4
-/// configurations); returns events per second.
-pub fn pipeline(events: u64) -> f64 {
+/// configurations), also journaling them into a capture file at `capture` when given (as
+/// `--output FILE.gpuprof` does); returns events per second.
+pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> Result<f64, String> {
+    let mut journal = match capture {
+        Some(p) => {
+            let f =
+                crate::session::create_output(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Some(crate::store::Writer::new(
+                f,
+                p,
+                crate::store::header_now("bench".into(), "bench-pipeline".into()),
+            ))
+        }
+        None => None,
+    };
     let mut api = ApiTable::default();
     let id = api.intern("cuLaunchKernel", Layer::Driver);
     let records: Vec<Record<LaunchBody>> = (0..4096u64)
@@ -86,7 +99,11 @@ pub fn pipeline(events: u64) -> f64 {
     let mut done = 0u64;
     while done < events {
         for r in &records {
-            if let Ok(ev) = decode(encode(r)) {
+            let bytes = encode(r);
+            if let Some(j) = journal.as_mut() {
+                j.record(bytes);
+            }
+            if let Ok(ev) = decode(bytes) {
                 agg.apply(&ev);
             }
             done += 1;
@@ -95,7 +112,13 @@ pub fn pipeline(events: u64) -> f64 {
             }
         }
     }
+    if let Some(j) = journal.as_mut() {
+        j.flush();
+        if let Some(e) = j.failure() {
+            return Err(e.to_owned());
+        }
+    }
     let secs = t.elapsed().as_secs_f64();
     std::hint::black_box(agg.seen_tgids());
-    events as f64 / secs
+    Ok(events as f64 / secs)
 }

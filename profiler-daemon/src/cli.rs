@@ -46,6 +46,9 @@ pub enum Command {
     BenchPipeline {
         #[arg(long, default_value_t = 5_000_000)]
         events: u64,
+        /// Also write the records to this capture file.
+        #[arg(long)]
+        capture: Option<PathBuf>,
     },
     /// Show a capture file (written with `--output FILE.gpuprof`) again: the whole report or one
     /// view of it, selected and ordered. Exit 10 when the file cannot be read, 11 when it is
@@ -212,9 +215,17 @@ pub fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::BenchPipeline { events }) => {
-            println!("events_per_s {:.0}", crate::bench::pipeline(*events));
-            return ExitCode::SUCCESS;
+        Some(Command::BenchPipeline { events, capture }) => {
+            return match crate::bench::pipeline(*events, capture.as_deref()) {
+                Ok(v) => {
+                    println!("events_per_s {v:.0}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gpuprofd bench-pipeline: {e}");
+                    ExitCode::FAILURE
+                }
+            };
         }
         Some(Command::Report(args)) => return ExitCode::from(crate::views::run(args)),
         Some(Command::Export(args)) => return ExitCode::from(crate::export::run(args)),

@@ -301,20 +301,28 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool) -> Result<()> {
     // 2. Userspace pipeline ceiling.
     eprintln!("bench: pipeline (decode + aggregate, one thread)");
     let events = if quick { 200_000 } else { 5_000_000 };
-    let mut pipe = Vec::new();
+    let capture = tmp.join("pipeline.gpuprof");
+    let (mut pipe, mut pipe_cap) = (Vec::new(), Vec::new());
     for _ in 0..ctx.reps.max(3) {
-        let out = Command::new(&ctx.bin)
-            .args(["bench-pipeline", "--events", &events.to_string()])
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let v: f64 = text
-            .split_whitespace()
-            .nth(1)
-            .context("bench-pipeline output")?
-            .parse()?;
-        pipe.push(v);
+        for (with_file, into) in [(false, &mut pipe), (true, &mut pipe_cap)] {
+            let mut cmd = Command::new(&ctx.bin);
+            cmd.args(["bench-pipeline", "--events", &events.to_string()]);
+            if with_file {
+                cmd.arg("--capture").arg(&capture);
+            }
+            let out = cmd.output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let v: f64 = text
+                .split_whitespace()
+                .nth(1)
+                .context("bench-pipeline output")?
+                .parse()?;
+            into.push(v);
+        }
     }
-    let pipe = median(pipe);
+    let capture_bytes = std::fs::metadata(&capture).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&capture);
+    let (pipe, pipe_cap) = (median(pipe), median(pipe_cap));
 
     // 3. Launch storm through the ring buffer, end to end.
     eprintln!("bench: launch storm through the ring buffer");
@@ -367,7 +375,8 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool) -> Result<()> {
     }
     let storm_rate = rate.first().copied().unwrap_or(f64::NAN);
     let summary = format!(
-        "{md}\nPipeline (decode + aggregate, one thread, synthetic launches): {:.1} M events/s.\n\n\
+        "{md}\nPipeline (decode + aggregate, one thread, synthetic launches): {:.1} M events/s; \
+         also writing a capture file: {:.1} M events/s ({:.1} bytes per launch record on disk).\n\n\
          Launch storm, {threads} thread(s) × {per} runtime launches through the real probes and ring buffer: \
          {:.0} launches/s achieved by the workload under capture, {storm_launches} of {asked} counted, \
          {storm_drops} dropped; daemon CPU {:.2} s over {:.2} s wall, RSS {} KiB (peak {} KiB).\n\n\
@@ -375,6 +384,8 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool) -> Result<()> {
          Churn: {churn_n} `/bin/true` processes took {:.2} s without the daemon and {:.2} s with it \
          (median of 3); daemon CPU for the {} processes of the 3 runs: {:.0} ms.\n",
         pipe / 1e6,
+        pipe_cap / 1e6,
+        capture_bytes as f64 / events as f64,
         storm_rate,
         (c1 - c0) as f64 * tick / 1e3,
         storm_secs,
@@ -441,7 +452,8 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx) -> Result<()> {
          runtime entry and the driver call it makes, which the kernel-side pairing suppresses). \
          The last column is gpuprofd's added time per call divided by the floor's added time.\n\
          * **Pipeline**: synthetic launch records through decode and aggregation on one thread \
-         (`gpuprofd bench-pipeline`).\n\
+         (`gpuprofd bench-pipeline`), and the same while journaling every record into a capture \
+         file (`--capture`, as `--output FILE.gpuprof` does).\n\
          * **Storm**: runtime launches from several threads as fast as they go, under full \
          capture; counted launches, drops, daemon CPU (utime+stime) and RSS.\n\
          * **Churn**: short `/bin/true` processes next to the daemon: what the late-load watcher \

@@ -125,8 +125,9 @@ pub enum Frame {
     Header(FileHeader),
     /// The whole API table (record `api` ids index it); written again whenever it grows.
     Api(Vec<ApiInfo>),
-    /// Wire records, each prefixed by its length (`u32` LE), in ring-buffer order.
-    Records(Vec<u8>),
+    /// Wire records, each prefixed by its length (`u32` LE), in ring-buffer order. (Encoded as
+    /// one byte string: the same bytes on disk as a sequence of u8, written with one copy.)
+    Records(#[serde(with = "serde_bytes")] Vec<u8>),
     /// A process's first record follows: what procfs said about it.
     Process {
         tgid: u32,

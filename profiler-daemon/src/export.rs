@@ -23,6 +23,7 @@
 
 use crate::api::Layer;
 use crate::model::direction_name as dir_name;
+use crate::model::mem::MemTracker;
 use crate::store;
 use profiler_common::decode::Event;
 use profiler_common::flags;
@@ -227,7 +228,7 @@ pub fn chrome(
     }
 
     // Steps (two more passes, see `steps`): a span per step on a "steps" track.
-    for s in crate::steps::find(path)? {
+    for s in crate::steps::find(path, t0)? {
         let pid = track_pid(s.tgid, s.generation, last(s.tgid));
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {
@@ -261,7 +262,7 @@ pub fn chrome(
     let mut streams = Streams {
         ids: HashMap::new(),
     };
-    let mut live: HashMap<u64, store::LiveBytes> = HashMap::new();
+    let mut live: HashMap<u64, MemTracker> = HashMap::new();
     let mut flow = 0u64;
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
     let damage = store::for_each_record(path, |api, g, ev| {
@@ -272,9 +273,13 @@ pub fn chrome(
         let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
         // Live memory is followed over the whole capture, shown inside the window.
         if let Event::Mem(_, m) = &ev {
-            let l = live.entry(pid).or_default();
-            if l.apply(m) && in_window {
-                let v = l.bytes;
+            let l = live
+                .entry(pid)
+                .or_insert_with(|| MemTracker::new(crate::model::DEFAULT_LIVE_CAP));
+            let before = l.live_bytes;
+            l.apply(m);
+            if l.live_bytes != before && in_window {
+                let v = l.live_bytes;
                 emit(
                     out,
                     json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,

@@ -8,9 +8,9 @@
 //! the rendered DOM back.
 
 use crate::advice::Advice;
+use crate::model::mem::MemTracker;
 use crate::output::Report;
 use crate::steps::ProcessSteps;
-use crate::store::LiveBytes;
 use profiler_common::decode::Event;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -27,14 +27,21 @@ pub type MemorySeries = HashMap<(u32, u32), Vec<(f64, u64)>>;
 
 /// [`MemorySeries`] of the capture at `path` (`t0`: its start, CLOCK_MONOTONIC ns).
 pub fn memory_series(path: &Path, t0: u64) -> Result<MemorySeries, String> {
-    let mut live: HashMap<(u32, u32), LiveBytes> = HashMap::new();
+    let mut live: HashMap<(u32, u32), MemTracker> = HashMap::new();
     let mut series = MemorySeries::new();
     crate::store::for_each_record(path, |_, g, ev| {
         if let Event::Mem(h, m) = ev {
-            let l = live.entry((h.tgid, g)).or_default();
-            if l.apply(m) {
+            let l = live
+                .entry((h.tgid, g))
+                .or_insert_with(|| MemTracker::new(crate::model::DEFAULT_LIVE_CAP));
+            let before = l.live_bytes;
+            l.apply(m);
+            if l.live_bytes != before {
                 let t = h.ts_ns.saturating_sub(t0) as f64 / 1e9;
-                series.entry((h.tgid, g)).or_default().push((t, l.bytes));
+                series
+                    .entry((h.tgid, g))
+                    .or_default()
+                    .push((t, l.live_bytes));
             }
         }
         Ok(())

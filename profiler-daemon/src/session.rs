@@ -381,19 +381,19 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = tick.tick() => {
                 let interval = last_tick.elapsed();
                 last_tick = Instant::now();
-                if opts.metrics_addr.is_some()
-                    && let (Ok(d), Ok(s)) = (
+                if opts.metrics_addr.is_some() {
+                    if let (Ok(d), Ok(s)) = (
                         capture::read_counts(&ebpf, profiler_common::maps::DROPS),
                         capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED),
-                    )
-                    && let Ok(mut c) = counters.lock()
-                {
-                    *c = (d, s);
+                    ) && let Ok(mut c) = counters.lock()
+                    {
+                        *c = (d, s);
+                    }
+                    probe_count.store(
+                        attacher.libraries().map(|l| l.attached() as u64).sum(),
+                        Ordering::Relaxed,
+                    );
                 }
-                probe_count.store(
-                    attacher.libraries().map(|l| l.attached() as u64).sum(),
-                    Ordering::Relaxed,
-                );
                 if let Target::Pid(p) = opts.target
                     && !discovery::process_exists(p)
                 {

@@ -189,7 +189,7 @@ struct Cutter {
     started: bool,
     cur: Step,
     cur_sig: Sig,
-    live: store::LiveBytes,
+    live: crate::model::mem::MemTracker,
     steps: Vec<Step>,
 }
 
@@ -202,7 +202,7 @@ impl Cutter {
             started: false,
             cur: fresh_step(0),
             cur_sig: Sig::default(),
-            live: store::LiveBytes::default(),
+            live: crate::model::mem::MemTracker::new(crate::model::DEFAULT_LIVE_CAP),
             steps: Vec::new(),
         }
     }
@@ -256,7 +256,7 @@ impl Cutter {
                 if s.first_enqueue_ns == u64::MAX {
                     s.first_enqueue_ns = s.wall_ns;
                 }
-                s.live_bytes = self.live.bytes;
+                s.live_bytes = self.live.live_bytes;
                 s.regular = self.cur_sig == self.sig;
                 self.steps.push(s);
             }
@@ -267,12 +267,9 @@ impl Cutter {
     }
 }
 
-/// The steps of every process in the capture at `path` that has a step loop, by tgid.
-pub fn find(path: &Path) -> Result<Vec<ProcessSteps>, String> {
-    let t0 = store::replay(path)
-        .map_err(|e| e.to_string())?
-        .header
-        .started_at_monotonic_ns;
+/// The steps of every process in the capture at `path` (which started at `t0`, CLOCK_MONOTONIC
+/// ns: its header's `started_at_monotonic_ns`) that has a step loop, by tgid.
+pub fn find(path: &Path, t0: u64) -> Result<Vec<ProcessSteps>, String> {
     // Pass 1: candidate boundaries and their segment signatures.
     let mut finders: HashMap<(u32, u32), Finder> = HashMap::new();
     store::for_each_record(path, |_, g, ev| {

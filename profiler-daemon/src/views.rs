@@ -113,7 +113,7 @@ pub fn run(a: &ReportArgs) -> u8 {
         return 2;
     }
     let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
-        match crate::steps::find(&a.file) {
+        match crate::steps::find(&a.file, replay.header.started_at_monotonic_ns) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("gpuprofd report: finding steps: {e}");

@@ -82,8 +82,8 @@ pub struct Gpus {
 }
 
 impl Gpus {
-    /// Device figures of `s`; returns the per-process figures for the caller to attribute.
-    pub fn apply<'a>(&mut self, s: &'a Sample) -> &'a [crate::nvml::ProcessSample] {
+    /// Device figures of `s` (its per-process figures are the caller's to attribute).
+    pub fn apply(&mut self, s: &Sample) {
         self.status.samples += 1;
         if self.status.state.is_empty() {
             self.status.state = "ok".into();
@@ -107,7 +107,6 @@ impl Gpus {
                 e.pids.insert(p.pid);
             }
         }
-        &s.processes
     }
 
     /// The latest round's (utilisation %, memory used) per device.

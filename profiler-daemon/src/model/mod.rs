@@ -297,7 +297,8 @@ impl Aggregator {
     /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
     pub fn apply_nvml(&mut self, s: &crate::nvml::Sample) {
         let mut seen_now: Vec<u32> = Vec::new();
-        for p in self.gpus.apply(s) {
+        self.gpus.apply(s);
+        for p in &s.processes {
             let Some(st) = self.procs.get_mut(&p.pid) else {
                 continue;
             };

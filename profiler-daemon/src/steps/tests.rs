@@ -133,7 +133,7 @@ fn capture(path: &std::path::Path) {
 fn a_known_loop_is_found_and_measured() {
     let t = Tmp::new("steps");
     capture(&t.0);
-    let found = find(&t.0).unwrap();
+    let found = find(&t.0, header().started_at_monotonic_ns).unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     let p = &found[0];
     assert_eq!((p.tgid, p.generation), (100, 0));

@@ -610,36 +610,6 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     })
 }
 
-/// Device memory a process has allocated through the hooked APIs and not freed, followed call by
-/// call (the offline analyses' view; the live aggregator keeps its own, capped, tracker).
-#[derive(Default)]
-pub struct LiveBytes {
-    pub bytes: u64,
-    sizes: HashMap<u64, u64>,
-}
-
-impl LiveBytes {
-    /// Accounts `m`; whether the live total changed.
-    pub fn apply(&mut self, m: &profiler_common::MemBody) -> bool {
-        use profiler_common::{flags, memop};
-        let ok = m.flags & flags::HAS_RETURN == 0 || m.ret == 0;
-        let before = self.bytes;
-        match m.op {
-            memop::ALLOC | memop::VMM_CREATE if ok && m.ptr != 0 => {
-                if let Some(old) = self.sizes.insert(m.ptr, m.bytes) {
-                    self.bytes -= old; // a pointer handed out twice: the driver freed it unseen
-                }
-                self.bytes += m.bytes;
-            }
-            memop::FREE | memop::VMM_RELEASE if ok => {
-                self.bytes -= self.sizes.remove(&m.ptr).unwrap_or(0);
-            }
-            _ => {}
-        }
-        self.bytes != before
-    }
-}
-
 /// CLOCK_MONOTONIC now, in ns (the clock of the records' `ts_ns`).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

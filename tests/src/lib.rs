@@ -326,7 +326,7 @@ pub fn chromium_dom(html: &Path, name: &str) -> String {
 }
 
 /// gpuprofd on all jobs with the fake driver and runtime in `lib` attached up front.
-fn all_jobs_args(lib: &Path) -> [&str; 4] {
+pub fn all_jobs_args(lib: &Path) -> [&str; 4] {
     [
         "--all-jobs",
         "--no-system-libs",
@@ -372,6 +372,14 @@ fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
 /// Runs gpuprofd with ARGS to completion (for error cases): (exit code, stdout, stderr).
 pub fn run_daemon(args: &[&str]) -> (i32, String, String) {
     run_daemon_env(args, &[])
+}
+
+/// [`run_daemon`] on all jobs with the fake libraries attached up front, plus `extra`.
+pub fn run_all_jobs(extra: &[&str]) -> (i32, String, String) {
+    let lib = fakecuda().join("lib");
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend_from_slice(extra);
+    run_daemon(&args)
 }
 
 /// [`run_daemon`] with extra environment variables.

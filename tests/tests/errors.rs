@@ -56,15 +56,7 @@ fn wait_for_a_late_cuda_load() {
 #[test]
 fn unwritable_output_fails_before_attaching() {
     require_bpf();
-    let lib = fakecuda().join("lib");
-    let (code, _out, err) = run_daemon(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--output",
-        "/nonexistent-dir/report.json",
-    ]);
+    let (code, _out, err) = run_all_jobs(&["--output", "/nonexistent-dir/report.json"]);
     assert_eq!(code, 4, "{err}");
     assert!(
         err.contains("cannot write the report to \"/nonexistent-dir/report.json\""),
@@ -162,15 +154,7 @@ fn output_through_a_symlink_is_refused() {
     std::fs::write(&victim, "precious").unwrap();
     let link = dir.path().join("report.json");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
-    let lib = fakecuda().join("lib");
-    let (code, _out, err) = run_daemon(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--output",
-        link.to_str().unwrap(),
-    ]);
+    let (code, _out, err) = run_all_jobs(&["--output", link.to_str().unwrap()]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
@@ -182,15 +166,10 @@ fn new_report_files_are_not_world_readable() {
     require_bpf();
     let dir = TempDir::new("mode-out");
     let out = dir.path().join("report.json");
-    let lib = fakecuda().join("lib");
-    let (code, _o, err) = run_daemon(&[
-        "--all-jobs",
-        "--no-system-libs",
+    let (code, _o, err) = run_all_jobs(&[
         "--no-live",
         "--duration",
         "500ms",
-        "--lib",
-        lib.to_str().unwrap(),
         "--output",
         out.to_str().unwrap(),
     ]);
@@ -209,15 +188,7 @@ fn a_metrics_address_in_use_is_refused_before_attaching() {
     // Someone already listens there.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let lib = fakecuda().join("lib");
-    let (code, out, err) = run_daemon(&[
-        "--all-jobs",
-        "--no-system-libs",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--metrics-addr",
-        &addr,
-    ]);
+    let (code, out, err) = run_all_jobs(&["--metrics-addr", &addr]);
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(
         err.contains(&format!("cannot serve /metrics on {addr}"))

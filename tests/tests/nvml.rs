@@ -15,18 +15,11 @@ fn daemon(config: &str, dir: &TempDir, nvml_lib: Option<&str>) -> Daemon {
     let lib = fakecuda().join("lib");
     let fake = fakecuda().join("lib-nvml/libnvidia-ml.so.1");
     let nvml_lib = nvml_lib.unwrap_or(fake.to_str().unwrap()).to_owned();
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend(["--nvml-lib", &nvml_lib, "--nvml-interval", "100ms"]);
     Daemon::start_with(
         "capture.gpuprof",
-        &[
-            "--all-jobs",
-            "--no-system-libs",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--nvml-lib",
-            &nvml_lib,
-            "--nvml-interval",
-            "100ms",
-        ],
+        &args,
         &[("FAKENVML_CONFIG", cfg.to_str().unwrap())],
     )
 }

@@ -107,6 +107,17 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     let header: Header = read(bytes, 0);
     let expected =
         record_size(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+    // Capture files from before the exit record carried the uid have a 16-byte body.
+    if header.kind == kind::EXIT && bytes.len() == hs + 16 {
+        return Ok(Event::Exit(
+            header,
+            ExitBody {
+                comm: read(bytes, hs),
+                uid: crate::UID_UNKNOWN,
+                _reserved: 0,
+            },
+        ));
+    }
     // The ring buffer rounds records up to 8 bytes; our sizes are multiples of 8 already.
     if bytes.len() != expected {
         return Err(DecodeError::WrongLength {
@@ -253,6 +264,8 @@ mod tests {
         );
         let x = ExitBody {
             comm: *b"python3\0\0\0\0\0\0\0\0\0",
+            uid: 1000,
+            _reserved: 0,
         };
         assert_eq!(
             decode(encode(&Record {
@@ -260,6 +273,22 @@ mod tests {
                 body: x
             })),
             Ok(Event::Exit(hdr(kind::EXIT), x))
+        );
+        // The older 16-byte body (capture files written before the uid): uid unknown.
+        let rec = Record {
+            header: hdr(kind::EXIT),
+            body: x,
+        };
+        let old = encode(&rec);
+        assert_eq!(
+            decode(&old[..old.len() - 8]),
+            Ok(Event::Exit(
+                hdr(kind::EXIT),
+                ExitBody {
+                    uid: crate::UID_UNKNOWN,
+                    ..x
+                }
+            ))
         );
     }
 

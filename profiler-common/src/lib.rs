@@ -284,8 +284,15 @@ pub struct ExitBody {
     /// The exiting thread's `comm`, NUL-padded: names a process that ended before the daemon
     /// could read procfs.
     pub comm: [u8; 16],
+    /// The exiting task's real uid (`bpf_get_current_uid_gid`): who owned a process that ended
+    /// before the daemon could read procfs. [`UID_UNKNOWN`] in records from before it existed.
+    pub uid: u32,
+    pub _reserved: u32,
 }
-const _: () = assert!(core::mem::size_of::<ExitBody>() == 16);
+const _: () = assert!(core::mem::size_of::<ExitBody>() == 24);
+
+/// [`ExitBody::uid`] of an exit record written before the field existed (16-byte body).
+pub const UID_UNKNOWN: u32 = u32::MAX;
 
 /// Header + body, as laid out in the ring buffer.
 #[repr(C)]

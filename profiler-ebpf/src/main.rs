@@ -18,7 +18,7 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
@@ -999,7 +999,19 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    emit(kind::EXIT, 0, pid_tgid, now, ExitBody { comm });
+    // SAFETY: plain helper call; the low half is the real uid.
+    let uid = unsafe { bpf_get_current_uid_gid() } as u32;
+    emit(
+        kind::EXIT,
+        0,
+        pid_tgid,
+        now,
+        ExitBody {
+            comm,
+            uid,
+            _reserved: 0,
+        },
+    );
     // The pid may be handed to another process now: it must be judged afresh, and a `--pid`
     // selection named this process, not whichever comes next with its number.
     let _ = FILTER_VERDICT.remove(&tgid);

@@ -80,6 +80,9 @@ pub struct Extra {
     /// Records read from the ring buffer so far.
     pub records_read: u64,
     pub probes: u64,
+    /// Kernel series per process (the [`TOP_KERNELS`] default, or the service's
+    /// `metrics.top_kernels`).
+    pub top_kernels: usize,
 }
 
 fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Proc, Counter> {
@@ -239,7 +242,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         }
         let mut top: Vec<(&str, u64)> = by_name.into_iter().collect();
         top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (name, calls) in top.into_iter().take(TOP_KERNELS) {
+        for (name, calls) in top.into_iter().take(extra.top_kernels) {
             kernels
                 .get_or_create(&ProcKernel {
                     pid: l.pid.clone(),

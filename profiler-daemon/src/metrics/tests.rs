@@ -47,6 +47,7 @@ fn extra() -> Extra {
         expired: vec![200],
         records_read: 1003,
         probes: 95,
+        top_kernels: TOP_KERNELS,
     }
 }
 
@@ -116,6 +117,18 @@ fn series_are_bounded() {
         "configurations summed by name: {k:?}"
     );
     assert!(!k.iter().any(|s| s.contains("k10") || s.contains("k11")));
+    // The service's `metrics.top_kernels` narrows it further: the three most launched.
+    let t = render(
+        &report(),
+        &Extra {
+            top_kernels: 3,
+            ..extra()
+        },
+    );
+    let mut k = samples(&t, "gpuprofd_kernel_calls_total");
+    k.retain(|s| s.contains(r#"pid="100""#));
+    assert_eq!(k.len(), 3, "{k:?}");
+    assert!(!k.iter().any(|s| s.contains("k03")), "{k:?}");
 }
 
 /// `promtool check metrics` (Prometheus's own linter) accepts the exposition, when promtool is

@@ -11,7 +11,7 @@ pub mod hash;
 pub mod hist;
 pub mod mem;
 pub mod process;
-mod report;
+pub(crate) mod report;
 pub use report::direction_name;
 #[cfg(test)]
 mod tests;
@@ -214,6 +214,7 @@ impl Aggregator {
                 .collect(),
             records_read: 0,
             probes: 0,
+            top_kernels: crate::metrics::TOP_KERNELS,
         }
     }
 

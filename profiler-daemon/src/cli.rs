@@ -57,6 +57,16 @@ pub enum Command {
     /// Write a capture file as a timeline: Chrome Trace Event JSON, for Perfetto UI
     /// (ui.perfetto.dev) or chrome://tracing. Exit codes as `report`'s.
     Export(crate::export::ExportArgs),
+    /// Run as a service (what the systemd unit starts): capture every CUDA process like
+    /// `--all-jobs`, configured by a TOML file (/etc/gpuprofd/config.toml; SIGHUP re-reads it),
+    /// with Prometheus metrics on 127.0.0.1:9400, the control socket /run/gpuprofd.sock and
+    /// systemd readiness (Type=notify) and watchdog. Flags override the file.
+    Serve(ServeArgs),
+    /// Ask the running service through its control socket: status, processes, snapshot (the
+    /// live report as JSON), reload. Exit 12 when no service listens, 13 when it refuses.
+    Ctl(CtlArgs),
+    /// The running service's live table, refreshed (like `--all-jobs` prints at the end).
+    Top(TopArgs),
     /// Check that this machine can run the probes (kernel, privileges, BTF, uprobes, a real
     /// uprobe round trip) and show the hook plan for each CUDA library found. Exit 0 when
     /// capture works here, 9 when it cannot.
@@ -77,6 +87,87 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         nvml_lib: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The configuration file (default /etc/gpuprofd/config.toml, used when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the default configuration, every key commented, and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+    /// Print the configuration in effect (defaults < file < these flags) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Also attach to these CUDA library files or directories (replaces capture.libs).
+    #[arg(long = "lib", value_name = "PATH")]
+    pub libs: Vec<PathBuf>,
+    /// capture.system_libs = false.
+    #[arg(long)]
+    pub no_system_libs: bool,
+    /// Only these jobs (replaces capture.jobs).
+    #[arg(long = "job", value_name = "ID")]
+    pub jobs: Vec<String>,
+    /// Only these cgroups (replaces capture.cgroups).
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+    /// nvml.lib.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// nvml.enabled = false.
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// metrics.listen (and metrics.enabled = true).
+    #[arg(long, value_name = "ADDR", conflicts_with = "no_metrics")]
+    pub metrics_addr: Option<String>,
+    /// metrics.enabled = false.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// control.socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// log.level.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The service's control socket.
+    #[arg(long, default_value = "/run/gpuprofd.sock", value_name = "PATH")]
+    pub socket: PathBuf,
+    #[command(subcommand)]
+    pub what: CtlCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// The daemon: version, uptime, probes, configuration, reloads, and who you are to it.
+    Status,
+    /// The processes it has seen (yours only, unless you are root or in control.group).
+    Processes {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The live report as JSON (schema gpuprofd.report/1, as `--output FILE.json` writes).
+    Snapshot,
+    /// Re-read the configuration file (as `systemctl reload gpuprofd`).
+    Reload,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The service's control socket.
+    #[arg(long, default_value = "/run/gpuprofd.sock", value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Refresh period.
+    #[arg(long, value_parser = parse_duration, default_value = "2s", value_name = "DURATION")]
+    pub interval: Duration,
+    /// Print one table and exit.
+    #[arg(long)]
+    pub once: bool,
 }
 
 #[derive(Debug, Args)]
@@ -189,16 +280,242 @@ fn init_logging(verbose: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUPROFD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
+    let _ = init_logging_with(filter);
+}
+
+/// Installs the subscriber with `filter`; returns a function that replaces the filter (the
+/// service's `log.level` reload). Under systemd (`$JOURNAL_STREAM`) no colours.
+fn init_logging_with(filter: tracing_subscriber::EnvFilter) -> crate::service::LogReload {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
+    let (filter, handle) = reload::Layer::new(filter);
+    let ansi = std::env::var_os("JOURNAL_STREAM").is_none()
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_ansi(ansi),
+        )
         .try_init();
+    Box::new(move |level: &str| {
+        let f = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(f).map_err(|e| e.to_string())
+    })
+}
+
+fn serve(a: &ServeArgs) -> ExitCode {
+    use crate::service::config::{self, Overrides, Source};
+    if a.print_default_config {
+        print!("{}", config::DEFAULT_TOML);
+        return ExitCode::SUCCESS;
+    }
+    let source = match &a.config {
+        Some(p) => Source::Explicit(p.clone()),
+        None => Source::Default(PathBuf::from(config::DEFAULT_PATH)),
+    };
+    let overrides = Overrides {
+        libs: a.libs.clone(),
+        no_system_libs: a.no_system_libs,
+        jobs: a.jobs.clone(),
+        cgroups: a.cgroups.clone(),
+        nvml_lib: a.nvml_lib.clone(),
+        no_nvml: a.no_nvml,
+        metrics_addr: a.metrics_addr.clone(),
+        no_metrics: a.no_metrics,
+        socket: a.socket.clone(),
+        log_level: a.log_level.clone(),
+    };
+    let (cfg, used) = match config::load(&source, &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "gpuprofd serve: {e}. `gpuprofd serve --print-default-config` shows every key"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if a.print_config {
+        print!("{}", cfg.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    let log_reload = init_logging_with(tracing_subscriber::EnvFilter::new(&cfg.log.level));
+    if used {
+        tracing::info!(file = %source.path().display(), "configuration loaded");
+    } else {
+        tracing::info!(
+            file = %source.path().display(),
+            "no configuration file; running on defaults and flags"
+        );
+    }
+    if let Some(addr) = cfg.metrics_addr()
+        && !addr.ip().is_loopback()
+    {
+        tracing::warn!(%addr, "metrics.listen is not a loopback address: the figures are exposed to the network");
+    }
+    let opts = CaptureOptions {
+        target: Target::AllJobs,
+        wait: false,
+        duration: None,
+        output: None,
+        libs: cfg.capture.libs.clone(),
+        system_libs: cfg.capture.system_libs,
+        live: false,
+        ring_bytes: cfg.capture.ring_buffer_mb << 20,
+        verbose: false,
+        command: Vec::new(),
+        command_stdin: None,
+        cgroups: cfg.capture.cgroups.clone(),
+        jobs: cfg.capture.jobs.clone(),
+        rescan: Some(cfg.capture.rescan_interval.0),
+        nvml: cfg.nvml.enabled.then(|| session::NvmlOptions {
+            lib: cfg.nvml.lib.clone(),
+            interval: cfg.nvml.interval.0,
+        }),
+        metrics_addr: cfg.metrics_addr(),
+        service: Some(std::sync::Arc::new(crate::service::Service::new(
+            source, overrides, cfg, used, log_reload,
+        ))),
+    };
+    run_session(opts)
+}
+
+fn run_session(opts: CaptureOptions) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpuprofd: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(session::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuprofd: error: {e:#}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn ctl(a: &CtlArgs) -> ExitCode {
+    use crate::service::ctl::{Client, Request};
+    let req = match a.what {
+        CtlCommand::Status => Request::Status,
+        CtlCommand::Processes { .. } => Request::Processes,
+        CtlCommand::Snapshot => Request::Snapshot,
+        CtlCommand::Reload => Request::Reload,
+    };
+    let answer = Client::connect(&a.socket).and_then(|mut c| c.call(&req));
+    match answer {
+        Ok(v) => {
+            match a.what {
+                CtlCommand::Processes { json: false } => print!("{}", processes_table(&v)),
+                _ => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
+                ),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpuprofd ctl: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn processes_table(v: &serde_json::Value) -> String {
+    use crate::output::fmt::{Align, bytes, ms, table, truncate};
+    let rows: Vec<crate::service::ctl::ProcessRow> =
+        serde_json::from_value(v.clone()).unwrap_or_default();
+    if rows.is_empty() {
+        return "no CUDA process seen (that you may see)\n".into();
+    }
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.pid.to_string(),
+                truncate(&r.comm, 15),
+                truncate(r.job.as_deref().unwrap_or("-"), 24),
+                r.owner.map(|u| u.to_string()).unwrap_or_else(|| "?".into()),
+                r.launches.to_string(),
+                bytes(r.copy_bytes),
+                ms(r.blocked_ns),
+                if r.exited { "exited" } else { "running" }.into(),
+            ]
+        })
+        .collect();
+    table(
+        "",
+        &[
+            "PID", "COMM", "JOB", "UID", "LAUNCHES", "COPIED", "BLOCKED", "STATE",
+        ],
+        &[
+            Align::Right,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        &body,
+    )
+}
+
+fn top(a: &TopArgs) -> ExitCode {
+    use crate::service::ctl::{Client, Request};
+    let mut client = match Client::connect(&a.socket) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpuprofd top: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    loop {
+        let report = client.call(&Request::Snapshot).and_then(|v| {
+            serde_json::from_value::<crate::output::Report>(v)
+                .map_err(|e| crate::service::ctl::ClientError::Protocol(e.to_string()))
+        });
+        match report {
+            Ok(r) => {
+                if !a.once {
+                    // Clear the screen and home the cursor, like top(1).
+                    print!("\x1b[2J\x1b[H");
+                }
+                print!("{}", crate::output::table::render(&r));
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            }
+            Err(e) => {
+                eprintln!("gpuprofd top: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        }
+        if a.once {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(a.interval);
+    }
 }
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    match &cli.command {
+        Some(Command::Serve(a)) => return serve(a),
+        Some(Command::Ctl(a)) => return ctl(a),
+        Some(Command::Top(a)) => return top(a),
+        _ => {}
+    }
     let verbose = cli.capture.verbose;
     init_logging(verbose);
     match &cli.command {
@@ -254,24 +571,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gpuprofd: could not start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(session::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpuprofd: error: {e:#}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    run_session(opts)
 }
 
 fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
@@ -308,6 +608,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
                 interval: Duration::from_secs(1),
             }),
             metrics_addr: None,
+            service: None,
         });
     }
     let a = cli.capture;
@@ -352,6 +653,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             interval: a.nvml_interval,
         }),
         metrics_addr: a.metrics_addr,
+        service: None,
     })
 }
 

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod model;
 pub mod nvml;
 pub mod output;
+pub mod service;
 pub mod session;
 pub mod steps;
 pub mod store;

@@ -16,7 +16,7 @@ use crate::output::{self, Report, ReportMeta};
 use crate::store::{self, Frame};
 use aya::Ebpf;
 use profiler_common::decode::{DecodeError, decode};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -59,6 +59,8 @@ pub struct CaptureOptions {
     pub nvml: Option<NvmlOptions>,
     /// Serve Prometheus `/metrics` here.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Service mode (`gpuprofd serve`): configuration reloads, control socket, systemd.
+    pub service: Option<Arc<crate::service::Service>>,
 }
 
 #[derive(Clone, Debug)]
@@ -113,6 +115,8 @@ pub enum SessionError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Control(#[from] crate::service::ctl::BindError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -128,6 +132,7 @@ impl SessionError {
             SessionError::Capture(_) | SessionError::Attach(_) => 7,
             SessionError::Spawn { .. } => 8,
             SessionError::Selection(_) | SessionError::Metrics { .. } => 2,
+            SessionError::Control(_) => 2,
             SessionError::Internal(_) => 1,
         }
     }
@@ -147,7 +152,13 @@ enum Ctl {
     Nvml(Option<crate::nvml::Message>),
     Metrics {
         meta: ReportMeta,
+        grace: Duration,
         reply: oneshot::Sender<(Report, crate::metrics::Extra)>,
+    },
+    /// The live report and each process's owner (the control socket's `snapshot`).
+    Snapshot {
+        meta: ReportMeta,
+        reply: oneshot::Sender<crate::service::ctl::Snapshot>,
     },
     Tick {
         interval: Duration,
@@ -168,6 +179,15 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         .map_err(|e| SessionError::Internal(format!("SIGINT handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
+    // SIGHUP reloads the service's configuration (elsewhere it keeps its default action).
+    let svc = opts.service.clone();
+    let mut sighup = match &svc {
+        Some(_) => Some(
+            signal(SignalKind::hangup())
+                .map_err(|e| SessionError::Internal(format!("SIGHUP handler: {e}")))?,
+        ),
+        None => None,
+    };
     // Fail on an unwritable output before attaching anything.
     let mut out_file = match &opts.output {
         Some(p) => Some(create_output(p).map_err(|source| SessionError::Output {
@@ -182,6 +202,27 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 .await
                 .map_err(|source| SessionError::Metrics { addr, source })?,
         ),
+        None => None,
+    };
+    // The control socket: systemd's (socket activation; it stays when we stop) or our own.
+    let mut owned_socket = None;
+    let ctl_listener = match &svc {
+        Some(s) => {
+            let path = s.config().control.socket;
+            match crate::service::ctl::activated() {
+                Some(l) => Some((
+                    l.map_err(|source| crate::service::ctl::BindError::Io {
+                        path: "(socket passed by systemd)".into(),
+                        source,
+                    })?,
+                    PathBuf::from("(socket passed by systemd)"),
+                )),
+                None => {
+                    owned_socket = Some(path.clone());
+                    Some((crate::service::ctl::bind(&path)?, path))
+                }
+            }
+        }
         None => None,
     };
     // A bad --cgroup / --job is refused before anything is scanned or attached.
@@ -204,7 +245,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     }
     // Late loads: an mmap watcher in the kernel reports executable file mappings as they
     // happen; the /proc rescan is then only a slow safety net.
-    let (rescan_every, exit_final) = match capture::watch_processes(&mut ebpf) {
+    let (mut rescan_every, exit_final) = match capture::watch_processes(&mut ebpf) {
         Ok(final_exit) => (opts.rescan.unwrap_or(Duration::from_secs(30)), final_exit),
         Err(e) => {
             eprintln!(
@@ -240,6 +281,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         symbols: symbols.clone(),
         maps_tx,
         journal,
+        owners: HashMap::new(),
     };
     let agg = tokio::spawn(aggregate(
         rx,
@@ -274,32 +316,37 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         KindCounts::default(),
     )));
     let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
+    let snapper = Arc::new(Snapper {
+        ctl: ctl_tx.downgrade(),
+        counters: counters.clone(),
+        stats: stats.clone(),
+        started_at,
+        started,
+    });
     if let Some(listener) = metrics_listener {
-        // A weak sender: the metrics server must not keep the aggregator alive at the end.
-        let (ctl, counters, stats, probe_count) = (
-            ctl_tx.downgrade(),
-            counters.clone(),
-            stats.clone(),
-            probe_count.clone(),
-        );
+        let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
         let snapshot = move || {
-            let (ctl, counters, stats, probe_count) = (
-                ctl.clone(),
-                counters.clone(),
-                stats.clone(),
-                probe_count.clone(),
-            );
+            let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
             async move {
-                let (drops, submitted) = counters.lock().ok()?.clone();
-                let meta = report_meta(started_at, started.elapsed(), &drops, &submitted, &stats);
+                let (top, grace) = match &svc {
+                    Some(s) => {
+                        let c = s.config();
+                        (c.metrics.top_kernels, c.metrics.expire_after.0)
+                    }
+                    None => (crate::metrics::TOP_KERNELS, crate::metrics::EXITED_GRACE),
+                };
+                let meta = snapper.meta()?;
                 let (reply, rx) = oneshot::channel();
-                ctl.upgrade()?
-                    .send(Ctl::Metrics { meta, reply })
+                snapper
+                    .ctl
+                    .upgrade()?
+                    .send(Ctl::Metrics { meta, grace, reply })
                     .await
                     .ok()?;
                 let (report, mut extra) = rx.await.ok()?;
-                extra.records_read = stats.read.load(Ordering::Relaxed);
+                extra.records_read = snapper.stats.read.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);
+                extra.top_kernels = top;
                 Some(crate::metrics::render(&report, &extra))
             }
         };
@@ -312,6 +359,22 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         "gpuprofd: ready: {probes} probes on {libs} CUDA libraries; capturing ({})",
         describe(&opts)
     );
+    // Service: the control socket answers from now on; systemd hears that we are ready.
+    let (reload_tx, mut reload_rx) =
+        mpsc::channel::<oneshot::Sender<Result<serde_json::Value, String>>>(4);
+    let mut watchdog = None;
+    if let (Some(s), Some((listener, path))) = (&svc, ctl_listener) {
+        let handler = service_handler(s.clone(), snapper.clone(), probe_count.clone(), reload_tx);
+        tokio::spawn(crate::service::ctl::serve(listener, Arc::new(handler)));
+        tracing::info!(socket = %path.display(), "control socket ready");
+        s.notifier.ready(&format!(
+            "capturing: {probes} probes on {libs} CUDA libraries"
+        ));
+        // The interval's first tick is immediate: the first keep-alive goes out now.
+        watchdog = s.notifier.watchdog_every().map(tokio::time::interval);
+    } else {
+        drop(reload_tx);
+    }
 
     let mut child = match opts.command.first() {
         Some(prog) => Some(spawn(
@@ -341,6 +404,31 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         tokio::select! {
             _ = sigint.recv() => break "interrupted".to_string(),
             _ = sigterm.recv() => break "terminated".to_string(),
+            _ = async {
+                match watchdog.as_mut() {
+                    Some(w) => w.tick().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(s) = &svc {
+                    s.notifier.watchdog();
+                }
+            }
+            _ = async {
+                match sighup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(s) = &svc {
+                    let _ = reload_service(s, &mut rescan_every);
+                }
+            }
+            Some(reply) = reload_rx.recv() => {
+                if let Some(s) = &svc {
+                    let _ = reply.send(reload_service(s, &mut rescan_every));
+                }
+            }
             _ = sleep_until => break "duration reached".to_string(),
             st = child_exit => break format!("command exited ({})", st.map(|s| s.to_string()).unwrap_or_default()),
             Some(m) = async {
@@ -381,7 +469,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             _ = tick.tick() => {
                 let interval = last_tick.elapsed();
                 last_tick = Instant::now();
-                if opts.metrics_addr.is_some() {
+                if opts.metrics_addr.is_some() || svc.is_some() {
                     if let (Ok(d), Ok(s)) = (
                         capture::read_counts(&ebpf, profiler_common::maps::DROPS),
                         capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED),
@@ -421,6 +509,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
     };
     eprintln!("gpuprofd: stopping: {stop_reason}; draining the ring buffer");
+    if let Some(s) = &svc {
+        s.notifier.stopping(&format!("stopping: {stop_reason}"));
+    }
     // NVML news that arrived while stopping still belongs in the report (a sampler that could
     // not start says so within milliseconds, maybe just after a quick Ctrl-C).
     if let Some(rx) = nvml_rx.as_mut() {
@@ -489,8 +580,14 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
         Ok::<(), SessionError>(())
     })();
-    print!("{}", output::table::render(&report));
-    let _ = std::io::stdout().flush();
+    if let Some(p) = &owned_socket {
+        let _ = std::fs::remove_file(p);
+    }
+    // A service's figures live on in its metrics and snapshots; its log gets no report table.
+    if svc.is_none() {
+        print!("{}", output::table::render(&report));
+        let _ = std::io::stdout().flush();
+    }
 
     let links = attacher.link_count();
     if links > 0 {
@@ -505,6 +602,98 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     );
     written?;
     Ok(())
+}
+
+/// Re-reads the service's configuration and applies what can change while running.
+fn reload_service(
+    s: &crate::service::Service,
+    rescan_every: &mut Duration,
+) -> Result<serde_json::Value, String> {
+    s.notifier.reloading();
+    let result = s.reload();
+    *rescan_every = s.config().capture.rescan_interval.0;
+    s.notifier.ready(match &result {
+        Ok(_) => "configuration reloaded",
+        Err(_) => "reload refused; the running configuration is unchanged",
+    });
+    result
+}
+
+/// Builds report snapshots for the metrics and the control socket, from the aggregator task.
+struct Snapper {
+    ctl: mpsc::WeakSender<Ctl>,
+    counters: Arc<std::sync::Mutex<(KindCounts, KindCounts)>>,
+    stats: Arc<ReaderStats>,
+    started_at: SystemTime,
+    started: Instant,
+}
+
+impl Snapper {
+    fn meta(&self) -> Option<ReportMeta> {
+        let (drops, submitted) = self.counters.lock().ok()?.clone();
+        Some(report_meta(
+            self.started_at,
+            self.started.elapsed(),
+            &drops,
+            &submitted,
+            &self.stats,
+        ))
+    }
+
+    async fn snapshot(&self) -> Option<crate::service::ctl::Snapshot> {
+        let meta = self.meta()?;
+        let (reply, rx) = oneshot::channel();
+        self.ctl
+            .upgrade()?
+            .send(Ctl::Snapshot { meta, reply })
+            .await
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
+/// The control socket's view of the running session.
+fn service_handler(
+    svc: Arc<crate::service::Service>,
+    snapper: Arc<Snapper>,
+    probes: Arc<std::sync::atomic::AtomicU64>,
+    reload: mpsc::Sender<oneshot::Sender<Result<serde_json::Value, String>>>,
+) -> crate::service::ctl::Handler {
+    let (s1, s2, s3) = (svc.clone(), svc.clone(), svc);
+    let sn = snapper.clone();
+    crate::service::ctl::Handler {
+        status: Box::new(move || {
+            let mut v = s1.status();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("protocol".into(), crate::service::ctl::PROTOCOL.into());
+                o.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+                o.insert("pid".into(), std::process::id().into());
+                o.insert("host".into(), hostname().into());
+                o.insert(
+                    "uptime_s".into(),
+                    snapper.started.elapsed().as_secs_f64().into(),
+                );
+                o.insert("probes".into(), probes.load(Ordering::Relaxed).into());
+                o.insert(
+                    "records_read".into(),
+                    snapper.stats.read.load(Ordering::Relaxed).into(),
+                );
+            }
+            v
+        }),
+        snapshot: Box::new(move || {
+            let sn = sn.clone();
+            Box::pin(async move { sn.snapshot().await })
+        }),
+        reload,
+        admin_gid: Box::new(move || {
+            let g = s2.config().control.group;
+            (!g.is_empty())
+                .then(|| crate::service::peer::group_id(&g))
+                .flatten()
+        }),
+        admin_group: Box::new(move || s3.config().control.group),
+    }
 }
 
 /// The `--cgroup` / `--job` selection: which cgroups are in it, and which were added since.
@@ -851,9 +1040,15 @@ async fn aggregate(
                         j.frame(&frame);
                     }
                 }
-                Some(Ctl::Metrics { meta, reply }) => {
-                    let extra = agg.metrics_extra(crate::metrics::EXITED_GRACE);
+                Some(Ctl::Metrics { meta, grace, reply }) => {
+                    let extra = agg.metrics_extra(grace);
                     let _ = reply.send((agg.report(meta), extra));
+                }
+                Some(Ctl::Snapshot { meta, reply }) => {
+                    let _ = reply.send(crate::service::ctl::Snapshot {
+                        report: agg.report(meta),
+                        owners: seen.owners.clone(),
+                    });
                 }
                 Some(Ctl::Api(t)) => {
                     if let Some(j) = seen.journal.as_mut() {
@@ -936,6 +1131,9 @@ struct Seen {
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
     /// The capture file, when one is written: every call on the aggregator, in order.
     journal: Option<store::Writer>,
+    /// Each known process's owner (effective uid at first sight): who may see it through the
+    /// control socket.
+    owners: HashMap<u32, u32>,
 }
 
 impl Seen {
@@ -947,6 +1145,7 @@ impl Seen {
             symbols,
             maps_tx,
             journal,
+            owners,
         } = self;
         use profiler_common::decode::Event;
         for rec in batch.iter() {
@@ -960,6 +1159,13 @@ impl Seen {
                     let tgid = ev.header().tgid;
                     if known.contains(&tgid) {
                         ended.insert(tgid);
+                        // A process gone before its first sight is owned by the uid its end
+                        // record carries (the kernel's word).
+                        if let Event::Exit(_, x) = &ev
+                            && x.uid != profiler_common::UID_UNKNOWN
+                        {
+                            owners.entry(tgid).or_insert(x.uid);
+                        }
                         if let Some(j) = journal.as_mut() {
                             j.record(rec);
                         }
@@ -985,10 +1191,20 @@ impl Seen {
                             symbols.forget(tgid);
                             known.remove(&tgid);
                             ended.remove(&tgid);
+                            owners.remove(&tgid);
                         }
                     }
                     if known.insert(tgid) {
+                        let owner = crate::service::peer::process_uid(tgid);
                         let meta = first_sight(tgid, ev.header().ts_ns, symbols);
+                        match owner {
+                            Some(uid) if !meta.exited => {
+                                owners.insert(tgid, uid);
+                            }
+                            _ => {
+                                owners.remove(&tgid);
+                            }
+                        }
                         if let Some(j) = journal.as_mut() {
                             j.frame(&Frame::Process {
                                 tgid,

@@ -229,7 +229,7 @@ pub(super) fn process(
 }
 
 /// Groups processes by job (`kind:id`); processes without a job are left out.
-pub(super) fn jobs(processes: &[crate::output::ProcessReport]) -> Vec<crate::output::JobReport> {
+pub(crate) fn jobs(processes: &[crate::output::ProcessReport]) -> Vec<crate::output::JobReport> {
     use std::collections::BTreeMap;
     let mut by: BTreeMap<String, crate::output::JobReport> = BTreeMap::new();
     for p in processes {

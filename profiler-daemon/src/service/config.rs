@@ -1,0 +1,443 @@
+//! The service's configuration: TOML, every key optional, layered defaults < file < CLI flags.
+//!
+//! [`DEFAULT_TOML`] is what `gpuprofd serve --print-default-config` prints: every key with its
+//! default and one comment each (a unit test keeps it equal to [`Config::default`]).
+
+use crate::cli::parse_duration_or_zero;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where `gpuprofd serve` looks for its configuration unless `--config` says otherwise.
+pub const DEFAULT_PATH: &str = "/etc/gpuprofd/config.toml";
+
+/// The commented default configuration.
+pub const DEFAULT_TOML: &str = r#"# gpuprofd service configuration (gpuprofd serve; default path /etc/gpuprofd/config.toml).
+# Every key is optional: a missing key keeps the default shown here. Command-line flags of
+# `gpuprofd serve` override this file. `systemctl reload gpuprofd` (SIGHUP) re-reads it: the keys
+# marked (reload) take effect at once, the others at the next restart.
+
+[capture]
+# Extra CUDA library files or directories to attach to (besides running processes' and ldconfig's).
+libs = []
+# Attach to the CUDA libraries listed in the dynamic linker's cache.
+system_libs = true
+# Only these jobs (Slurm job id, pod UID, container id, systemd unit); empty: every CUDA process.
+jobs = []
+# Only processes in these cgroup v2 paths (at any depth below them); empty: no cgroup filter.
+cgroups = []
+# Ring-buffer size in MiB between the probes and the daemon (a power of two, 1 to 1024).
+ring_buffer_mb = 16
+# (reload) How often to rescan /proc for CUDA libraries behind the kernel's mmap watcher; "0": never.
+rescan_interval = "30s"
+
+[nvml]
+# Sample GPU utilisation, memory, clocks and per-process GPU memory through NVML.
+enabled = true
+# NVML library to load; unset: libnvidia-ml.so.1 through the dynamic linker.
+# lib = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+# How often to sample every GPU.
+interval = "1s"
+
+[metrics]
+# Serve Prometheus metrics at http://LISTEN/metrics.
+enabled = true
+# Address to listen on; loopback unless you mean to expose the figures to the network.
+listen = "127.0.0.1:9400"
+# (reload) Kernel-name series per process: the most launched kernels only.
+top_kernels = 10
+# (reload) How long a process that ended stays in the exposition.
+expire_after = "60s"
+
+[control]
+# The control socket (`gpuprofd ctl`, `gpuprofd top`); any local user may connect, see below.
+socket = "/run/gpuprofd.sock"
+# (reload) Members of this group may do everything root may; others see only their own processes.
+group = ""
+
+[log]
+# (reload) Log filter (tracing EnvFilter syntax: error, warn, info, debug, "gpuprofd=debug,info").
+level = "info"
+"#;
+
+/// A duration written as `30s`, `5m`, `250ms` (or `0` where allowed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl std::fmt::Display for Dur {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0.as_millis();
+        if ms == 0 {
+            write!(f, "0")
+        } else if ms.is_multiple_of(1000) {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{ms}ms")
+        }
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration_or_zero(&s)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub capture: CaptureConfig,
+    pub nvml: NvmlConfig,
+    pub metrics: MetricsConfig,
+    pub control: ControlConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CaptureConfig {
+    pub libs: Vec<PathBuf>,
+    pub system_libs: bool,
+    pub jobs: Vec<String>,
+    pub cgroups: Vec<String>,
+    pub ring_buffer_mb: u32,
+    pub rescan_interval: Dur,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NvmlConfig {
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lib: Option<PathBuf>,
+    pub interval: Dur,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    pub listen: String,
+    pub top_kernels: usize,
+    pub expire_after: Dur,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlConfig {
+    pub socket: PathBuf,
+    pub group: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub level: String,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig {
+            libs: Vec::new(),
+            system_libs: true,
+            jobs: Vec::new(),
+            cgroups: Vec::new(),
+            ring_buffer_mb: 16,
+            rescan_interval: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl Default for NvmlConfig {
+    fn default() -> Self {
+        NvmlConfig {
+            enabled: true,
+            lib: None,
+            interval: Dur(Duration::from_secs(1)),
+        }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: "127.0.0.1:9400".into(),
+            top_kernels: crate::metrics::TOP_KERNELS,
+            expire_after: Dur(crate::metrics::EXITED_GRACE),
+        }
+    }
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            socket: PathBuf::from("/run/gpuprofd.sock"),
+            group: String::new(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+        }
+    }
+}
+
+/// Why a configuration was refused: the file, and what in it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration \"{path}\": {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("configuration \"{path}\": {message}")]
+    Parse { path: String, message: String },
+    #[error("configuration \"{path}\": {key} = {value}: {why}")]
+    Invalid {
+        path: String,
+        key: &'static str,
+        value: String,
+        why: String,
+    },
+}
+
+/// Settings given on the command line: each one replaces the file's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    pub libs: Vec<PathBuf>,
+    pub no_system_libs: bool,
+    pub jobs: Vec<String>,
+    pub cgroups: Vec<String>,
+    pub nvml_lib: Option<PathBuf>,
+    pub no_nvml: bool,
+    pub metrics_addr: Option<String>,
+    pub no_metrics: bool,
+    pub socket: Option<PathBuf>,
+    pub log_level: Option<String>,
+}
+
+impl Overrides {
+    fn apply(&self, c: &mut Config) {
+        if !self.libs.is_empty() {
+            c.capture.libs = self.libs.clone();
+        }
+        if self.no_system_libs {
+            c.capture.system_libs = false;
+        }
+        if !self.jobs.is_empty() {
+            c.capture.jobs = self.jobs.clone();
+        }
+        if !self.cgroups.is_empty() {
+            c.capture.cgroups = self.cgroups.clone();
+        }
+        if let Some(l) = &self.nvml_lib {
+            c.nvml.lib = Some(l.clone());
+        }
+        if self.no_nvml {
+            c.nvml.enabled = false;
+        }
+        if let Some(a) = &self.metrics_addr {
+            c.metrics.listen = a.clone();
+            c.metrics.enabled = true;
+        }
+        if self.no_metrics {
+            c.metrics.enabled = false;
+        }
+        if let Some(s) = &self.socket {
+            c.control.socket = s.clone();
+        }
+        if let Some(l) = &self.log_level {
+            c.log.level = l.clone();
+        }
+    }
+}
+
+/// Where the file layer comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// `--config PATH`: it must exist.
+    Explicit(PathBuf),
+    /// The default path: used when it exists, defaults otherwise.
+    Default(PathBuf),
+}
+
+impl Source {
+    pub fn path(&self) -> &Path {
+        match self {
+            Source::Explicit(p) | Source::Default(p) => p,
+        }
+    }
+}
+
+/// Parses one file's text (the file layer alone, validated).
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let c: Config = toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| {
+                let before = &text[..s.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {col}: ")
+            })
+            .unwrap_or_default();
+        ConfigError::Parse {
+            path: path.display().to_string(),
+            message: format!("{at}{}", e.message().trim_end()),
+        }
+    })?;
+    Ok(c)
+}
+
+/// Defaults < file < overrides, validated. `Ok((config, file_used))`.
+pub fn load(source: &Source, over: &Overrides) -> Result<(Config, bool), ConfigError> {
+    let path = source.path();
+    let (mut c, used) = match std::fs::read_to_string(path) {
+        Ok(text) => (parse(&text, path)?, true),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound && matches!(source, Source::Default(_)) =>
+        {
+            (Config::default(), false)
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    over.apply(&mut c);
+    c.validate(path)?;
+    Ok((c, used))
+}
+
+impl Config {
+    /// Checks what serde cannot: ranges, addresses, filters, groups.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, value: String, why: &str| ConfigError::Invalid {
+            path: path.display().to_string(),
+            key,
+            value,
+            why: why.to_string(),
+        };
+        let mb = self.capture.ring_buffer_mb;
+        if !mb.is_power_of_two() || mb > 1024 {
+            return Err(bad(
+                "capture.ring_buffer_mb",
+                mb.to_string(),
+                "must be a power of two between 1 and 1024",
+            ));
+        }
+        if self.nvml.interval.0 < Duration::from_millis(100) {
+            return Err(bad(
+                "nvml.interval",
+                format!("\"{}\"", self.nvml.interval),
+                "must be at least 100ms",
+            ));
+        }
+        if self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return Err(bad(
+                "metrics.listen",
+                format!("\"{}\"", self.metrics.listen),
+                "is not an IP address and port, e.g. \"127.0.0.1:9400\"",
+            ));
+        }
+        if !(1..=1000).contains(&self.metrics.top_kernels) {
+            return Err(bad(
+                "metrics.top_kernels",
+                self.metrics.top_kernels.to_string(),
+                "must be between 1 and 1000",
+            ));
+        }
+        if !self.control.socket.is_absolute() {
+            return Err(bad(
+                "control.socket",
+                format!("\"{}\"", self.control.socket.display()),
+                "must be an absolute path",
+            ));
+        }
+        if !self.control.group.is_empty() && super::peer::group_id(&self.control.group).is_none() {
+            return Err(bad(
+                "control.group",
+                format!("\"{}\"", self.control.group),
+                "no such group on this machine (see /etc/group)",
+            ));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(bad(
+                "log.level",
+                format!("\"{}\"", self.log.level),
+                &format!("not a log filter ({e}); use error, warn, info or debug"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+            .enabled
+            .then(|| self.metrics.listen.parse().ok())
+            .flatten()
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
+    }
+
+    /// `new` with only the keys a reload may change taken from it; the names of the other keys
+    /// that differ (they wait for a restart).
+    pub fn reload_from(&self, new: &Config) -> (Config, Vec<&'static str>) {
+        let mut next = self.clone();
+        next.capture.rescan_interval = new.capture.rescan_interval;
+        next.metrics.top_kernels = new.metrics.top_kernels;
+        next.metrics.expire_after = new.metrics.expire_after;
+        next.control.group = new.control.group.clone();
+        next.log.level = new.log.level.clone();
+        let mut pending = Vec::new();
+        let mut differs = |key, a: bool| {
+            if a {
+                pending.push(key);
+            }
+        };
+        differs("capture.libs", self.capture.libs != new.capture.libs);
+        differs(
+            "capture.system_libs",
+            self.capture.system_libs != new.capture.system_libs,
+        );
+        differs("capture.jobs", self.capture.jobs != new.capture.jobs);
+        differs(
+            "capture.cgroups",
+            self.capture.cgroups != new.capture.cgroups,
+        );
+        differs(
+            "capture.ring_buffer_mb",
+            self.capture.ring_buffer_mb != new.capture.ring_buffer_mb,
+        );
+        differs("nvml", self.nvml != new.nvml);
+        differs(
+            "metrics.enabled",
+            self.metrics.enabled != new.metrics.enabled,
+        );
+        differs("metrics.listen", self.metrics.listen != new.metrics.listen);
+        differs("control.socket", self.control.socket != new.control.socket);
+        (next, pending)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,419 @@
+//! The control socket: a Unix stream socket speaking JSON lines (protocol `gpuprofd.ctl/1`).
+//!
+//! Each request is one line, `{"cmd": "status"}`, and gets one line back:
+//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`. Commands:
+//!
+//! | cmd         | result                                                        | who            |
+//! |-------------|---------------------------------------------------------------|----------------|
+//! | `status`    | the daemon: version, pid, uptime, probes, config, reloads      | anyone         |
+//! | `processes` | one row per process: pid, comm, job, owner, launches, exited  | anyone (*)     |
+//! | `snapshot`  | the live report (schema `gpuprofd.report/1`, as `--output`)   | anyone (*)     |
+//! | `reload`    | re-read the configuration file (as SIGHUP)                    | admins         |
+//!
+//! Admins are root and members of `control.group`; (*) anyone else gets only the processes
+//! whose owner (effective uid when first seen) is their own uid. Who is asking is the kernel's
+//! word (`SO_PEERCRED`/`SO_PEERGROUPS` at connect time), never the client's.
+
+use super::peer::{self, Peer};
+use crate::output::Report;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+pub const PROTOCOL: &str = "gpuprofd.ctl/1";
+/// Longest request line accepted.
+const MAX_LINE: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Status,
+    Processes,
+    Snapshot,
+    Reload,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    fn ok(v: impl Serialize) -> Response {
+        Response {
+            ok: true,
+            result: Some(serde_json::to_value(v).unwrap_or(serde_json::Value::Null)),
+            error: None,
+        }
+    }
+    fn err(e: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(e.into()),
+        }
+    }
+}
+
+/// One row of `processes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub comm: String,
+    pub job: Option<String>,
+    /// Effective uid when first seen (`None`: it was gone before it could be read).
+    pub owner: Option<u32>,
+    pub launches: u64,
+    pub copy_bytes: u64,
+    pub blocked_ns: u64,
+    pub exited: bool,
+}
+
+/// A snapshot of the live model and who owns each process in it.
+pub struct Snapshot {
+    pub report: Report,
+    pub owners: HashMap<u32, u32>,
+}
+
+pub type SnapshotFuture = Pin<Box<dyn Future<Output = Option<Snapshot>> + Send>>;
+
+/// What the socket's handlers reach in the running daemon.
+pub struct Handler {
+    /// The daemon's status (built fresh for each `status`), minus the caller-specific part.
+    pub status: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
+    pub snapshot: Box<dyn Fn() -> SnapshotFuture + Send + Sync>,
+    /// Asks the main loop to reload the configuration; the reply says what changed.
+    pub reload: mpsc::Sender<oneshot::Sender<Result<serde_json::Value, String>>>,
+    /// The admin group's id now (the group is reloadable).
+    pub admin_gid: Box<dyn Fn() -> Option<u32> + Send + Sync>,
+    pub admin_group: Box<dyn Fn() -> String + Send + Sync>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    User(u32),
+}
+
+impl Handler {
+    fn role(&self, p: &Peer) -> Role {
+        if p.uid == 0 || (self.admin_gid)().is_some_and(|g| p.in_group(g)) {
+            Role::Admin
+        } else {
+            Role::User(p.uid)
+        }
+    }
+
+    async fn answer(&self, peer: &Peer, req: Request) -> Response {
+        let role = self.role(peer);
+        match req {
+            Request::Status => {
+                let mut s = (self.status)();
+                if let Some(o) = s.as_object_mut() {
+                    o.insert(
+                        "you".into(),
+                        serde_json::json!({
+                            "uid": peer.uid,
+                            "pid": peer.pid,
+                            "role": match role { Role::Admin => "admin", Role::User(_) => "user" },
+                        }),
+                    );
+                    if role != Role::Admin {
+                        o.remove("config");
+                    }
+                }
+                Response::ok(s)
+            }
+            Request::Processes | Request::Snapshot => {
+                let Some(snap) = (self.snapshot)().await else {
+                    return Response::err("the daemon is stopping; try again when it is back");
+                };
+                let report = match role {
+                    Role::Admin => snap.report,
+                    Role::User(uid) => restrict(snap.report, |t| snap.owners.get(&t) == Some(&uid)),
+                };
+                if req == Request::Snapshot {
+                    Response::ok(report)
+                } else {
+                    Response::ok(rows(&report, &snap.owners))
+                }
+            }
+            Request::Reload => {
+                if role != Role::Admin {
+                    let group = (self.admin_group)();
+                    return Response::err(if group.is_empty() {
+                        format!(
+                            "reload is for root only (you are uid {}); set control.group in the \
+                             configuration to let a group do it",
+                            peer.uid
+                        )
+                    } else {
+                        format!(
+                            "reload is for root and members of group \"{group}\" (you are uid {})",
+                            peer.uid
+                        )
+                    });
+                }
+                let (tx, rx) = oneshot::channel();
+                if self.reload.send(tx).await.is_err() {
+                    return Response::err("the daemon is stopping");
+                }
+                match rx.await {
+                    Ok(Ok(v)) => Response::ok(v),
+                    Ok(Err(e)) => Response::err(e),
+                    Err(_) => Response::err("the daemon is stopping"),
+                }
+            }
+        }
+    }
+}
+
+/// The report with only the processes `keep` allows (jobs recomputed from them; node-wide
+/// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone).
+pub fn restrict(mut r: Report, keep: impl Fn(u32) -> bool) -> Report {
+    r.processes.retain(|p| keep(p.tgid));
+    r.jobs = crate::model::report::jobs(&r.processes);
+    for g in &mut r.gpus {
+        g.unprofiled_pids.clear();
+    }
+    r
+}
+
+fn rows(r: &Report, owners: &HashMap<u32, u32>) -> Vec<ProcessRow> {
+    r.processes
+        .iter()
+        .map(|p| ProcessRow {
+            pid: p.tgid,
+            comm: p.comm.clone(),
+            job: p.job.as_ref().map(|j| j.key()),
+            owner: owners.get(&p.tgid).copied(),
+            launches: p.launches,
+            copy_bytes: p.copies.iter().map(|c| c.bytes).sum(),
+            blocked_ns: p.api.iter().map(|a| a.blocked_ns).sum(),
+            exited: p.exited,
+        })
+        .collect()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(
+        "another gpuprofd is already serving the control socket \"{0}\"; stop it first \
+         (`systemctl stop gpuprofd`) or choose another control.socket"
+    )]
+    InUse(String),
+    #[error("cannot create the control socket \"{path}\": {source}; choose another control.socket")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Binds the control socket: a stale file from a dead daemon is replaced, a live one refused.
+/// Mode 0666: every local user may connect; what each may do is decided per request.
+pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
+    let io = |source| BindError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(BindError::InUse(path.display().to_string()));
+        }
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let l = UnixListener::bind(path).map_err(io)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(io)?;
+    Ok(l)
+}
+
+/// The control socket systemd created and handed over (`gpuprofd.socket`: `$LISTEN_FDS`,
+/// `$LISTEN_PID`, the socket at fd 3), or `None` when not socket-activated.
+pub fn activated() -> Option<std::io::Result<UnixListener>> {
+    let for_us = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
+    let n: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if !for_us || n == 0 {
+        return None;
+    }
+    // SAFETY: the environment says fd 3 is ours, a listening socket systemd passed; nothing
+    // else in this process uses fd 3 (it is taken once, here).
+    unsafe {
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: see above; the fd is owned by the listener from here on.
+    let std_l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(3) };
+    Some(
+        std_l
+            .set_nonblocking(true)
+            .and_then(|_| UnixListener::from_std(std_l)),
+    )
+}
+
+/// Accepts connections until the task is dropped; each connection is served on its own task.
+pub async fn serve(listener: UnixListener, handler: Arc<Handler>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let h = handler.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, h).await {
+                tracing::debug!(error = %e, "control connection ended");
+            }
+        });
+    }
+}
+
+async fn connection(stream: UnixStream, h: Arc<Handler>) -> std::io::Result<()> {
+    let peer = peer::of(&stream)?;
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut rd)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = if line.len() > MAX_LINE {
+            let r = Response::err(format!("request longer than {MAX_LINE} bytes"));
+            write(&mut wr, &r).await?;
+            return Ok(());
+        } else {
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => {
+                    tracing::debug!(uid = peer.uid, pid = peer.pid, ?req, "control request");
+                    h.answer(&peer, req).await
+                }
+                Err(e) => Response::err(format!(
+                    "bad request ({e}); send one JSON object per line, e.g. {{\"cmd\":\"status\"}} \
+                     (commands: status, processes, snapshot, reload)"
+                )),
+            }
+        };
+        write(&mut wr, &resp).await?;
+    }
+}
+
+async fn write(w: &mut tokio::net::unix::OwnedWriteHalf, r: &Response) -> std::io::Result<()> {
+    let mut s = serde_json::to_vec(r).map_err(std::io::Error::other)?;
+    s.push(b'\n');
+    w.write_all(&s).await
+}
+
+/// The client side: one request, one answer (blocking; `gpuprofd ctl` and `top` use it).
+pub struct Client {
+    path: PathBuf,
+    stream: std::io::BufReader<std::os::unix::net::UnixStream>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "no gpuprofd service is listening on \"{0}\": start it (`systemctl start gpuprofd` or \
+         `sudo gpuprofd serve`), or point --socket at its control.socket"
+    )]
+    NotRunning(String),
+    #[error("cannot connect to \"{path}\": {source}")]
+    Connect {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the control socket \"{path}\" failed: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the daemon refused: {0}")]
+    Refused(String),
+    #[error("the daemon's answer is not {PROTOCOL}: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::NotRunning(_) | ClientError::Connect { .. } => 12,
+            ClientError::Refused(_) => 13,
+            ClientError::Io { .. } | ClientError::Protocol(_) => 1,
+        }
+    }
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let s = std::os::unix::net::UnixStream::connect(path).map_err(|source| {
+            match source.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                    ClientError::NotRunning(path.display().to_string())
+                }
+                _ => ClientError::Connect {
+                    path: path.display().to_string(),
+                    source,
+                },
+            }
+        })?;
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+        Ok(Client {
+            path: path.to_owned(),
+            stream: std::io::BufReader::new(s),
+        })
+    }
+
+    pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        use std::io::{BufRead, Write};
+        let io = |source| ClientError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        let mut line = serde_json::to_vec(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        self.stream.get_mut().write_all(&line).map_err(io)?;
+        let mut answer = String::new();
+        let n = self
+            .stream
+            .read_line(&mut answer)
+            .map_err(|source| ClientError::Io {
+                path: self.path.display().to_string(),
+                source,
+            })?;
+        if n == 0 {
+            return Err(ClientError::Protocol(
+                "the daemon closed the connection".into(),
+            ));
+        }
+        let r: Response =
+            serde_json::from_str(&answer).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        match (r.ok, r.result, r.error) {
+            (true, Some(v), _) => Ok(v),
+            (false, _, Some(e)) => Err(ClientError::Refused(e)),
+            _ => Err(ClientError::Protocol(answer.trim().to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+//! The control protocol: requests, the authorisation matrix on known peers, a real socket.
+
+use super::*;
+use serde_json::json;
+
+fn report() -> Report {
+    let z = json!({"calls": 0, "bytes": 0});
+    let proc_ = |tgid: u32, job: &str, launches: u64| {
+        json!({"tgid": tgid, "comm": format!("w{tgid}"), "cmdline": "", "exited": false,
+           "job": {"kind": "slurm", "id": job, "cgroup": format!("/job_{job}")},
+           "launches": launches, "unnamed_launches": 0, "kernels": [],
+           "copies": [{"direction": "h2d", "calls": 1, "bytes": 100 * tgid as u64,
+                       "async_calls": 0, "blocked_ns": 7}],
+           "api": [], "graphs": {"launches": 0},
+           "allocations": {"calls": 0, "failed": 0, "bytes": 0, "frees": 0, "live_bytes": 0,
+               "peak_bytes": 0, "untracked": 0, "by_kind": {"device": z, "host_pinned": z,
+               "managed": z, "async": z, "pitched": z, "vmm": z}},
+           "gpu": null})
+    };
+    serde_json::from_value(json!({
+        "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
+        "duration_ns": 1, "drops": {}, "submitted": {}, "decode_errors": 0, "jobs": [],
+        "processes": [proc_(10, "1", 5), proc_(11, "1", 7), proc_(12, "2", 9)],
+        "nvml": {"state": "off", "samples": 0},
+        "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-1", "samples": 1,
+                  "gpu_util_avg": null, "gpu_util_max": null, "mem_util_avg": null,
+                  "memory_used_max_bytes": null, "memory_total_bytes": null,
+                  "sm_clock_avg_mhz": null, "power_avg_w": null, "temp_max_c": null,
+                  "unprofiled_pids": [4242]}]
+    }))
+    .unwrap()
+}
+
+/// Processes 10 and 12 belong to uid 1000, 11 to uid 2000; group 500 is the admin group.
+fn handler() -> (
+    Handler,
+    mpsc::Receiver<oneshot::Sender<Result<serde_json::Value, String>>>,
+) {
+    let (tx, rx) = mpsc::channel(1);
+    let h = Handler {
+        status: Box::new(|| json!({"version": "t", "config": {"secret": 1}})),
+        snapshot: Box::new(|| {
+            Box::pin(async {
+                Some(Snapshot {
+                    report: report(),
+                    owners: HashMap::from([(10, 1000), (11, 2000), (12, 1000)]),
+                })
+            })
+        }),
+        reload: tx,
+        admin_gid: Box::new(|| Some(500)),
+        admin_group: Box::new(|| "gpuops".into()),
+    };
+    (h, rx)
+}
+
+fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
+    Peer {
+        pid: 1,
+        uid,
+        gid,
+        groups: groups.to_vec(),
+    }
+}
+
+fn pids(v: &serde_json::Value) -> Vec<u64> {
+    v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tgid"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn requests_parse_and_bad_ones_are_refused() {
+    assert_eq!(
+        serde_json::from_str::<Request>(r#"{"cmd":"status"}"#).unwrap(),
+        Request::Status
+    );
+    assert!(serde_json::from_str::<Request>(r#"{"cmd":"rm -rf"}"#).is_err());
+}
+
+#[tokio::test]
+async fn who_sees_what() {
+    let (h, mut reloads) = handler();
+    // Root and members of the admin group (primary or supplementary) see every process.
+    for p in [
+        peer(0, 0, &[]),
+        peer(3000, 500, &[]),
+        peer(3000, 3000, &[7, 500]),
+    ] {
+        let r = h.answer(&p, Request::Snapshot).await;
+        assert!(r.ok, "{p:?}");
+        let v = r.result.unwrap();
+        assert_eq!(pids(&v), [10, 11, 12], "{p:?}");
+        assert_eq!(v["gpus"][0]["unprofiled_pids"], json!([4242]));
+        let s = h.answer(&p, Request::Status).await.result.unwrap();
+        assert_eq!(s["you"]["role"], "admin");
+        assert_eq!(s["config"]["secret"], 1);
+    }
+    // uid 1000 sees its two processes, and jobs made of them only.
+    let u = peer(1000, 1000, &[]);
+    let v = h.answer(&u, Request::Snapshot).await.result.unwrap();
+    assert_eq!(pids(&v), [10, 12]);
+    let jobs: Vec<(String, Vec<u64>, u64)> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().to_string(),
+                j["processes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_u64().unwrap())
+                    .collect(),
+                j["launches"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(jobs, [("2".into(), vec![12], 9), ("1".into(), vec![10], 5)]);
+    assert_eq!(v["gpus"][0]["unprofiled_pids"], json!([]));
+    let rows: Vec<ProcessRow> =
+        serde_json::from_value(h.answer(&u, Request::Processes).await.result.unwrap()).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.pid, r.owner, r.copy_bytes))
+            .collect::<Vec<_>>(),
+        [(10, Some(1000), 1000), (12, Some(1000), 1200)]
+    );
+    let s = h.answer(&u, Request::Status).await.result.unwrap();
+    assert_eq!(s["you"]["role"], "user");
+    assert!(s.get("config").is_none(), "the configuration is for admins");
+    // A user with no process sees none.
+    let v = h
+        .answer(&peer(4000, 4000, &[]), Request::Snapshot)
+        .await
+        .result
+        .unwrap();
+    assert_eq!(pids(&v), Vec::<u64>::new());
+    // Reload: refused to users, passed to the main loop for admins.
+    let r = h.answer(&u, Request::Reload).await;
+    assert!(!r.ok);
+    assert_eq!(
+        r.error.unwrap(),
+        "reload is for root and members of group \"gpuops\" (you are uid 1000)"
+    );
+    assert!(reloads.try_recv().is_err(), "nothing reached the main loop");
+    let answer = tokio::spawn(async move {
+        let tx = reloads.recv().await.unwrap();
+        tx.send(Ok(json!({"changed": ["log.level"]}))).unwrap();
+    });
+    let r = h.answer(&peer(0, 0, &[]), Request::Reload).await;
+    answer.await.unwrap();
+    assert_eq!(r.result.unwrap(), json!({"changed": ["log.level"]}));
+}
+
+#[tokio::test]
+async fn over_a_real_socket() {
+    let dir = std::env::temp_dir().join(format!("gpuprofd-ctl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("ctl.sock");
+    let listener = bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o666
+    );
+    // A second daemon on the same socket is refused while the first one listens.
+    assert!(matches!(bind(&path), Err(BindError::InUse(_))));
+    let (h, _reloads) = handler();
+    let server = tokio::spawn(serve(listener, Arc::new(h)));
+    let p = path.clone();
+    let (status, bad, snapshot) = tokio::task::spawn_blocking(move || {
+        let mut c = Client::connect(&p).unwrap();
+        let status = c.call(&Request::Status).unwrap();
+        // A malformed line is answered, and the connection stays usable.
+        use std::io::{BufRead, Write};
+        c.stream
+            .get_mut()
+            .write_all(b"{\"cmd\":\"launch\"}\n")
+            .unwrap();
+        let mut bad = String::new();
+        c.stream.read_line(&mut bad).unwrap();
+        let snapshot = c.call(&Request::Snapshot).unwrap();
+        (status, bad, snapshot)
+    })
+    .await
+    .unwrap();
+    // The tests run as root: the kernel says so, whatever the client claims.
+    assert_eq!(status["you"]["uid"], 0);
+    assert_eq!(status["you"]["pid"], std::process::id());
+    assert_eq!(status["you"]["role"], "admin");
+    let bad: Response = serde_json::from_str(&bad).unwrap();
+    assert!(!bad.ok);
+    assert!(bad.error.unwrap().contains("unknown variant `launch`"));
+    assert_eq!(pids(&snapshot), [10, 11, 12]);
+    server.abort();
+    // A stale socket file (its daemon gone) is replaced.
+    let _ = server.await;
+    let _again = bind(&path).unwrap();
+    let e = Client::connect(&dir.join("none.sock")).err().unwrap();
+    assert_eq!(e.exit_code(), 12);
+    assert!(
+        e.to_string().contains("no gpuprofd service is listening"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

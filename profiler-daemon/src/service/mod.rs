@@ -1,0 +1,142 @@
+//! Service mode (`gpuprofd serve`): the capture session of `--all-jobs`, configured from a TOML
+//! file, reloaded on SIGHUP, with systemd readiness and watchdog, a control socket and
+//! Prometheus metrics on by default.
+
+pub mod config;
+pub mod ctl;
+pub mod notify;
+pub mod peer;
+
+use config::{Config, Overrides, Source};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+/// Changes the log filter of the running subscriber.
+pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The running service's configuration and how to reload it.
+pub struct Service {
+    pub source: Source,
+    pub overrides: Overrides,
+    /// Whether the file existed at start (else: defaults and flags only).
+    pub file_used: bool,
+    config: RwLock<Config>,
+    pending_restart: Mutex<Vec<&'static str>>,
+    reloads: AtomicU64,
+    failed_reloads: AtomicU64,
+    pub notifier: notify::Notifier,
+    log_reload: LogReload,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("source", &self.source)
+            .field("config", &self.config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    pub fn new(
+        source: Source,
+        overrides: Overrides,
+        config: Config,
+        file_used: bool,
+        log_reload: LogReload,
+    ) -> Service {
+        Service {
+            source,
+            overrides,
+            file_used,
+            config: RwLock::new(config),
+            pending_restart: Mutex::new(Vec::new()),
+            reloads: AtomicU64::new(0),
+            failed_reloads: AtomicU64::new(0),
+            notifier: notify::Notifier::from_env(),
+            log_reload,
+        }
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> Config {
+        self.config
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Re-reads the file (SIGHUP, `gpuprofd ctl reload`). A file that does not load leaves the
+    /// running configuration as it was; the error says why.
+    pub fn reload(&self) -> Result<serde_json::Value, String> {
+        let new = match config::load(&self.source, &self.overrides) {
+            Ok((c, _)) => c,
+            Err(e) => {
+                self.failed_reloads.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "reload refused; keeping the running configuration");
+                return Err(format!("{e}; the running configuration is unchanged"));
+            }
+        };
+        let old = self.config();
+        let (next, pending) = old.reload_from(&new);
+        if next.log.level != old.log.level
+            && let Err(e) = (self.log_reload)(&next.log.level)
+        {
+            self.failed_reloads.fetch_add(1, Ordering::Relaxed);
+            return Err(format!(
+                "cannot apply log.level \"{}\": {e}; the running configuration is unchanged",
+                next.log.level
+            ));
+        }
+        let changed = changed_keys(&old, &next);
+        if let Ok(mut c) = self.config.write() {
+            *c = next;
+        }
+        if let Ok(mut p) = self.pending_restart.lock() {
+            *p = pending.clone();
+        }
+        let n = self.reloads.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::info!(reload = n, changed = ?changed, pending_restart = ?pending, "configuration reloaded");
+        if !pending.is_empty() {
+            tracing::warn!(
+                keys = ?pending,
+                "these settings changed in the file but take effect only at the next restart \
+                 (systemctl restart gpuprofd)"
+            );
+        }
+        Ok(serde_json::json!({ "changed": changed, "pending_restart": pending }))
+    }
+
+    /// The service part of `status`.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "config_file": self.source.path(),
+            "config_file_used": self.file_used,
+            "reloads": self.reloads.load(Ordering::Relaxed),
+            "failed_reloads": self.failed_reloads.load(Ordering::Relaxed),
+            "pending_restart": self.pending_restart.lock().map(|p| p.clone()).unwrap_or_default(),
+            "config": self.config(),
+        })
+    }
+}
+
+/// The reloadable keys whose values differ.
+fn changed_keys(a: &Config, b: &Config) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if a.capture.rescan_interval != b.capture.rescan_interval {
+        v.push("capture.rescan_interval");
+    }
+    if a.metrics.top_kernels != b.metrics.top_kernels {
+        v.push("metrics.top_kernels");
+    }
+    if a.metrics.expire_after != b.metrics.expire_after {
+        v.push("metrics.expire_after");
+    }
+    if a.control.group != b.control.group {
+        v.push("control.group");
+    }
+    if a.log.level != b.log.level {
+        v.push("log.level");
+    }
+    v
+}

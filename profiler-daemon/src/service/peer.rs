@@ -1,0 +1,117 @@
+//! Who is on the other end of the control socket: the kernel's word (`SO_PEERCRED`,
+//! `SO_PEERGROUPS`), never anything the client says about itself.
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+
+/// The connecting process's credentials at `connect()` time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// `SO_PEERGROUPS` (Linux 4.13+; asm-generic value, as on x86-64 and arm64).
+const SO_PEERGROUPS: libc::c_int = 59;
+
+/// Reads the peer's credentials and groups from a connected Unix socket.
+pub fn of(sock: &impl AsRawFd) -> std::io::Result<Peer> {
+    let fd = sock.as_raw_fd();
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a valid, writable ucred of `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut groups = vec![0u32; 256];
+    let mut glen = (groups.len() * 4) as libc::socklen_t;
+    // SAFETY: `groups` is a writable buffer of `glen` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_PEERGROUPS,
+            groups.as_mut_ptr().cast(),
+            &mut glen,
+        )
+    };
+    if rc == 0 {
+        groups.truncate(glen as usize / 4);
+    } else {
+        // Too many groups or an old kernel: the primary group still counts.
+        groups.clear();
+    }
+    Ok(Peer {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        groups,
+    })
+}
+
+impl Peer {
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// The id of the group called `name`.
+pub fn group_id(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 64 * 1024];
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; `buf` outlives `grp`'s use below.
+    let rc =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
+    (rc == 0 && !out.is_null()).then_some(grp.gr_gid)
+}
+
+/// The owner (real uid, as the kernel's exit record has it) of a running process.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_uid(&status)
+}
+
+/// The real uid from a `/proc/PID/status` text (`Uid:\treal\teffective\tsaved\tfs`).
+pub fn parse_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uid_from_status() {
+        let s =
+            "Name:\tpython3\nUmask:\t0022\nUid:\t1000\t0\t1000\t1000\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(super::parse_uid(s), Some(1000));
+        assert_eq!(super::parse_uid("Name:\tx\n"), None);
+        assert_eq!(super::parse_uid("Uid:\tx\n"), None);
+        assert_eq!(
+            super::process_uid(std::process::id()),
+            Some(unsafe { libc::getuid() })
+        );
+    }
+}

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 /// How long any single wait may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(60);
 
+/// The fake runtime's `gemm` kernel as reports name it (demangled from its registration).
+pub const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
+
 fn env_path(var: &str, what: &str) -> PathBuf {
     let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
         panic!("{var} is not set: run the privileged tests through `cargo xtask test` (it builds {what})")
@@ -62,7 +65,7 @@ pub struct Lines {
 }
 
 impl Lines {
-    fn new(r: impl std::io::Read + Send + 'static) -> Lines {
+    pub fn new(r: impl std::io::Read + Send + 'static) -> Lines {
         let (tx, rx) = channel();
         thread::spawn(move || {
             for line in BufReader::new(r).lines() {
@@ -354,7 +357,8 @@ impl Drop for Daemon {
     }
 }
 
-fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+/// Waits for `child` to exit (bounded by [`WAIT`]).
+pub fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
     let deadline = Instant::now() + WAIT;
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
@@ -705,4 +709,60 @@ pub fn api_table(p: &Value) -> Vec<(String, u64)> {
         .collect();
     v.sort();
     v
+}
+
+// ---- the service's control socket ----------------------------------------------------------
+
+/// `gpuprofd ctl ARGS` (optionally as another user, with that user's groups): exit code,
+/// stdout, stderr.
+pub fn ctl(bin: &Path, socket: &Path, args: &[&str], user: Option<&str>) -> (i32, String, String) {
+    let mut c = match user {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={u}"),
+                &format!("--regid={u}"),
+                "--init-groups",
+                "--",
+            ])
+            .arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let out = c
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run gpuprofd ctl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn ctl_json(bin: &Path, socket: &Path, args: &[&str], user: Option<&str>) -> Value {
+    let (rc, out, err) = ctl(bin, socket, args, user);
+    assert_eq!(rc, 0, "gpuprofd ctl {args:?} as {user:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ctl {args:?}: {e}: {out}"))
+}
+
+/// Polls the service's live snapshot until process `tgid` shows `launches` (bounded); returns
+/// that snapshot.
+pub fn snapshot_when(bin: &Path, socket: &Path, tgid: u32, launches: u64) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let snap = ctl_json(bin, socket, &["snapshot"], None);
+        if has_process(&snap, tgid) && process(&snap, tgid)["launches"] == launches {
+            return snap;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {tgid} never reached {launches} launches: {snap}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -6,7 +6,6 @@ use gpuprofd_tests::*;
 
 const VEC_ADD: &str = "vecAdd(float const*, float const*, float*, int)";
 const RELU: &str = "relu(float*, int)";
-const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
 const REDUCE: &str = "void demo::reduce<256>(float const*, float*, int)";
 
 fn kernel_entry<'a>(p: &'a serde_json::Value, name: &str, api: &str) -> &'a serde_json::Value {

@@ -5,7 +5,6 @@
 
 use gpuprofd_tests::*;
 
-const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
 const RELU: &str = "relu(float*, int)";
 
 #[test]

@@ -4,7 +4,6 @@
 
 use gpuprofd_tests::*;
 
-const GEMM: &str = "gemm(float const*, float const*, float*, int, int, int)";
 const GIB: u64 = 1 << 30;
 
 /// gpuprofd on all jobs writing a capture file, sampling the fake NVML every 100 ms with the

@@ -1,0 +1,500 @@
+//! Service mode (`gpuprofd serve`) on real eBPF: systemd readiness and watchdog through a real
+//! notify socket, SIGHUP reloads with a good and a bad file, SIGTERM, the control socket's
+//! answers, and its authorisation with real unprivileged users created for the test.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+/// systemd's side of `sd_notify`: a datagram socket whose messages arrive on a channel.
+struct NotifySocket {
+    path: PathBuf,
+    rx: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl NotifySocket {
+    fn new(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let sock = UnixDatagram::bind(&path).expect("bind the notify socket");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = sock.recv(&mut buf) {
+                if tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        NotifySocket {
+            path,
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next message that starts with `prefix` (bounded wait); returns it.
+    fn expect(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(m) => {
+                    self.seen.push(m.clone());
+                    if m.starts_with(prefix) {
+                        return m;
+                    }
+                }
+                Err(_) => panic!(
+                    "no sd_notify message starting with {prefix:?}; got {:?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Messages other than watchdog keep-alives received so far and now (not waiting).
+    fn states(&mut self) -> Vec<String> {
+        while let Ok(m) = self.rx.try_recv() {
+            self.seen.push(m);
+        }
+        self.seen
+            .iter()
+            .filter(|m| *m != "WATCHDOG=1")
+            .cloned()
+            .collect()
+    }
+}
+
+/// `gpuprofd serve` as systemd runs it (stderr collected).
+struct Service {
+    child: Child,
+    stderr: Lines,
+}
+
+impl Service {
+    fn start(bin: &Path, config: &Path, notify: &Path) -> Service {
+        require_bpf();
+        let mut child = Command::new(bin)
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("NOTIFY_SOCKET", notify)
+            .env("WATCHDOG_USEC", "1000000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuprofd serve");
+        let stderr = Lines::new(child.stderr.take().unwrap());
+        Service { child, stderr }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn stop(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        self.signal(libc::SIGTERM);
+        let st = wait_bounded(&mut self.child);
+        (st, self.stderr.rest())
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_text(lib: &Path, socket: &Path, extra: &str) -> String {
+    format!(
+        "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\n\n[nvml]\nenabled = false\n\n\
+         [metrics]\nenabled = false\n{extra}\n[control]\nsocket = \"{}\"\n",
+        lib.display(),
+        socket.display()
+    )
+}
+
+#[test]
+fn service_readiness_watchdog_reload_and_stop() {
+    let dir = TempDir::new("serve");
+    let bin = daemon_bin();
+    let lib = fakecuda().join("lib");
+    let socket = dir.path().join("ctl.sock");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, config_text(&lib, &socket, "")).unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let svc = Service::start(&bin, &config, &notify.path);
+
+    // Readiness comes after the probes are attached; keep-alives follow every half second.
+    let ready = notify.expect("READY=1");
+    assert_eq!(
+        ready,
+        "READY=1\nSTATUS=capturing: 95 probes on 2 CUDA libraries"
+    );
+    notify.expect("WATCHDOG=1");
+    notify.expect("WATCHDOG=1");
+
+    let mut w = Workload::start();
+    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 2"]);
+    let snap = snapshot_when(&bin, &socket, w.tgid, 7);
+    let p = process(&snap, w.tgid);
+    assert_eq!(kernel_calls(p, GEMM), 7);
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 8192);
+    assert_eq!(snap["schema"], "gpuprofd.report/1");
+    let status = ctl_json(&bin, &socket, &["status"], None);
+    assert_eq!(status["protocol"], "gpuprofd.ctl/1");
+    assert_eq!(status["probes"], 95);
+    assert_eq!(status["reloads"], 0);
+    assert_eq!(status["config_file"], config.to_str().unwrap());
+    assert_eq!(status["config"]["metrics"]["top_kernels"], 10);
+    assert_eq!(status["you"]["role"], "admin");
+    let (rc, table, _) = ctl(&bin, &socket, &["processes"], None);
+    assert_eq!(rc, 0);
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&w.tgid.to_string()))
+        .unwrap_or_else(|| panic!("no row for {} in\n{table}", w.tgid));
+    // PID COMM JOB UID LAUNCHES COPIED BLOCKED STATE (the job depends on where CI runs us).
+    let tok: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(tok[0], w.tgid.to_string(), "{row}");
+    assert_eq!(tok[1], "workload", "{row}");
+    assert_eq!(&tok[3..7], ["0", "7", "8.0", "KiB"], "{row}");
+    assert_eq!(tok.last(), Some(&"running"), "{row}");
+
+    // A good reload: the reloadable keys now, the others named as waiting for a restart.
+    std::fs::write(
+        &config,
+        config_text(
+            &lib,
+            &socket,
+            "top_kernels = 3\n\n[log]\nlevel = \"debug\"\n",
+        )
+        .replace(
+            "system_libs = false\n",
+            "system_libs = false\nring_buffer_mb = 32\n",
+        ),
+    )
+    .unwrap();
+    svc.signal(libc::SIGHUP);
+    notify.expect("RELOADING=1\nMONOTONIC_USEC=");
+    assert_eq!(
+        notify.expect("READY=1"),
+        "READY=1\nSTATUS=configuration reloaded"
+    );
+    let status = ctl_json(&bin, &socket, &["status"], None);
+    assert_eq!(status["reloads"], 1);
+    assert_eq!(status["failed_reloads"], 0);
+    assert_eq!(status["config"]["metrics"]["top_kernels"], 3);
+    assert_eq!(status["config"]["log"]["level"], "debug");
+    assert_eq!(status["config"]["capture"]["ring_buffer_mb"], 16);
+    assert_eq!(
+        status["pending_restart"],
+        serde_json::json!(["capture.ring_buffer_mb"])
+    );
+
+    // A bad reload keeps everything as it was, says why, and capture goes on.
+    std::fs::write(&config, "[metrics]\ntop_kernel = 5\n").unwrap();
+    svc.signal(libc::SIGHUP);
+    notify.expect("RELOADING=1");
+    assert_eq!(
+        notify.expect("READY=1"),
+        "READY=1\nSTATUS=reload refused; the running configuration is unchanged"
+    );
+    let (rc, _, err) = ctl(&bin, &socket, &["reload"], None);
+    assert_eq!(rc, 13, "{err}");
+    assert!(
+        err.contains("line 2, column 1: unknown field `top_kernel`")
+            && err.contains("the running configuration is unchanged"),
+        "{err}"
+    );
+    let status = ctl_json(&bin, &socket, &["status"], None);
+    assert_eq!(status["reloads"], 1);
+    assert_eq!(status["failed_reloads"], 2);
+    assert_eq!(status["config"]["metrics"]["top_kernels"], 3);
+    w.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+    snapshot_when(&bin, &socket, w.tgid, 9);
+
+    // SIGTERM: STOPPING=1, a clean exit, the socket file gone.
+    let (st, stderr) = svc.stop();
+    assert!(st.success(), "{st}: {}", stderr.join("\n"));
+    notify.expect("STOPPING=1\nSTATUS=stopping: terminated");
+    assert!(!socket.exists(), "the control socket is removed at exit");
+    let log = stderr.join("\n");
+    assert!(
+        log.contains("reload refused; keeping the running configuration")
+            && log.contains("unknown field `top_kernel`"),
+        "{log}"
+    );
+    assert!(
+        log.contains("configuration reloaded") && log.contains("capture.ring_buffer_mb"),
+        "{log}"
+    );
+    // Every state change, in order (keep-alives aside).
+    let states: Vec<String> = notify
+        .states()
+        .iter()
+        .map(|m| m.lines().next().unwrap().to_owned())
+        .filter(|m| !m.starts_with("MONOTONIC"))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "READY=1",
+            "RELOADING=1",
+            "READY=1",
+            "RELOADING=1",
+            "READY=1",
+            "RELOADING=1",
+            "READY=1",
+            "STOPPING=1"
+        ]
+    );
+    w.exit();
+}
+
+/// Users and a group made for the test, removed again at the end (also after a failure).
+struct Accounts {
+    users: Vec<String>,
+    group: String,
+}
+
+impl Accounts {
+    fn create(group: &str, users: &[(&str, bool)]) -> Accounts {
+        let mut a = Accounts {
+            users: Vec::new(),
+            group: group.to_owned(),
+        };
+        a.remove(users.iter().map(|u| u.0));
+        run(Command::new("groupadd").arg(group));
+        for (u, member) in users {
+            let mut c = Command::new("useradd");
+            c.args(["--no-create-home", "--user-group", "--shell", "/bin/sh"]);
+            if *member {
+                c.args(["--groups", group]);
+            }
+            run(c.arg(u));
+            a.users.push((*u).to_owned());
+        }
+        a
+    }
+
+    fn remove<'a>(&self, users: impl Iterator<Item = &'a str>) {
+        for u in users {
+            let _ = Command::new("userdel")
+                .arg(u)
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = Command::new("groupdel")
+            .arg(&self.group)
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    fn uid(&self, user: &str) -> u32 {
+        let out = Command::new("id").args(["-u", user]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+}
+
+impl Drop for Accounts {
+    fn drop(&mut self) {
+        let users = self.users.clone();
+        self.remove(users.iter().map(String::as_str));
+    }
+}
+
+fn run(c: &mut Command) {
+    let st = c.status().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    assert!(st.success(), "{c:?}: {st}");
+}
+
+/// The processes `ctl processes --json` shows: (pid, owner).
+fn visible(bin: &Path, socket: &Path, user: Option<&str>) -> Vec<(u64, Option<u64>)> {
+    let rows = ctl_json(bin, socket, &["processes", "--json"], user);
+    let mut v: Vec<(u64, Option<u64>)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["pid"].as_u64().unwrap(), r["owner"].as_u64()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_control_socket_answers_each_user_by_the_kernels_word() {
+    let accounts = Accounts::create(
+        "gpuprofd-t-ops",
+        &[
+            ("gpuprofd-t-alice", false),
+            ("gpuprofd-t-bob", true),
+            ("gpuprofd-t-carol", false),
+        ],
+    );
+    let alice = accounts.uid("gpuprofd-t-alice");
+    // Everything the other users run lives where they can read it (the checkout may not be).
+    let dir = TempDir::new("authz");
+    let tree = dir.path();
+    for sub in ["bin", "lib"] {
+        std::fs::create_dir_all(tree.join(sub)).unwrap();
+    }
+    std::fs::copy(daemon_bin(), tree.join("bin/gpuprofd")).unwrap();
+    std::fs::copy(fakecuda().join("bin/workload"), tree.join("bin/workload")).unwrap();
+    for l in ["libcuda.so.1", "libcudart.so.12"] {
+        std::fs::copy(fakecuda().join("lib").join(l), tree.join("lib").join(l)).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tree, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = tree.join("bin/gpuprofd");
+    let socket = tree.join("ctl.sock");
+    let config = tree.join("config.toml");
+    std::fs::write(
+        &config,
+        config_text(&tree.join("lib"), &socket, "")
+            .replace("socket = ", "group = \"gpuprofd-t-ops\"\nsocket = "),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(tree);
+    let svc = Service::start(&bin, &config, &notify.path);
+    notify.expect("READY=1");
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+        0o666,
+        "any local user may connect; each request is authorised"
+    );
+
+    // One CUDA process of root's, one of alice's.
+    let workload = tree.join("bin/workload");
+    let mut mine = Workload::spawn_command(Command::new(&workload));
+    let mut theirs = {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=gpuprofd-t-alice",
+            "--regid=gpuprofd-t-alice",
+            "--init-groups",
+            "--",
+        ])
+        .arg(&workload);
+        Workload::spawn_command(c)
+    };
+    mine.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
+    theirs.cmd("rt_launch gemm 5 1 1 1 32 1 1 0 0");
+    snapshot_when(&bin, &socket, mine.tgid, 3);
+    snapshot_when(&bin, &socket, theirs.tgid, 5);
+    let (m, t) = (mine.tgid as u64, theirs.tgid as u64);
+    let both = {
+        let mut v = vec![(m, Some(0)), (t, Some(alice as u64))];
+        v.sort();
+        v
+    };
+
+    // root and a member of control.group: everything.
+    assert_eq!(visible(&bin, &socket, None), both);
+    assert_eq!(visible(&bin, &socket, Some("gpuprofd-t-bob")), both);
+    let s = ctl_json(&bin, &socket, &["status"], Some("gpuprofd-t-bob"));
+    assert_eq!(s["you"]["role"], "admin");
+    let (rc, _, err) = ctl(&bin, &socket, &["reload"], Some("gpuprofd-t-bob"));
+    assert_eq!(rc, 0, "{err}");
+    // alice: her own process only, in the snapshot too (and its job totals are hers alone).
+    assert_eq!(
+        visible(&bin, &socket, Some("gpuprofd-t-alice")),
+        [(t, Some(alice as u64))]
+    );
+    let snap = ctl_json(&bin, &socket, &["snapshot"], Some("gpuprofd-t-alice"));
+    let pids: Vec<u64> = snap["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tgid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, [t]);
+    assert_eq!(kernel_calls(process(&snap, theirs.tgid), GEMM), 5);
+    let s = ctl_json(&bin, &socket, &["status"], Some("gpuprofd-t-alice"));
+    assert_eq!(s["you"]["role"], "user");
+    assert_eq!(s["you"]["uid"], alice);
+    assert!(s.get("config").is_none(), "{s}");
+    let (rc, _, err) = ctl(&bin, &socket, &["reload"], Some("gpuprofd-t-alice"));
+    assert_eq!(rc, 13);
+    assert!(
+        err.contains(&format!(
+            "reload is for root and members of group \"gpuprofd-t-ops\" (you are uid {alice})"
+        )),
+        "{err}"
+    );
+    // carol: nothing of anyone else's.
+    assert_eq!(visible(&bin, &socket, Some("gpuprofd-t-carol")), []);
+    let (rc, _, _) = ctl(&bin, &socket, &["reload"], Some("gpuprofd-t-carol"));
+    assert_eq!(rc, 13);
+
+    // alice's process ends: she still sees it (owner kept), carol still does not.
+    theirs.exit();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let snap = ctl_json(&bin, &socket, &["snapshot"], Some("gpuprofd-t-alice"));
+        if process(&snap, t as u32)["exited"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "exit never seen: {snap}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        visible(&bin, &socket, Some("gpuprofd-t-alice")),
+        [(t, Some(alice as u64))]
+    );
+    assert_eq!(visible(&bin, &socket, Some("gpuprofd-t-carol")), []);
+
+    // A short process of alice's that is over before the daemon looks at it (the daemon is
+    // stopped meanwhile): procfs cannot say whose it was; the kernel's end record does.
+    let script = tree.join("short.script");
+    std::fs::write(&script, "rt_launch gemm 4 1 1 1 32 1 1 0 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    svc.signal(libc::SIGSTOP);
+    let short = Command::new("setpriv")
+        .args([
+            "--reuid=gpuprofd-t-alice",
+            "--regid=gpuprofd-t-alice",
+            "--init-groups",
+            "--",
+        ])
+        .arg(&workload)
+        .stdin(std::fs::File::open(&script).unwrap())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let short_pid = short.id() as u64;
+    let out = short.wait_with_output().unwrap();
+    assert!(out.status.success());
+    svc.signal(libc::SIGCONT);
+    let deadline = Instant::now() + WAIT;
+    let seen = loop {
+        let v = visible(&bin, &socket, Some("gpuprofd-t-alice"));
+        if v.iter().any(|r| r.0 == short_pid) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the short process never showed: {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut expect = vec![(t, Some(alice as u64)), (short_pid, Some(alice as u64))];
+    expect.sort();
+    assert_eq!(seen, expect);
+    assert_eq!(visible(&bin, &socket, Some("gpuprofd-t-carol")), []);
+    let (st, stderr) = svc.stop();
+    assert!(st.success(), "{}", stderr.join("\n"));
+    mine.exit();
+    drop(accounts);
+}

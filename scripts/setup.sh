@@ -51,6 +51,10 @@ done
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-pip)
 if [ -n "$TEST_TOOLS" ]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+  # the service tests: systemd-analyze checks the unit files; useradd/setpriv run real users
+  command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
+  command -v useradd >/dev/null 2>&1 || need_pkgs+=(passwd)
+  command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"

@@ -34,6 +34,10 @@ enum Cmd {
         #[arg(long)]
         no_lint: bool,
     },
+    /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
+    /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, config.toml, install.sh, README.md) and
+    /// the same as a .tar.gz beside it.
+    Dist,
     /// Benchmarks (as root): probe cost per call against the uprobe floor, pipeline ceiling,
     /// launch storm, process churn. Writes docs/PERFORMANCE.md (not with --quick).
     Bench {
@@ -82,6 +86,56 @@ fn build() -> Result<PathBuf> {
     Ok(root().join("target/release/gpuprofd"))
 }
 
+fn dist() -> Result<PathBuf> {
+    setup()?;
+    run(cargo().args(["build", "--release", "-p", "profiler-daemon"]))?;
+    let bin = root().join("target/release/gpuprofd");
+    let name = format!("gpuprofd-{}-x86_64-linux", env!("CARGO_PKG_VERSION"));
+    let out = root().join("target/dist");
+    let dir = out.join(&name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir.join("bin"))?;
+    let copy = |from: PathBuf, to: &str| -> Result<()> {
+        std::fs::copy(&from, dir.join(to))
+            .with_context(|| format!("copying {} into the kit", from.display()))?;
+        Ok(())
+    };
+    copy(bin.clone(), "bin/gpuprofd")?;
+    for f in ["gpuprofd.service", "gpuprofd.socket", "install.sh"] {
+        copy(root().join("scripts/dist").join(f), f)?;
+    }
+    copy(root().join("README.md"), "README.md")?;
+    // The default configuration as the binary prints it: one source of truth.
+    let cfg = Command::new(&bin)
+        .args(["serve", "--print-default-config"])
+        .output()
+        .context("running gpuprofd serve --print-default-config")?;
+    if !cfg.status.success() {
+        bail!(
+            "gpuprofd serve --print-default-config failed: {}",
+            cfg.status
+        );
+    }
+    std::fs::write(dir.join("config.toml"), &cfg.stdout)?;
+    let tarball = out.join(format!("{name}.tar.gz"));
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&out)
+        .arg(&name))?;
+    eprintln!(
+        "xtask: dist kit in {} and {}; install with `sudo {}/install.sh`, then \
+         `systemctl enable --now gpuprofd`",
+        dir.display(),
+        tarball.display(),
+        dir.display()
+    );
+    Ok(dir)
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -94,6 +148,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Setup => setup(),
         Cmd::Build => build().map(|_| ()),
+        Cmd::Dist => dist().map(|_| ()),
         Cmd::Run { args } => {
             let bin = build()?;
             let args = if args.is_empty() {
@@ -146,8 +201,11 @@ fn main() -> Result<()> {
                      `sudo -E cargo xtask test` (they fail rather than skip without BPF)"
                 );
             }
+            // The install kit, for the tests of the unit file and install script.
+            let kit = dist()?;
             run(cargo()
                 .args(["test", "-p", "gpuprofd-tests", "--", "--test-threads=1"])
+                .env("GPUPROFD_DIST", &kit)
                 .env("GPUPROFD_BIN", &bin)
                 .env("FAKECUDA_DIR", fakecuda_dir()))?;
             // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.

@@ -155,6 +155,23 @@ pub enum CtlCommand {
     Snapshot,
     /// Re-read the configuration file (as `systemctl reload gpuprofd`).
     Reload,
+    /// A deep capture of one process (yours, unless you are an admin) or one job (admins),
+    /// written to FILE.gpuprof by this command, so the file is yours; Ctrl-C ends it early.
+    /// `gpuprofd report FILE` reads it.
+    Capture {
+        /// The process to capture.
+        #[arg(long, conflicts_with = "job", required_unless_present = "job")]
+        pid: Option<u32>,
+        /// The job to capture (Slurm job id, pod UID, container id, unit, or kind:id).
+        #[arg(long)]
+        job: Option<String>,
+        /// How long (at most 24h).
+        #[arg(long, default_value = "30s")]
+        duration: String,
+        /// The capture file to write (FILE.gpuprof).
+        #[arg(long, short)]
+        output: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -405,11 +422,27 @@ fn run_session(opts: CaptureOptions) -> ExitCode {
 
 fn ctl(a: &CtlArgs) -> ExitCode {
     use crate::service::ctl::{Client, Request};
-    let req = match a.what {
+    let req = match &a.what {
         CtlCommand::Status => Request::Status,
         CtlCommand::Processes { .. } => Request::Processes,
         CtlCommand::Snapshot => Request::Snapshot,
         CtlCommand::Reload => Request::Reload,
+        CtlCommand::Capture {
+            pid,
+            job,
+            duration,
+            output,
+        } => {
+            return deep_capture(
+                &a.socket,
+                Request::Capture {
+                    pid: *pid,
+                    job: job.clone(),
+                    duration: duration.clone(),
+                },
+                output,
+            );
+        }
     };
     let answer = Client::connect(&a.socket).and_then(|mut c| c.call(&req));
     match answer {
@@ -425,6 +458,98 @@ fn ctl(a: &CtlArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("gpuprofd ctl: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Set by SIGINT/SIGTERM while `ctl capture` runs.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn deep_capture(
+    socket: &std::path::Path,
+    req: crate::service::ctl::Request,
+    out: &PathBuf,
+) -> ExitCode {
+    use crate::service::ctl::Client;
+    if !crate::store::is_capture_path(out) {
+        eprintln!(
+            "gpuprofd ctl capture: \"{}\": name the file FILE.gpuprof (a deep capture is a capture file)",
+            out.display()
+        );
+        return ExitCode::from(2);
+    }
+    let client = match Client::connect(socket) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpuprofd ctl capture: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let file = match crate::session::create_output(out) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "gpuprofd ctl capture: cannot write \"{}\": {e}; choose a writable path with -o",
+                out.display()
+            );
+            return ExitCode::from(4);
+        }
+    };
+    // Ctrl-C asks the daemon to end the capture; the call below keeps reading until it has.
+    // SAFETY: the handler only stores to an atomic; no SA_RESTART, so a blocked read returns.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_interrupt as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    }
+    let mut w = std::io::BufWriter::new(file);
+    let result = client.capture(
+        &req,
+        &mut w,
+        |answer| {
+            eprintln!(
+                "gpuprofd ctl capture: capturing {} for {} s (capture {}); Ctrl-C ends it early",
+                match (&answer["target"]["pid"], &answer["target"]["job"]) {
+                    (serde_json::Value::Number(p), _) => format!("process {p}"),
+                    (_, serde_json::Value::String(j)) => format!("job {j}"),
+                    _ => "?".into(),
+                },
+                answer["duration_s"],
+                answer["id"]
+            )
+        },
+        &INTERRUPTED,
+    );
+    use std::io::Write;
+    match result.and_then(|n| {
+        w.flush()
+            .map(|_| n)
+            .map_err(|source| crate::service::ctl::ClientError::Io {
+                path: out.display().to_string(),
+                source,
+            })
+    }) {
+        Ok(n) => {
+            eprintln!(
+                "gpuprofd ctl capture: {} written ({n} bytes); `gpuprofd report {}` shows it",
+                out.display(),
+                out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // Refused before the first byte: no file. Any later failure keeps what arrived.
+            if matches!(e, crate::service::ctl::ClientError::Refused(_)) {
+                let _ = std::fs::remove_file(out);
+            }
+            eprintln!("gpuprofd ctl capture: {e}");
             ExitCode::from(e.exit_code())
         }
     }

@@ -165,6 +165,25 @@ pub fn page_data(
     })
 }
 
+/// The live dashboard: the overview of `data` (with `data["live"]`: the history of
+/// [`crate::service::live::History::to_json`]) as a page that reloads itself every 5 s.
+pub fn live_page(data: &Value) -> String {
+    page(data)
+        .replacen(
+            "<title>gpuprofd report</title>",
+            "<title>gpuprofd live</title>\n<meta http-equiv=\"refresh\" content=\"5\">",
+            1,
+        )
+        .replacen(
+            "<h1>gpuprofd report</h1>",
+            "<h1>gpuprofd live</h1>\n<p class=\"note\">Everything the service has seen, refreshed \
+             every 5 s; processes that ended leave after metrics.expire_after.</p>\n\
+             <h2>Kernel launches per second (all processes)</h2><div id=\"live-rate\"></div>\n\
+             <h2>GPU utilisation (NVML)</h2><div id=\"live-util\"></div>",
+            1,
+        )
+}
+
 /// The page for `data` ([`page_data`]).
 pub fn page(data: &Value) -> String {
     // '<' escaped inside the JSON so that no string in it can close the script element.
@@ -293,6 +312,13 @@ D.advice.forEach(a => { const d = el('div', {class: 'advice', 'data-rule': a.rul
   d.appendChild(el('b', {}, a.rule + (a.pid ? ' — process ' + a.pid + ' ' + a.comm : '')));
   d.appendChild(el('div', {}, a.evidence)); d.appendChild(el('div', {}, 'Try: ' + a.suggestion));
   $('advice').appendChild(d); });
+if (D.live) {
+  chart($('live-rate'), [{pid: 0, label: 'launches/s', points: D.live.launch_rate}],
+    'seconds since the service started', 'launches/s', (v) => v.toFixed(0));
+  chart($('live-util'), D.live.gpu_util.map(g => ({pid: g.gpu, label: 'GPU ' + g.gpu,
+    points: g.points})), 'seconds since the service started', 'utilisation %',
+    (v) => v.toFixed(0));
+}
 document.body.setAttribute('data-rendered', 'yes');
 "#;
 

@@ -321,10 +321,20 @@ fn to_prometheus_text(om: &str) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener`; `snapshot` yields the current exposition.
+/// What the HTTP listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Page {
+    /// `GET /metrics`: the exposition.
+    Metrics,
+    /// `GET /`: the live dashboard (HTML).
+    Dashboard,
+}
+
+/// Serves `GET /metrics` and `GET /` on `listener`; `snapshot` yields the current body of each
+/// (`None`: the daemon is stopping).
 pub async fn serve<F, Fut>(listener: tokio::net::TcpListener, snapshot: F)
 where
-    F: Fn() -> Fut + Clone + Send + 'static,
+    F: Fn(Page) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Option<String>> + Send,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -356,21 +366,27 @@ where
             let first = line.lines().next().unwrap_or("");
             let mut parts = first.split_whitespace();
             let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            let (status, ctype, body) = if method == "GET" && path == "/metrics" {
-                match snapshot().await {
-                    Some(b) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b),
+            let page = match (method, path) {
+                ("GET", "/metrics") => {
+                    Some((Page::Metrics, "text/plain; version=0.0.4; charset=utf-8"))
+                }
+                ("GET", "/") => Some((Page::Dashboard, "text/html; charset=utf-8")),
+                _ => None,
+            };
+            let (status, ctype, body) = match page {
+                Some((page, ctype)) => match snapshot(page).await {
+                    Some(b) => ("200 OK", ctype, b),
                     None => (
                         "503 Service Unavailable",
                         "text/plain",
                         "the daemon is stopping\n".to_owned(),
                     ),
-                }
-            } else {
-                (
+                },
+                None => (
                     "404 Not Found",
                     "text/plain",
-                    "gpuprofd serves GET /metrics only\n".to_owned(),
-                )
+                    "gpuprofd serves GET /metrics and GET / (the live dashboard)\n".to_owned(),
+                ),
             };
             let resp = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -155,6 +155,11 @@ enum Ctl {
         grace: Duration,
         reply: oneshot::Sender<(Report, crate::metrics::Extra)>,
     },
+    /// The live dashboard page (`GET /` on the metrics address).
+    Dashboard {
+        meta: ReportMeta,
+        reply: oneshot::Sender<String>,
+    },
     /// The live report and each process's owner (the control socket's `snapshot`).
     Snapshot {
         meta: ReportMeta,
@@ -162,6 +167,15 @@ enum Ctl {
     },
     Tick {
         interval: Duration,
+        /// The loss counters now (for deep captures' end frames).
+        drops: BTreeMap<String, u64>,
+        /// Service mode: drop processes that ended longer ago than this.
+        forget_after: Option<Duration>,
+    },
+    /// Start a deep capture (control socket); the reply is its id or why not.
+    DeepStart {
+        req: crate::service::deep::Request,
+        reply: oneshot::Sender<Result<u64, String>>,
     },
     Finish {
         meta: ReportMeta,
@@ -282,6 +296,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         maps_tx,
         journal,
         owners: HashMap::new(),
+        deep: Vec::new(),
     };
     let agg = tokio::spawn(aggregate(
         rx,
@@ -325,9 +340,20 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     });
     if let Some(listener) = metrics_listener {
         let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
-        let snapshot = move || {
+        let snapshot = move |page: crate::metrics::Page| {
             let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
             async move {
+                if page == crate::metrics::Page::Dashboard {
+                    let meta = snapper.meta()?;
+                    let (reply, rx) = oneshot::channel();
+                    snapper
+                        .ctl
+                        .upgrade()?
+                        .send(Ctl::Dashboard { meta, reply })
+                        .await
+                        .ok()?;
+                    return rx.await.ok();
+                }
                 let (top, grace) = match &svc {
                     Some(s) => {
                         let c = s.config();
@@ -352,7 +378,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         };
         tokio::spawn(crate::metrics::serve(listener, snapshot));
         if let Some(addr) = opts.metrics_addr {
-            eprintln!("gpuprofd: serving Prometheus metrics on http://{addr}/metrics");
+            eprintln!(
+                "gpuprofd: serving Prometheus metrics on http://{addr}/metrics and the live \
+                 dashboard on http://{addr}/"
+            );
         }
     }
     eprintln!(
@@ -360,11 +389,18 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         describe(&opts)
     );
     // Service: the control socket answers from now on; systemd hears that we are ready.
+    let streaming = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (reload_tx, mut reload_rx) =
         mpsc::channel::<oneshot::Sender<Result<serde_json::Value, String>>>(4);
     let mut watchdog = None;
     if let (Some(s), Some((listener, path))) = (&svc, ctl_listener) {
-        let handler = service_handler(s.clone(), snapper.clone(), probe_count.clone(), reload_tx);
+        let handler = service_handler(
+            s.clone(),
+            snapper.clone(),
+            probe_count.clone(),
+            reload_tx,
+            streaming.clone(),
+        );
         tokio::spawn(crate::service::ctl::serve(listener, Arc::new(handler)));
         tracing::info!(socket = %path.display(), "control socket ready");
         s.notifier.ready(&format!(
@@ -504,7 +540,19 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     let ids: Vec<u64> = fresh.iter().map(|c| c.id).collect();
                     capture::add_cgroups(&mut ebpf, &ids)?;
                 }
-                let _ = ctl_tx.send(Ctl::Tick { interval }).await;
+                let drops = if svc.is_some() {
+                    snapper.meta().map(|m| m.drops).unwrap_or_default()
+                } else {
+                    BTreeMap::new()
+                };
+                let forget_after = svc.as_ref().map(|s| s.config().metrics.expire_after.0);
+                let _ = ctl_tx
+                    .send(Ctl::Tick {
+                        interval,
+                        drops,
+                        forget_after,
+                    })
+                    .await;
             }
         }
     };
@@ -545,6 +593,11 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
     drop(ctl_tx);
     let _ = agg.await;
+    // Deep captures got their end frames; let their last bytes reach the clients (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while streaming.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let read = stats.read.load(Ordering::Relaxed);
     tracing::debug!(read, submitted = submitted.total(), "records");
     // Results first: detaching is slow (see Attacher::link_count) and must not delay them.
@@ -658,10 +711,26 @@ fn service_handler(
     snapper: Arc<Snapper>,
     probes: Arc<std::sync::atomic::AtomicU64>,
     reload: mpsc::Sender<oneshot::Sender<Result<serde_json::Value, String>>>,
+    streaming: Arc<std::sync::atomic::AtomicUsize>,
 ) -> crate::service::ctl::Handler {
     let (s1, s2, s3) = (svc.clone(), svc.clone(), svc);
     let sn = snapper.clone();
+    let deep_ctl = snapper.ctl.clone();
     crate::service::ctl::Handler {
+        streaming,
+        capture: Box::new(move |req| {
+            let ctl = deep_ctl.clone();
+            Box::pin(async move {
+                let (reply, rx) = oneshot::channel();
+                let gone = || "the daemon is stopping".to_string();
+                ctl.upgrade()
+                    .ok_or_else(gone)?
+                    .send(Ctl::DeepStart { req, reply })
+                    .await
+                    .map_err(|_| gone())?;
+                rx.await.map_err(|_| gone())?
+            })
+        }),
         status: Box::new(move || {
             let mut v = s1.status();
             if let Some(o) = v.as_object_mut() {
@@ -1012,6 +1081,10 @@ async fn aggregate(
     if let Some(j) = seen.journal.as_mut() {
         j.frame(&Frame::Api(api.list().to_vec()));
     }
+    let mut api_list = api.list().to_vec();
+    let mut drops_now = BTreeMap::new();
+    let mut next_deep = 0u64;
+    let mut history = crate::service::live::History::default();
     let mut batches_open = true;
     loop {
         tokio::select! {
@@ -1039,10 +1112,41 @@ async fn aggregate(
                     if let Some(j) = seen.journal.as_mut() {
                         j.frame(&frame);
                     }
+                    for d in &mut seen.deep {
+                        d.frame(&frame);
+                    }
+                }
+                Some(Ctl::DeepStart { req, reply }) => {
+                    let verdict = seen.may_capture(&req.target, req.role);
+                    let (target, duration) = (req.target.clone(), req.duration);
+                    let _ = reply.send(verdict.map(|()| {
+                        next_deep += 1;
+                        seen.deep.push(crate::service::deep::DeepCapture::new(
+                            next_deep,
+                            req,
+                            &api_list,
+                            drops_now.clone(),
+                            hostname(),
+                        ));
+                        tracing::info!(id = next_deep, target = %target.describe(), ?duration, "deep capture started");
+                        next_deep
+                    }));
                 }
                 Some(Ctl::Metrics { meta, grace, reply }) => {
                     let extra = agg.metrics_extra(grace);
                     let _ = reply.send((agg.report(meta), extra));
+                }
+                Some(Ctl::Dashboard { meta, reply }) => {
+                    let report = agg.report(meta);
+                    let advice = crate::advice::advise(&report, &[]);
+                    let mut data = crate::html::page_data(
+                        &report,
+                        &[],
+                        &advice,
+                        &crate::html::MemorySeries::new(),
+                    );
+                    data["live"] = history.to_json();
+                    let _ = reply.send(crate::html::live_page(&data));
                 }
                 Some(Ctl::Snapshot { meta, reply }) => {
                     let _ = reply.send(crate::service::ctl::Snapshot {
@@ -1054,12 +1158,30 @@ async fn aggregate(
                     if let Some(j) = seen.journal.as_mut() {
                         j.frame(&Frame::Api(t.list().to_vec()));
                     }
+                    for d in &mut seen.deep {
+                        d.frame(&Frame::Api(t.list().to_vec()));
+                    }
+                    api_list = t.list().to_vec();
                     agg.set_api_table(t);
                 }
-                Some(Ctl::Tick { interval }) => {
+                Some(Ctl::Tick { interval, drops, forget_after }) => {
                     seen.mark_gone(&mut agg);
+                    if let Some(grace) = forget_after {
+                        for t in agg.forget_exited(grace) {
+                            seen.forget(t);
+                        }
+                    }
                     if let Some(j) = seen.journal.as_mut() {
                         j.flush();
+                    }
+                    drops_now = drops;
+                    history.push(agg.launches_total(), interval.as_secs_f64(), agg.gpu_now());
+                    let mut i = 0;
+                    while i < seen.deep.len() {
+                        match seen.deep[i].tick() {
+                            Some(why) => seen.deep.swap_remove(i).finish(&why, &drops_now),
+                            None => i += 1,
+                        }
                     }
                     if live {
                         for line in agg.live_lines(interval.as_secs_f64()) {
@@ -1085,6 +1207,9 @@ async fn aggregate(
                             }
                             agg.set_job(tgid, job);
                         }
+                    }
+                    for d in seen.deep.drain(..) {
+                        d.finish("the daemon stopped", &meta.drops);
                     }
                     let report = agg.report(meta.clone());
                     let journaled = seen.journal.take().map(|mut j| {
@@ -1131,9 +1256,11 @@ struct Seen {
     maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
     /// The capture file, when one is written: every call on the aggregator, in order.
     journal: Option<store::Writer>,
-    /// Each known process's owner (effective uid at first sight): who may see it through the
-    /// control socket.
+    /// Each known process's owner (real uid at first sight, or from its exit record): who may
+    /// see it through the control socket.
     owners: HashMap<u32, u32>,
+    /// Deep captures running (control socket).
+    deep: Vec<crate::service::deep::DeepCapture>,
 }
 
 impl Seen {
@@ -1146,6 +1273,7 @@ impl Seen {
             maps_tx,
             journal,
             owners,
+            deep,
         } = self;
         use profiler_common::decode::Event;
         for rec in batch.iter() {
@@ -1168,6 +1296,11 @@ impl Seen {
                         }
                         if let Some(j) = journal.as_mut() {
                             j.record(rec);
+                        }
+                        for d in deep.iter_mut() {
+                            if d.wants(tgid, agg) {
+                                d.record(tgid, rec, true);
+                            }
                         }
                         agg.apply(&ev);
                     }
@@ -1192,6 +1325,9 @@ impl Seen {
                             known.remove(&tgid);
                             ended.remove(&tgid);
                             owners.remove(&tgid);
+                            for d in deep.iter_mut() {
+                                d.retire(tgid);
+                            }
                         }
                     }
                     if known.insert(tgid) {
@@ -1208,19 +1344,18 @@ impl Seen {
                         if let Some(j) = journal.as_mut() {
                             j.frame(&Frame::Process {
                                 tgid,
-                                process: store::StoredProcess {
-                                    comm: meta.comm.clone(),
-                                    cmdline: meta.cmdline.clone(),
-                                    exited: meta.exited,
-                                    job: meta.job.as_ref().map(Into::into),
-                                    start_time: meta.start_time,
-                                },
+                                process: store::StoredProcess::from(&meta),
                             });
                         }
                         agg.set_process_meta(tgid, meta);
                     }
                     if let Some(j) = journal.as_mut() {
                         j.record(rec);
+                    }
+                    for d in deep.iter_mut() {
+                        if d.wants(tgid, agg) {
+                            d.record(tgid, rec, false);
+                        }
                     }
                     agg.apply(&ev);
                 }
@@ -1238,12 +1373,66 @@ impl Seen {
         }
     }
 
+    /// `tgid`'s process was dropped from the model (service mode): its next record, if its pid
+    /// is reused, is a new process's.
+    fn forget(&mut self, tgid: u32) {
+        self.known.remove(&tgid);
+        self.ended.remove(&tgid);
+        self.owners.remove(&tgid);
+        self.symbols.forget(tgid);
+    }
+
+    /// Whether `role` may start a deep capture of `target` now; else why not.
+    fn may_capture(
+        &self,
+        target: &crate::service::deep::Target,
+        role: crate::service::ctl::Role,
+    ) -> Result<(), String> {
+        use crate::service::ctl::Role;
+        use crate::service::deep::Target;
+        const MAX_DEEP: usize = 8;
+        if self.deep.len() >= MAX_DEEP {
+            return Err(format!(
+                "{MAX_DEEP} deep captures are running already; wait for one to end"
+            ));
+        }
+        match (target, role) {
+            (Target::Job(_), Role::User(uid)) => Err(format!(
+                "capturing a whole job is for root and members of control.group (a job may hold                  other users' processes; you are uid {uid}); capture one of your processes with                  --pid"
+            )),
+            (Target::Job(_), Role::Admin) => Ok(()),
+            (Target::Pid(p), role) => {
+                if !discovery::process_exists(*p) {
+                    return Err(format!(
+                        "no process with PID {p} is running (check with `ps -p {p}`)"
+                    ));
+                }
+                if let Role::User(uid) = role {
+                    let owner = self
+                        .owners
+                        .get(p)
+                        .copied()
+                        .or_else(|| crate::service::peer::process_uid(*p));
+                    if owner != Some(uid) {
+                        return Err(format!(
+                            "process {p} is not yours (you are uid {uid}); you may capture only                              your own processes"
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Known processes that are gone now are marked exited (once each).
     fn mark_gone(&mut self, agg: &mut Aggregator) {
         for tgid in self.known.iter().copied() {
             if !agg.is_exited(tgid) && !discovery::process_exists(tgid) {
                 if let Some(j) = self.journal.as_mut() {
                     j.frame(&Frame::Exited { tgid });
+                }
+                for d in &mut self.deep {
+                    d.frame_for(tgid, &Frame::Exited { tgid });
                 }
                 agg.mark_exited(tgid);
             }

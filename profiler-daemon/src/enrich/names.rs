@@ -71,6 +71,18 @@ impl NameSource {
         }
     }
 
+    /// The wire value ([`profiler_common::namesrc`]; 0 for the sources the probes never send).
+    pub fn to_wire(self) -> u32 {
+        use profiler_common::namesrc;
+        match self {
+            Self::RegisterFunction => namesrc::REGISTER_FUNCTION,
+            Self::ModuleGetFunction => namesrc::MODULE_GET_FUNCTION,
+            Self::LibraryGetKernel => namesrc::LIBRARY_GET_KERNEL,
+            Self::GetName => namesrc::GET_NAME,
+            _ => 0,
+        }
+    }
+
     /// The label used in reports.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -143,6 +155,16 @@ impl NameTable {
 
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    /// Every name learned: (handle, entry).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, &NameEntry)> {
+        self.names.iter().map(|(&h, e)| (h, e))
+    }
+
+    /// Every alias: (from, to).
+    pub fn aliases(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.aliases.iter().map(|(&f, &t)| (f, t))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -56,11 +56,15 @@ pub struct Aggregator {
     meta: HashMap<u32, ProcessMeta>,
     /// Processes whose tgid was taken by a new process during the run (kept for the report).
     retired: Vec<(u32, Box<ProcState>, ProcessMeta)>,
+    /// When each `retired` entry was set aside (same order).
+    retired_at: std::collections::VecDeque<std::time::Instant>,
     decode_errors: BTreeMap<u32, u64>,
     live_cap: usize,
     gpus: gpu::Gpus,
     /// When each process was first known to have ended (for the metrics' grace period).
     exited_at: HashMap<u32, std::time::Instant>,
+    /// Kernel launches applied since the start, all processes (forgotten ones included).
+    launches_total: u64,
 }
 
 impl Aggregator {
@@ -71,10 +75,12 @@ impl Aggregator {
             procs: FastMap::default(),
             meta: HashMap::new(),
             retired: Vec::new(),
+            retired_at: Default::default(),
             decode_errors: BTreeMap::new(),
             live_cap: DEFAULT_LIVE_CAP,
             gpus: gpu::Gpus::default(),
             exited_at: HashMap::new(),
+            launches_total: 0,
         }
     }
 
@@ -127,6 +133,7 @@ impl Aggregator {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
                 call(p, None);
+                self.launches_total += 1;
             }
             Event::Copy(_, c) => {
                 p.copy(c);
@@ -218,6 +225,16 @@ impl Aggregator {
         }
     }
 
+    /// What procfs said about `tgid` at first sight (and since).
+    pub fn process_meta(&self, tgid: u32) -> Option<&ProcessMeta> {
+        self.meta.get(&tgid)
+    }
+
+    /// The names `tgid` has given its handles so far.
+    pub fn names(&self, tgid: u32) -> Option<&crate::enrich::names::NameTable> {
+        self.procs.get(&tgid).map(|p| &p.names)
+    }
+
     /// The start time recorded for `tgid` (0 when unknown).
     pub fn start_time(&self, tgid: u32) -> u64 {
         self.meta.get(&tgid).map_or(0, |m| m.start_time)
@@ -231,7 +248,49 @@ impl Aggregator {
             let mut meta = self.meta.remove(&tgid).unwrap_or_default();
             meta.exited = true;
             self.retired.push((tgid, p, meta));
+            self.retired_at.push_back(std::time::Instant::now());
         }
+    }
+
+    /// Drops the processes that ended more than `grace` ago, counters and all (the service's
+    /// memory bound under process churn: what stays is the live processes and the recently
+    /// ended). Returns the tgids dropped (not those of set-aside processes whose tgid lives on).
+    pub fn forget_exited(&mut self, grace: std::time::Duration) -> Vec<u32> {
+        let old: Vec<u32> = self
+            .exited_at
+            .iter()
+            .filter(|(_, at)| at.elapsed() > grace)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in &old {
+            self.exited_at.remove(t);
+            self.procs.remove(t);
+            self.meta.remove(t);
+        }
+        let n = self
+            .retired_at
+            .iter()
+            .take_while(|at| at.elapsed() > grace)
+            .count();
+        self.retired_at.drain(..n);
+        self.retired.drain(..n);
+        old
+    }
+
+    /// Kernel launches applied since the start (a counter: processes dropped from the model
+    /// keep counting here).
+    pub fn launches_total(&self) -> u64 {
+        self.launches_total
+    }
+
+    /// NVML's latest utilisation (percent) and memory used per GPU index.
+    pub fn gpu_now(&self) -> &BTreeMap<u32, (Option<u32>, Option<u64>)> {
+        self.gpus.now()
+    }
+
+    /// Processes held (live, recently ended, and set aside), for the service's status.
+    pub fn processes_held(&self) -> usize {
+        self.procs.len() + self.retired.len()
     }
 
     /// Processes that produced records, ascending.

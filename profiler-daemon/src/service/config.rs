@@ -47,7 +47,7 @@ enabled = true
 listen = "127.0.0.1:9400"
 # (reload) Kernel-name series per process: the most launched kernels only.
 top_kernels = 10
-# (reload) How long a process that ended stays in the exposition.
+# (reload) How long a process that ended stays in the metrics and snapshots (and in memory).
 expire_after = "60s"
 
 [control]

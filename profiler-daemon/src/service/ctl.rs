@@ -9,6 +9,14 @@
 //! | `processes` | one row per process: pid, comm, job, owner, launches, exited  | anyone (*)     |
 //! | `snapshot`  | the live report (schema `gpuprofd.report/1`, as `--output`)   | anyone (*)     |
 //! | `reload`    | re-read the configuration file (as SIGHUP)                    | admins         |
+//! | `capture`   | a deep capture, streamed back (below)                         | anyone (**)    |
+//!
+//! `{"cmd": "capture", "pid": N, "duration": "30s"}` (or `"job": "ID"` instead of `pid`): the
+//! answer line (`{"ok": true, "result": {"id": ..}}`) is followed by the bytes of a capture file
+//! (the `.gpuprof` format) until the capture ends — duration over, process ended, daemon
+//! stopping, or the client shutting down its sending half (how `gpuprofd ctl capture` stops on
+//! Ctrl-C) — then the daemon closes the connection. The client writes the file, so it is the
+//! client's. (**) a process's owner may capture it; a job, only admins.
 //!
 //! Admins are root and members of `control.group`; (*) anyone else gets only the processes
 //! whose owner (effective uid when first seen) is their own uid. Who is asking is the kernel's
@@ -37,6 +45,37 @@ pub enum Request {
     Processes,
     Snapshot,
     Reload,
+    Capture {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<String>,
+        duration: String,
+    },
+}
+
+/// Longest deep capture one request may ask for.
+pub const MAX_CAPTURE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+pub type CaptureFuture = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+
+/// What a capture request asks for, checked: (target, duration).
+pub fn capture_target(
+    pid: Option<u32>,
+    job: Option<String>,
+    duration: &str,
+) -> Result<(super::deep::Target, std::time::Duration), String> {
+    use super::deep::Target;
+    let target = match (pid, job) {
+        (Some(p), None) => Target::Pid(p),
+        (None, Some(j)) if !j.is_empty() => Target::Job(j),
+        _ => return Err("a capture names either a pid or a job".into()),
+    };
+    let d = crate::cli::parse_duration(duration)?;
+    if d > MAX_CAPTURE {
+        return Err(format!("\"{duration}\": a deep capture lasts at most 24h"));
+    }
+    Ok((target, d))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -97,6 +136,10 @@ pub struct Handler {
     /// The admin group's id now (the group is reloadable).
     pub admin_gid: Box<dyn Fn() -> Option<u32> + Send + Sync>,
     pub admin_group: Box<dyn Fn() -> String + Send + Sync>,
+    /// Starts a deep capture whose bytes go to the sink; its id or why not.
+    pub capture: Box<dyn Fn(super::deep::Request) -> CaptureFuture + Send + Sync>,
+    /// Deep captures still streaming to their clients (the daemon waits for them at exit).
+    pub streaming: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +190,9 @@ impl Handler {
                 } else {
                     Response::ok(rows(&report, &snap.owners))
                 }
+            }
+            Request::Capture { .. } => {
+                Response::err("internal: a capture is answered by the connection")
             }
             Request::Reload => {
                 if role != Role::Admin {
@@ -302,6 +348,15 @@ async fn connection(stream: UnixStream, h: Arc<Handler>) -> std::io::Result<()> 
             return Ok(());
         } else {
             match serde_json::from_slice::<Request>(&line) {
+                Ok(Request::Capture { pid, job, duration }) => {
+                    tracing::debug!(uid = peer.uid, pid = peer.pid, ?job, "capture request");
+                    match capture_target(pid, job, &duration) {
+                        Ok((target, d)) => {
+                            return stream_capture(&h, &peer, target, d, &mut rd, &mut wr).await;
+                        }
+                        Err(e) => Response::err(e),
+                    }
+                }
                 Ok(req) => {
                     tracing::debug!(uid = peer.uid, pid = peer.pid, ?req, "control request");
                     h.answer(&peer, req).await
@@ -314,6 +369,68 @@ async fn connection(stream: UnixStream, h: Arc<Handler>) -> std::io::Result<()> 
         };
         write(&mut wr, &resp).await?;
     }
+}
+
+/// Starts the deep capture and streams it to the client until it ends (then the connection
+/// closes). The client's EOF stops it; the end frame still goes out.
+async fn stream_capture(
+    h: &Handler,
+    peer: &Peer,
+    target: super::deep::Target,
+    duration: std::time::Duration,
+    rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    let (tx, mut rx) = mpsc::channel(super::deep::CHUNKS);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = (h.capture)(super::deep::Request {
+        target: target.clone(),
+        duration,
+        role: h.role(peer),
+        sink: super::deep::ChannelSink::new(tx),
+        stop: stop.clone(),
+    })
+    .await;
+    let id = match started {
+        Ok(id) => id,
+        Err(e) => return write(wr, &Response::err(e)).await,
+    };
+    /// Counts this stream while it lives (also when it ends with an error).
+    struct Streaming<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Streaming<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    h.streaming
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let _streaming = Streaming(&h.streaming);
+    write(
+        wr,
+        &Response::ok(serde_json::json!({
+            "id": id,
+            "target": target,
+            "duration_s": duration.as_secs_f64(),
+        })),
+    )
+    .await?;
+    let mut buf = [0u8; 512];
+    let mut client_open = true;
+    loop {
+        tokio::select! {
+            chunk = rx.recv() => match chunk {
+                Some(c) => wr.write_all(&c).await?,
+                None => break,
+            },
+            n = rd.read(&mut buf), if client_open => {
+                if matches!(n, Ok(0) | Err(_)) {
+                    client_open = false;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    wr.shutdown().await
 }
 
 async fn write(w: &mut tokio::net::unix::OwnedWriteHalf, r: &Response) -> std::io::Result<()> {
@@ -381,6 +498,47 @@ impl Client {
             path: path.to_owned(),
             stream: std::io::BufReader::new(s),
         })
+    }
+
+    /// A deep capture: sends `req` (a [`Request::Capture`]), reports the answer to `started`,
+    /// then copies the capture's bytes into `out` until the daemon closes the connection. When
+    /// `interrupted` turns true (Ctrl-C), asks the daemon to stop (closes the sending half) and
+    /// keeps copying until the end frame is in. Returns the bytes written.
+    pub fn capture(
+        mut self,
+        req: &Request,
+        out: &mut impl std::io::Write,
+        started: impl FnOnce(&serde_json::Value),
+        interrupted: &std::sync::atomic::AtomicBool,
+    ) -> Result<u64, ClientError> {
+        use std::io::Read;
+        let answer = self.call(req)?;
+        started(&answer);
+        let path = self.path.display().to_string();
+        let mut buf = vec![0u8; 256 << 10];
+        let mut total = 0u64;
+        let mut asked_to_stop = false;
+        loop {
+            if !asked_to_stop && interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+                asked_to_stop = true;
+                let _ = self.stream.get_ref().shutdown(std::net::Shutdown::Write);
+            }
+            match self.stream.read(&mut buf) {
+                Ok(0) => return Ok(total),
+                Ok(n) => {
+                    out.write_all(&buf[..n]).map_err(|source| ClientError::Io {
+                        path: "the output file".into(),
+                        source,
+                    })?;
+                    total += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(source) => return Err(ClientError::Io { path, source }),
+            }
+        }
     }
 
     pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {

@@ -4,6 +4,8 @@
 
 pub mod config;
 pub mod ctl;
+pub mod deep;
+pub mod live;
 pub mod notify;
 pub mod peer;
 

@@ -110,6 +110,18 @@ pub struct StoredProcess {
     pub start_time: u64,
 }
 
+impl From<&crate::model::ProcessMeta> for StoredProcess {
+    fn from(m: &crate::model::ProcessMeta) -> Self {
+        StoredProcess {
+            comm: m.comm.clone(),
+            cmdline: m.cmdline.clone(),
+            exited: m.exited,
+            job: m.job.as_ref().map(Into::into),
+            start_time: m.start_time,
+        }
+    }
+}
+
 /// How the capture ended (only a cleanly stopped daemon writes it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct End {
@@ -193,7 +205,7 @@ pub enum StoreError {
 
 /// The file writer, owned by the aggregator task.
 pub struct Writer {
-    out: BufWriter<File>,
+    out: BufWriter<Box<dyn Write + Send>>,
     path: PathBuf,
     pending: Vec<u8>,
     /// The first write error; after it the writer stops writing (the capture goes on).
@@ -205,9 +217,15 @@ pub struct Writer {
 impl Writer {
     /// Starts a capture file in `file` (already created, empty) with its header.
     pub fn new(file: File, path: &Path, header: FileHeader) -> Writer {
+        Writer::to_sink(Box::new(file), path, header)
+    }
+
+    /// A capture written to any byte sink (`label` names it in messages): the control socket's
+    /// deep captures stream to their client this way.
+    pub fn to_sink(sink: Box<dyn Write + Send>, label: &Path, header: FileHeader) -> Writer {
         let mut w = Writer {
-            out: BufWriter::with_capacity(256 << 10, file),
-            path: path.to_owned(),
+            out: BufWriter::with_capacity(256 << 10, sink),
+            path: label.to_owned(),
             pending: Vec::new(),
             failed: None,
             frames: 0,

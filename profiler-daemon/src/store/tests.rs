@@ -37,7 +37,7 @@ pub(crate) fn header() -> FileHeader {
     }
 }
 
-fn api() -> ApiTable {
+pub(crate) fn api() -> ApiTable {
     let mut t = ApiTable::new();
     t.intern("cudaLaunchKernel", Layer::Runtime);
     t.intern("cuLaunchKernel", Layer::Driver);

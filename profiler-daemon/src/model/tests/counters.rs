@@ -378,3 +378,32 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
         (2, vec![0, 1], Some(27.5))
     );
 }
+
+#[test]
+fn the_service_forgets_processes_that_ended_long_enough_ago() {
+    let mut a = agg();
+    for t in [7, 8, 9] {
+        a.apply(&launch(t, LAUNCH_RT, 0x1, 1, 0));
+    }
+    a.mark_exited(7);
+    a.retire(9); // pid 9 went to a new process, which launches too
+    a.apply(&launch(9, LAUNCH_RT, 0x1, 1, 0));
+    assert_eq!(a.processes_held(), 4);
+    // Within the grace period nothing goes.
+    assert!(
+        a.forget_exited(std::time::Duration::from_secs(3600))
+            .is_empty()
+    );
+    assert_eq!(a.report(meta()).processes.len(), 4);
+    // Past it: the ended one and the set-aside one; live 8 and the new 9 stay, counters intact.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(a.forget_exited(std::time::Duration::ZERO), [7]);
+    let r = a.report(meta());
+    let got: Vec<(u32, u64, bool)> = r
+        .processes
+        .iter()
+        .map(|p| (p.tgid, p.launches, p.exited))
+        .collect();
+    assert_eq!(got, [(8, 1, false), (9, 1, false)]);
+    assert_eq!(a.processes_held(), 2);
+}

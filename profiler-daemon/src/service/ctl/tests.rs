@@ -50,6 +50,22 @@ fn handler() -> (
         reload: tx,
         admin_gid: Box::new(|| Some(500)),
         admin_group: Box::new(|| "gpuops".into()),
+        streaming: Default::default(),
+        // A capture that is over at once: a few bytes, then the sink closes.
+        capture: Box::new(|req| {
+            Box::pin(async move {
+                use std::io::Write;
+                let mut sink = req.sink;
+                if req.role != Role::Admin
+                    && matches!(req.target, super::super::deep::Target::Job(_))
+                {
+                    return Err("jobs are for admins".to_string());
+                }
+                sink.write_all(b"GPUPROF\0 bytes").unwrap();
+                sink.flush().unwrap();
+                Ok(7)
+            })
+        }),
     };
     (h, rx)
 }
@@ -197,6 +213,30 @@ async fn over_a_real_socket() {
     assert!(!bad.ok);
     assert!(bad.error.unwrap().contains("unknown variant `launch`"));
     assert_eq!(pids(&snapshot), [10, 11, 12]);
+    // A capture: its answer line, then the file's bytes until the daemon closes the connection.
+    let p = path.clone();
+    let streamed = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&p).unwrap();
+        s.write_all(b"{\"cmd\":\"capture\",\"pid\":1,\"job\":\"x\",\"duration\":\"1s\"}\n")
+            .unwrap();
+        s.write_all(b"{\"cmd\":\"capture\",\"pid\":1,\"duration\":\"25h\"}\n")
+            .unwrap();
+        s.write_all(b"{\"cmd\":\"capture\",\"pid\":1,\"duration\":\"2s\"}\n")
+            .unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        all
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        streamed,
+        "{\"ok\":false,\"error\":\"a capture names either a pid or a job\"}\n\
+         {\"ok\":false,\"error\":\"\\\"25h\\\": a deep capture lasts at most 24h\"}\n\
+         {\"ok\":true,\"result\":{\"duration_s\":2.0,\"id\":7,\"target\":{\"pid\":1}}}\n\
+         GPUPROF\0 bytes"
+    );
     server.abort();
     // A stale socket file (its daemon gone) is replaced.
     let _ = server.await;

@@ -1,0 +1,302 @@
+//! Deep captures on demand (`gpuprofd ctl capture`): a capture file of one process or job for a
+//! while, cut out of the service's event stream and streamed to the client that asked for it,
+//! which writes it with its own ownership.
+//!
+//! A deep capture starts mid-run, so the names a process gave its kernels before the start are
+//! written into it first (as the name and alias records the probes would have sent), then every
+//! record of the process from then on. It ends when its duration is over, when its process
+//! ends, when the client stops it (closes its half of the connection), or when the daemon stops
+//! — always with an end frame, so `gpuprofd report` reads it as complete.
+
+use crate::model::Aggregator;
+use crate::store::{self, Frame, Writer};
+use profiler_common::{AliasBody, Header, NAME_CAP, NameBody, Record, decode::encode, kind};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// What a deep capture takes in.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Pid(u32),
+    /// A job as `--job` names it: id (Slurm job, pod UID, unit), `kind:id`, or a name.
+    Job(String),
+}
+
+impl Target {
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Pid(p) => format!("process {p}"),
+            Target::Job(j) => format!("job {j}"),
+        }
+    }
+}
+
+/// Chunks of the capture on their way to the client. Bounded: a client that stops reading
+/// ends its capture (the writer fails) instead of growing the daemon: at most
+/// `CHUNKS * CHUNK_BYTES` (16 MiB) wait for one client.
+pub const CHUNKS: usize = 64;
+/// A chunk goes out when it is this big, or at the next tick (every second).
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// The writer's sink: every flush hands its bytes to the connection task.
+pub struct ChannelSink {
+    buf: Vec<u8>,
+    tx: mpsc::Sender<Vec<u8>>,
+}
+
+impl ChannelSink {
+    pub fn new(tx: mpsc::Sender<Vec<u8>>) -> ChannelSink {
+        ChannelSink {
+            buf: Vec::new(),
+            tx,
+        }
+    }
+}
+
+impl Write for ChannelSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::take(&mut self.buf);
+        self.tx.try_send(chunk).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => std::io::Error::other(
+                "the client is not reading the capture fast enough; it was ended",
+            ),
+            mpsc::error::TrySendError::Closed(_) => std::io::Error::other("the client went away"),
+        })
+    }
+}
+
+/// A deep capture asked for on the control socket, on its way to the aggregator.
+pub struct Request {
+    pub target: Target,
+    pub duration: Duration,
+    pub role: super::ctl::Role,
+    pub sink: ChannelSink,
+    /// Set when the client closes its sending half.
+    pub stop: Arc<AtomicBool>,
+}
+
+pub struct DeepCapture {
+    pub id: u64,
+    pub target: Target,
+    writer: Writer,
+    until: Instant,
+    /// Set by the connection when its client closes its sending half: stop now.
+    stop: Arc<AtomicBool>,
+    /// tgid → whether it belongs to this capture (decided at its first record here).
+    matched: HashMap<u32, bool>,
+    /// The pid's process ended (its exit record came).
+    ended: bool,
+    /// Ticks the pid has been missing from procfs (the fallback when no exit record comes).
+    missing: u32,
+    started: Instant,
+    drops_at_start: std::collections::BTreeMap<String, u64>,
+}
+
+impl DeepCapture {
+    pub fn new(
+        id: u64,
+        req: Request,
+        api: &[crate::api::ApiInfo],
+        drops_at_start: std::collections::BTreeMap<String, u64>,
+        host: String,
+    ) -> DeepCapture {
+        let Request {
+            target,
+            duration,
+            sink,
+            stop,
+            ..
+        } = req;
+        let header = store::header_now(host, format!("deep capture of {}", target.describe()));
+        let label = format!("(deep capture {id} of {})", target.describe());
+        let mut writer = Writer::to_sink(Box::new(sink), Path::new(&label), header);
+        writer.frame(&Frame::Api(api.to_vec()));
+        DeepCapture {
+            id,
+            target,
+            writer,
+            until: Instant::now() + duration,
+            stop,
+            matched: HashMap::new(),
+            ended: false,
+            missing: 0,
+            started: Instant::now(),
+            drops_at_start,
+        }
+    }
+
+    /// Whether `tgid`'s records go into this capture; at a process's first one, what the
+    /// capture must know of it first: who it is and the names it gave its kernels so far.
+    pub fn wants(&mut self, tgid: u32, agg: &Aggregator) -> bool {
+        if let Some(&m) = self.matched.get(&tgid) {
+            return m;
+        }
+        let meta = agg.process_meta(tgid);
+        let m = match &self.target {
+            Target::Pid(p) => *p == tgid,
+            Target::Job(want) => meta.and_then(|m| m.job.as_ref()).is_some_and(|j| {
+                &j.id == want || &j.key() == want || j.name.as_ref() == Some(want)
+            }),
+        };
+        self.matched.insert(tgid, m);
+        if m {
+            if let Some(meta) = meta {
+                self.writer.frame(&Frame::Process {
+                    tgid,
+                    process: store::StoredProcess::from(meta),
+                });
+            }
+            if let Some(names) = agg.names(tgid) {
+                for rec in name_records(tgid, names) {
+                    self.writer.record(&rec);
+                }
+            }
+        }
+        m
+    }
+
+    pub fn record(&mut self, tgid: u32, rec: &[u8], exit: bool) {
+        self.writer.record(rec);
+        if exit && self.target == Target::Pid(tgid) {
+            self.ended = true;
+        }
+    }
+
+    /// The process behind `tgid` changed (pid reuse): the new one is judged afresh.
+    pub fn retire(&mut self, tgid: u32) {
+        if self.matched.remove(&tgid) == Some(true) {
+            self.writer.frame(&Frame::Retire { tgid });
+        }
+    }
+
+    pub fn frame(&mut self, f: &Frame) {
+        self.writer.frame(f);
+    }
+
+    /// A frame about `tgid`, if its process is in this capture.
+    pub fn frame_for(&mut self, tgid: u32, f: &Frame) {
+        if self.matched.get(&tgid) == Some(&true) {
+            self.writer.frame(f);
+        }
+    }
+
+    /// Called every tick: flushes; says why the capture is over, if it is.
+    pub fn tick(&mut self) -> Option<String> {
+        self.writer.flush();
+        if let Some(e) = self.writer.failure() {
+            return Some(e.to_string());
+        }
+        if let Target::Pid(p) = self.target {
+            self.missing = if crate::discovery::process_exists(p) {
+                0
+            } else {
+                self.missing + 1
+            };
+        }
+        // Two ticks without the process: its last records have been read by now.
+        if self.ended || self.missing >= 2 {
+            return Some(format!("{} ended", self.target.describe()));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Some("stopped by the client".into());
+        }
+        (Instant::now() >= self.until).then(|| "duration reached".into())
+    }
+
+    /// The end frame, the last bytes out; the client's connection then closes. `drops`: the
+    /// daemon's loss counters now (the capture's own are what they grew by meanwhile).
+    pub fn finish(mut self, reason: &str, drops: &std::collections::BTreeMap<String, u64>) {
+        let lost = drops
+            .iter()
+            .map(|(k, v)| {
+                let before = self.drops_at_start.get(k).copied().unwrap_or(0);
+                (k.clone(), v.saturating_sub(before))
+            })
+            .collect();
+        self.writer.frame(&Frame::End(store::End {
+            duration_ns: self.started.elapsed().as_nanos() as u64,
+            drops: lost,
+            submitted: Default::default(),
+            stop_reason: reason.to_string(),
+        }));
+        self.writer.flush();
+        tracing::info!(
+            id = self.id,
+            target = %self.target.describe(),
+            records = self.writer.records,
+            reason,
+            "deep capture finished"
+        );
+    }
+}
+
+/// The name and alias records that rebuild `names` for `tgid` in a reader.
+fn name_records(tgid: u32, names: &crate::enrich::names::NameTable) -> Vec<Vec<u8>> {
+    let header = |k| Header {
+        kind: k,
+        api: 0,
+        tgid,
+        tid: tgid,
+        ts_ns: store::monotonic_ns(),
+    };
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = names.entries().collect();
+    entries.sort_by_key(|e| e.0);
+    for (handle, e) in entries {
+        let bytes = e.mangled.as_bytes();
+        let n = bytes.len().min(NAME_CAP);
+        let mut body = NameBody {
+            handle,
+            scope: 0,
+            source: e.source.to_wire(),
+            len: n as u32,
+            flags: if e.truncated {
+                profiler_common::flags::TRUNCATED
+            } else {
+                0
+            },
+            _pad: 0,
+            name: [0; NAME_CAP],
+        };
+        body.name[..n].copy_from_slice(&bytes[..n]);
+        out.push(
+            encode(&Record {
+                header: header(kind::NAME),
+                body,
+            })
+            .to_vec(),
+        );
+    }
+    let mut aliases: Vec<_> = names.aliases().collect();
+    aliases.sort();
+    for (from, to) in aliases {
+        out.push(
+            encode(&Record {
+                header: header(kind::ALIAS),
+                body: AliasBody { from, to },
+            })
+            .to_vec(),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

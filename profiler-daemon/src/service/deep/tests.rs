@@ -1,0 +1,166 @@
+//! A deep capture cut out of a running aggregator, read back as a capture file.
+
+use super::*;
+use crate::enrich::names::NoSymbols;
+use crate::model::{Aggregator, ProcessMeta};
+use crate::store::tests::{api, launch};
+use profiler_common::decode::decode;
+use profiler_common::namesrc;
+
+fn name(tgid: u32, handle: u64, mangled: &str) -> Vec<u8> {
+    let mut body = NameBody {
+        handle,
+        scope: 0,
+        source: namesrc::REGISTER_FUNCTION,
+        len: mangled.len() as u32,
+        flags: 0,
+        _pad: 0,
+        name: [0; NAME_CAP],
+    };
+    body.name[..mangled.len()].copy_from_slice(mangled.as_bytes());
+    encode(&Record {
+        header: Header {
+            kind: kind::NAME,
+            api: 0,
+            tgid,
+            tid: tgid,
+            ts_ns: 1,
+        },
+        body,
+    })
+    .to_vec()
+}
+
+fn alias(tgid: u32, from: u64, to: u64) -> Vec<u8> {
+    encode(&Record {
+        header: Header {
+            kind: kind::ALIAS,
+            api: 0,
+            tgid,
+            tid: tgid,
+            ts_ns: 1,
+        },
+        body: AliasBody { from, to },
+    })
+    .to_vec()
+}
+
+/// Feeds one record to the aggregator and to the capture (as the session does).
+fn feed(agg: &mut Aggregator, d: &mut DeepCapture, rec: &[u8]) {
+    let ev = decode(rec).unwrap();
+    let tgid = ev.header().tgid;
+    if d.wants(tgid, agg) {
+        d.record(tgid, rec, false);
+    }
+    agg.apply(&ev);
+}
+
+fn meta(comm: &str) -> ProcessMeta {
+    ProcessMeta {
+        comm: comm.into(),
+        cmdline: format!("{comm} train.py"),
+        exited: false,
+        job: None,
+        start_time: 42,
+    }
+}
+
+#[test]
+fn a_deep_capture_holds_its_window_and_the_names_from_before() {
+    let mut agg = Aggregator::new(api(), Box::new(NoSymbols));
+    agg.set_process_meta(10, meta("python3"));
+    agg.set_process_meta(20, meta("other"));
+    // Before the capture: names (a host stub, a driver function aliased to it) and 5 launches.
+    agg.apply(&decode(&name(10, 0x1000, "_Z4gemmPfi")).unwrap());
+    agg.apply(&decode(&alias(10, 0xf00d, 0x1000)).unwrap());
+    for i in 0..5 {
+        agg.apply(&decode(&launch(10, 0, 0x1000, i)).unwrap());
+    }
+    let (tx, mut rx) = mpsc::channel(CHUNKS);
+    let stop = Arc::new(AtomicBool::new(false));
+    let req = Request {
+        target: Target::Pid(10),
+        duration: Duration::from_secs(3600),
+        role: super::super::ctl::Role::Admin,
+        sink: ChannelSink::new(tx),
+        stop: stop.clone(),
+    };
+    let drops = std::collections::BTreeMap::from([("launch".to_string(), 7)]);
+    let mut d = DeepCapture::new(1, req, api().list(), drops, "node1".into());
+    // During: 3 runtime launches and 2 driver launches of the aliased handle in 10; 4 in 20.
+    for i in 0..3 {
+        feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 100 + i));
+    }
+    for i in 0..2 {
+        feed(&mut agg, &mut d, &launch(10, 1, 0xf00d, 200 + i));
+    }
+    for i in 0..4 {
+        feed(&mut agg, &mut d, &launch(20, 0, 0x1000, 300 + i));
+    }
+    assert_eq!(d.tick(), None, "still running");
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(d.tick().as_deref(), Some("stopped by the client"));
+    let now = std::collections::BTreeMap::from([("launch".to_string(), 9)]);
+    d.finish("stopped by the client", &now);
+    let mut bytes = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        bytes.extend(c);
+    }
+    let dir = std::env::temp_dir().join(format!("gpuprofd-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("deep.gpuprof");
+    std::fs::write(&path, &bytes).unwrap();
+    let r = store::replay(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(r.header.host, "node1");
+    let end = r.end.expect("an end frame");
+    assert_eq!(end.stop_reason, "stopped by the client");
+    assert_eq!(end.drops["launch"], 2, "the losses of its own window");
+    let pids: Vec<u32> = r.report.processes.iter().map(|p| p.tgid).collect();
+    assert_eq!(pids, [10], "only the process asked for");
+    let p = &r.report.processes[0];
+    assert_eq!((p.comm.as_str(), p.launches), ("python3", 5));
+    let mut k: Vec<(String, u64, String)> = p
+        .kernels
+        .iter()
+        .map(|k| (k.name.clone(), k.calls, k.api.clone()))
+        .collect();
+    k.sort();
+    assert_eq!(
+        k,
+        [
+            ("gemm(float*, int)".into(), 2, "cuLaunchKernel".into()),
+            ("gemm(float*, int)".into(), 3, "cudaLaunchKernel".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_client_that_stops_reading_ends_its_capture() {
+    let agg = Aggregator::new(api(), Box::new(NoSymbols));
+    let (tx, _rx) = mpsc::channel(2);
+    let req = Request {
+        target: Target::Pid(10),
+        duration: Duration::from_secs(3600),
+        role: super::super::ctl::Role::Admin,
+        sink: ChannelSink::new(tx),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let mut d = DeepCapture::new(1, req, api().list(), Default::default(), "n".into());
+    let mut agg = agg;
+    agg.set_process_meta(10, meta("python3"));
+    let mut why = None;
+    for i in 0..200_000u64 {
+        feed(&mut agg, &mut d, &launch(10, 0, 0x1000, i));
+        if i % 10_000 == 0 {
+            why = d.tick();
+            if why.is_some() {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        why.as_deref(),
+        Some("the client is not reading the capture fast enough; it was ended")
+    );
+}

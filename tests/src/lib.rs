@@ -286,6 +286,11 @@ pub fn overview_dom(capture: &Path, name: &str) -> String {
 /// test command runs) and returns the DOM after its scripts ran; saves a screenshot as
 /// `target/test-artifacts/<name>.png`.
 pub fn chromium_dom(html: &Path, name: &str) -> String {
+    chromium_url(&format!("file://{}", html.display()), name)
+}
+
+/// [`chromium_dom`] of any URL (a page served by the daemon).
+pub fn chromium_url(url: &str, name: &str) -> String {
     let chromium = ["chromium", "chromium-browser"]
         .into_iter()
         .find(|c| {
@@ -295,7 +300,6 @@ pub fn chromium_dom(html: &Path, name: &str) -> String {
                 .is_ok_and(|o| o.status.success())
         })
         .expect("chromium is not installed: run scripts/setup.sh --test-tools");
-    let url = format!("file://{}", html.display());
     let common = [
         "--headless",
         "--no-sandbox",
@@ -306,7 +310,7 @@ pub fn chromium_dom(html: &Path, name: &str) -> String {
     let out = Command::new(chromium)
         .args(common)
         .arg("--dump-dom")
-        .arg(&url)
+        .arg(url)
         .output()
         .expect("run chromium");
     assert!(
@@ -321,7 +325,7 @@ pub fn chromium_dom(html: &Path, name: &str) -> String {
         .args(common)
         .arg("--window-size=1200,2400")
         .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
+        .arg(url)
         .output()
         .expect("run chromium");
     assert!(st.status.success() && shot.exists(), "no screenshot");
@@ -765,4 +769,30 @@ pub fn snapshot_when(bin: &Path, socket: &Path, tgid: u32, launches: u64) -> Val
         );
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+// ---- HTTP ------------------------------------------------------------------------------------
+
+/// A TCP port free on loopback now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over plain HTTP/1.1: (status line, body).
+pub fn http_get(addr: &str, path: &str) -> Option<(String, String)> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    std::io::Read::read_to_string(&mut s, &mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
 }

@@ -5,35 +5,11 @@
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
 use gpuprofd_tests::*;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOOLS: &str = "/opt/gpuprofd-test-tools/usr/bin";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET path` over plain HTTP/1.1: (status line, body).
-fn get(addr: &str, path: &str) -> Option<(String, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    Some((head.lines().next()?.to_owned(), body.to_owned()))
-}
 
 fn value(body: &str, name: &str, label: &str) -> Option<f64> {
     body.lines()
@@ -71,7 +47,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
     w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 3"]);
     let pid = format!("pid=\"{}\"", w.tgid);
     let body = wait_for("7 launches in /metrics", Duration::from_secs(10), || {
-        let (status, body) = get(&addr, "/metrics")?;
+        let (status, body) = http_get(&addr, "/metrics")?;
         assert_eq!(status, "HTTP/1.1 200 OK");
         (value(&body, "gpuprofd_kernel_launches_total{", &pid) == Some(7.0)).then_some(body)
     });
@@ -91,7 +67,13 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
         value(&body, "gpuprofd_records_lost_total{", "kind=\"launch\""),
         Some(0.0)
     );
-    assert_eq!(get(&addr, "/").unwrap().0, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        http_get(&addr, "/nope").unwrap().0,
+        "HTTP/1.1 404 Not Found"
+    );
+    let (status, page) = http_get(&addr, "/").unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK", "the live dashboard");
+    assert!(page.contains("<title>gpuprofd live</title>"), "{page}");
 
     // Prometheus's own linter accepts it.
     let mut lint = Command::new(format!("{TOOLS}/promtool"))
@@ -146,7 +128,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
             "Prometheus to scrape gpuprofd",
             Duration::from_secs(60),
             || {
-                let (_, body) = get(&web, &query)?;
+                let (_, body) = http_get(&web, &query)?;
                 let v: serde_json::Value = serde_json::from_str(&body).ok()?;
                 v["data"]["result"][0]["value"][1]
                     .as_str()

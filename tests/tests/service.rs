@@ -5,6 +5,7 @@
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
 use gpuprofd_tests::*;
+use serde_json::Value;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -116,6 +117,77 @@ impl Drop for Service {
     }
 }
 
+/// A running `gpuprofd ctl capture` (as `user`, or root), started once it says it captures.
+struct DeepClient {
+    child: Child,
+    stderr: Lines,
+}
+
+impl DeepClient {
+    fn start(bin: &Path, socket: &Path, args: &[&str], user: Option<&str>) -> DeepClient {
+        let mut c = match user {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={u}"))
+                    .arg(format!("--regid={u}"))
+                    .args(["--init-groups", "--"])
+                    .arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = c
+            .args(["ctl", "--socket"])
+            .arg(socket)
+            .arg("capture")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuprofd ctl capture");
+        let mut stderr = Lines::new(child.stderr.take().unwrap());
+        stderr.wait_for("the capture's start", |l| {
+            l.contains("capturing") || l.contains("refused")
+        });
+        DeepClient { child, stderr }
+    }
+
+    /// `ctl capture --pid PID --duration 1h -o OUT`: runs until stopped.
+    fn of_pid(bin: &Path, socket: &Path, pid: u32, out: &Path, user: Option<&str>) -> DeepClient {
+        let pid = pid.to_string();
+        let args = [
+            "--pid",
+            &pid,
+            "--duration",
+            "1h",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        DeepClient::start(bin, socket, &args, user)
+    }
+
+    /// Ctrl-C, as a user would stop it.
+    fn interrupt(&self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+
+    /// Waits for the end (bounded): exit code and everything it said.
+    fn finish(mut self) -> (i32, String) {
+        let st = wait_bounded(&mut self.child);
+        (st.code().unwrap_or(-1), self.stderr.rest().join("\n"))
+    }
+}
+
+/// The report of a capture file, which must be complete (end frame in, nothing damaged).
+fn complete_report(path: &Path) -> Value {
+    let (code, out, err) = run_daemon(&["report", path.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "gpuprofd report {}: {err}", path.display());
+    assert!(!err.contains("warning"), "{err}");
+    serde_json::from_str(&out).expect("report is JSON")
+}
+
 fn config_text(lib: &Path, socket: &Path, extra: &str) -> String {
     format!(
         "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\n\n[nvml]\nenabled = false\n\n\
@@ -171,6 +243,20 @@ fn service_readiness_watchdog_reload_and_stop() {
     assert_eq!(tok[1], "workload", "{row}");
     assert_eq!(&tok[3..7], ["0", "7", "8.0", "KiB"], "{row}");
     assert_eq!(tok.last(), Some(&"running"), "{row}");
+    // `gpuprofd top --once`: the live table, as `--all-jobs` prints it at the end.
+    let top = std::process::Command::new(&bin)
+        .args(["top", "--once", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(top.status.success());
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.lines()
+            .any(|l| l == format!("process {} workload", w.tgid)),
+        "{top}"
+    );
+    assert!(top.contains("kernel launches 7 (0 unnamed)"), "{top}");
 
     // A good reload: the reloadable keys now, the others named as waiting for a restart.
     std::fs::write(
@@ -225,10 +311,36 @@ fn service_readiness_watchdog_reload_and_stop() {
     w.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
     snapshot_when(&bin, &socket, w.tgid, 9);
 
+    // A deep capture of the workload, ended by Ctrl-C on the client: only what happened while it
+    // ran, its kernels named although they were registered before it started.
+    let early = dir.path().join("early.gpuprof");
+    let client = DeepClient::of_pid(&bin, &socket, w.tgid, &early, None);
+    w.script(&["rt_launch gemm 3 1 1 1 32 1 1 0 0", "rt_memcpy h2d 512 1"]);
+    snapshot_when(&bin, &socket, w.tgid, 12);
+    client.interrupt();
+    let (rc, said) = client.finish();
+    assert_eq!(rc, 0, "{said}");
+    let r = complete_report(&early);
+    let p = process(&r, w.tgid);
+    assert_eq!(p["launches"], 3, "{r}");
+    assert_eq!(kernel_calls(p, GEMM), 3);
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 512);
+    assert_eq!(p["comm"], "workload");
+
+    // Another one still running when the daemon is told to stop: its file is complete too.
+    let late = dir.path().join("late.gpuprof");
+    let client = DeepClient::of_pid(&bin, &socket, w.tgid, &late, None);
+    w.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+    snapshot_when(&bin, &socket, w.tgid, 14);
+
     // SIGTERM: STOPPING=1, a clean exit, the socket file gone.
     let (st, stderr) = svc.stop();
     assert!(st.success(), "{st}: {}", stderr.join("\n"));
     notify.expect("STOPPING=1\nSTATUS=stopping: terminated");
+    let (rc, said) = client.finish();
+    assert_eq!(rc, 0, "{said}");
+    let r = complete_report(&late);
+    assert_eq!(process(&r, w.tgid)["launches"], 2, "{r}");
     assert!(!socket.exists(), "the control socket is removed at exit");
     let log = stderr.join("\n");
     assert!(
@@ -433,6 +545,43 @@ fn the_control_socket_answers_each_user_by_the_kernels_word() {
         )),
         "{err}"
     );
+    // alice captures her own process into her own file; not root's process, not a job.
+    let out = tree.join("alice");
+    std::fs::create_dir(&out).unwrap();
+    std::os::unix::fs::chown(&out, Some(alice), None).unwrap();
+    let mine_file = out.join("mine.gpuprof");
+    let alice_user = Some("gpuprofd-t-alice");
+    let client = DeepClient::of_pid(&bin, &socket, theirs.tgid, &mine_file, alice_user);
+    theirs.cmd("rt_launch gemm 4 1 1 1 32 1 1 0 0");
+    snapshot_when(&bin, &socket, theirs.tgid, 9);
+    client.interrupt();
+    let (rc, said) = client.finish();
+    assert_eq!(rc, 0, "{said}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&mine_file).unwrap().uid(),
+        alice,
+        "the file is hers"
+    );
+    let r = complete_report(&mine_file);
+    assert_eq!(kernel_calls(process(&r, theirs.tgid), GEMM), 4);
+    let refused = |args: &[&str], why: &str| {
+        let (rc, said) = DeepClient::start(&bin, &socket, args, Some("gpuprofd-t-alice")).finish();
+        assert_eq!(rc, 13, "{said}");
+        assert!(said.contains(why), "{said}");
+    };
+    let root_pid = m.to_string();
+    let f = out.join("root.gpuprof");
+    refused(
+        &["--pid", &root_pid, "-o", f.to_str().unwrap()],
+        &format!("process {m} is not yours (you are uid {alice})"),
+    );
+    assert!(!f.exists(), "a refused capture leaves no file");
+    refused(
+        &["--job", "anything", "-o", f.to_str().unwrap()],
+        "capturing a whole job is for root and members of control.group",
+    );
+
     // carol: nothing of anyone else's.
     assert_eq!(visible(&bin, &socket, Some("gpuprofd-t-carol")), []);
     let (rc, _, _) = ctl(&bin, &socket, &["reload"], Some("gpuprofd-t-carol"));
@@ -497,4 +646,104 @@ fn the_control_socket_answers_each_user_by_the_kernels_word() {
     assert!(st.success(), "{}", stderr.join("\n"));
     mine.exit();
     drop(accounts);
+}
+
+/// `GET /metrics`: the body.
+fn scrape(addr: &str) -> String {
+    let (status, body) = http_get(addr, "/metrics").expect("an HTTP response from /metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    body
+}
+
+/// The distinct `pid` label values in an exposition.
+fn pid_labels(body: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split("pid=\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .map(|p| p.parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[test]
+fn a_thousand_short_processes_leave_nothing_behind() {
+    let dir = TempDir::new("churn");
+    let bin = daemon_bin();
+    let socket = dir.path().join("ctl.sock");
+    let config = dir.path().join("config.toml");
+    let addr = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        &config,
+        config_text(&fakecuda().join("lib"), &socket, "").replace(
+            "[metrics]\nenabled = false\n",
+            &format!("[metrics]\nlisten = \"{addr}\"\nexpire_after = \"1s\"\n"),
+        ),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let svc = Service::start(&bin, &config, &notify.path);
+    notify.expect("READY=1");
+    let mut long = Workload::start();
+    long.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
+    snapshot_when(&bin, &socket, long.tgid, 3);
+
+    // 1,000 CUDA processes, each one launch and gone.
+    let script = dir.path().join("one.script");
+    std::fs::write(&script, "rt_launch gemm 1 1 1 1 32 1 1 0 0\n").unwrap();
+    for _ in 0..1000 {
+        let st = Command::new(fakecuda().join("bin/workload"))
+            .stdin(std::fs::File::open(&script).unwrap())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    long.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+
+    // A second after their end they are gone from the snapshot, the metrics and the model;
+    // the long process's counters are whole and nothing was lost.
+    let deadline = Instant::now() + WAIT;
+    let snap = loop {
+        let snap = ctl_json(&bin, &socket, &["snapshot"], None);
+        if snap["processes"].as_array().unwrap().len() == 1 {
+            break snap;
+        }
+        assert!(Instant::now() < deadline, "ended processes stayed: {snap}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let p = process(&snap, long.tgid);
+    assert_eq!(p["launches"], 5);
+    assert_eq!(kernel_calls(p, GEMM), 5);
+    let lost: u64 = snap["drops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(lost, 0, "{}", snap["drops"]);
+    assert_eq!(pid_labels(&scrape(&addr)), [long.tgid]);
+    // The live dashboard at / shows the same, drawn by a real browser.
+    let dom = chromium_url(&format!("http://{addr}/"), "service-dashboard");
+    assert!(dom.contains("data-rendered=\"yes\""), "{dom}");
+    assert!(dom.contains("<title>gpuprofd live</title>"), "{dom}");
+    assert!(
+        dom.contains(&format!(
+            "<td class=\"\" data-k=\"pid\">{}</td><td class=\"l\" data-k=\"name\">{GEMM}</td>\
+             <td class=\"\" data-k=\"calls\">5</td>",
+            long.tgid
+        )),
+        "{dom}"
+    );
+    assert!(dom.contains("<td data-k=\"processes\">1</td>"), "{dom}");
+    assert!(
+        dom.contains("data-pid=\"0\""),
+        "the launch-rate chart is drawn: {dom}"
+    );
+    let (st, stderr) = svc.stop();
+    assert!(st.success(), "{}", stderr.join("\n"));
+    long.exit();
 }

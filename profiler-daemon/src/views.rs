@@ -50,8 +50,16 @@ pub enum OrderBy {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ReportArgs {
-    /// A capture file written with `--output FILE.gpuprof`.
-    pub file: PathBuf,
+    /// A capture file written with `--output FILE.gpuprof` (or `gpuprofd ctl capture`).
+    #[arg(required_unless_present = "live")]
+    pub file: Option<PathBuf>,
+    /// The running service's figures now (its control socket's snapshot) instead of a file.
+    /// Every view but `steps` (and the HTML page, whose step and memory charts need a file).
+    #[arg(long, conflicts_with = "file")]
+    pub live: bool,
+    /// The service's control socket, with --live.
+    #[arg(long, default_value = "/run/gpuprofd.sock", value_name = "PATH")]
+    pub socket: PathBuf,
     #[arg(long, value_enum, default_value_t = View::Summary)]
     pub view: View,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -98,22 +106,26 @@ pub fn run(a: &ReportArgs) -> u8 {
             return 2;
         }
     };
-    let replay = match store::replay(&a.file) {
+    if a.format == Format::Html && a.view != View::Summary {
+        eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
+        return 2;
+    }
+    let file = match (&a.file, a.live) {
+        (Some(f), false) => f.clone(),
+        _ => return run_live(a, name_re.as_ref()),
+    };
+    let replay = match store::replay(&file) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpuprofd report: {e}");
             return EXIT_UNREADABLE;
         }
     };
-    if let Some(w) = replay.recovery.warning(&a.file.display().to_string()) {
+    if let Some(w) = replay.recovery.warning(&file.display().to_string()) {
         eprintln!("gpuprofd report: warning: {w}");
     }
-    if a.format == Format::Html && a.view != View::Summary {
-        eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
-        return 2;
-    }
     let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
-        match crate::steps::find(&a.file, replay.header.started_at_monotonic_ns) {
+        match crate::steps::find(&file, replay.header.started_at_monotonic_ns) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("gpuprofd report: finding steps: {e}");
@@ -124,7 +136,7 @@ pub fn run(a: &ReportArgs) -> u8 {
         Vec::new()
     };
     let rendered = if a.format == Format::Html {
-        crate::html::memory_series(&a.file, replay.header.started_at_monotonic_ns).map(|mem| {
+        crate::html::memory_series(&file, replay.header.started_at_monotonic_ns).map(|mem| {
             let advice = crate::advice::advise(&replay.report, &steps);
             crate::html::page(&crate::html::page_data(
                 &replay.report,
@@ -136,6 +148,42 @@ pub fn run(a: &ReportArgs) -> u8 {
     } else {
         render(&replay.report, &steps, a, name_re.as_ref())
     };
+    let written = emit(a, rendered);
+    if written != 0 {
+        return written;
+    }
+    if replay.recovery.damage.is_some() {
+        EXIT_DAMAGED
+    } else {
+        0
+    }
+}
+
+/// `report --live`: the view of the service's snapshot (the same [`Report`] a file gives).
+fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
+    use crate::service::ctl::{Client, ClientError, Request};
+    if a.view == View::Steps || a.format == Format::Html {
+        eprintln!(
+            "gpuprofd report --live: steps and the HTML page are found in a capture's records;              take one with `gpuprofd ctl capture --pid PID -o FILE.gpuprof` and report that (the              service's dashboard is at http://127.0.0.1:9400/)"
+        );
+        return 2;
+    }
+    let report = Client::connect(&a.socket)
+        .and_then(|mut c| c.call(&Request::Snapshot))
+        .and_then(|v| {
+            serde_json::from_value::<Report>(v).map_err(|e| ClientError::Protocol(e.to_string()))
+        });
+    match report {
+        Ok(r) => emit(a, render(&r, &[], a, name_re)),
+        Err(e) => {
+            eprintln!("gpuprofd report --live: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Writes what was rendered to `-o` or stdout; 0, or the exit code of the failure.
+fn emit(a: &ReportArgs, rendered: Result<String, String>) -> u8 {
     let out = match rendered {
         Ok(s) => s,
         Err(e) => {
@@ -155,11 +203,7 @@ pub fn run(a: &ReportArgs) -> u8 {
         }
         None => print!("{out}"),
     }
-    if replay.recovery.damage.is_some() {
-        EXIT_DAMAGED
-    } else {
-        0
-    }
+    0
 }
 
 /// One row of a view: what selection and ordering look at, and its columns.

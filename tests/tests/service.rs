@@ -257,6 +257,30 @@ fn service_readiness_watchdog_reload_and_stop() {
         "{top}"
     );
     assert!(top.contains("kernel launches 7 (0 unnamed)"), "{top}");
+    // `gpuprofd report --live`: the views of a capture file, on the service's snapshot.
+    let pid = w.tgid.to_string();
+    let sock = socket.to_str().unwrap();
+    let live = [
+        "report", "--live", "--socket", sock, "--view", "kernels", "--pid", &pid,
+    ];
+    let (code, out, err) = run_daemon(&[&live[..], &["--format", "json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let rows: Vec<(String, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["kernel"].as_str().unwrap().to_owned(),
+                r["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [(GEMM.to_owned(), 7)]);
+    let (code, _, err) = run_daemon(&["report", "--live", "--socket", sock, "--view", "steps"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("gpuprofd ctl capture --pid PID"), "{err}");
 
     // A good reload: the reloadable keys now, the others named as waiting for a restart.
     std::fs::write(

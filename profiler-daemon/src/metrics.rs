@@ -68,6 +68,13 @@ struct Gpu {
     uuid: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuWhat {
+    gpu: String,
+    uuid: String,
+    what: String,
+}
+
 /// What the aggregator adds to a [`Report`] for a scrape.
 #[derive(Clone, Debug, Default)]
 pub struct Extra {
@@ -75,6 +82,8 @@ pub struct Extra {
     pub gpu_now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
     /// Latest GPU memory NVML says each process holds.
     pub process_gpu_bytes: BTreeMap<u32, u64>,
+    /// Latest NVML health per GPU index, and the XID errors counted so far.
+    pub gpu_health: BTreeMap<u32, (crate::nvml::DeviceHealth, u64)>,
     /// Processes that ended more than [`EXITED_GRACE`] ago (left out).
     pub expired: Vec<u32>,
     /// Records read from the ring buffer so far.
@@ -277,6 +286,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             .get_or_create(&Kind { kind: k.clone() })
             .inc_by(*v);
     }
+    gpu_health(&mut reg, r, extra);
     read.inc_by(extra.records_read);
     procs.set(shown);
     probes.set(extra.probes.min(i64::MAX as u64) as i64);
@@ -284,6 +294,70 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);
     to_prometheus_text(&out)
+}
+
+/// Throttling, PCIe throughput, ECC and XID figures of each GPU NVML reported on.
+fn gpu_health(reg: &mut Registry, r: &Report, extra: &Extra) {
+    let throttle = Family::<GpuWhat, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_throttle_reason",
+        "1 while NVML reports this clock throttle reason in force on the GPU (label what), else 0",
+        throttle.clone(),
+    );
+    let pcie = Family::<GpuWhat, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_pcie_throughput_bytes_per_second",
+        "PCIe throughput NVML measured over its last 20 ms window (what: tx or rx; KiB/s x 1024)",
+        pcie.clone(),
+    );
+    let ecc = Family::<GpuWhat, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_ecc_errors",
+        "Volatile ECC errors since the driver loaded (what: corrected or uncorrected)",
+        ecc.clone(),
+    );
+    let xid = Family::<Gpu, Counter>::default();
+    reg.register(
+        "gpuprofd_gpu_xid_errors",
+        "XID errors NVML reported for the GPU while gpuprofd ran",
+        xid.clone(),
+    );
+    for g in &r.gpus {
+        let Some((h, xids)) = extra.gpu_health.get(&g.index) else {
+            continue;
+        };
+        let l = |what: &str| GpuWhat {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+            what: what.to_owned(),
+        };
+        if let Some(bits) = h.throttle_reasons {
+            for (bit, name) in crate::nvml::THROTTLE_REASONS {
+                throttle
+                    .get_or_create(&l(name))
+                    .set(i64::from(bits & bit != 0));
+            }
+        }
+        for (what, v) in [("tx", h.pcie_tx_kbps), ("rx", h.pcie_rx_kbps)] {
+            if let Some(kb) = v {
+                pcie.get_or_create(&l(what)).set(i64::from(kb) * 1024);
+            }
+        }
+        for (what, v) in [
+            ("corrected", h.ecc_corrected),
+            ("uncorrected", h.ecc_uncorrected),
+        ] {
+            if let Some(n) = v {
+                ecc.get_or_create(&l(what))
+                    .set(n.min(i64::MAX as u64) as i64);
+            }
+        }
+        xid.get_or_create(&Gpu {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+        })
+        .inc_by(*xids);
+    }
 }
 
 /// OpenMetrics text → Prometheus text 0.0.4: a counter family `x` (samples `x_total`) becomes

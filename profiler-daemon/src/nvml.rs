@@ -11,7 +11,9 @@
 //! says why once, and the report says how far sampling got ([`NvmlStatus`]).
 
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use serde::{Deserialize, Serialize};
@@ -53,7 +55,59 @@ pub struct Sample {
     pub ts_ns: u64,
     pub devices: Vec<DeviceSample>,
     pub processes: Vec<ProcessSample>,
+    /// Throttling, PCIe, ECC and XID events of the same round. Not part of this struct's
+    /// encoding in capture files (that stays as older files have it): written as a frame of
+    /// its own ([`crate::store::Frame::NvmlHealth`]).
+    #[serde(skip)]
+    pub health: Option<Health>,
 }
+
+/// What else NVML says of the devices' health in one round.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ts_ns: u64,
+    pub devices: Vec<DeviceHealth>,
+    /// Events since the previous round (XID errors, double-bit ECC errors).
+    pub events: Vec<GpuEvent>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceHealth {
+    pub index: u32,
+    /// `nvmlClocksThrottleReason*` bits in force now ([`THROTTLE_REASONS`] names them).
+    pub throttle_reasons: Option<u64>,
+    /// PCIe throughput over NVML's last 20 ms window, KB/s.
+    pub pcie_tx_kbps: Option<u32>,
+    pub pcie_rx_kbps: Option<u32>,
+    /// Volatile ECC error counts (since the driver loaded).
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuEvent {
+    pub device: u32,
+    /// `xid` or `ecc_double_bit`.
+    pub kind: String,
+    /// The XID error code, for `xid`.
+    pub code: Option<u64>,
+}
+
+/// nvml.h's throttle reason bits, by the names reports use.
+pub const THROTTLE_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// Events drained per round at most (a storm cannot hold the sampler).
+const MAX_EVENTS_PER_ROUND: usize = 64;
 
 /// What the sampler tells the session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,12 +160,65 @@ pub fn start(lib: Option<PathBuf>, period: Duration) -> Result<mpsc::Receiver<Me
     Ok(rx)
 }
 
+/// An event set with XID and double-bit ECC events of every device that supports them
+/// (`None`: no device does, or the driver has no events).
+fn event_set(nvml: &Nvml) -> Option<nvml_wrapper::EventSet<'_>> {
+    use nvml_wrapper::bitmasks::event::EventTypes;
+    let mut set = nvml.create_event_set().ok()?;
+    let mut any = false;
+    for i in 0..nvml.device_count().ok()? {
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        let want = d.supported_event_types().ok()?
+            & (EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR);
+        if want.is_empty() {
+            continue;
+        }
+        set = d.register_events(want, set).ok()?;
+        any = true;
+    }
+    any.then_some(set)
+}
+
+/// The events waiting in `set` (no blocking).
+fn drain_events(set: &nvml_wrapper::EventSet<'_>) -> Vec<GpuEvent> {
+    use nvml_wrapper::bitmasks::event::EventTypes;
+    use nvml_wrapper::enums::event::XidError;
+    let mut out = Vec::new();
+    while out.len() < MAX_EVENTS_PER_ROUND {
+        let Ok(e) = set.wait(0) else { break };
+        let device = e.device.index().unwrap_or(u32::MAX);
+        if e.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+            out.push(GpuEvent {
+                device,
+                kind: "xid".into(),
+                code: match e.event_data {
+                    Some(XidError::Value(v)) => Some(v),
+                    _ => None,
+                },
+            });
+        } else if e.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+            out.push(GpuEvent {
+                device,
+                kind: "ecc_double_bit".into(),
+                code: None,
+            });
+        }
+    }
+    out
+}
+
 fn run(nvml: &Nvml, period: Duration, tx: mpsc::Sender<Message>) {
     let mut last_seen: Vec<u64> = Vec::new();
     let mut failed = 0;
+    let events = event_set(nvml);
     loop {
         match round(nvml, &mut last_seen) {
-            Ok(s) => {
+            Ok(mut s) => {
+                if let (Some(h), Some(set)) = (s.health.as_mut(), events.as_ref()) {
+                    h.events = drain_events(set);
+                }
                 failed = 0;
                 if tx.blocking_send(Message::Sample(s)).is_err() {
                     return; // the session ended
@@ -156,6 +263,7 @@ fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
     last_seen.resize(count as usize, 0);
     let mut devices = Vec::new();
     let mut processes = Vec::new();
+    let mut health = Vec::new();
     for index in 0..count {
         let d = nvml.device_by_index(index)?;
         let util = d.utilization_rates()?;
@@ -171,6 +279,18 @@ fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
             sm_clock_mhz: d.clock_info(Clock::SM).ok(),
             power_mw: d.power_usage().ok(),
             temp_c: d.temperature(TemperatureSensor::Gpu).ok(),
+        });
+        health.push(DeviceHealth {
+            index,
+            throttle_reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
+            pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
+            pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+            ecc_corrected: d
+                .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+                .ok(),
+            ecc_uncorrected: d
+                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                .ok(),
         });
         let mut per_pid: Vec<ProcessSample> = d
             .running_compute_processes()
@@ -212,5 +332,10 @@ fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
         ts_ns,
         devices,
         processes,
+        health: Some(Health {
+            ts_ns,
+            devices: health,
+            events: Vec::new(),
+        }),
     })
 }

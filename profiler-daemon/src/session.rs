@@ -1096,9 +1096,21 @@ async fn aggregate(
             c = ctl.recv() => match c {
                 Some(Ctl::Nvml(m)) => {
                     let frame = match m {
-                        Some(crate::nvml::Message::Sample(s)) => {
+                        Some(crate::nvml::Message::Sample(mut s)) => {
                             agg.apply_nvml(&s);
-                            Frame::Nvml(s)
+                            if let Some(h) = s.health.take() {
+                                agg.apply_nvml_health(&h);
+                                let sample = Frame::Nvml(s);
+                                if let Some(j) = seen.journal.as_mut() {
+                                    j.frame(&sample);
+                                }
+                                for d in &mut seen.deep {
+                                    d.frame(&sample);
+                                }
+                                Frame::NvmlHealth(h)
+                            } else {
+                                Frame::Nvml(s)
+                            }
                         }
                         Some(crate::nvml::Message::Stopped(why)) => {
                             agg.nvml_stopped(&why);

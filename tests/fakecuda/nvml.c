@@ -8,6 +8,10 @@
  *   temp CELSIUS
  *   smclock MHZ
  *   proc PID USED_BYTES SM_PERCENT MEM_PERCENT   a compute process on the last device
+ *   throttle BITS                      nvmlClocksThrottleReason* bits in force (hex or decimal)
+ *   pcie TX_KBPS RX_KBPS
+ *   ecc CORRECTED UNCORRECTED          volatile ECC error counts
+ *   xid CODE                           one critical XID event, delivered once to an event set
  *   fail_after N    from the (N+1)-th nvmlDeviceGetUtilizationRates on, every device call
  *                   returns NVML_ERROR_GPU_IS_LOST (a GPU that fell off the bus mid-run)
  *
@@ -29,8 +33,11 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
 };
+#define NVML_EVENT_XID 0x0000000000000008ULL
+#define NVML_EVENT_DOUBLE_BIT_ECC 0x0000000000000002ULL
 
 typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
@@ -47,6 +54,7 @@ typedef struct {
 
 #define MAX_DEV 8
 #define MAX_PROC 16
+#define MAX_XID 16
 struct proc { unsigned pid; unsigned long long used; unsigned sm, mem; };
 struct dev {
     char name[96], uuid[96];
@@ -54,8 +62,21 @@ struct dev {
     unsigned util_gpu, util_mem, power, temp, smclock;
     struct proc procs[MAX_PROC];
     unsigned nprocs;
+    unsigned long long throttle, ecc_corrected, ecc_uncorrected;
+    unsigned pcie_tx, pcie_rx;
+    int has_health;
+    unsigned long long xids[MAX_XID];
+    unsigned nxids, xids_sent;
+    unsigned long long registered; /* event types registered on the set */
 };
 typedef struct dev *nvmlDevice_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+typedef struct { int used; } *nvmlEventSet_t;
+static struct { int used; } the_set;
 
 static struct dev devs[MAX_DEV];
 static unsigned ndevs;
@@ -97,6 +118,17 @@ static int load(void) {
             sscanf(line, "%*s %u %llu %u %u", &p->pid, &p->used, &p->sm, &p->mem);
         } else if (!strcmp(w, "fail_after")) {
             sscanf(line, "%*s %ld", &fail_after);
+        } else if (!strcmp(w, "throttle")) {
+            sscanf(line, "%*s %lli", &d->throttle);
+            d->has_health = 1;
+        } else if (!strcmp(w, "pcie")) {
+            sscanf(line, "%*s %u %u", &d->pcie_tx, &d->pcie_rx);
+            d->has_health = 1;
+        } else if (!strcmp(w, "ecc")) {
+            sscanf(line, "%*s %llu %llu", &d->ecc_corrected, &d->ecc_uncorrected);
+            d->has_health = 1;
+        } else if (!strcmp(w, "xid") && d->nxids < MAX_XID) {
+            sscanf(line, "%*s %llu", &d->xids[d->nxids++]);
         }
     }
     fclose(f);
@@ -227,5 +259,82 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
         out[i].encUtil = out[i].decUtil = 0;
     }
     *count = d->nprocs;
+    return NVML_SUCCESS;
+}
+
+/* Health: only for devices whose config names it (else NOT_SUPPORTED, as on GeForce boards). */
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
+                                                              unsigned long long *reasons) {
+    CHECK_DEV(d);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->has_health) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = d->throttle;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned *value) {
+    CHECK_DEV(d);
+    if (!value) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->has_health) return NVML_ERROR_NOT_SUPPORTED;
+    if (counter == 0) *value = d->pcie_tx;      /* NVML_PCIE_UTIL_TX_BYTES */
+    else if (counter == 1) *value = d->pcie_rx; /* NVML_PCIE_UTIL_RX_BYTES */
+    else return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int counter_type,
+                                                unsigned long long *count) {
+    CHECK_DEV(d);
+    if (!count || counter_type != 0 /* NVML_VOLATILE_ECC */) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->has_health) return NVML_ERROR_NOT_SUPPORTED;
+    *count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *index) {
+    CHECK_DEV(d);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)(d - devs);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    CHECK_DEV(d);
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = NVML_EVENT_XID | NVML_EVENT_DOUBLE_BIT_ECC;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    the_set.used = 1;
+    *set = (nvmlEventSet_t)&the_set;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+                                             nvmlEventSet_t set) {
+    CHECK_DEV(d);
+    if (set != (nvmlEventSet_t)&the_set) return NVML_ERROR_INVALID_ARGUMENT;
+    d->registered |= types;
+    return NVML_SUCCESS;
+}
+/* The next XID not yet delivered, of any device registered for XID events; else a timeout. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned timeout_ms) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (set != (nvmlEventSet_t)&the_set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < ndevs; i++) {
+        struct dev *d = &devs[i];
+        if ((d->registered & NVML_EVENT_XID) && d->xids_sent < d->nxids) {
+            memset(data, 0, sizeof *data);
+            data->device = d;
+            data->eventType = NVML_EVENT_XID;
+            data->eventData = d->xids[d->xids_sent++];
+            data->gpuInstanceId = data->computeInstanceId = 0xffffffff;
+            return NVML_SUCCESS;
+        }
+    }
+    (void)timeout_ms;
+    return NVML_ERROR_TIMEOUT;
+}
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (set != (nvmlEventSet_t)&the_set) return NVML_ERROR_INVALID_ARGUMENT;
+    the_set.used = 0;
     return NVML_SUCCESS;
 }

@@ -31,7 +31,8 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
     let config = format!(
         "device NVIDIA_H100_80GB_HBM3 GPU-8f0c2e51 {total}\n\
          util 87 40\nmemused {used}\npower 350000\ntemp 65\nsmclock 1980\n\
-         proc {pid} {held} 80 30\nproc 999999 1048576 0 0\n",
+         proc {pid} {held} 80 30\nproc 999999 1048576 0 0\n\
+         throttle 0x44\npcie 2000 1000\necc 3 0\nxid 79\nxid 48\n",
         total = 80 * GIB,
         used = 12 * GIB,
         held = GIB,
@@ -79,6 +80,24 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
             Some(1980.0)
         )
     );
+    // Health: the throttle reasons in force in every round (power cap, HW thermal), PCIe
+    // throughput, volatile ECC counts, the two XID events in the order NVML delivered them —
+    // all read back from the capture file.
+    assert_eq!(
+        g["throttle_rounds"],
+        serde_json::json!({"hw_thermal_slowdown": samples, "sw_power_cap": samples})
+    );
+    assert_eq!(
+        (
+            g["pcie_tx_avg_kbps"].as_f64(),
+            g["pcie_rx_avg_kbps"].as_f64(),
+            g["ecc_corrected"].as_u64(),
+            g["ecc_uncorrected"].as_u64()
+        ),
+        (Some(2000.0), Some(1000.0), Some(3), Some(0))
+    );
+    assert_eq!(g["xid_errors"], serde_json::json!([79, 48]));
+    assert_eq!(g["xid_count"], 2);
     // A pid NVML lists but that made no CUDA call gpuprofd saw.
     assert_eq!(g["unprofiled_pids"], serde_json::json!([999999]));
     let p = process(r, pid);

@@ -44,6 +44,20 @@ fn extra() -> Extra {
     Extra {
         gpu_now: BTreeMap::from([(0, (Some(87), Some(12 << 30)))]),
         process_gpu_bytes: BTreeMap::from([(100, 1 << 30)]),
+        gpu_health: BTreeMap::from([(
+            0,
+            (
+                crate::nvml::DeviceHealth {
+                    index: 0,
+                    throttle_reasons: Some(0x4 | 0x40),
+                    pcie_tx_kbps: Some(1000),
+                    pcie_rx_kbps: None,
+                    ecc_corrected: Some(3),
+                    ecc_uncorrected: Some(0),
+                },
+                2,
+            ),
+        )]),
         expired: vec![200],
         records_read: 1003,
         probes: 95,
@@ -102,6 +116,37 @@ fn exposition_has_exact_values() {
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);
     assert_eq!(samples(&t, "gpuprofd_probes"), ["gpuprofd_probes 95"]);
+    // NVML health: the reasons in force now, PCIe, ECC, XID.
+    let mut on = samples(&t, "gpuprofd_gpu_throttle_reason");
+    assert_eq!(on.len(), 9, "every reason, 0 or 1: {on:?}");
+    on.retain(|s| s.ends_with(" 1"));
+    on.sort();
+    assert_eq!(
+        on,
+        [
+            r#"gpuprofd_gpu_throttle_reason{gpu="0",uuid="GPU-1",what="hw_thermal_slowdown"} 1"#,
+            r#"gpuprofd_gpu_throttle_reason{gpu="0",uuid="GPU-1",what="sw_power_cap"} 1"#,
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_pcie_throughput_bytes_per_second"),
+        [
+            r#"gpuprofd_gpu_pcie_throughput_bytes_per_second{gpu="0",uuid="GPU-1",what="tx"} 1024000"#
+        ]
+    );
+    let mut ecc = samples(&t, "gpuprofd_gpu_ecc_errors");
+    ecc.sort();
+    assert_eq!(
+        ecc,
+        [
+            r#"gpuprofd_gpu_ecc_errors{gpu="0",uuid="GPU-1",what="corrected"} 3"#,
+            r#"gpuprofd_gpu_ecc_errors{gpu="0",uuid="GPU-1",what="uncorrected"} 0"#,
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_xid_errors_total"),
+        [r#"gpuprofd_gpu_xid_errors_total{gpu="0",uuid="GPU-1"} 2"#]
+    );
 }
 
 #[test]

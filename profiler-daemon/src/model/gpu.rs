@@ -45,7 +45,22 @@ struct Device {
     temp: Stat,
     /// Pids NVML listed on the device.
     pids: BTreeSet<u32>,
+    /// Rounds in which each throttle reason was in force.
+    throttled: BTreeMap<&'static str, u64>,
+    pcie_tx: Stat,
+    pcie_rx: Stat,
+    /// The latest volatile ECC counts.
+    ecc: (Option<u64>, Option<u64>),
+    /// XID error codes, in order (the first [`MAX_XIDS`]), and how many there were.
+    xids: Vec<u64>,
+    xid_count: u64,
+    ecc_double_bit_events: u64,
+    /// The latest round's health (the metrics show it).
+    health_now: Option<crate::nvml::DeviceHealth>,
 }
+
+/// XID codes kept per device (a storm is counted, not kept).
+pub const MAX_XIDS: usize = 32;
 
 /// One process's NVML figures.
 #[derive(Clone, Debug, Default)]
@@ -109,6 +124,46 @@ impl Gpus {
         }
     }
 
+    /// Throttling, PCIe throughput, ECC counts and events of one NVML round.
+    pub fn apply_health(&mut self, h: &crate::nvml::Health) {
+        for d in &h.devices {
+            let e = self.devices.entry(d.index).or_default();
+            if let Some(bits) = d.throttle_reasons {
+                for (bit, name) in crate::nvml::THROTTLE_REASONS {
+                    if bits & bit != 0 {
+                        *e.throttled.entry(name).or_insert(0) += 1;
+                    }
+                }
+            }
+            e.pcie_tx.add(d.pcie_tx_kbps.map(u64::from));
+            e.pcie_rx.add(d.pcie_rx_kbps.map(u64::from));
+            e.ecc = (d.ecc_corrected.or(e.ecc.0), d.ecc_uncorrected.or(e.ecc.1));
+            e.health_now = Some(d.clone());
+        }
+        for ev in &h.events {
+            let e = self.devices.entry(ev.device).or_default();
+            match ev.kind.as_str() {
+                "xid" => {
+                    e.xid_count += 1;
+                    if let Some(c) = ev.code
+                        && e.xids.len() < MAX_XIDS
+                    {
+                        e.xids.push(c);
+                    }
+                }
+                _ => e.ecc_double_bit_events += 1,
+            }
+        }
+    }
+
+    /// The latest round's health and the XID count so far, per device.
+    pub fn health_now(&self) -> BTreeMap<u32, (crate::nvml::DeviceHealth, u64)> {
+        self.devices
+            .iter()
+            .filter_map(|(&i, d)| d.health_now.clone().map(|h| (i, (h, d.xid_count))))
+            .collect()
+    }
+
     /// The latest round's (utilisation %, memory used) per device.
     pub fn now(&self) -> &BTreeMap<u32, (Option<u32>, Option<u64>)> {
         &self.now
@@ -131,6 +186,18 @@ impl Gpus {
                 sm_clock_avg_mhz: d.sm_clock.mean(),
                 power_avg_w: d.power_mw.mean().map(|mw| (mw / 100.0).round() / 10.0),
                 temp_max_c: d.temp.max(),
+                throttle_rounds: d
+                    .throttled
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), *v))
+                    .collect(),
+                pcie_tx_avg_kbps: d.pcie_tx.mean(),
+                pcie_rx_avg_kbps: d.pcie_rx.mean(),
+                ecc_corrected: d.ecc.0,
+                ecc_uncorrected: d.ecc.1,
+                xid_errors: d.xids.clone(),
+                xid_count: d.xid_count,
+                ecc_double_bit_events: d.ecc_double_bit_events,
                 unprofiled_pids: d.pids.iter().copied().filter(|&p| !profiled(p)).collect(),
             })
             .collect()

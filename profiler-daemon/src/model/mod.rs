@@ -208,6 +208,7 @@ impl Aggregator {
     pub fn metrics_extra(&self, grace: std::time::Duration) -> crate::metrics::Extra {
         crate::metrics::Extra {
             gpu_now: self.gpus.now().clone(),
+            gpu_health: self.gpus.health_now(),
             process_gpu_bytes: self
                 .procs
                 .iter()
@@ -355,6 +356,11 @@ impl Aggregator {
 
     /// One NVML sampling round: device figures, and per-process figures for the processes that
     /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
+    /// Device health of an NVML round (throttling, PCIe, ECC, XID events).
+    pub fn apply_nvml_health(&mut self, h: &crate::nvml::Health) {
+        self.gpus.apply_health(h);
+    }
+
     pub fn apply_nvml(&mut self, s: &crate::nvml::Sample) {
         let mut seen_now: Vec<u32> = Vec::new();
         self.gpus.apply(s);

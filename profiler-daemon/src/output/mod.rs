@@ -66,6 +66,27 @@ pub struct GpuReport {
     pub sm_clock_avg_mhz: Option<f64>,
     pub power_avg_w: Option<f64>,
     pub temp_max_c: Option<u64>,
+    /// NVML rounds in which each clock throttle reason was in force (`sw_power_cap`,
+    /// `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttle_rounds: BTreeMap<String, u64>,
+    /// PCIe throughput NVML measured (KB/s, its 20 ms windows, averaged over the rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_tx_avg_kbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_rx_avg_kbps: Option<f64>,
+    /// Volatile ECC error counts at the last round (since the driver loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected: Option<u64>,
+    /// XID error codes NVML reported during the run (the first 32), and how many in all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_errors: Vec<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub xid_count: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ecc_double_bit_events: u64,
     /// Processes NVML listed on the device that made no CUDA call gpuprofd recorded (they
     /// started before it and stayed idle, use CUDA in a way it does not hook, or are graphics).
     pub unprofiled_pids: Vec<u32>,
@@ -208,6 +229,10 @@ pub struct ByKind {
 pub struct KindReport {
     pub calls: u64,
     pub bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The report's name of record kind `kind` (`profiler_common::kind`), `None` for other values.

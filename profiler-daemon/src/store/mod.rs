@@ -168,6 +168,8 @@ pub enum Frame {
     NvmlStopped(String),
     /// NVML sampling was not asked for.
     NvmlOff,
+    /// The device health of the NVML round just before (throttling, PCIe, ECC, XID events).
+    NvmlHealth(crate::nvml::Health),
 }
 
 fn codec() -> impl bincode::Options {
@@ -593,6 +595,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             Frame::Nvml(s) => agg.apply_nvml(&s),
             Frame::NvmlStopped(why) => agg.nvml_stopped(&why),
             Frame::NvmlOff => agg.nvml_off(),
+            Frame::NvmlHealth(h) => agg.apply_nvml_health(&h),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

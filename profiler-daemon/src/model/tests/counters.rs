@@ -354,6 +354,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
                 ..on(0, Some(99))
             },
         ],
+        health: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(
@@ -365,6 +366,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
         ts_ns: 2,
         devices: vec![],
         processes: vec![on(0, None)],
+        health: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(

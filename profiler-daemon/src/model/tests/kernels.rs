@@ -248,6 +248,7 @@ fn report_json_contract() {
                 mem_util: None,
             },
         ],
+        health: None,
     });
     let mut m = meta();
     m.drops = output::drops_by_kind(&[0, 3]);

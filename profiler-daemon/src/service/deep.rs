@@ -41,6 +41,13 @@ impl Target {
 /// ends its capture (the writer fails) instead of growing the daemon: at most
 /// `CHUNKS * CHUNK_BYTES` (16 MiB) wait for one client.
 pub const CHUNKS: usize = 64;
+/// Deep captures running at once, all users.
+pub const MAX_DEEP: usize = 8;
+/// ...of which users other than admins may hold this many (so admins always have room)...
+pub const MAX_DEEP_USERS: usize = 6;
+/// ...and one user this many.
+pub const MAX_DEEP_PER_USER: usize = 2;
+
 /// A chunk goes out when it is this big, or at the next tick (every second).
 const CHUNK_BYTES: usize = 256 << 10;
 
@@ -95,6 +102,11 @@ pub struct Request {
 pub struct DeepCapture {
     pub id: u64,
     pub target: Target,
+    /// Who asked: a user's capture holds no other process's figures (NVML's included).
+    pub role: super::ctl::Role,
+    /// A pid target's start time when the capture was granted: a process that takes the pid
+    /// later is not it.
+    pid_start: Option<u64>,
     writer: Writer,
     until: Instant,
     /// Set by the connection when its client closes its sending half: stop now.
@@ -113,6 +125,7 @@ impl DeepCapture {
     pub fn new(
         id: u64,
         req: Request,
+        pid_start: Option<u64>,
         api: &[crate::api::ApiInfo],
         drops_at_start: std::collections::BTreeMap<String, u64>,
         host: String,
@@ -122,7 +135,7 @@ impl DeepCapture {
             duration,
             sink,
             stop,
-            ..
+            role,
         } = req;
         let header = store::header_now(host, format!("deep capture of {}", target.describe()));
         let label = format!("(deep capture {id} of {})", target.describe());
@@ -131,6 +144,8 @@ impl DeepCapture {
         DeepCapture {
             id,
             target,
+            role,
+            pid_start,
             writer,
             until: Instant::now() + duration,
             stop,
@@ -150,7 +165,18 @@ impl DeepCapture {
         }
         let meta = agg.process_meta(tgid);
         let m = match &self.target {
-            Target::Pid(p) => *p == tgid,
+            Target::Pid(p) if *p == tgid => {
+                let same = match (self.pid_start, meta.map(|m| m.start_time)) {
+                    (Some(want), Some(st)) if st != 0 => st == want,
+                    _ => true,
+                };
+                if !same {
+                    // Its pid went to another process: the capture is over.
+                    self.ended = true;
+                }
+                same
+            }
+            Target::Pid(_) => false,
             Target::Job(want) => meta.and_then(|m| m.job.as_ref()).is_some_and(|j| {
                 &j.id == want || &j.key() == want || j.name.as_ref() == Some(want)
             }),
@@ -179,15 +205,29 @@ impl DeepCapture {
         }
     }
 
-    /// The process behind `tgid` changed (pid reuse): the new one is judged afresh.
+    /// The process behind `tgid` changed (pid reuse): the new one is judged afresh, and a
+    /// capture of that pid is over.
     pub fn retire(&mut self, tgid: u32) {
+        if self.target == Target::Pid(tgid) {
+            self.ended = true;
+        }
         if self.matched.remove(&tgid) == Some(true) {
             self.writer.frame(&Frame::Retire { tgid });
         }
     }
 
+    /// A frame for every capture; a user's gets NVML's per-process figures of its own
+    /// processes only.
     pub fn frame(&mut self, f: &Frame) {
-        self.writer.frame(f);
+        match (f, self.role) {
+            (Frame::Nvml(s), super::ctl::Role::User(_)) => {
+                let mut mine = s.clone();
+                mine.processes
+                    .retain(|p| self.matched.get(&p.pid) == Some(&true));
+                self.writer.frame(&Frame::Nvml(mine));
+            }
+            _ => self.writer.frame(f),
+        }
     }
 
     /// A frame about `tgid`, if its process is in this capture.

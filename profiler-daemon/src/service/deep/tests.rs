@@ -86,7 +86,7 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
         stop: stop.clone(),
     };
     let drops = std::collections::BTreeMap::from([("launch".to_string(), 7)]);
-    let mut d = DeepCapture::new(1, req, api().list(), drops, "node1".into());
+    let mut d = DeepCapture::new(1, req, Some(42), api().list(), drops, "node1".into());
     // During: 3 runtime launches and 2 driver launches of the aliased handle in 10; 4 in 20.
     for i in 0..3 {
         feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 100 + i));
@@ -146,7 +146,14 @@ fn a_client_that_stops_reading_ends_its_capture() {
         sink: ChannelSink::new(tx),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let mut d = DeepCapture::new(1, req, api().list(), Default::default(), "n".into());
+    let mut d = DeepCapture::new(
+        1,
+        req,
+        Some(42),
+        api().list(),
+        Default::default(),
+        "n".into(),
+    );
     let mut agg = agg;
     agg.set_process_meta(10, meta("python3"));
     let mut why = None;
@@ -163,4 +170,78 @@ fn a_client_that_stops_reading_ends_its_capture() {
         why.as_deref(),
         Some("the client is not reading the capture fast enough; it was ended")
     );
+}
+
+#[test]
+fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_theirs() {
+    let mut agg = Aggregator::new(api(), Box::new(NoSymbols));
+    agg.set_process_meta(10, meta("python3"));
+    agg.set_process_meta(20, meta("other"));
+    let (tx, mut rx) = mpsc::channel(CHUNKS);
+    let req = Request {
+        target: Target::Pid(10),
+        duration: Duration::from_secs(3600),
+        role: super::super::ctl::Role::User(1000),
+        sink: ChannelSink::new(tx),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let mut d = DeepCapture::new(
+        1,
+        req,
+        Some(42),
+        api().list(),
+        Default::default(),
+        "n".into(),
+    );
+    feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 1));
+    // NVML lists both processes; the user's capture keeps their own.
+    let sample = crate::nvml::Sample {
+        ts_ns: 2,
+        devices: Vec::new(),
+        processes: [10, 20]
+            .map(|pid| crate::nvml::ProcessSample {
+                device: 0,
+                pid,
+                used_bytes: Some(1 << 20),
+                sm_util: Some(50),
+                mem_util: Some(5),
+            })
+            .to_vec(),
+        health: None,
+    };
+    d.frame(&Frame::Nvml(sample));
+    // Pid 10 goes to a process that started later: not captured, and the capture is over.
+    agg.retire(10);
+    agg.set_process_meta(
+        10,
+        ProcessMeta {
+            start_time: 43,
+            ..meta("intruder")
+        },
+    );
+    d.retire(10);
+    feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 3));
+    assert_eq!(d.tick().as_deref(), Some("process 10 ended"));
+    d.finish("process 10 ended", &Default::default());
+    let mut bytes = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        bytes.extend(c);
+    }
+    let dir = std::env::temp_dir().join(format!("gpuprofd-deep2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("deep.gpuprof");
+    std::fs::write(&path, &bytes).unwrap();
+    let samples = store::nvml_samples(&path).unwrap();
+    let r = store::replay(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let got: Vec<(u32, &str, u64)> = r
+        .report
+        .processes
+        .iter()
+        .map(|p| (p.tgid, p.comm.as_str(), p.launches))
+        .collect();
+    assert_eq!(got, [(10, "python3", 1)]);
+    assert_eq!(samples.len(), 1);
+    let pids: Vec<u32> = samples[0].processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [10]);
 }

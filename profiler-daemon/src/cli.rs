@@ -536,6 +536,17 @@ fn deep_capture(
                 source,
             })
     }) {
+        // The daemon ends every capture with an end frame; without one the file stops short
+        // (the daemon ended it: this client read too slowly, or the daemon died).
+        Ok(n) if crate::store::replay(out).map_or(true, |r| r.end.is_none()) => {
+            eprintln!(
+                "gpuprofd ctl capture: {} ({n} bytes) stops short of its end; `gpuprofd report \
+                 {}` shows what it holds (see the daemon's log for why it ended)",
+                out.display(),
+                out.display()
+            );
+            ExitCode::from(crate::views::EXIT_DAMAGED)
+        }
         Ok(n) => {
             eprintln!(
                 "gpuprofd ctl capture: {} written ({n} bytes); `gpuprofd report {}` shows it",

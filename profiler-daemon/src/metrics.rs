@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -395,6 +396,32 @@ fn to_prometheus_text(om: &str) -> String {
     out
 }
 
+/// HTTP connections served at once.
+const MAX_CONNECTIONS: usize = 32;
+
+/// Whether the request's `Host` names the loopback interface (or there is none: HTTP/1.0).
+fn host_is_loopback(head: &str) -> bool {
+    let Some(host) = head
+        .lines()
+        .skip(1)
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+        })
+        .map(|(_, v)| v.trim())
+    else {
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// What the HTTP listener serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Page {
@@ -412,12 +439,28 @@ where
     Fut: std::future::Future<Output = Option<String>> + Send,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let loopback = listener
+        .local_addr()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false);
+    let busy = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
+        let mut sock = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of fds or memory: wait instead of spinning on the error.
+                tracing::warn!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        // Beyond the limit a connection is closed at once.
+        let Ok(permit) = busy.clone().try_acquire_owned() else {
             continue;
         };
         let snapshot = snapshot.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let mut buf = vec![0u8; 4096];
             let mut n = 0;
             // Read the request head (bounded: 4 KiB, 5 s).
@@ -438,6 +481,17 @@ where
             }
             let line = String::from_utf8_lossy(&buf[..n]);
             let first = line.lines().next().unwrap_or("");
+            // On loopback only a loopback name is served: a web page that rebinds its own DNS
+            // name to 127.0.0.1 must not read the figures through a local browser.
+            if loopback && !host_is_loopback(&line) {
+                let body = "gpuprofd answers only requests for localhost here\n";
+                let resp = format!(
+                    "HTTP/1.1 421 Misdirected Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                return;
+            }
             let mut parts = first.split_whitespace();
             let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
             let page = match (method, path) {

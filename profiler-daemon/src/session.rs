@@ -277,6 +277,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel::<Batch>(4096);
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>(16);
+    // Questions from the metrics server and the control socket wait in a channel of their own:
+    // however many clients ask, the main loop's messages (ticks, NVML) are never held up
+    // behind them (the aggregator also serves the main loop first).
+    let (query_tx, query_rx) = mpsc::channel::<Ctl>(4);
     let symbols = Arc::new(ProcSymbols::new());
     let journal = match (&opts.output, &out_file) {
         (Some(p), Some(_)) if store::is_capture_path(p) => {
@@ -301,6 +305,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let agg = tokio::spawn(aggregate(
         rx,
         ctl_rx,
+        query_rx,
         attacher.api().clone(),
         seen,
         opts.live,
@@ -332,7 +337,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     )));
     let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
     let snapper = Arc::new(Snapper {
-        ctl: ctl_tx.downgrade(),
+        ctl: query_tx.downgrade(),
         counters: counters.clone(),
         stats: stats.clone(),
         started_at,
@@ -592,6 +597,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         .await
         .map_err(|_| SessionError::Internal("aggregator stopped early".into()))?;
     drop(ctl_tx);
+    drop(query_tx);
     let _ = agg.await;
     // Deep captures got their end frames; let their last bytes reach the clients (bounded).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -755,12 +761,7 @@ fn service_handler(
             Box::pin(async move { sn.snapshot().await })
         }),
         reload,
-        admin_gid: Box::new(move || {
-            let g = s2.config().control.group;
-            (!g.is_empty())
-                .then(|| crate::service::peer::group_id(&g))
-                .flatten()
-        }),
+        admin_gid: Box::new(move || s2.admin_gid()),
         admin_group: Box::new(move || s3.config().control.group),
     }
 }
@@ -858,6 +859,9 @@ pub(crate) fn create_output(p: &Path) -> std::io::Result<File> {
 }
 
 /// Attaches the libraries in `found` not attached yet; whether any was (the API table grew).
+/// Attaches the libraries found while running. One that cannot be attached (its process
+/// ended and took the file with it, a file that is not what it looked like, out of fds) is
+/// reported and skipped: a library a process offers must not stop the capture of all others.
 fn attach_new(
     attacher: &mut Attacher,
     ebpf: &mut Ebpf,
@@ -867,8 +871,13 @@ fn attach_new(
     let mut grew = false;
     for lib in found {
         if !attacher.is_attached(&lib) {
-            attach_and_report(attacher, ebpf, &lib, verbose)?;
-            grew = true;
+            match attach_and_report(attacher, ebpf, &lib, verbose) {
+                Ok(()) => grew = true,
+                Err(e) => eprintln!(
+                    "gpuprofd: warning: not attached to \"{}\": {e}; capture goes on without it",
+                    lib.display
+                ),
+            }
         }
     }
     Ok(grew)
@@ -1069,6 +1078,7 @@ impl SymbolResolver for Resolver {
 async fn aggregate(
     mut rx: mpsc::Receiver<Batch>,
     mut ctl: mpsc::Receiver<Ctl>,
+    mut queries: mpsc::Receiver<Ctl>,
     api: ApiTable,
     mut seen: Seen,
     live: bool,
@@ -1084,6 +1094,7 @@ async fn aggregate(
     let mut api_list = api.list().to_vec();
     let mut drops_now = BTreeMap::new();
     let mut next_deep = 0u64;
+    let mut finished = false;
     let mut history = crate::service::live::History::default();
     let mut batches_open = true;
     loop {
@@ -1093,7 +1104,13 @@ async fn aggregate(
                 Some(batch) => seen.apply_batch(&mut agg, &batch),
                 None => batches_open = false,
             },
-            c = ctl.recv() => match c {
+            c = async {
+                tokio::select! {
+                    biased;
+                    c = ctl.recv() => c,
+                    Some(q) = queries.recv() => Some(q),
+                }
+            } => match c {
                 Some(Ctl::Nvml(m)) => {
                     let frame = match m {
                         Some(crate::nvml::Message::Sample(mut s)) => {
@@ -1129,13 +1146,18 @@ async fn aggregate(
                     }
                 }
                 Some(Ctl::DeepStart { req, reply }) => {
-                    let verdict = seen.may_capture(&req.target, req.role);
+                    let verdict = if finished {
+                        Err("the daemon is stopping".to_string())
+                    } else {
+                        seen.may_capture(&req.target, req.role)
+                    };
                     let (target, duration) = (req.target.clone(), req.duration);
-                    let _ = reply.send(verdict.map(|()| {
+                    let _ = reply.send(verdict.map(|start| {
                         next_deep += 1;
                         seen.deep.push(crate::service::deep::DeepCapture::new(
                             next_deep,
                             req,
+                            start,
                             &api_list,
                             drops_now.clone(),
                             hostname(),
@@ -1220,6 +1242,7 @@ async fn aggregate(
                             agg.set_job(tgid, job);
                         }
                     }
+                    finished = true;
                     for d in seen.deep.drain(..) {
                         d.finish("the daemon stopped", &meta.drops);
                     }
@@ -1388,6 +1411,9 @@ impl Seen {
     /// `tgid`'s process was dropped from the model (service mode): its next record, if its pid
     /// is reused, is a new process's.
     fn forget(&mut self, tgid: u32) {
+        for d in &mut self.deep {
+            d.retire(tgid);
+        }
         self.known.remove(&tgid);
         self.ended.remove(&tgid);
         self.owners.remove(&tgid);
@@ -1399,41 +1425,59 @@ impl Seen {
         &self,
         target: &crate::service::deep::Target,
         role: crate::service::ctl::Role,
-    ) -> Result<(), String> {
+    ) -> Result<Option<u64>, String> {
         use crate::service::ctl::Role;
-        use crate::service::deep::Target;
-        const MAX_DEEP: usize = 8;
+        use crate::service::deep::{MAX_DEEP, MAX_DEEP_PER_USER, MAX_DEEP_USERS, Target};
+        let users: Vec<u32> = self
+            .deep
+            .iter()
+            .filter_map(|d| match d.role {
+                Role::User(u) => Some(u),
+                Role::Admin => None,
+            })
+            .collect();
+        let busy = |n: usize| format!("{n} deep captures are running already; wait for one to end");
         if self.deep.len() >= MAX_DEEP {
-            return Err(format!(
-                "{MAX_DEEP} deep captures are running already; wait for one to end"
-            ));
+            return Err(busy(MAX_DEEP));
         }
-        match (target, role) {
-            (Target::Job(_), Role::User(uid)) => Err(format!(
-                "capturing a whole job is for root and members of control.group (a job may hold                  other users' processes; you are uid {uid}); capture one of your processes with                  --pid"
-            )),
-            (Target::Job(_), Role::Admin) => Ok(()),
-            (Target::Pid(p), role) => {
-                if !discovery::process_exists(*p) {
-                    return Err(format!(
-                        "no process with PID {p} is running (check with `ps -p {p}`)"
-                    ));
-                }
-                if let Role::User(uid) = role {
-                    let owner = self
-                        .owners
-                        .get(p)
-                        .copied()
-                        .or_else(|| crate::service::peer::process_uid(*p));
-                    if owner != Some(uid) {
-                        return Err(format!(
-                            "process {p} is not yours (you are uid {uid}); you may capture only                              your own processes"
-                        ));
-                    }
-                }
-                Ok(())
+        if let Role::User(uid) = role {
+            if users.iter().filter(|&&u| u == uid).count() >= MAX_DEEP_PER_USER {
+                return Err(format!(
+                    "you have {MAX_DEEP_PER_USER} deep captures running already; wait for one to end"
+                ));
+            }
+            if users.len() >= MAX_DEEP_USERS {
+                return Err(busy(users.len()));
             }
         }
+        let p = match (target, role) {
+            (Target::Job(_), Role::User(uid)) => {
+                return Err(format!(
+                    "capturing a whole job is for root and members of control.group (a job may \
+                     hold other users' processes; you are uid {uid}); capture one of your \
+                     processes with --pid"
+                ));
+            }
+            (Target::Job(_), Role::Admin) => return Ok(None),
+            (Target::Pid(p), _) => *p,
+        };
+        let gone = || format!("no process with PID {p} is running (check with `ps -p {p}`)");
+        // The process is named by pid and start time: the owner read between two reads of the
+        // start time belongs to that process, not to one that took its pid meanwhile.
+        let start = crate::enrich::process::start_time(p).ok_or_else(gone)?;
+        if let Role::User(uid) = role {
+            let owner = crate::service::peer::process_uid(p);
+            if crate::enrich::process::start_time(p) != Some(start) {
+                return Err(gone());
+            }
+            if owner != Some(uid) {
+                return Err(format!(
+                    "process {p} is not yours (you are uid {uid}); you may capture only your \
+                     own processes"
+                ));
+            }
+        }
+        Ok(Some(start))
     }
 
     /// Known processes that are gone now are marked exited (once each).

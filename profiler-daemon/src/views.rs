@@ -164,7 +164,9 @@ fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
     use crate::service::ctl::{Client, ClientError, Request};
     if a.view == View::Steps || a.format == Format::Html {
         eprintln!(
-            "gpuprofd report --live: steps and the HTML page are found in a capture's records;              take one with `gpuprofd ctl capture --pid PID -o FILE.gpuprof` and report that (the              service's dashboard is at http://127.0.0.1:9400/)"
+            "gpuprofd report --live: steps and the HTML page are found in a capture's records; \
+             take one with `gpuprofd ctl capture --pid PID -o FILE.gpuprof` and report that (the \
+             service's dashboard is at http://127.0.0.1:9400/)"
         );
         return 2;
     }

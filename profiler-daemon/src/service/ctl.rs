@@ -19,7 +19,7 @@
 //! client's. (**) a process's owner may capture it; a job, only admins.
 //!
 //! Admins are root and members of `control.group`; (*) anyone else gets only the processes
-//! whose owner (effective uid when first seen) is their own uid. Who is asking is the kernel's
+//! whose owner (real uid when first seen, or from the kernel's exit record) is their own uid. Who is asking is the kernel's
 //! word (`SO_PEERCRED`/`SO_PEERGROUPS` at connect time), never the client's.
 
 use super::peer::{self, Peer};
@@ -296,13 +296,16 @@ pub fn activated() -> Option<std::io::Result<UnixListener>> {
     if !for_us || n == 0 {
         return None;
     }
-    // SAFETY: the environment says fd 3 is ours, a listening socket systemd passed; nothing
-    // else in this process uses fd 3 (it is taken once, here).
-    unsafe {
-        std::env::remove_var("LISTEN_PID");
-        std::env::remove_var("LISTEN_FDS");
-        std::env::remove_var("LISTEN_FDNAMES");
+    if n > 1 {
+        tracing::warn!(
+            fds = n,
+            "systemd passed more than one socket; the first is the control socket"
+        );
     }
+    // (The variables stay set: the service starts no programs, and changing the environment
+    // while other threads run is not sound.) Not inherited by anything we might start:
+    // SAFETY: fcntl on an fd number; a failure leaves it as it was.
+    unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
     use std::os::fd::FromRawFd;
     // SAFETY: see above; the fd is owned by the listener from here on.
     let std_l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(3) };
@@ -313,32 +316,97 @@ pub fn activated() -> Option<std::io::Result<UnixListener>> {
     )
 }
 
+/// Connections served at once, all users.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Connections one non-root user may hold at once.
+pub const MAX_CONNECTIONS_PER_USER: usize = 8;
+/// A connection with no request for this long is closed (a capture's stream is exempt).
+pub const IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Open connections per uid.
+#[derive(Default)]
+struct Connections(std::sync::Mutex<HashMap<u32, usize>>);
+
+impl Connections {
+    /// Takes a slot for `uid`, or says why not.
+    fn enter(&self, uid: u32) -> Result<(), String> {
+        let mut m = self.0.lock().map_err(|_| "internal error".to_string())?;
+        let total: usize = m.values().sum();
+        let mine = m.get(&uid).copied().unwrap_or(0);
+        if total >= MAX_CONNECTIONS {
+            return Err(format!(
+                "{MAX_CONNECTIONS} connections are open; try again later"
+            ));
+        }
+        if uid != 0 && mine >= MAX_CONNECTIONS_PER_USER {
+            return Err(format!(
+                "you have {MAX_CONNECTIONS_PER_USER} connections open already; close one"
+            ));
+        }
+        *m.entry(uid).or_insert(0) += 1;
+        Ok(())
+    }
+
+    fn leave(&self, uid: u32) {
+        if let Ok(mut m) = self.0.lock()
+            && let Some(n) = m.get_mut(&uid)
+        {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&uid);
+            }
+        }
+    }
+}
+
 /// Accepts connections until the task is dropped; each connection is served on its own task.
 pub async fn serve(listener: UnixListener, handler: Arc<Handler>) {
+    let open = Arc::new(Connections::default());
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of fds or memory: wait instead of spinning on the error.
+                tracing::warn!(error = %e, "control socket: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
+            }
         };
-        let h = handler.clone();
+        let (h, open) = (handler.clone(), open.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, h).await {
+            let peer = match peer::of(&stream) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(error = %e, "control connection without credentials");
+                    return;
+                }
+            };
+            if let Err(why) = open.enter(peer.uid) {
+                let (_, mut wr) = stream.into_split();
+                let _ = write(&mut wr, &Response::err(why)).await;
+                return;
+            }
+            if let Err(e) = connection(stream, &peer, h).await {
                 tracing::debug!(error = %e, "control connection ended");
             }
+            open.leave(peer.uid);
         });
     }
 }
 
-async fn connection(stream: UnixStream, h: Arc<Handler>) -> std::io::Result<()> {
-    let peer = peer::of(&stream)?;
+async fn connection(stream: UnixStream, peer: &Peer, h: Arc<Handler>) -> std::io::Result<()> {
+    let peer = peer.clone();
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = (&mut rd)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await?;
+        let mut limited = (&mut rd).take(MAX_LINE as u64 + 1);
+        let read = limited.read_until(b'\n', &mut line);
+        let Ok(n) = tokio::time::timeout(IDLE, read).await else {
+            return Ok(()); // idle: closed
+        };
+        let n = n?;
         if n == 0 {
             return Ok(());
         }

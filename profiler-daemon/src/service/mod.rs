@@ -23,6 +23,8 @@ pub struct Service {
     /// Whether the file existed at start (else: defaults and flags only).
     pub file_used: bool,
     config: RwLock<Config>,
+    /// `control.group`'s id, resolved when the configuration is (re)loaded.
+    admin_gid: RwLock<Option<u32>>,
     pending_restart: Mutex<Vec<&'static str>>,
     reloads: AtomicU64,
     failed_reloads: AtomicU64,
@@ -47,11 +49,13 @@ impl Service {
         file_used: bool,
         log_reload: LogReload,
     ) -> Service {
+        let gid = admin_gid_of(&config);
         Service {
             source,
             overrides,
             file_used,
             config: RwLock::new(config),
+            admin_gid: RwLock::new(gid),
             pending_restart: Mutex::new(Vec::new()),
             reloads: AtomicU64::new(0),
             failed_reloads: AtomicU64::new(0),
@@ -91,6 +95,9 @@ impl Service {
             ));
         }
         let changed = changed_keys(&old, &next);
+        if let Ok(mut g) = self.admin_gid.write() {
+            *g = admin_gid_of(&next);
+        }
         if let Ok(mut c) = self.config.write() {
             *c = next;
         }
@@ -109,6 +116,11 @@ impl Service {
         Ok(serde_json::json!({ "changed": changed, "pending_restart": pending }))
     }
 
+    /// The id of `control.group` (`None`: no group configured).
+    pub fn admin_gid(&self) -> Option<u32> {
+        self.admin_gid.read().ok().and_then(|g| *g)
+    }
+
     /// The service part of `status`.
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
@@ -120,6 +132,11 @@ impl Service {
             "config": self.config(),
         })
     }
+}
+
+fn admin_gid_of(c: &Config) -> Option<u32> {
+    let g = &c.control.group;
+    (!g.is_empty()).then(|| peer::group_id(g)).flatten()
 }
 
 /// The reloadable keys whose values differ.

@@ -71,16 +71,27 @@ impl Peer {
     }
 }
 
-/// The id of the group called `name`.
+/// The id of the group called `name` (through NSS: may block on a directory service; called
+/// when the configuration is loaded, not per request).
 pub fn group_id(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 64 * 1024];
-    let mut out: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the call; `buf` outlives `grp`'s use below.
-    let rc =
-        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
-    (rc == 0 && !out.is_null()).then_some(grp.gr_gid)
+    // A group with many members needs a large buffer: grow it on ERANGE (up to 16 MiB).
+    let mut size = 64 * 1024;
+    loop {
+        // SAFETY: zeroed is a valid `group` (plain pointers and integers).
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut buf = vec![0 as libc::c_char; size];
+        let mut out: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: all pointers are valid for the call; `buf` outlives the use of `grp`.
+        let rc = unsafe {
+            libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out)
+        };
+        if rc == libc::ERANGE && size < 16 << 20 {
+            size *= 4;
+            continue;
+        }
+        return (rc == 0 && !out.is_null()).then_some(grp.gr_gid);
+    }
 }
 
 /// The owner (real uid, as the kernel's exit record has it) of a running process.

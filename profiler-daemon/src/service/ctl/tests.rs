@@ -249,3 +249,27 @@ async fn over_a_real_socket() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn connections_are_bounded_per_user_and_in_all() {
+    let c = Connections::default();
+    for _ in 0..MAX_CONNECTIONS_PER_USER {
+        c.enter(1000).unwrap();
+    }
+    assert_eq!(
+        c.enter(1000).unwrap_err(),
+        format!("you have {MAX_CONNECTIONS_PER_USER} connections open already; close one")
+    );
+    c.enter(1001).unwrap();
+    c.leave(1000);
+    c.enter(1000).unwrap();
+    // Root is bounded only by the total.
+    let used = MAX_CONNECTIONS_PER_USER + 1;
+    for _ in used..MAX_CONNECTIONS {
+        c.enter(0).unwrap();
+    }
+    assert_eq!(
+        c.enter(0).unwrap_err(),
+        format!("{MAX_CONNECTIONS} connections are open; try again later")
+    );
+}

@@ -36,12 +36,25 @@ pub const INPUT_BOUND_SHARE: f64 = 0.30;
 /// went down from step to step.
 pub const MEMORY_GROWTH_BYTES: u64 = 64 << 20;
 
+/// GPU throttled: a reason that slows the clocks (power or thermal) was in force in at least
+/// this share of NVML's rounds.
+pub const THROTTLED_SHARE: f64 = 0.20;
+/// The throttle reasons that mean the GPU runs slower than it could (not idle, not a clock
+/// setting someone chose).
+const SLOWING_REASONS: [&str; 5] = [
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+];
+
 /// One piece of advice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
     /// `sync_bound`, `launch_bound`, `tiny_copies`, `blocking_copies`, `alloc_churn`,
     /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
-    /// (needs NVML), `records_lost`.
+    /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `records_lost`.
     pub rule: &'static str,
     /// The process it is about (`None`: the capture as a whole).
     pub pid: Option<u32>,
@@ -88,6 +101,7 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
             *g += 1;
         }
     }
+    gpu_advice(r, &mut out);
     let lost: u64 = r.drops.values().sum();
     if lost > 0 {
         out.push(Advice {
@@ -104,6 +118,66 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
         });
     }
     out
+}
+
+/// What NVML says of the GPUs themselves: clocks held back, hardware or driver errors.
+fn gpu_advice(r: &Report, out: &mut Vec<Advice>) {
+    for g in &r.gpus {
+        let gpu = format!("GPU {} ({})", g.index, g.name);
+        let worst = SLOWING_REASONS
+            .iter()
+            .filter_map(|&why| g.throttle_rounds.get(why).map(|&n| (why, n)))
+            .max_by_key(|&(why, n)| (n, std::cmp::Reverse(why)));
+        if let Some((why, n)) = worst
+            && g.samples > 0
+            && n as f64 >= THROTTLED_SHARE * g.samples as f64
+        {
+            out.push(Advice {
+                rule: "gpu_throttled",
+                pid: None,
+                comm: None,
+                evidence: format!(
+                    "{gpu}: clocks held back by {why} in {n} of {} NVML rounds ({:.0} %)",
+                    g.samples,
+                    100.0 * n as f64 / g.samples as f64
+                ),
+                suggestion: "every kernel on this GPU runs slower whatever the code does: check \
+                             cooling, power limits and power supply (`nvidia-smi -q -d \
+                             PERFORMANCE,POWER,TEMPERATURE`) before tuning the program"
+                    .into(),
+            });
+        }
+        if g.xid_count > 0 || g.ecc_uncorrected.is_some_and(|n| n > 0) {
+            let mut what = Vec::new();
+            if g.xid_count > 0 {
+                let codes: Vec<String> = g.xid_errors.iter().map(u64::to_string).collect();
+                what.push(format!(
+                    "{} XID error(s) ({})",
+                    g.xid_count,
+                    if codes.is_empty() {
+                        "codes unknown".into()
+                    } else {
+                        codes.join(", ")
+                    }
+                ));
+            }
+            if let Some(n) = g.ecc_uncorrected.filter(|&n| n > 0) {
+                what.push(format!(
+                    "{n} uncorrected ECC error(s) since the driver loaded"
+                ));
+            }
+            out.push(Advice {
+                rule: "gpu_errors",
+                pid: None,
+                comm: None,
+                evidence: format!("{gpu}: {}", what.join("; ")),
+                suggestion: "hardware or driver faults, not a tuning matter: look the XID codes up \
+                             in NVIDIA's XID catalogue and the kernel log (`dmesg`); 48/63/64/94/95 \
+                             are memory errors, 79 a GPU off the bus; drain the node if they repeat"
+                    .into(),
+            });
+        }
+    }
 }
 
 fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {

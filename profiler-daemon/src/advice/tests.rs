@@ -257,3 +257,40 @@ fn input_bound_and_memory_growth_from_steps() {
     let few = [steps_of(5, &[(10, 9, 0), (10, 9, 500 * MB)])];
     assert_eq!(advise(&r, &few), vec![]);
 }
+
+#[test]
+fn throttled_and_failing_gpus() {
+    let mut r = report(vec![balanced()], 0);
+    let gpu = |index: u32, throttle: Value, xids: Value, xid_count: u64, ecc: u64| {
+        json!({"index": index, "name": "H100", "uuid": format!("GPU-{index}"), "samples": 50,
+               "gpu_util_avg": 90.0, "gpu_util_max": 99, "mem_util_avg": 30.0,
+               "memory_used_max_bytes": 1, "memory_total_bytes": 2, "sm_clock_avg_mhz": 1400.0,
+               "power_avg_w": 700.0, "temp_max_c": 88, "unprofiled_pids": [],
+               "throttle_rounds": throttle, "ecc_corrected": 0, "ecc_uncorrected": ecc,
+               "xid_errors": xids, "xid_count": xid_count})
+    };
+    r.gpus = serde_json::from_value(json!([
+        // Power cap 9 rounds (18 %: under the bar), thermal 30 (60 %): the thermal one counts;
+        // idle rounds never do.
+        gpu(
+            0,
+            json!({"sw_power_cap": 9, "hw_thermal_slowdown": 30, "gpu_idle": 50}),
+            json!([]),
+            0,
+            0
+        ),
+        // Not throttled; two XIDs and uncorrected ECC errors.
+        gpu(1, json!({"gpu_idle": 40}), json!([79, 48]), 2, 3),
+    ]))
+    .unwrap();
+    assert_eq!(rules(&r), [("gpu_throttled", None), ("gpu_errors", None)]);
+    let a = advise_(&r);
+    assert_eq!(
+        a[0].evidence,
+        "GPU 0 (H100): clocks held back by hw_thermal_slowdown in 30 of 50 NVML rounds (60 %)"
+    );
+    assert_eq!(
+        a[1].evidence,
+        "GPU 1 (H100): 2 XID error(s) (79, 48); 3 uncorrected ECC error(s) since the driver loaded"
+    );
+}

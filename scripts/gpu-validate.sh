@@ -19,6 +19,8 @@
 #   coverage     under gpuprofd --all-jobs, each workload with torch.profiler counting:
 #                torch_cnn eager / amp / compile, cublas_gemm, torch_graphs, cupy_raw, jax_jit
 #   live         a training loop started before gpuprofd, attached with --pid after warm-up
+#   service      gpuprofd serve; the same loop captured after warm-up through the control socket
+#                (gpuprofd ctl capture --pid), its file compared like live
 #   attribution  two jobs at once in different cgroups, each job's totals against its own count
 #   overhead     median step time with no profiler / gpuprofd / torch.profiler
 #                (launch-bound and compute-bound loops)
@@ -35,7 +37,7 @@ STEPS=20
 ONLY=""
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live attribution overhead nvml"
+ALL_STEPS="doctor procaddr coverage live service attribution overhead nvml"
 
 usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -268,6 +270,56 @@ if wanted live; then
             kill "$WPID" 2>/dev/null || true
             record live live "" "" "the workload never reached its hold point: see runs/live.workload.err"
         fi
+    fi
+fi
+
+# ---- service mode ----------------------------------------------------------------------------
+if wanted service; then
+    echo "gpu-validate: service (gpuprofd serve, a deep capture through the control socket)"
+    if ! have_py_mod torch; then
+        record service live "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked service live
+    else
+        cfg="$OUT/runs/service.toml"
+        sock="$OUT/runs/service.sock"
+        res="$OUT/runs/service.result.json"
+        cap="$OUT/runs/service.gpuprof"
+        printf '[metrics]\nlisten = "127.0.0.1:19400"\n[control]\nsocket = "%s"\n' "$sock" >"$cfg"
+        "$BIN" serve --config "$cfg" \
+            >"$OUT/runs/service.gpuprofd.out" 2>"$OUT/runs/service.gpuprofd.err" &
+        SPID=$!
+        if wait_line "$OUT/runs/service.gpuprofd.err" "gpuprofd: ready" 120; then
+            "$PY" "$WL/torch_cnn.py" --mode eager --hold --profile --out "$res" --steps "$STEPS" \
+                >"$OUT/runs/service.workload.out" 2>"$OUT/runs/service.workload.err" &
+            WPID=$!
+            if wait_line "$OUT/runs/service.workload.out" "^held " 300; then
+                "$BIN" ctl --socket "$sock" capture --pid "$WPID" --duration 1h -o "$cap" \
+                    2>"$OUT/runs/service.ctl.err" &
+                CPID=$!
+                wait_line "$OUT/runs/service.ctl.err" "capturing" 30 || true
+                kill -USR1 "$WPID"
+                wait "$WPID" || true
+                # The capture ends with the process; the service keeps running.
+                wait "$CPID" || true
+                "$BIN" ctl --socket "$sock" snapshot >"$OUT/runs/service.snapshot.json" \
+                    2>>"$OUT/runs/service.ctl.err" || true
+                curl -s "http://127.0.0.1:19400/metrics" >"$OUT/runs/service.metrics.txt" 2>/dev/null || true
+                if "$BIN" report "$cap" --format json -o "$OUT/runs/service.report.json" \
+                    2>>"$OUT/runs/service.ctl.err"; then
+                    record service live "" "$OUT/runs/service.report.json" "" "$res"
+                else
+                    record service live "" "" "the deep capture does not read back: see runs/service.ctl.err"
+                fi
+            else
+                kill "$WPID" 2>/dev/null || true
+                record service live "" "" "the workload never reached its hold point: see runs/service.workload.err"
+            fi
+        else
+            record service live "" "" "gpuprofd serve did not become ready: see runs/service.gpuprofd.err"
+        fi
+        kill -TERM "$SPID" 2>/dev/null || true
+        wait "$SPID" 2>/dev/null || true
     fi
 fi
 

@@ -39,6 +39,7 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
         "procaddr",
         "coverage",
         "live",
+        "service",
         "attribution",
         "overhead",
         "nvml",

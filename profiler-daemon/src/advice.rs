@@ -19,6 +19,10 @@ pub const LAUNCH_BOUND_RATE: f64 = 10_000.0;
 pub const TINY_COPY_CALLS: u64 = 1_000;
 /// ...averaging fewer bytes than this.
 pub const TINY_COPY_BYTES: u64 = 64 << 10;
+/// Pageable copies: at least this many host↔device copies from or to pageable memory...
+pub const PAGEABLE_COPY_CALLS: u64 = 100;
+/// ...carrying at least this share of the process's host↔device bytes.
+pub const PAGEABLE_COPY_SHARE: f64 = 0.50;
 /// Blocking copies: CPU time blocked in synchronous copies, as a share of the capture.
 pub const BLOCKING_COPY_SHARE: f64 = 0.10;
 /// Allocation churn: device allocations per second of capture.
@@ -52,7 +56,8 @@ const SLOWING_REASONS: [&str; 5] = [
 /// One piece of advice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
-    /// `sync_bound`, `launch_bound`, `tiny_copies`, `blocking_copies`, `alloc_churn`,
+    /// `sync_bound`, `launch_bound`, `tiny_copies`, `pageable_copies`, `blocking_copies`,
+    /// `alloc_churn`,
     /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
     /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `records_lost`.
     pub rule: &'static str,
@@ -248,6 +253,32 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
                  larger copies (one staging buffer per step), or keep the data on the GPU",
             );
         }
+    }
+
+    let host = p
+        .copies
+        .iter()
+        .filter(|c| c.direction == "h2d" || c.direction == "d2h");
+    let (host_bytes, pageable_calls, pageable_bytes) = host
+        .fold((0u64, 0u64, 0u64), |(b, pc, pb), c| {
+            (b + c.bytes, pc + c.pageable_calls, pb + c.pageable_bytes)
+        });
+    if pageable_calls >= PAGEABLE_COPY_CALLS
+        && host_bytes > 0
+        && pageable_bytes as f64 >= PAGEABLE_COPY_SHARE * host_bytes as f64
+    {
+        push(
+            "pageable_copies",
+            format!(
+                "{pageable_calls} host↔device copies moved {} of {} through pageable host memory \
+                 (not in any pinned buffer the process allocated while watched)",
+                fmt::bytes(pageable_bytes),
+                fmt::bytes(host_bytes)
+            ),
+            "pageable copies are staged through a driver buffer, run slower and cannot overlap \
+             with kernels: allocate the host buffers pinned (cudaMallocHost / cudaHostAlloc, \
+             `pin_memory=True` in PyTorch's DataLoader and `tensor.pin_memory()`)",
+        );
     }
 
     let sync_copy_ns: u64 = p

@@ -24,6 +24,8 @@ pub enum View {
     Memory,
     Processes,
     Jobs,
+    /// Per stream of each process: launches, copies, bytes, share of the process's launches.
+    Streams,
     /// What the figures suggest trying, with the evidence (also at the end of the summary).
     Advice,
     /// Training steps found per process (see `steps` for the method): step time, launches,
@@ -411,6 +413,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("direction", "DIR", false),
             ("calls", "CALLS", true),
             ("async_calls", "ASYNC", true),
+            ("pageable_calls", "PAGEABLE", true),
             ("bytes", "BYTES", true),
             ("blocked_ns", "BLOCKED ms", true),
             ("bandwidth_bps", "BW (sync)", true),
@@ -434,6 +437,14 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("blocked_ns", "BLOCKED ms", true),
             ("peak_bytes", "PEAK MEM", true),
             ("exited", "EXITED", false),
+        ],
+        View::Streams => &[
+            ("pid", "PID", true),
+            ("stream", "STREAM", false),
+            ("launches", "LAUNCHES", true),
+            ("share", "SHARE", true),
+            ("copies", "COPIES", true),
+            ("copy_bytes", "COPIED", true),
         ],
         View::Jobs => &[
             ("kind", "KIND", false),
@@ -636,6 +647,8 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             ("async_calls", json!(c.async_calls)),
                             ("bytes", json!(c.bytes)),
                             ("blocked_ns", json!(c.blocked_ns)),
+                            ("pageable_calls", json!(c.pageable_calls)),
+                            ("pageable_bytes", json!(c.pageable_bytes)),
                             (
                                 "bandwidth_bps",
                                 bw.map_or(Value::Null, |b| json!(b.round())),
@@ -690,6 +703,36 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                         ("exited", json!(p.exited)),
                     ],
                 });
+            }
+        }
+        View::Streams => {
+            for p in &r.processes {
+                for s in &p.streams {
+                    out.push(Row {
+                        tgid: Some(p.tgid),
+                        job: job_label(p),
+                        name: s.stream.clone(),
+                        calls: s.launches,
+                        bytes: s.copy_bytes,
+                        blocked_ns: 0,
+                        cols: vec![
+                            ("pid", json!(p.tgid)),
+                            ("stream", json!(s.stream)),
+                            ("launches", json!(s.launches)),
+                            (
+                                "share",
+                                json!(if p.launches > 0 {
+                                    ((s.launches as f64 / p.launches as f64) * 1000.0).round()
+                                        / 1000.0
+                                } else {
+                                    0.0
+                                }),
+                            ),
+                            ("copies", json!(s.copies)),
+                            ("copy_bytes", json!(s.copy_bytes)),
+                        ],
+                    });
+                }
             }
         }
         View::Jobs => {

@@ -303,6 +303,24 @@ static int cmd_rt_memcpy(int async, int pt, int argc, char **argv) {
     return 0;
 }
 
+/* rt_memcpy_pinned DIR BYTES COUNT: cudaMemcpy whose host side is the last rt_malloc_host
+ * buffer (h2d: from it; d2h: into it) */
+static int cmd_rt_memcpy_pinned(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 3) return FAIL("usage: DIR BYTES COUNT");
+    int kind = dir_of(argv[0]);
+    size_t n = (size_t)atol(argv[1]);
+    if (kind != 1 && kind != 2) return FAIL("direction must be h2d or d2h");
+    if (!rt_other.n) return FAIL("no pinned buffer: rt_malloc_host first");
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    void *h = rt_other.p[rt_other.n - 1];
+    for (long i = 0, c = atol(argv[2]); i < c; i++) {
+        cudaError_t e = kind == 1 ? R.cudaMemcpy(g_dst, h, n, kind) : R.cudaMemcpy(h, g_src, n, kind);
+        if (e) return FAIL("copy %ld returned %d", i, e);
+    }
+    return 0;
+}
+
 static int cmd_drv_memcpy(int async, int pt, int argc, char **argv) {
     if (need_drv()) return -1;
     if (argc != 3 + async) return FAIL(async ? "usage: DIR BYTES COUNT STREAM" : "usage: DIR BYTES COUNT");
@@ -676,6 +694,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "drv_launch_kfunc")) return cmd_drv_launch(DV_KFUNC, argc, argv);
     if (!strcmp(c, "rt_memcpy")) return cmd_rt_memcpy(0, 0, argc, argv);
     if (!strcmp(c, "rt_memcpy_ptds")) return cmd_rt_memcpy(0, 1, argc, argv);
+    if (!strcmp(c, "rt_memcpy_pinned")) return cmd_rt_memcpy_pinned(argc, argv);
     if (!strcmp(c, "rt_memcpy_async")) return cmd_rt_memcpy(1, 0, argc, argv);
     if (!strcmp(c, "rt_memcpy_async_ptsz")) return cmd_rt_memcpy(1, 1, argc, argv);
     if (!strcmp(c, "drv_memcpy")) return cmd_drv_memcpy(0, 0, argc, argv);

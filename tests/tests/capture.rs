@@ -140,6 +140,59 @@ fn driver_launches_every_variant_with_names() {
 }
 
 #[test]
+fn copies_from_pinned_and_pageable_memory_are_told_apart() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "rt_malloc_host 65536 1",
+        "rt_memcpy_pinned h2d 4096 3",
+        "rt_memcpy h2d 4096 2",
+        "rt_memcpy_pinned d2h 1024 1",
+        "rt_memcpy d2h 512 4",
+        "rt_memcpy d2d 64 1",
+        "rt_launch gemm 3 1 1 1 32 1 1 0 0",
+        "rt_launch gemm 2 1 1 1 32 1 1 0 1",
+    ]);
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    let p = process(&r, tgid);
+    // Per stream: the synchronous copies and 3 launches on the default stream, 2 launches on
+    // the workload's stream 1 (its handle is the fake runtime's).
+    let streams: Vec<(String, u64, u64, u64)> = p["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["stream"].as_str().unwrap().to_owned(),
+                s["launches"].as_u64().unwrap(),
+                s["copies"].as_u64().unwrap(),
+                s["copy_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(streams.len(), 2, "{streams:?}");
+    assert_eq!(
+        streams[0],
+        ("default".to_owned(), 3, 11, 5 * 4096 + 1024 + 4 * 512 + 64)
+    );
+    assert!(streams[1].0.starts_with("0x"), "{streams:?}");
+    assert_eq!((streams[1].1, streams[1].2, streams[1].3), (2, 0, 0));
+    let c = |dir: &str| {
+        let e = copies(p, dir).unwrap_or_else(|| panic!("no {dir} copies"));
+        (
+            e["calls"].as_u64().unwrap(),
+            e["pageable_calls"].as_u64().unwrap(),
+            e["pageable_bytes"].as_u64().unwrap(),
+        )
+    };
+    // The host side of the plain copies is the workload's static scratch buffer: pageable.
+    assert_eq!(c("h2d"), (5, 2, 8192));
+    assert_eq!(c("d2h"), (5, 4, 2048));
+    assert_eq!(c("d2d"), (1, 0, 0), "no host side");
+}
+
+#[test]
 fn copies_in_every_direction_sync_and_async() {
     let d = Daemon::all_jobs();
     let mut w = Workload::start();

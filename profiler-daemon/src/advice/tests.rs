@@ -294,3 +294,23 @@ fn throttled_and_failing_gpus() {
         "GPU 1 (H100): 2 XID error(s) (79, 48); 3 uncorrected ECC error(s) since the driver loaded"
     );
 }
+
+#[test]
+fn pageable_copies() {
+    // The balanced process's 500 h2d copies (500 MiB), all from pageable memory: advice.
+    let mut r = report(vec![balanced()], 0);
+    r.processes[0].copies[0].pageable_calls = 500;
+    r.processes[0].copies[0].pageable_bytes = 500 << 20;
+    assert_eq!(rules(&r), [("pageable_copies", Some(1))]);
+    assert_eq!(
+        advise_(&r)[0].evidence,
+        "500 host↔device copies moved 500.0 MiB of 500.0 MiB through pageable host memory (not \
+         in any pinned buffer the process allocated while watched)"
+    );
+    // 40 % of the bytes: under the bar; and 99 calls are too few whatever their share.
+    r.processes[0].copies[0].pageable_bytes = 200 << 20;
+    assert_eq!(rules(&r), []);
+    r.processes[0].copies[0].pageable_bytes = 500 << 20;
+    r.processes[0].copies[0].pageable_calls = 99;
+    assert_eq!(rules(&r), []);
+}

@@ -41,6 +41,9 @@ pub struct MemTracker {
     pub by_kind: [KindTotals; 6],
     live: FastMap<u64, (u64, u32)>,
     vmm: FastMap<u64, u64>,
+    /// Live pinned and managed host allocations by start: end (exclusive). Copies whose host
+    /// side falls in none of them used pageable memory.
+    host: std::collections::BTreeMap<u64, u64>,
     cap: usize,
 }
 
@@ -57,8 +60,18 @@ impl MemTracker {
             by_kind: [KindTotals::default(); 6],
             live: FastMap::default(),
             vmm: FastMap::default(),
+            host: Default::default(),
             cap,
         }
+    }
+
+    /// Whether `addr` lies in a live pinned (or managed) host allocation this process made
+    /// while it was watched.
+    pub fn is_pinned(&self, addr: u64) -> bool {
+        self.host
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(_, &end)| addr < end)
     }
 
     /// Allocations tracked live now (pointers and VMM handles).
@@ -78,6 +91,7 @@ impl MemTracker {
                 self.frees += 1;
                 if !failed_call && let Some((bytes, _)) = self.live.remove(&m.ptr) {
                     self.live_bytes -= bytes;
+                    self.host.remove(&m.ptr);
                 }
             }
             memop::VMM_RELEASE => {
@@ -116,6 +130,7 @@ impl MemTracker {
         };
         if let Some(b) = old {
             self.live_bytes -= b;
+            self.host.remove(&ptr);
         }
         if self.tracked() >= self.cap {
             self.untracked += 1;
@@ -125,6 +140,9 @@ impl MemTracker {
             self.vmm.insert(ptr, bytes);
         } else {
             self.live.insert(ptr, (bytes, kind));
+            if kind == memkind::HOST_PINNED || kind == memkind::MANAGED {
+                self.host.insert(ptr, ptr.saturating_add(bytes));
+            }
         }
         self.live_bytes += bytes;
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);

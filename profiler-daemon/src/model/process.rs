@@ -48,6 +48,10 @@ pub struct CopyStat {
     pub async_calls: u64,
     /// CPU time inside the calls that had a return probe.
     pub blocked_ns: u64,
+    /// Host↔device copies whose host side was in no pinned region the process allocated
+    /// while watched (pageable: staged through a driver buffer).
+    pub pageable_calls: u64,
+    pub pageable_bytes: u64,
 }
 
 /// Calls of one hooked API.
@@ -57,6 +61,19 @@ pub struct ApiStat {
     /// Durations of the calls that had a return probe.
     pub durations: Histogram,
 }
+
+/// What went onto one stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStat {
+    pub launches: u64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+}
+
+/// Streams tracked per process; work on further streams is summed under [`OTHER_STREAMS`].
+pub const MAX_STREAMS: usize = 1024;
+/// The key that gathers the streams beyond [`MAX_STREAMS`].
+pub const OTHER_STREAMS: u64 = u64::MAX;
 
 /// Everything known about one process.
 #[derive(Clone, Debug)]
@@ -76,6 +93,8 @@ pub struct ProcState {
     pub prev_launches: u64,
     /// NVML's figures for the process.
     pub gpu: super::gpu::ProcGpu,
+    /// Launches and copies per stream handle (0: the legacy default stream).
+    pub streams: FastMap<u64, StreamStat>,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -97,6 +116,7 @@ impl ProcState {
             names: NameTable::new(),
             prev_launches: 0,
             gpu: Default::default(),
+            streams: FastMap::default(),
         }
     }
 
@@ -114,9 +134,21 @@ impl ProcState {
         }
     }
 
+    /// The stream's counters (bounded: see [`MAX_STREAMS`]).
+    #[inline]
+    fn stream(&mut self, handle: u64) -> &mut StreamStat {
+        let key = if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&handle) {
+            OTHER_STREAMS
+        } else {
+            handle
+        };
+        self.streams.entry(key).or_default()
+    }
+
     #[inline]
     pub fn launch(&mut self, api: u32, l: &LaunchBody) {
         self.launches += 1;
+        self.stream(l.stream).launches += 1;
         let key = LaunchKey {
             api,
             func: l.func,
@@ -144,13 +176,33 @@ impl ProcState {
         let s = &mut self.copies[d as usize];
         s.calls += 1;
         let dur = measured(c.flags, c.dur_ns);
-        if dur.is_none() || c.ret == 0 {
+        let copied = dur.is_none() || c.ret == 0;
+        if copied {
             s.bytes = s.bytes.saturating_add(c.bytes);
         }
+        let st = self.stream(c.stream);
+        st.copies += 1;
+        if copied {
+            st.copy_bytes = st.copy_bytes.saturating_add(c.bytes);
+        }
+        let s = &mut self.copies[d as usize];
         if c.flags & flags::ASYNC != 0 {
             s.async_calls += 1;
         }
         s.blocked_ns = s.blocked_ns.saturating_add(dur.unwrap_or(0));
+        let host = match d {
+            dir::H2D => Some(c.src),
+            dir::D2H => Some(c.dst),
+            _ => None,
+        };
+        if let Some(h) = host
+            && !self.mem.is_pinned(h)
+        {
+            s.pageable_calls += 1;
+            if copied {
+                s.pageable_bytes = s.pageable_bytes.saturating_add(c.bytes);
+            }
+        }
     }
 
     #[inline]

@@ -137,6 +137,26 @@ fn kernels(
     (out, unnamed)
 }
 
+fn streams(p: &ProcState) -> Vec<crate::output::StreamReport> {
+    let mut v: Vec<(u64, &super::process::StreamStat)> =
+        p.streams.iter().map(|(&h, s)| (h, s)).collect();
+    v.sort_by(|a, b| b.1.launches.cmp(&a.1.launches).then(a.0.cmp(&b.0)));
+    v.into_iter()
+        .map(|(h, s)| crate::output::StreamReport {
+            stream: match h {
+                0 => "default".into(),
+                1 => "legacy".into(),
+                2 => "per-thread".into(),
+                super::process::OTHER_STREAMS => "other".into(),
+                h => format!("0x{h:x}"),
+            },
+            launches: s.launches,
+            copies: s.copies,
+            copy_bytes: s.copy_bytes,
+        })
+        .collect()
+}
+
 fn copies(p: &ProcState) -> Vec<CopyReport> {
     DIRECTION_ORDER
         .iter()
@@ -148,6 +168,8 @@ fn copies(p: &ProcState) -> Vec<CopyReport> {
                 bytes: c.bytes,
                 async_calls: c.async_calls,
                 blocked_ns: c.blocked_ns,
+                pageable_calls: c.pageable_calls,
+                pageable_bytes: c.pageable_bytes,
             })
         })
         .collect()
@@ -219,6 +241,7 @@ pub(super) fn process(
         unnamed_launches,
         kernels,
         copies: copies(p),
+        streams: streams(p),
         api: apis(p, api),
         graphs: GraphReport {
             launches: p.graph_launches,

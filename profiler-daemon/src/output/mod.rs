@@ -149,6 +149,21 @@ pub struct ProcessReport {
     /// What NVML reported for the process (`null` without NVML or when NVML never listed it).
     #[serde(default)]
     pub gpu: Option<ProcessGpuReport>,
+    /// Launches and copies per stream, most launches first.
+    #[serde(default)]
+    pub streams: Vec<StreamReport>,
+}
+
+/// What a process put on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// `default` (handle 0, the legacy default stream), `legacy` (cudaStreamLegacy),
+    /// `per-thread` (cudaStreamPerThread), `other` (streams beyond the 1,024 tracked per
+    /// process, summed), else the handle in hex.
+    pub stream: String,
+    pub launches: u64,
+    pub copies: u64,
+    pub copy_bytes: u64,
 }
 
 /// Launches of one kernel with one configuration through one API.
@@ -179,6 +194,13 @@ pub struct CopyReport {
     pub async_calls: u64,
     /// CPU time inside the copy calls (synchronous copies block until the copy ends).
     pub blocked_ns: u64,
+    /// Host-to-device / device-to-host copies whose host memory was pageable: not in any
+    /// pinned (or managed) allocation the process made while gpuprofd watched it. A buffer
+    /// pinned before gpuprofd attached counts as pageable.
+    #[serde(default)]
+    pub pageable_calls: u64,
+    #[serde(default)]
+    pub pageable_bytes: u64,
 }
 
 /// Calls of one hooked API. Durations come only from calls with a return probe; for the others

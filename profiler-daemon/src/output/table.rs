@@ -369,6 +369,8 @@ mod tests {
                     bytes: 52_428_800,
                     async_calls: 0,
                     blocked_ns: 12_345_678,
+                    pageable_calls: 50,
+                    pageable_bytes: 52_428_800,
                 },
                 CopyReport {
                     direction: "d2h".into(),
@@ -376,6 +378,8 @@ mod tests {
                     bytes: 512,
                     async_calls: 2,
                     blocked_ns: 0,
+                    pageable_calls: 0,
+                    pageable_bytes: 0,
                 },
             ],
             api: vec![
@@ -415,6 +419,7 @@ mod tests {
                 },
             },
             gpu: None,
+            streams: Vec::new(),
         };
         Report {
             schema: SCHEMA.into(),

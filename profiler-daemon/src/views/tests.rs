@@ -40,7 +40,10 @@ fn report() -> Report {
                  "blocked_ns": 1_000}],
              "api": [{"name": "cudaStreamSynchronize", "calls": 10, "blocked_ns": 2_000_000,
                       "p50_ns": 150_000, "p99_ns": 400_000, "max_ns": 410_000}],
-             "graphs": {"launches": 0}, "allocations": alloc(1_048_576)},
+             "graphs": {"launches": 0}, "allocations": alloc(1_048_576),
+             "streams": [
+                {"stream": "0x7f00", "launches": 240, "copies": 3, "copy_bytes": 3_145_728u64},
+                {"stream": "default", "launches": 60, "copies": 0, "copy_bytes": 0}]},
             {"tgid": 200, "comm": "server", "cmdline": "server", "exited": true,
              "job": {"kind": "docker", "id": "abc", "name": "web", "cgroup": "/docker/abc"},
              "launches": 100, "unnamed_launches": 0,
@@ -158,9 +161,9 @@ fn memcpy_bandwidth_only_for_blocking_copies() {
     );
     assert_eq!(
         show(&["--view", "memcpy"]).unwrap(),
-        "PID  DIR  CALLS  ASYNC    BYTES  BLOCKED ms  BW (sync)\n\
-         100  h2d      2      0  2.0 MiB       1.000  2.0 GiB/s\n\
-         100  d2h      1      1  1.0 MiB       0.001          -\n"
+        "PID  DIR  CALLS  ASYNC  PAGEABLE    BYTES  BLOCKED ms  BW (sync)\n\
+         100  h2d      2      0         0  2.0 MiB       1.000  2.0 GiB/s\n\
+         100  d2h      1      1         0  1.0 MiB       0.001          -\n"
     );
 }
 
@@ -287,5 +290,31 @@ fn steps_view_medians_and_series() {
     assert_eq!(
         a(&["--job", "4242", "--format", "csv", "--select", "pid"]),
         "pid\n100\n"
+    );
+}
+
+#[test]
+fn streams_per_process() {
+    assert_eq!(
+        show(&["--view", "streams"]).unwrap(),
+        "PID  STREAM   LAUNCHES  SHARE  COPIES   COPIED\n\
+         100  0x7f00        240  80.0%       3  3.0 MiB\n\
+         100  default        60  20.0%       0      0 B\n"
+    );
+    let j = show(&[
+        "--view",
+        "streams",
+        "--order-by",
+        "bytes",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ])
+    .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&j).unwrap(),
+        json!([{"pid": 100, "stream": "0x7f00", "launches": 240, "share": 0.8, "copies": 3,
+                "copy_bytes": 3_145_728u64}])
     );
 }

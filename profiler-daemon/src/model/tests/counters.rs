@@ -20,10 +20,14 @@ fn copies_per_direction() {
     assert_eq!(
         v["copies"],
         json!([
-            {"direction": "h2d", "calls": 3, "bytes": 2_097_152, "async_calls": 0, "blocked_ns": 307},
-            {"direction": "d2h", "calls": 2, "bytes": 4608, "async_calls": 1, "blocked_ns": 50},
-            {"direction": "peer", "calls": 1, "bytes": 64, "async_calls": 0, "blocked_ns": 3},
-            {"direction": "unknown", "calls": 1, "bytes": 8, "async_calls": 0, "blocked_ns": 1},
+            {"direction": "h2d", "calls": 3, "bytes": 2_097_152, "async_calls": 0, "blocked_ns": 307,
+             "pageable_calls": 3, "pageable_bytes": 2_097_152},
+            {"direction": "d2h", "calls": 2, "bytes": 4608, "async_calls": 1, "blocked_ns": 50,
+             "pageable_calls": 2, "pageable_bytes": 4608},
+            {"direction": "peer", "calls": 1, "bytes": 64, "async_calls": 0, "blocked_ns": 3,
+             "pageable_calls": 0, "pageable_bytes": 0},
+            {"direction": "unknown", "calls": 1, "bytes": 8, "async_calls": 0, "blocked_ns": 1,
+             "pageable_calls": 0, "pageable_bytes": 0},
         ])
     );
     assert_eq!(
@@ -408,4 +412,94 @@ fn the_service_forgets_processes_that_ended_long_enough_ago() {
         .collect();
     assert_eq!(got, [(8, 1, false), (9, 1, false)]);
     assert_eq!(a.processes_held(), 2);
+}
+
+#[test]
+fn copies_from_pinned_memory_are_not_pageable() {
+    let mut a = agg();
+    let base = 0x7000_0000u64;
+    let c = |dir_, src: u64, dst: u64| {
+        let mut e = copy(MEMCPY, dir_, 4096, 0, 0, 0);
+        if let Event::Copy(_, b) = &mut e {
+            b.src = src;
+            b.dst = dst;
+        }
+        e
+    };
+    let events = [
+        // 1 MiB pinned at `base` (cudaMallocHost), a managed buffer after it.
+        mem(
+            MALLOC_HOST,
+            memop::ALLOC,
+            base,
+            1 << 20,
+            memkind::HOST_PINNED,
+            0,
+        ),
+        mem(
+            MALLOC,
+            memop::ALLOC,
+            0x9000_0000,
+            1 << 16,
+            memkind::MANAGED,
+            0,
+        ),
+        c(dir::H2D, base, 0xd000), // start of the pinned buffer
+        c(dir::H2D, base + (1 << 20) - 1, 0xd000), // its last byte
+        c(dir::D2H, 0xd000, 0x9000_0100), // into managed memory
+        c(dir::H2D, base + (1 << 20), 0xd000), // one past its end: pageable
+        c(dir::D2H, 0xd000, 0x1234), // a stack or heap buffer: pageable
+        // Freed: the same address is pageable from now on.
+        mem(FREE, memop::FREE, base, 0, memkind::HOST_PINNED, 0),
+        c(dir::H2D, base, 0xd000),
+    ];
+    let v = only(&mut a, &events);
+    let got: Vec<(String, u64, u64)> = v["copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["direction"].as_str().unwrap().to_owned(),
+                c["calls"].as_u64().unwrap(),
+                c["pageable_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [("h2d".into(), 4, 2), ("d2h".into(), 2, 1)]);
+}
+
+#[test]
+fn work_per_stream_bounded() {
+    let mut a = agg();
+    let mut events = vec![
+        launch(100, LAUNCH_RT, 0x1, 1, 0x55),
+        launch(100, LAUNCH_RT, 0x1, 1, 0x55),
+        launch(100, LAUNCH_RT, 0x1, 1, 0),
+        launch(100, LAUNCH_RT, 0x1, 1, 2),
+    ];
+    let mut c = copy(MEMCPY_ASYNC, dir::H2D, 4096, flags::ASYNC, 0, 0);
+    if let Event::Copy(_, b) = &mut c {
+        b.stream = 0x55;
+    }
+    events.push(c);
+    let v = only(&mut a, &events);
+    assert_eq!(
+        v["streams"],
+        json!([
+            {"stream": "0x55", "launches": 2, "copies": 1, "copy_bytes": 4096},
+            {"stream": "default", "launches": 1, "copies": 0, "copy_bytes": 0},
+            {"stream": "per-thread", "launches": 1, "copies": 0, "copy_bytes": 0},
+        ])
+    );
+    // Beyond MAX_STREAMS distinct streams, the rest is summed under "other".
+    let mut b = agg();
+    let many: Vec<Event> = (0..process::MAX_STREAMS as u64 + 10)
+        .map(|s| launch(100, LAUNCH_RT, 0x1, 1, 0x1000 + s))
+        .collect();
+    let v = only(&mut b, &many);
+    let streams = v["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), process::MAX_STREAMS + 1);
+    let other = streams.iter().find(|s| s["stream"] == "other").unwrap();
+    assert_eq!(other["launches"], 10);
 }

@@ -75,6 +75,13 @@ if [ -n "$TEST_TOOLS" ] && [ ! -x "$TEST_TOOLS_DIR/usr/bin/promtool" ]; then
   rm -rf "$tmp"
 fi
 
+# the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly
+CARGO_FUZZ_VERSION=0.13.2
+if [ -n "$TEST_TOOLS" ] && ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  log "building cargo-fuzz $CARGO_FUZZ_VERSION (a minute or two, once)"
+  cargo install --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+
 have_linker=""
 if command -v bpf-linker >/dev/null 2>&1; then
   have_linker=$(bpf-linker --version 2>/dev/null | awk '{print $2}')

@@ -286,7 +286,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("\"{s}\": the duration must be positive"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    // Found by the fuzzer: a 34-digit number of seconds overflows Duration (a panic, and the
+    // control socket passes durations from any local user).
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("\"{s}\": too long"))
 }
 
 fn init_logging(verbose: bool) {
@@ -807,6 +809,12 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("ten").unwrap_err().contains("\"ten\""));
         assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        // fuzz/corpus/procfs/regression-duration-overflow: once a panic.
+        assert_eq!(
+            parse_duration("2777777777777777777777777777777777"),
+            Err("\"2777777777777777777777777777777777\": too long".into())
+        );
+        assert!(parse_duration("99999999999999999999999h").is_err());
     }
 
     #[test]

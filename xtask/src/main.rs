@@ -38,6 +38,15 @@ enum Cmd {
     /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, config.toml, install.sh, README.md) and
     /// the same as a .tar.gz beside it.
     Dist,
+    /// Run every fuzz target (fuzz/, cargo-fuzz on nightly) for SECONDS each, from the seeds in
+    /// fuzz/corpus; a crash fails it and leaves its input in fuzz/artifacts/TARGET/.
+    Fuzz {
+        #[arg(long, default_value_t = 20)]
+        seconds: u32,
+        /// Only these targets.
+        #[arg(long = "target")]
+        targets: Vec<String>,
+    },
     /// Benchmarks (as root): probe cost per call against the uprobe floor, pipeline ceiling,
     /// launch storm, process churn. Writes docs/PERFORMANCE.md (not with --quick).
     Bench {
@@ -136,6 +145,46 @@ fn dist() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The fuzz targets, in fuzz/Cargo.toml's order.
+const FUZZ_TARGETS: [&str; 8] = [
+    "decode",
+    "capture_file",
+    "config",
+    "ctl_request",
+    "procfs",
+    "elf",
+    "placement",
+    "demangle",
+];
+
+fn fuzz(seconds: u32, only: &[String]) -> Result<()> {
+    let have = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        bail!("cargo-fuzz is not installed: `scripts/setup.sh --test-tools` installs it");
+    }
+    for t in FUZZ_TARGETS {
+        if !only.is_empty() && !only.iter().any(|o| o == t) {
+            continue;
+        }
+        // New inputs go to a scratch directory; the seeds in the repository stay as they are.
+        let scratch = std::env::temp_dir().join(format!("gpuprofd-fuzz-corpus-{t}"));
+        std::fs::create_dir_all(&scratch)?;
+        run(Command::new("cargo")
+            .current_dir(root())
+            .env("GPUPROFD_SKIP_EBPF", "1")
+            .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t])
+            .arg(&scratch)
+            .arg(root().join("fuzz/corpus").join(t))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg("-rss_limit_mb=4096"))?;
+    }
+    Ok(())
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -149,6 +198,7 @@ fn main() -> Result<()> {
         Cmd::Setup => setup(),
         Cmd::Build => build().map(|_| ()),
         Cmd::Dist => dist().map(|_| ()),
+        Cmd::Fuzz { seconds, targets } => fuzz(seconds, &targets),
         Cmd::Run { args } => {
             let bin = build()?;
             let args = if args.is_empty() {
@@ -208,6 +258,8 @@ fn main() -> Result<()> {
                 .env("GPUPROFD_DIST", &kit)
                 .env("GPUPROFD_BIN", &bin)
                 .env("FAKECUDA_DIR", fakecuda_dir()))?;
+            // Every fuzz target, briefly (the seeds and what 15 s of mutation finds).
+            fuzz(15, &[])?;
             // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.
             bench::run(&root(), &bin, &fakecuda_dir(), true)
         }

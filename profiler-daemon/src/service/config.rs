@@ -399,44 +399,88 @@ impl Config {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
     }
 
-    /// `new` with only the keys a reload may change taken from it; the names of the other keys
-    /// that differ (they wait for a restart).
-    pub fn reload_from(&self, new: &Config) -> (Config, Vec<&'static str>) {
-        let mut next = self.clone();
-        next.capture.rescan_interval = new.capture.rescan_interval;
-        next.metrics.top_kernels = new.metrics.top_kernels;
-        next.metrics.expire_after = new.metrics.expire_after;
-        next.control.group = new.control.group.clone();
-        next.log.level = new.log.level.clone();
-        let mut pending = Vec::new();
-        let mut differs = |key, a: bool| {
-            if a {
-                pending.push(key);
+    /// What a reload to `new` does: the reloadable keys are taken from it (and named in
+    /// `changed` when they differ); the other keys that differ are named in `pending` and keep
+    /// their running values until a restart.
+    pub fn reload_from(&self, new: &Config) -> Reload {
+        fn take<T: PartialEq + Clone>(
+            key: &'static str,
+            running: &mut T,
+            wanted: &T,
+            changed: &mut Vec<&'static str>,
+        ) {
+            if running != wanted {
+                running.clone_from(wanted);
+                changed.push(key);
             }
-        };
-        differs("capture.libs", self.capture.libs != new.capture.libs);
-        differs(
-            "capture.system_libs",
-            self.capture.system_libs != new.capture.system_libs,
+        }
+        let mut next = self.clone();
+        let mut changed = Vec::new();
+        let c = &mut changed;
+        take(
+            "capture.rescan_interval",
+            &mut next.capture.rescan_interval,
+            &new.capture.rescan_interval,
+            c,
         );
-        differs("capture.jobs", self.capture.jobs != new.capture.jobs);
-        differs(
-            "capture.cgroups",
-            self.capture.cgroups != new.capture.cgroups,
+        take(
+            "metrics.top_kernels",
+            &mut next.metrics.top_kernels,
+            &new.metrics.top_kernels,
+            c,
         );
-        differs(
-            "capture.ring_buffer_mb",
-            self.capture.ring_buffer_mb != new.capture.ring_buffer_mb,
+        take(
+            "metrics.expire_after",
+            &mut next.metrics.expire_after,
+            &new.metrics.expire_after,
+            c,
         );
-        differs("nvml", self.nvml != new.nvml);
-        differs(
-            "metrics.enabled",
-            self.metrics.enabled != new.metrics.enabled,
+        take(
+            "control.group",
+            &mut next.control.group,
+            &new.control.group,
+            c,
         );
-        differs("metrics.listen", self.metrics.listen != new.metrics.listen);
-        differs("control.socket", self.control.socket != new.control.socket);
-        (next, pending)
+        take("log.level", &mut next.log.level, &new.log.level, c);
+        // Whatever still differs waits for a restart.
+        let differs = [
+            ("capture.libs", next.capture.libs != new.capture.libs),
+            (
+                "capture.system_libs",
+                next.capture.system_libs != new.capture.system_libs,
+            ),
+            ("capture.jobs", next.capture.jobs != new.capture.jobs),
+            (
+                "capture.cgroups",
+                next.capture.cgroups != new.capture.cgroups,
+            ),
+            (
+                "capture.ring_buffer_mb",
+                next.capture.ring_buffer_mb != new.capture.ring_buffer_mb,
+            ),
+            ("nvml", next.nvml != new.nvml),
+            (
+                "metrics.enabled",
+                next.metrics.enabled != new.metrics.enabled,
+            ),
+            ("metrics.listen", next.metrics.listen != new.metrics.listen),
+            ("control.socket", next.control.socket != new.control.socket),
+        ];
+        let pending = differs.iter().filter(|d| d.1).map(|d| d.0).collect();
+        Reload {
+            next,
+            changed,
+            pending,
+        }
     }
+}
+
+/// See [`Config::reload_from`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reload {
+    pub next: Config,
+    pub changed: Vec<&'static str>,
+    pub pending: Vec<&'static str>,
 }
 
 #[cfg(test)]

@@ -84,7 +84,11 @@ impl Service {
             }
         };
         let old = self.config();
-        let (next, pending) = old.reload_from(&new);
+        let config::Reload {
+            next,
+            changed,
+            pending,
+        } = old.reload_from(&new);
         if next.log.level != old.log.level
             && let Err(e) = (self.log_reload)(&next.log.level)
         {
@@ -94,7 +98,6 @@ impl Service {
                 next.log.level
             ));
         }
-        let changed = changed_keys(&old, &next);
         if let Ok(mut g) = self.admin_gid.write() {
             *g = admin_gid_of(&next);
         }
@@ -137,25 +140,4 @@ impl Service {
 fn admin_gid_of(c: &Config) -> Option<u32> {
     let g = &c.control.group;
     (!g.is_empty()).then(|| peer::group_id(g)).flatten()
-}
-
-/// The reloadable keys whose values differ.
-fn changed_keys(a: &Config, b: &Config) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    if a.capture.rescan_interval != b.capture.rescan_interval {
-        v.push("capture.rescan_interval");
-    }
-    if a.metrics.top_kernels != b.metrics.top_kernels {
-        v.push("metrics.top_kernels");
-    }
-    if a.metrics.expire_after != b.metrics.expire_after {
-        v.push("metrics.expire_after");
-    }
-    if a.control.group != b.control.group {
-        v.push("control.group");
-    }
-    if a.log.level != b.log.level {
-        v.push("log.level");
-    }
-    v
 }

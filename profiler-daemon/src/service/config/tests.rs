@@ -120,7 +120,12 @@ fn a_reload_takes_the_reloadable_keys_and_names_the_rest() {
     new.log.level = "debug".into();
     new.capture.ring_buffer_mb = 64;
     new.metrics.listen = "127.0.0.1:9500".into();
-    let (next, pending) = old.reload_from(&new);
+    let Reload {
+        next,
+        changed,
+        pending,
+    } = old.reload_from(&new);
+    assert_eq!(changed, ["metrics.top_kernels", "log.level"]);
     assert_eq!(next.metrics.top_kernels, 3);
     assert_eq!(next.log.level, "debug");
     assert_eq!(
@@ -129,7 +134,7 @@ fn a_reload_takes_the_reloadable_keys_and_names_the_rest() {
     );
     assert_eq!(next.metrics.listen, "127.0.0.1:9400");
     assert_eq!(pending, ["capture.ring_buffer_mb", "metrics.listen"]);
-    let (same, none) = old.reload_from(&old);
-    assert_eq!(same, old);
-    assert!(none.is_empty());
+    let same = old.reload_from(&old);
+    assert_eq!(same.next, old);
+    assert!(same.changed.is_empty() && same.pending.is_empty());
 }

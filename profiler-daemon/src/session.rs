@@ -349,15 +349,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
             async move {
                 if page == crate::metrics::Page::Dashboard {
-                    let meta = snapper.meta()?;
-                    let (reply, rx) = oneshot::channel();
-                    snapper
-                        .ctl
-                        .upgrade()?
-                        .send(Ctl::Dashboard { meta, reply })
-                        .await
-                        .ok()?;
-                    return rx.await.ok();
+                    return snapper
+                        .ask(|meta, reply| Ctl::Dashboard { meta, reply })
+                        .await;
                 }
                 let (top, grace) = match &svc {
                     Some(s) => {
@@ -366,15 +360,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     }
                     None => (crate::metrics::TOP_KERNELS, crate::metrics::EXITED_GRACE),
                 };
-                let meta = snapper.meta()?;
-                let (reply, rx) = oneshot::channel();
-                snapper
-                    .ctl
-                    .upgrade()?
-                    .send(Ctl::Metrics { meta, grace, reply })
-                    .await
-                    .ok()?;
-                let (report, mut extra) = rx.await.ok()?;
+                let (report, mut extra) = snapper
+                    .ask(|meta, reply| Ctl::Metrics { meta, grace, reply })
+                    .await?;
                 extra.records_read = snapper.stats.read.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);
                 extra.top_kernels = top;
@@ -699,15 +687,17 @@ impl Snapper {
         ))
     }
 
-    async fn snapshot(&self) -> Option<crate::service::ctl::Snapshot> {
+    /// Asks the aggregator `what` (built from the report's meta and a reply channel) and waits
+    /// for the answer; `None` once the session is ending.
+    async fn ask<T>(&self, what: impl FnOnce(ReportMeta, oneshot::Sender<T>) -> Ctl) -> Option<T> {
         let meta = self.meta()?;
         let (reply, rx) = oneshot::channel();
-        self.ctl
-            .upgrade()?
-            .send(Ctl::Snapshot { meta, reply })
-            .await
-            .ok()?;
+        self.ctl.upgrade()?.send(what(meta, reply)).await.ok()?;
         rx.await.ok()
+    }
+
+    async fn snapshot(&self) -> Option<crate::service::ctl::Snapshot> {
+        self.ask(|meta, reply| Ctl::Snapshot { meta, reply }).await
     }
 }
 

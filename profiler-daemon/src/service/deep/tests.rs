@@ -55,6 +55,27 @@ fn feed(agg: &mut Aggregator, d: &mut DeepCapture, rec: &[u8]) {
     agg.apply(&ev);
 }
 
+/// What the client would have written: the streamed chunks as a file, read back (the replay
+/// and its NVML samples).
+fn read_back(
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    tag: &str,
+) -> (store::Replay, Vec<crate::nvml::Sample>) {
+    let mut bytes = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        bytes.extend(c);
+    }
+    let path = std::env::temp_dir().join(format!(
+        "gpuprofd-deep-{tag}-{}.gpuprof",
+        std::process::id()
+    ));
+    std::fs::write(&path, &bytes).unwrap();
+    let r = store::replay(&path).unwrap();
+    let samples = store::nvml_samples(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    (r, samples)
+}
+
 fn meta(comm: &str) -> ProcessMeta {
     ProcessMeta {
         comm: comm.into(),
@@ -102,16 +123,7 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
     assert_eq!(d.tick().as_deref(), Some("stopped by the client"));
     let now = std::collections::BTreeMap::from([("launch".to_string(), 9)]);
     d.finish("stopped by the client", &now);
-    let mut bytes = Vec::new();
-    while let Ok(c) = rx.try_recv() {
-        bytes.extend(c);
-    }
-    let dir = std::env::temp_dir().join(format!("gpuprofd-deep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("deep.gpuprof");
-    std::fs::write(&path, &bytes).unwrap();
-    let r = store::replay(&path).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (r, _) = read_back(&mut rx, "a");
     assert_eq!(r.header.host, "node1");
     let end = r.end.expect("an end frame");
     assert_eq!(end.stop_reason, "stopped by the client");
@@ -223,17 +235,7 @@ fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_their
     feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 3));
     assert_eq!(d.tick().as_deref(), Some("process 10 ended"));
     d.finish("process 10 ended", &Default::default());
-    let mut bytes = Vec::new();
-    while let Ok(c) = rx.try_recv() {
-        bytes.extend(c);
-    }
-    let dir = std::env::temp_dir().join(format!("gpuprofd-deep2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("deep.gpuprof");
-    std::fs::write(&path, &bytes).unwrap();
-    let samples = store::nvml_samples(&path).unwrap();
-    let r = store::replay(&path).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (r, samples) = read_back(&mut rx, "b");
     let got: Vec<(u32, &str, u64)> = r
         .report
         .processes
@@ -244,4 +246,22 @@ fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_their
     assert_eq!(samples.len(), 1);
     let pids: Vec<u32> = samples[0].processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids, [10]);
+}
+
+#[test]
+fn a_capture_ends_when_its_duration_is_over() {
+    let (tx, mut rx) = mpsc::channel(CHUNKS);
+    let req = Request {
+        target: Target::Pid(std::process::id()),
+        duration: Duration::ZERO,
+        role: super::super::ctl::Role::Admin,
+        sink: ChannelSink::new(tx),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let mut d = DeepCapture::new(1, req, None, api().list(), Default::default(), "n".into());
+    let why = d.tick().expect("over at once");
+    assert_eq!(why, "duration reached");
+    d.finish(&why, &Default::default());
+    let (r, _) = read_back(&mut rx, "c");
+    assert_eq!(r.end.expect("an end frame").stop_reason, "duration reached");
 }

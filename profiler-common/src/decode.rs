@@ -3,7 +3,8 @@
 
 use crate::{
     AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, MapBody, MemBody, NAME_CAP,
-    NameBody, Record, SyncBody, kind, record_size,
+    NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, kind,
+    record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -24,6 +25,7 @@ pub enum Event {
     Alias(Header, AliasBody),
     Map(Header, MapBody),
     Exit(Header, ExitBody),
+    Stack(Header, StackBody),
 }
 
 impl Event {
@@ -37,7 +39,8 @@ impl Event {
             | Event::Name(h, _)
             | Event::Alias(h, _)
             | Event::Map(h, _)
-            | Event::Exit(h, _) => h,
+            | Event::Exit(h, _)
+            | Event::Stack(h, _) => h,
         }
     }
 }
@@ -52,6 +55,18 @@ impl NameBody {
             Some(z) => &s[..z],
             None => s,
         }
+    }
+}
+
+impl StackBody {
+    /// The native frames in use (never past [`STACK_NATIVE_MAX`], whatever `native_len` says).
+    pub fn native_frames(&self) -> &[u64] {
+        &self.native[..(self.native_len as usize).min(STACK_NATIVE_MAX)]
+    }
+
+    /// The Python frames in use, innermost first.
+    pub fn py_frames(&self) -> &[PyFrameRaw] {
+        &self.py[..(self.py_len as usize).min(STACK_PY_MAX)]
     }
 }
 
@@ -136,6 +151,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::ALIAS => Event::Alias(header, read(bytes, hs)),
         kind::MAP => Event::Map(header, read(bytes, hs)),
         kind::EXIT => Event::Exit(header, read(bytes, hs)),
+        kind::STACK => Event::Stack(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -290,6 +306,44 @@ mod tests {
                 }
             ))
         );
+    }
+
+    #[test]
+    fn stack_round_trips_and_lengths_are_clamped() {
+        let mut st = StackBody {
+            handle: 0x4000,
+            of_kind: kind::LAUNCH,
+            native_len: 3,
+            py_len: 2,
+            flags: crate::stackflags::AT_ENTRY,
+            ..StackBody::default()
+        };
+        st.native[..3].copy_from_slice(&[0x401000, 0x402000, 0x403000]);
+        st.py[0] = PyFrameRaw {
+            code: 0x7f00_0000_1000,
+            instr: 0x7f00_0000_10c4,
+        };
+        st.py[1] = PyFrameRaw {
+            code: 0x7f00_0000_2000,
+            instr: 0x7f00_0000_2100,
+        };
+        let r = Record {
+            header: hdr(kind::STACK),
+            body: st,
+        };
+        let Ok(Event::Stack(h, got)) = decode(encode(&r)) else {
+            panic!("not a stack")
+        };
+        assert_eq!(h, hdr(kind::STACK));
+        assert_eq!(got.native_frames(), &[0x401000, 0x402000, 0x403000]);
+        assert_eq!(got.py_frames().len(), 2);
+        assert_eq!(got.py_frames()[1].code, 0x7f00_0000_2000);
+        // A lying length never reads past the arrays.
+        let mut bad = st;
+        bad.native_len = 1000;
+        bad.py_len = u32::MAX;
+        assert_eq!(bad.native_frames().len(), STACK_NATIVE_MAX);
+        assert_eq!(bad.py_frames().len(), STACK_PY_MAX);
     }
 
     #[test]

@@ -38,6 +38,13 @@ pub mod maps {
     /// tracepoint's record, or 0 where the kernel's record has no such field (before 6.16); the
     /// process's end is then recorded at its group leader's exit instead of its last thread's.
     pub const EXIT_CONFIG: &str = "EXIT_CONFIG";
+    /// `Array<u32>` of length 1: take a call stack at every Nth launch or blocking sync of each
+    /// thread (0: never, 1: every one). See [`crate::StackBody`].
+    pub const STACK_CONFIG: &str = "STACK_CONFIG";
+    /// `LruHashMap<u32 tid, u32>`: calls each thread has left until its next stack sample.
+    pub const STACK_COUNT: &str = "STACK_COUNT";
+    /// `HashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
+    pub const PY_PROCS: &str = "PY_PROCS";
 }
 
 /// Filter mode: every process.
@@ -73,8 +80,11 @@ pub mod kind {
     pub const MAP: u32 = 8;
     /// A selected process ended (its last thread exited) ([`crate::ExitBody`]).
     pub const EXIT: u32 = 9;
+    /// The call stack of the launch or sync record just before it from the same thread, with
+    /// the same timestamp ([`crate::StackBody`]).
+    pub const STACK: u32 = 10;
     /// Highest kind in use.
-    pub const LAST: u32 = EXIT;
+    pub const LAST: u32 = STACK;
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
@@ -294,6 +304,124 @@ const _: () = assert!(core::mem::size_of::<ExitBody>() == 24);
 /// [`ExitBody::uid`] of an exit record written before the field existed (16-byte body).
 pub const UID_UNKNOWN: u32 = u32::MAX;
 
+/// Most native frames a stack record carries (innermost first).
+pub const STACK_NATIVE_MAX: usize = 32;
+/// Most Python frames a stack record carries (innermost first).
+pub const STACK_PY_MAX: usize = 16;
+
+/// Stack record flags (`StackBody::flags`).
+pub mod stackflags {
+    /// More native frames than [`crate::STACK_NATIVE_MAX`]: the outermost were left out.
+    pub const NATIVE_TRUNCATED: u32 = 1 << 0;
+    /// More Python frames than [`crate::STACK_PY_MAX`]: the outermost were left out.
+    pub const PY_TRUNCATED: u32 = 1 << 1;
+    /// The process is a known CPython but the calling thread has no Python thread state (a
+    /// thread the interpreter did not start, or more threads than the walk looks at).
+    pub const PY_NO_THREAD: u32 = 1 << 2;
+    /// Reading the interpreter's memory failed part way: the Python frames may be incomplete.
+    pub const PY_FAULT: u32 = 1 << 3;
+    /// `native[0]` is the return address read at the probed function's entry (the caller);
+    /// else `native[0]` is the instruction pointer at a return probe (also in the caller).
+    pub const AT_ENTRY: u32 = 1 << 4;
+}
+
+/// One Python frame as the probe saw it: the code object and the instruction pointer into its
+/// bytecode. Userspace reads the code object (file, function, line table) from the process.
+/// `instr == 0`: one of the interpreter's C-stack shim frames (3.12+), not Python code.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyFrameRaw {
+    pub code: u64,
+    pub instr: u64,
+}
+
+/// The call stack of a launch or sync (kind [`kind::STACK`]), taken on a sample of calls.
+///
+/// Native frames come from the kernel's frame-pointer walk (`bpf_get_stack`); every entry is
+/// a return address (or the return probe's instruction pointer, which is one too), so the
+/// daemon symbolises `addr - 1`. Code built without frame pointers gives a short or wrong
+/// walk past the first frame, which the probe reads directly off the stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackBody {
+    /// The sampled call's launch function handle (see [`LaunchBody::func`]) or sync handle.
+    pub handle: u64,
+    /// The sync's blocked time (return probe), else 0.
+    pub dur_ns: u64,
+    /// Kind of the sampled call ([`kind::LAUNCH`] or [`kind::SYNC`]).
+    pub of_kind: u32,
+    pub native_len: u32,
+    pub py_len: u32,
+    /// [`stackflags`].
+    pub flags: u32,
+    /// The sampling period in force: this stack stands for this many calls of its thread.
+    pub period: u32,
+    pub _pad: u32,
+    pub native: [u64; STACK_NATIVE_MAX],
+    pub py: [PyFrameRaw; STACK_PY_MAX],
+}
+const _: () = assert!(core::mem::size_of::<StackBody>() == 552);
+
+impl Default for StackBody {
+    fn default() -> Self {
+        StackBody {
+            handle: 0,
+            dur_ns: 0,
+            of_kind: 0,
+            native_len: 0,
+            py_len: 0,
+            flags: 0,
+            period: 1,
+            _pad: 0,
+            native: [0; STACK_NATIVE_MAX],
+            py: [PyFrameRaw::default(); STACK_PY_MAX],
+        }
+    }
+}
+
+/// Where a CPython interpreter keeps what the probes read (byte offsets; [`PY_NONE`] where the
+/// version lacks the field). Filled per version by the daemon.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyOffsets {
+    /// `_PyRuntimeState.interpreters.head`.
+    pub runtime_interp_head: u32,
+    /// `PyInterpreterState.threads.head`.
+    pub interp_threads_head: u32,
+    pub tstate_next: u32,
+    pub tstate_native_tid: u32,
+    /// `PyThreadState.cframe` (3.11, 3.12) or `.current_frame` (3.13).
+    pub tstate_frame: u32,
+    /// `_PyCFrame.current_frame`, or [`PY_NONE`] when `tstate_frame` is the frame itself.
+    pub cframe_current: u32,
+    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    pub frame_code: u32,
+    pub frame_previous: u32,
+    /// `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
+    pub frame_instr: u32,
+    pub frame_owner: u32,
+    /// `owner` of the interpreter's C-stack shim frames (skipped), or [`PY_NONE`].
+    pub owner_cstack: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<PyOffsets>() == 48);
+
+/// [`PyOffsets`]: the field does not exist in this version.
+pub const PY_NONE: u32 = u32::MAX;
+
+/// A CPython process the probes read Python frames from (`PY_PROCS` value).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProc {
+    /// Address of `_PyRuntime` in the process.
+    pub runtime: u64,
+    pub off: PyOffsets,
+}
+const _: () = assert!(core::mem::size_of::<PyProc>() == 56);
+
+/// Most Python thread states the probe looks through for the calling thread's.
+pub const PY_MAX_THREADS: u32 = 64;
+
 /// Header + body, as laid out in the ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -316,6 +444,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::ALIAS => core::mem::size_of::<AliasBody>(),
         kind::MAP => core::mem::size_of::<MapBody>(),
         kind::EXIT => core::mem::size_of::<ExitBody>(),
+        kind::STACK => core::mem::size_of::<StackBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

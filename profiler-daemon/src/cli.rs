@@ -224,6 +224,11 @@ pub struct CaptureArgs {
     /// Do not print the per-second live lines on stderr.
     #[arg(long)]
     pub no_live: bool,
+    /// Take the call stack (native frames, and Python frames in CPython 3.11–3.13) of every Nth
+    /// launch, blocking sync and blocking copy of each thread, for the code and callers views.
+    /// Default: 1 (every call) with --pid or a command, 64 with --all-jobs; 0: no stacks.
+    #[arg(long, value_name = "N")]
+    pub stack_period: Option<u32>,
     /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
     /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
     #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
@@ -383,6 +388,7 @@ fn serve(a: &ServeArgs) -> ExitCode {
         system_libs: cfg.capture.system_libs,
         live: false,
         ring_bytes: cfg.capture.ring_buffer_mb << 20,
+        stack_period: cfg.capture.stack_period,
         verbose: false,
         command: Vec::new(),
         command_stdin: None,
@@ -735,6 +741,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             system_libs: false,
             live: true,
             ring_bytes: crate::capture::DEFAULT_RING_BYTES,
+            stack_period: 1,
             verbose: cli.capture.verbose,
             command: vec![workload.display().to_string()],
             command_stdin: Some(script),
@@ -771,8 +778,13 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             a.ring_buffer_mb
         ));
     }
+    let stack_period = a.stack_period.unwrap_or(match target {
+        Target::AllJobs if a.command.is_empty() => crate::session::ALL_JOBS_STACK_PERIOD,
+        _ => 1,
+    });
     Ok(CaptureOptions {
         target,
+        stack_period,
         wait: a.wait,
         duration: a.duration,
         output: a.output,

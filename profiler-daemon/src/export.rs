@@ -265,7 +265,7 @@ pub fn chrome(
     let mut live: HashMap<u64, MemTracker> = HashMap::new();
     let mut flow = 0u64;
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
-    let damage = store::for_each_record(path, |api, g, ev| {
+    let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
         let h = *ev.header();
         let pid = track_pid(h.tgid, g, last(h.tgid));
         let api_name = api.name(h.api);
@@ -412,6 +412,24 @@ pub fn chrome(
                     out,
                     json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
                                "pid": pid, "tid": h.tid, "ts": ts}),
+                )?;
+            }
+            Event::Stack(_, st) => {
+                // The call just before on this thread, at this timestamp: its stack, as an
+                // instant on the same track (outermost frame first).
+                let key = crate::stacks::StackKey::of(st);
+                let of = match st.of_kind {
+                    profiler_common::kind::LAUNCH => "launch",
+                    profiler_common::kind::SYNC => "sync",
+                    profiler_common::kind::COPY => "copy",
+                    _ => "call",
+                };
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "t", "cat": "stack", "name": format!("{of} stack"),
+                           "pid": pid, "tid": h.tid, "ts": ts,
+                           "args": {"stack": stacks.labels(h.tgid, &key),
+                                    "period": st.period}}),
                 )?;
             }
             Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}

@@ -19,6 +19,7 @@ pub mod nvml;
 pub mod output;
 pub mod service;
 pub mod session;
+pub mod stacks;
 pub mod steps;
 pub mod store;
 pub mod views;

@@ -44,6 +44,9 @@ pub struct CaptureOptions {
     pub system_libs: bool,
     pub live: bool,
     pub ring_bytes: u32,
+    /// A call stack every this many launches / blocking syncs / blocking copies per thread
+    /// (0: none).
+    pub stack_period: u32,
     pub verbose: bool,
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
@@ -184,6 +187,10 @@ enum Ctl {
     },
 }
 
+/// The default stack sampling period of `--all-jobs` captures and the service: one call in 64
+/// per thread keeps the always-on cost of stacks small (a stack costs a few microseconds).
+pub const ALL_JOBS_STACK_PERIOD: u32 = 64;
+
 pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     // Signal handlers first: a Ctrl-C or SIGTERM that arrives while attaching (or right after
     // the ready line) must stop the capture cleanly, not kill the process with the default
@@ -253,6 +260,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         Target::AllJobs => capture::Filter::All,
     };
     capture::set_filter(&mut ebpf, &filter)?;
+    capture::set_stack_period(&mut ebpf, opts.stack_period)?;
     let mut attacher = Attacher::new();
     for lib in &initial {
         attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
@@ -291,7 +299,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         _ => None,
     };
     let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
-    let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<(u32, u64, u64)>();
+    let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<Sighting>();
     let seen = Seen {
         known: HashSet::new(),
         ended: HashSet::new(),
@@ -311,6 +319,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         opts.live,
     ));
     let mut last_rescan = Instant::now();
+    let mut python = PythonProcs::default();
     let mut nvml_rx = match &opts.nvml {
         Some(n) => match crate::nvml::start(n.lib.clone(), n.interval) {
             Ok(rx) => Some(rx),
@@ -479,13 +488,23 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 // per burst.
                 let mut tgids = HashSet::new();
                 let mut one = Some(first);
-                while let Some((t, addr, len)) = one.take().or_else(|| maps_rx.try_recv().ok()) {
+                while let Some(s) = one.take().or_else(|| maps_rx.try_recv().ok()) {
+                    let (t, addr, len) = match s {
+                        Sighting::Map(t, addr, len) => (t, addr, len),
+                        Sighting::New(t) => {
+                            python.seen(&mut ebpf, t, opts.stack_period);
+                            continue;
+                        }
+                    };
                     if matches!(opts.target, Target::Pid(p) if p != t) || tgids.contains(&t) {
                         continue;
                     }
                     if scanner.mapping_may_be_cuda(t, addr, len) {
                         tgids.insert(t);
                     }
+                }
+                for &t in &tgids {
+                    python.seen(&mut ebpf, t, opts.stack_period);
                 }
                 let mut new = Vec::new();
                 for t in tgids {
@@ -1046,6 +1065,52 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// What the aggregator tells the session about processes.
+enum Sighting {
+    /// A process mapped a file executable (`tgid`, address, length): maybe a CUDA library.
+    Map(u32, u64, u64),
+    /// A process made its first recorded CUDA call.
+    New(u32),
+}
+
+/// The CPython processes whose Python frames the probes read (`PY_PROCS`).
+#[derive(Default)]
+struct PythonProcs {
+    /// Processes looked at, with their start time (a reused tgid is looked at again).
+    checked: HashMap<u32, u64>,
+}
+
+/// Processes remembered as looked at, at most (then the oldest knowledge is dropped).
+const MAX_PYTHON_CHECKED: usize = 65536;
+
+impl PythonProcs {
+    /// Looks at `tgid` once (per process): if it runs a supported CPython, the probes read its
+    /// Python frames from now on.
+    fn seen(&mut self, ebpf: &mut Ebpf, tgid: u32, stack_period: u32) {
+        if stack_period == 0 {
+            return;
+        }
+        let start = crate::enrich::process::start_time(tgid).unwrap_or(0);
+        if self.checked.get(&tgid) == Some(&start) {
+            return;
+        }
+        if self.checked.len() >= MAX_PYTHON_CHECKED {
+            self.checked.clear();
+        }
+        self.checked.insert(tgid, start);
+        let found = crate::stacks::python::detect(tgid);
+        let value = found.as_ref().and_then(|p| {
+            p.layout.map(|l| profiler_common::PyProc {
+                runtime: p.runtime,
+                off: l.probe,
+            })
+        });
+        if let Err(e) = capture::set_python(ebpf, tgid, value) {
+            eprintln!("gpuprofd: warning: Python frames of process {tgid} not read: {e}");
+        }
+    }
+}
+
 /// Resolver handed to the aggregator: host-stub addresses → ELF symbols. With a capture file,
 /// what it named is kept for the file (a replay cannot read the processes' files).
 struct Resolver(Arc<ProcSymbols>, Option<ResolvedLog>);
@@ -1077,7 +1142,11 @@ async fn aggregate(
     let mut agg = Aggregator::new(
         api.clone(),
         Box::new(Resolver(seen.symbols.clone(), resolved.clone())),
-    );
+    )
+    .with_stacks(crate::stacks::StackResolver::live(
+        seen.symbols.clone(),
+        true,
+    ));
     if let Some(j) = seen.journal.as_mut() {
         j.frame(&Frame::Api(api.list().to_vec()));
     }
@@ -1278,7 +1347,7 @@ struct Seen {
     exit_final: bool,
     symbols: Arc<ProcSymbols>,
     /// Executable file mappings, for the session to look for new CUDA libraries.
-    maps_tx: mpsc::UnboundedSender<(u32, u64, u64)>,
+    maps_tx: mpsc::UnboundedSender<Sighting>,
     /// The capture file, when one is written: every call on the aggregator, in order.
     journal: Option<store::Writer>,
     /// Each known process's owner (real uid at first sight, or from its exit record): who may
@@ -1306,7 +1375,7 @@ impl Seen {
                 Ok(Event::Map(h, m)) => {
                     // Discovery only, handed to the session: not a sign of CUDA use, so no procfs
                     // reads here for the thousands of short-lived processes a busy node runs.
-                    let _ = maps_tx.send((h.tgid, m.addr, m.len));
+                    let _ = maps_tx.send(Sighting::Map(h.tgid, m.addr, m.len));
                 }
                 Ok(ev @ Event::Exit(..)) => {
                     let tgid = ev.header().tgid;
@@ -1356,6 +1425,7 @@ impl Seen {
                         }
                     }
                     if known.insert(tgid) {
+                        let _ = maps_tx.send(Sighting::New(tgid));
                         let owner = crate::service::peer::process_uid(tgid);
                         let meta = first_sight(tgid, ev.header().ts_ns, symbols);
                         match owner {
@@ -1373,6 +1443,23 @@ impl Seen {
                             });
                         }
                         agg.set_process_meta(tgid, meta);
+                    }
+                    if let Event::Stack(_, st) = &ev {
+                        // Names first, while the process is there; a capture gets them
+                        // before the stack that needs them.
+                        agg.stacks_mut().prepare(tgid, st);
+                        let learned = agg.stacks_mut().take_log();
+                        if !learned.is_empty() {
+                            let f = Frame::StackSyms(learned);
+                            if let Some(j) = journal.as_mut() {
+                                j.frame(&f);
+                            }
+                            for d in deep.iter_mut() {
+                                if d.wants(tgid, agg) {
+                                    d.frame_for(tgid, &f);
+                                }
+                            }
+                        }
                     }
                     if let Some(j) = journal.as_mut() {
                         j.record(rec);

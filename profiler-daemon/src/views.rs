@@ -31,6 +31,11 @@ pub enum View {
     /// Training steps found per process (see `steps` for the method): step time, launches,
     /// blocked time and input delay per step; `--format json` adds every step.
     Steps,
+    /// Calls and blocked time per line of code, as a tree of the call stacks sampled (Python
+    /// `file:line function` and native `function (library)` frames, outermost first).
+    Code,
+    /// Calls per library that made them (the innermost frame outside libcuda/libcudart).
+    Callers,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +45,9 @@ pub enum Format {
     Csv,
     /// The overview page (summary view only): one self-contained HTML file.
     Html,
+    /// Collapsed stacks, one `frame;frame;… count` line per stack (code view only), for
+    /// flame graph tools.
+    Folded,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -78,9 +86,18 @@ pub struct ReportArgs {
     /// Rows with fewer bytes are left out.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub min_bytes: u64,
-    /// Only rows whose name (kernel, API, direction, comm, job) matches this regular expression.
-    #[arg(long, value_name = "RE")]
+    /// Only rows whose name (kernel, API, direction, comm, job) matches this regular expression;
+    /// in the code view, stacks with a frame (or kernel) that matches; in the callers view,
+    /// callers that match.
+    #[arg(long, visible_alias = "show-name-regex", value_name = "RE")]
     pub name_regex: Option<String>,
+    /// Code view: start each stack at its first frame matching this regular expression
+    /// (stacks without one are left out).
+    #[arg(long, value_name = "RE")]
+    pub start_name_regex: Option<String>,
+    /// Code view: show the tree this many frames deep.
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<usize>,
     /// Only this process.
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
@@ -108,6 +125,10 @@ pub fn run(a: &ReportArgs) -> u8 {
             return 2;
         }
     };
+    if a.format == Format::Folded && a.view != View::Code {
+        eprintln!("gpuprofd report: --format folded is for --view code");
+        return 2;
+    }
     if a.format == Format::Html && a.view != View::Summary {
         eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
         return 2;
@@ -230,12 +251,28 @@ pub fn render(
     a: &ReportArgs,
     name_re: Option<&regex::Regex>,
 ) -> Result<String, String> {
+    if a.view == View::Code {
+        let start = a
+            .start_name_regex
+            .as_deref()
+            .map(regex::Regex::new)
+            .transpose()
+            .map_err(|e| format!("--start-name-regex: {e}"))?;
+        return crate::stacks::view::render_code(r, a, name_re, start.as_ref());
+    }
+    if a.view == View::Callers {
+        return crate::stacks::view::render_callers(r, a, name_re);
+    }
+    if a.format == Format::Folded {
+        return Err("--format folded is for --view code".into());
+    }
     if a.view == View::Summary {
         return Ok(match a.format {
             Format::Table => output::table::render(r),
             Format::Json => output::json::to_string_pretty(r) + "\n",
             Format::Csv => return Err("--format csv needs a --view other than summary".into()),
             Format::Html => return Err("--format html is rendered by `run`".into()),
+            Format::Folded => return Err("--format folded is for --view code".into()),
         });
     }
     if a.view == View::Advice {
@@ -244,10 +281,12 @@ pub fn render(
             a.pid.is_none_or(|p| x.pid == Some(p)) && name_re.is_none_or(|re| re.is_match(x.rule))
         });
         return Ok(match a.format {
-            Format::Table | Format::Html if advice.is_empty() => {
+            Format::Table | Format::Html | Format::Folded if advice.is_empty() => {
                 "no advice: nothing stood out\n".to_owned()
             }
-            Format::Table | Format::Html => crate::advice::render(&advice).trim_start().to_owned(),
+            Format::Table | Format::Html | Format::Folded => {
+                crate::advice::render(&advice).trim_start().to_owned()
+            }
             Format::Json => serde_json::to_string_pretty(&advice).unwrap_or_default() + "\n",
             Format::Csv => {
                 let mut out = "rule,pid,comm,evidence,suggestion\n".to_owned();
@@ -348,7 +387,7 @@ pub fn render(
             }
             out
         }
-        Format::Table | Format::Html => {
+        Format::Table | Format::Html | Format::Folded => {
             let heads: Vec<&str> = picked.iter().map(|c| head(a.view, c)).collect();
             let align: Vec<fmt::Align> = picked.iter().map(|c| align(a.view, c)).collect();
             let cells: Vec<Vec<String>> = rows
@@ -374,7 +413,7 @@ fn value<'a>(row: &'a Row, col: &str) -> &'a Value {
 /// Per view: (column, table heading, right-aligned).
 fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
     match view {
-        View::Summary | View::Advice => &[],
+        View::Summary | View::Advice | View::Code | View::Callers => &[],
         View::Steps => &[
             ("pid", "PID", true),
             ("boundary", "BOUNDARY", false),
@@ -503,7 +542,7 @@ fn human(col: &str, v: &Value) -> String {
     }
 }
 
-fn csv_cell(v: &Value) -> String {
+pub(crate) fn csv_cell(v: &Value) -> String {
     let s = match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
@@ -572,7 +611,7 @@ fn step_rows(r: &Report, steps: &[ProcessSteps]) -> Vec<Row> {
 fn rows(r: &Report, view: View) -> Vec<Row> {
     let mut out = Vec::new();
     match view {
-        View::Summary | View::Advice | View::Steps => {}
+        View::Summary | View::Advice | View::Steps | View::Code | View::Callers => {}
         View::Kernels => {
             for p in &r.processes {
                 for k in &p.kernels {

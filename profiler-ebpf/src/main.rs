@@ -18,8 +18,8 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_ktime_get_ns, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_stack, bpf_ktime_get_ns,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -28,10 +28,10 @@ use aya_ebpf::{
 use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
     GraphBody, Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP,
-    NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, Pending, Record,
-    SyncBody, class,
+    NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, PY_MAX_THREADS,
+    PY_NONE, Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
-    dir, flags, kind, memkind, memop,
+    dir, flags, kind, memkind, memop, stackflags,
 };
 
 #[map(name = "EVENTS")]
@@ -56,6 +56,13 @@ static EXIT_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_DRV")]
 static PEND_DRV: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
+
+#[map(name = "STACK_CONFIG")]
+static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
+#[map(name = "STACK_COUNT")]
+static STACK_COUNT: LruHashMap<u32, u32> = LruHashMap::with_max_entries(65536, 0);
+#[map(name = "PY_PROCS")]
+static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(4096, 0);
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
@@ -294,6 +301,196 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
 }
 
 // ---------------------------------------------------------------------------------------------
+// Call stacks (sampled)
+
+/// Whether this call of thread `tid` is one whose stack is taken (every Nth per thread, the
+/// first included, so a thread's samples are the same whichever CPUs it ran on).
+#[inline(always)]
+fn stack_period() -> u32 {
+    match STACK_CONFIG.get(0) {
+        Some(&p) => p,
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn stack_due(tid: u32) -> bool {
+    let period = stack_period();
+    if period == 0 {
+        return false;
+    }
+    if period == 1 {
+        return true;
+    }
+    match STACK_COUNT.get_ptr_mut(&tid) {
+        Some(left) => {
+            // SAFETY: our own map's value; a thread runs on one CPU at a time.
+            let n = unsafe { *left };
+            let due = n == 0;
+            unsafe { *left = if n == 0 { period - 1 } else { n - 1 } };
+            due
+        }
+        None => {
+            let _ = STACK_COUNT.insert(&tid, &(period - 1), 0);
+            true
+        }
+    }
+}
+
+#[inline(always)]
+fn read_u64(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+/// The calling thread's Python frames (innermost first) into `out`, when its process is a
+/// known CPython: find the thread state whose native thread id is this thread (the GIL need
+/// not be held: ctypes and most extensions release it around foreign calls), then follow the
+/// interpreter frames. Returns (frames, flags).
+#[inline(always)]
+fn python_frames(
+    tgid: u32,
+    tid: u32,
+    out: &mut [profiler_common::PyFrameRaw; STACK_PY_MAX],
+) -> (u32, u32) {
+    // SAFETY: read-only lookup of a plain value.
+    let Some(pp) = (unsafe { PY_PROCS.get(&tgid) }) else {
+        return (0, 0);
+    };
+    let o = pp.off;
+    let Some(interp) = read_u64(pp.runtime + o.runtime_interp_head as u64) else {
+        return (0, stackflags::PY_FAULT);
+    };
+    let Some(mut ts) = read_u64(interp + o.interp_threads_head as u64) else {
+        return (0, stackflags::PY_FAULT);
+    };
+    let mut mine = 0u64;
+    let mut i = 0;
+    while i < PY_MAX_THREADS {
+        if ts == 0 {
+            break;
+        }
+        match read_u64(ts + o.tstate_native_tid as u64) {
+            Some(t) if t == tid as u64 => {
+                mine = ts;
+                break;
+            }
+            Some(_) => {}
+            None => return (0, stackflags::PY_FAULT),
+        }
+        ts = match read_u64(ts + o.tstate_next as u64) {
+            Some(n) => n,
+            None => return (0, stackflags::PY_FAULT),
+        };
+        i += 1;
+    }
+    if mine == 0 {
+        return (0, stackflags::PY_NO_THREAD);
+    }
+    let Some(mut f) = read_u64(mine + o.tstate_frame as u64) else {
+        return (0, stackflags::PY_FAULT);
+    };
+    if o.cframe_current != PY_NONE && f != 0 {
+        f = match read_u64(f + o.cframe_current as u64) {
+            Some(x) => x,
+            None => return (0, stackflags::PY_FAULT),
+        };
+    }
+    // One slot per frame walked, fixed index (the verifier follows a precise counter far
+    // more cheaply than one that depends on which frames were kept): the interpreter's C-stack
+    // shim frames are written with `instr = 0`, and userspace leaves them out.
+    let mut i = 0usize;
+    while i < STACK_PY_MAX {
+        if f == 0 {
+            return (i as u32, 0);
+        }
+        let shim = o.owner_cstack != PY_NONE
+            && match unsafe { bpf_probe_read_user((f + o.frame_owner as u64) as *const u8) } {
+                Ok(b) => b as u32 == o.owner_cstack,
+                Err(_) => return (i as u32, stackflags::PY_FAULT),
+            };
+        let code = read_u64(f + o.frame_code as u64).unwrap_or(0);
+        let instr = if shim {
+            0
+        } else {
+            read_u64(f + o.frame_instr as u64).unwrap_or(0)
+        };
+        if let Some(slot) = out.get_mut(i) {
+            slot.code = code;
+            slot.instr = instr;
+        }
+        f = match read_u64(f + o.frame_previous as u64) {
+            Some(x) => x,
+            None => return ((i + 1) as u32, stackflags::PY_FAULT),
+        };
+        i += 1;
+    }
+    (
+        STACK_PY_MAX as u32,
+        if f == 0 { 0 } else { stackflags::PY_TRUNCATED },
+    )
+}
+
+/// Emits the stack record of the call just recorded (same thread, same `ts`). At an entry
+/// probe, `caller` is the return address read off the stack: the frame-pointer walk cannot
+/// see the caller there (the callee has not pushed its frame yet), so it replaces the walk's
+/// first entry, which is the probed function itself.
+#[inline(always)]
+fn emit_stack<C: EbpfContext>(
+    ctx: &C,
+    api: u16,
+    pid_tgid: u64,
+    ts: u64,
+    of_kind: u32,
+    handle: u64,
+    dur_ns: u64,
+    caller: Option<u64>,
+) {
+    let Some(mut e) = EVENTS.reserve::<Record<StackBody>>(0) else {
+        bump(&DROPS, kind::STACK);
+        return;
+    };
+    let rec = e.as_mut_ptr();
+    // SAFETY: `rec` points at reserved ring-buffer memory of the record's size; every field is
+    // written before submit.
+    unsafe {
+        (*rec).header = header(kind::STACK, api, pid_tgid, ts);
+        let b = &mut (*rec).body;
+        b.handle = handle;
+        b.dur_ns = dur_ns;
+        b.of_kind = of_kind;
+        b.period = stack_period();
+        b._pad = 0;
+        b.native = [0; STACK_NATIVE_MAX];
+        b.py = [profiler_common::PyFrameRaw::default(); STACK_PY_MAX];
+        let got = bpf_get_stack(
+            ctx.as_ptr(),
+            b.native.as_mut_ptr() as *mut core::ffi::c_void,
+            (STACK_NATIVE_MAX * 8) as u32,
+            aya_ebpf::bindings::BPF_F_USER_STACK as u64,
+        );
+        let mut n = if got > 0 { (got as u32) / 8 } else { 0 };
+        let mut fl = 0;
+        if let Some(ret) = caller {
+            b.native[0] = ret;
+            if n == 0 {
+                n = 1;
+            }
+            fl |= stackflags::AT_ENTRY;
+        }
+        if n as usize >= STACK_NATIVE_MAX {
+            fl |= stackflags::NATIVE_TRUNCATED;
+        }
+        b.native_len = n;
+        let (np, pf) = python_frames((pid_tgid >> 32) as u32, pid_tgid as u32, &mut b.py);
+        b.py_len = np;
+        b.flags = fl | pf;
+    }
+    e.submit(submit_flags());
+    bump(&SUBMITTED, kind::STACK);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Launches (entry-only: the hot path)
 
 /// `CUresult cuLaunchKernel(CUfunction f, unsigned gridX, gridY, gridZ, unsigned blockX, blockY,
@@ -321,6 +518,18 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
         },
     };
     emit(kind::LAUNCH, c.api, pt, now, body);
+    if stack_due(pt as u32) {
+        emit_stack(
+            &ctx,
+            c.api,
+            pt,
+            now,
+            kind::LAUNCH,
+            body.func,
+            0,
+            Some(body.caller),
+        );
+    }
     0
 }
 
@@ -344,6 +553,18 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         flags: flags::LAUNCH_EX,
     };
     emit(kind::LAUNCH, c.api, pt, now, body);
+    if stack_due(pt as u32) {
+        emit_stack(
+            &ctx,
+            c.api,
+            pt,
+            now,
+            kind::LAUNCH,
+            body.func,
+            0,
+            Some(body.caller),
+        );
+    }
     0
 }
 
@@ -372,6 +593,18 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
         },
     };
     emit(kind::LAUNCH, c.api, pt, now, body);
+    if stack_due(pt as u32) {
+        emit_stack(
+            &ctx,
+            c.api,
+            pt,
+            now,
+            kind::LAUNCH,
+            body.func,
+            0,
+            Some(body.caller),
+        );
+    }
     0
 }
 
@@ -396,6 +629,18 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         flags: flags::LAUNCH_EX,
     };
     emit(kind::LAUNCH, c.api, pt, now, body);
+    if stack_due(pt as u32) {
+        emit_stack(
+            &ctx,
+            c.api,
+            pt,
+            now,
+            kind::LAUNCH,
+            body.func,
+            0,
+            Some(body.caller),
+        );
+    }
     0
 }
 
@@ -747,6 +992,18 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 _pad: 0,
             };
             emit(kind::COPY, c.api, pid_tgid, p.ts_ns, body);
+            if stack_due(pid_tgid as u32) {
+                emit_stack(
+                    &ctx,
+                    c.api,
+                    pid_tgid,
+                    p.ts_ns,
+                    kind::COPY,
+                    p.v[2],
+                    dur,
+                    None,
+                );
+            }
         }
         kind::SYNC => {
             let body = SyncBody {
@@ -756,6 +1013,18 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 flags: flags::HAS_RETURN,
             };
             emit(kind::SYNC, c.api, pid_tgid, p.ts_ns, body);
+            if stack_due(pid_tgid as u32) {
+                emit_stack(
+                    &ctx,
+                    c.api,
+                    pid_tgid,
+                    p.ts_ns,
+                    kind::SYNC,
+                    p.v[0],
+                    dur,
+                    None,
+                );
+            }
         }
         kind::MEM => {
             let op = c.q as u32;

@@ -667,6 +667,45 @@ static int cmd_dlopen_runtime(int argc, char **argv) {
     return 0;
 }
 
+/* stack_chain NA NB SYNCS: known call chains for the stack tests. NA launches of relu through
+ * stack_chain_a -> stack_chain_b -> stack_chain_c -> cudaLaunchKernel, NB through
+ * stack_chain_a -> stack_chain_c, then SYNCS cudaDeviceSynchronize from stack_chain_sync.
+ * noinline/noclone and work after each call keep every frame (no tail calls, no clones). */
+volatile int g_chain_sink;
+__attribute__((noinline, noclone)) cudaError_t stack_chain_c(const void *func) {
+    void *args[1] = {NULL};
+    dim3 g = {4, 1, 1}, b = {64, 1, 1};
+    cudaError_t r = R.cudaLaunchKernel(func, g, b, args, 0, NULL);
+    g_chain_sink += (int)r;
+    return r;
+}
+__attribute__((noinline, noclone)) cudaError_t stack_chain_b(const void *func) {
+    cudaError_t r = stack_chain_c(func);
+    g_chain_sink += 1;
+    return r;
+}
+__attribute__((noinline, noclone)) int stack_chain_a(long na, long nb) {
+    int bad = 0;
+    for (long i = 0; i < na; i++) bad |= stack_chain_b((const void *)&stub_relu) != cudaSuccess;
+    g_chain_sink += 1;
+    for (long i = 0; i < nb; i++) bad |= stack_chain_c((const void *)&stub_relu) != cudaSuccess;
+    g_chain_sink += 1;
+    return bad;
+}
+__attribute__((noinline, noclone)) int stack_chain_sync(long n) {
+    int bad = 0;
+    for (long i = 0; i < n; i++) bad |= R.cudaDeviceSynchronize() != cudaSuccess;
+    g_chain_sink += 1;
+    return bad;
+}
+static int cmd_stack_chain(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 3) return FAIL("usage: NA NB SYNCS");
+    if (stack_chain_a(atol(argv[0]), atol(argv[1]))) return FAIL("a launch failed");
+    if (stack_chain_sync(atol(argv[2]))) return FAIL("a sync failed");
+    return 0;
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
@@ -680,6 +719,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     reply_extra[0] = 0;
     if (!strcmp(c, "exit")) return 1;
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
+    if (!strcmp(c, "stack_chain")) return cmd_stack_chain(argc, argv);
     if (!strcmp(c, "rt_launch_ptsz")) return cmd_rt_launch(V_PTSZ, argc, argv);
     if (!strcmp(c, "rt_launch_stub")) return cmd_rt_launch(V_STUB, argc, argv);
     if (!strcmp(c, "rt_launch_ex")) return cmd_rt_launch(V_EX, argc, argv);

@@ -111,6 +111,48 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> CaptureError {
 }
 
 /// Installs `filter`.
+/// Takes a call stack on every `period`th launch, blocking sync and blocking copy of each
+/// thread (0: never).
+pub fn set_stack_period(ebpf: &mut Ebpf, period: u32) -> Result<(), CaptureError> {
+    let map = ebpf
+        .map_mut(maps::STACK_CONFIG)
+        .ok_or(CaptureError::MissingMap {
+            name: maps::STACK_CONFIG,
+        })?;
+    let mut cfg: Array<_, u32> = Array::try_from(map).map_err(map_err(maps::STACK_CONFIG))?;
+    cfg.set(0, period, 0).map_err(map_err(maps::STACK_CONFIG))
+}
+
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+struct PyProcValue(profiler_common::PyProc);
+// SAFETY: PyProc is repr(C), plain integers, no padding bytes (asserted size, explicit _pad).
+unsafe impl aya::Pod for PyProcValue {}
+
+/// Lets the probes read the Python frames of `tgid`, a CPython process (or stop: `None`).
+pub fn set_python(
+    ebpf: &mut Ebpf,
+    tgid: u32,
+    proc_: Option<profiler_common::PyProc>,
+) -> Result<(), CaptureError> {
+    let map = ebpf
+        .map_mut(maps::PY_PROCS)
+        .ok_or(CaptureError::MissingMap {
+            name: maps::PY_PROCS,
+        })?;
+    let mut m: BpfHashMap<_, u32, PyProcValue> =
+        BpfHashMap::try_from(map).map_err(map_err(maps::PY_PROCS))?;
+    match proc_ {
+        Some(p) => m
+            .insert(tgid, PyProcValue(p), 0)
+            .map_err(map_err(maps::PY_PROCS)),
+        None => {
+            let _ = m.remove(&tgid);
+            Ok(())
+        }
+    }
+}
+
 pub fn set_filter(ebpf: &mut Ebpf, filter: &Filter) -> Result<(), CaptureError> {
     match filter {
         Filter::All => {}
@@ -467,7 +509,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit"
+                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit", "stack"
             ]
         );
     }

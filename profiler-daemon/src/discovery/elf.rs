@@ -616,6 +616,61 @@ impl<'a> RawElf<'a> {
     }
 }
 
+/// A data symbol of a file: its link-time address and the bytes the file holds there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSymbol {
+    pub vaddr: u64,
+    pub size: u64,
+    /// At most the requested number of bytes from the file (fewer for `.bss` or a short file).
+    pub bytes: Vec<u8>,
+}
+
+/// The defined symbols named `names` (any type; `.dynsym` first, then `.symtab`), each with up
+/// to `want` bytes of its initial contents. Missing names are left out.
+pub fn data_symbols(
+    data: &[u8],
+    names: &[&str],
+    want: u64,
+) -> Result<std::collections::HashMap<String, DataSymbol>, ElfError> {
+    let file = RawElf::parse(data)?;
+    let mut out = std::collections::HashMap::new();
+    for (sh_type, table) in [(elf::SHT_DYNSYM, ".dynsym"), (elf::SHT_SYMTAB, ".symtab")] {
+        let Some(section) = file.first_section(sh_type) else {
+            continue;
+        };
+        let (syms, strtab) = file.symbols(section, table)?;
+        for sym in syms.iter().skip(1) {
+            if sym.st_shndx(LE) == elf::SHN_UNDEF {
+                continue;
+            }
+            let Some(name) = name_at(strtab, u64::from(sym.st_name(LE))) else {
+                continue;
+            };
+            if !names.contains(&name) || out.contains_key(name) {
+                continue;
+            }
+            let vaddr = sym.st_value(LE);
+            let size = sym.st_size(LE);
+            let bytes = match file_offset_of(&file.loads, vaddr) {
+                Some((off, backed)) => bytes_at(data, off, want.min(backed)).to_vec(),
+                None => Vec::new(),
+            };
+            out.insert(name.to_owned(), DataSymbol { vaddr, size, bytes });
+        }
+    }
+    Ok(out)
+}
+
+/// The file's `PT_LOAD` segments as `(file offset, bytes in the file, link-time address)`.
+pub fn load_segments(data: &[u8]) -> Result<Vec<(u64, u64, u64)>, ElfError> {
+    let file = RawElf::parse(data)?;
+    Ok(file
+        .loads
+        .iter()
+        .map(|l| (l.offset, l.filesz, l.vaddr))
+        .collect())
+}
+
 /// Function symbols (`STT_FUNC`, `STT_GNU_IFUNC`) of `.symtab` and `.dynsym`, for address → name.
 ///
 /// Used to name a runtime launch's host-stub address, which is usually a LOCAL symbol present

@@ -144,24 +144,57 @@ impl ProcSymbols {
 
     /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.
     pub fn symbol_at(&self, tgid: u32, addr: u64) -> Option<String> {
+        self.lookup(tgid, addr, |idx, vaddr| {
+            idx.lookup_exact(vaddr).map(str::to_owned)
+        })?
+        .1
+    }
+
+    /// The file mapping `addr` in `tgid` (its name, no directory) and the function symbol
+    /// containing the address, if the file's symbol tables have one. `None`: no executable
+    /// file mapping holds `addr`.
+    pub fn frame_at(&self, tgid: u32, addr: u64) -> Option<(String, Option<String>)> {
+        self.lookup(tgid, addr, |idx, vaddr| {
+            idx.lookup_containing(vaddr).map(|(n, _)| n.to_owned())
+        })
+    }
+
+    /// `(file name, find(index, vaddr))` for the mapping of `addr` in `tgid`.
+    fn lookup(
+        &self,
+        tgid: u32,
+        addr: u64,
+        find: impl FnOnce(&SymbolIndex, u64) -> Option<String>,
+    ) -> Option<(String, Option<String>)> {
         let mut inner = self.inner.lock().expect("symbol cache poisoned");
         if !inner.maps.contains_key(&tgid) {
             drop(inner);
             self.remember(tgid);
             inner = self.inner.lock().expect("symbol cache poisoned");
         }
-        let m = inner
-            .maps
-            .get(&tgid)?
-            .iter()
-            .find(|m| m.start <= addr && addr < m.end)?
-            .clone();
+        let holds = |maps: &[ExecMapping]| {
+            maps.iter()
+                .find(|m| m.start <= addr && addr < m.end)
+                .cloned()
+        };
+        let m = match holds(inner.maps.get(&tgid)?) {
+            Some(m) => m,
+            None => {
+                // Mapped after the snapshot (a library loaded later): look again, once per
+                // address (callers cache the answer).
+                drop(inner);
+                self.remember(tgid);
+                inner = self.inner.lock().expect("symbol cache poisoned");
+                holds(inner.maps.get(&tgid)?)?
+            }
+        };
         let file_off = addr - m.start + m.offset;
         let clean = m
             .path
             .strip_suffix(" (deleted)")
             .unwrap_or(&m.path)
             .to_owned();
+        let module = clean.rsplit('/').next().unwrap_or(&clean).to_owned();
         let in_root = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
         let path = if in_root.exists() {
             in_root
@@ -169,15 +202,19 @@ impl ProcSymbols {
             PathBuf::from(&clean)
         };
         if !inner.files.contains_key(&path) && inner.files.len() >= MAX_SYMBOL_FILES {
-            return None;
+            return Some((module, None));
         }
         let idx = inner
             .files
             .entry(path.clone())
             .or_insert_with(|| SymbolIndex::load(&path).ok());
-        let idx = idx.as_ref()?;
-        let vaddr = idx.vaddr_of_file_offset(file_off)?;
-        idx.lookup_exact(vaddr).map(str::to_owned)
+        let Some(idx) = idx.as_ref() else {
+            return Some((module, None));
+        };
+        let found = idx
+            .vaddr_of_file_offset(file_off)
+            .and_then(|vaddr| find(idx, vaddr));
+        Some((module, found))
     }
 }
 

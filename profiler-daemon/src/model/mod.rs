@@ -65,6 +65,8 @@ pub struct Aggregator {
     exited_at: HashMap<u32, std::time::Instant>,
     /// Kernel launches applied since the start, all processes (forgotten ones included).
     launches_total: u64,
+    /// Names the frames of sampled stacks.
+    stacks: crate::stacks::StackResolver,
 }
 
 impl Aggregator {
@@ -81,7 +83,21 @@ impl Aggregator {
             gpus: gpu::Gpus::default(),
             exited_at: HashMap::new(),
             launches_total: 0,
+            stacks: crate::stacks::StackResolver::replay(),
         }
+    }
+
+    /// Names stack frames with `stacks` (the live resolver; the default knows only what a
+    /// capture file taught it).
+    pub fn with_stacks(mut self, stacks: crate::stacks::StackResolver) -> Self {
+        self.stacks = stacks;
+        self
+    }
+
+    /// The stack frame names, to look up a stack's before its record is stored, or to learn
+    /// a capture file's.
+    pub fn stacks_mut(&mut self) -> &mut crate::stacks::StackResolver {
+        &mut self.stacks
     }
 
     /// Bounds the live allocations tracked per process (default [`DEFAULT_LIVE_CAP`]); applies
@@ -160,9 +176,15 @@ impl Aggregator {
                 }
             }
             Event::Alias(_, a) => p.names.alias(a.from, a.to),
+            Event::Stack(_, st) => {
+                self.stacks.prepare(h.tgid, st);
+                p.stacks.apply(h.api, st);
+            }
             Event::Map(..) | Event::Exit(..) => {}
         }
-        if h.api > MAX_API_ID && !matches!(ev, Event::Name(..) | Event::Alias(..)) {
+        if h.api > MAX_API_ID
+            && !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..))
+        {
             // Counted with the rest of the record applied: only its API slot is lost.
             *self.decode_errors.entry(h.kind).or_insert(0) += 1;
         }
@@ -245,7 +267,16 @@ impl Aggregator {
     /// marked exited) and the tgid starts afresh.
     pub fn retire(&mut self, tgid: u32) {
         self.exited_at.remove(&tgid);
-        if let Some(p) = self.procs.remove(&tgid) {
+        if let Some(mut p) = self.procs.remove(&tgid) {
+            // Its stacks are named now: the names are the old process's and are forgotten.
+            p.frozen_code = Some(report::code(
+                tgid,
+                &p,
+                &self.api,
+                self.resolver.as_ref(),
+                &self.stacks,
+            ));
+            self.stacks.forget(tgid);
             let mut meta = self.meta.remove(&tgid).unwrap_or_default();
             meta.exited = true;
             self.retired.push((tgid, p, meta));
@@ -267,6 +298,7 @@ impl Aggregator {
             self.exited_at.remove(t);
             self.procs.remove(t);
             self.meta.remove(t);
+            self.stacks.forget(*t);
         }
         let n = self
             .retired_at
@@ -439,7 +471,16 @@ impl Aggregator {
         let mut processes: Vec<_> = self
             .retired
             .iter()
-            .map(|(t, p, m)| report::process(*t, p, Some(m), &self.api, self.resolver.as_ref()))
+            .map(|(t, p, m)| {
+                report::process(
+                    *t,
+                    p,
+                    Some(m),
+                    &self.api,
+                    self.resolver.as_ref(),
+                    &self.stacks,
+                )
+            })
             .chain(self.seen_tgids().into_iter().map(|t| {
                 report::process(
                     t,
@@ -447,6 +488,7 @@ impl Aggregator {
                     self.meta.get(&t),
                     &self.api,
                     self.resolver.as_ref(),
+                    &self.stacks,
                 )
             }))
             .collect();

@@ -88,6 +88,11 @@ pub struct ProcState {
     /// CPU time blocked in synchronisations (GPU-side waits excluded).
     pub sync_blocked_ns: u64,
     pub mem: MemTracker,
+    /// Sampled call stacks.
+    pub stacks: crate::stacks::ProcStacks,
+    /// The code rows, named when the process's tgid went to another process (its names are
+    /// then forgotten).
+    pub frozen_code: Option<(Vec<crate::output::CodeReport>, crate::output::StackSummary)>,
     pub names: NameTable,
     /// `launches` when the live view last looked.
     pub prev_launches: u64,
@@ -113,6 +118,8 @@ impl ProcState {
             graph_launches: 0,
             sync_blocked_ns: 0,
             mem: MemTracker::new(live_cap),
+            stacks: Default::default(),
+            frozen_code: None,
             names: NameTable::new(),
             prev_launches: 0,
             gpu: Default::default(),

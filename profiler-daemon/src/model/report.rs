@@ -229,8 +229,13 @@ pub(super) fn process(
     meta: Option<&ProcessMeta>,
     api: &ApiTable,
     resolver: &dyn SymbolResolver,
+    stacks: &crate::stacks::StackResolver,
 ) -> ProcessReport {
     let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
+    let (code, stack_summary) = match &p.frozen_code {
+        Some(c) => c.clone(),
+        None => code(tgid, p, api, resolver, stacks),
+    };
     ProcessReport {
         tgid,
         comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
@@ -248,7 +253,28 @@ pub(super) fn process(
         },
         allocations: allocations(p),
         gpu: p.gpu.report(),
+        code,
+        stacks: stack_summary,
     }
+}
+
+/// The code rows of a process (kernels named as in the kernels view).
+pub(super) fn code(
+    tgid: u32,
+    p: &ProcState,
+    api: &ApiTable,
+    resolver: &dyn SymbolResolver,
+    stacks: &crate::stacks::StackResolver,
+) -> (Vec<crate::output::CodeReport>, crate::output::StackSummary) {
+    let mut cache: FastMap<(u64, bool), String> = FastMap::default();
+    let mut kernel = |api_id: u32, func: u64| {
+        let runtime = api.get(api_id).is_some_and(|a| a.layer == Layer::Runtime);
+        cache
+            .entry((func, runtime))
+            .or_insert_with(|| name_of(p, resolver, tgid, func, runtime).name)
+            .clone()
+    };
+    stacks.code_report(tgid, &p.stacks, &mut kernel)
 }
 
 /// Groups processes by job (`kind:id`); processes without a job are left out.

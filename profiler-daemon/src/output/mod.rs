@@ -152,6 +152,60 @@ pub struct ProcessReport {
     /// Launches and copies per stream, most launches first.
     #[serde(default)]
     pub streams: Vec<StreamReport>,
+    /// Where the calls came from: one row per distinct call stack sampled, most calls first.
+    #[serde(default)]
+    pub code: Vec<CodeReport>,
+    /// How the stacks were taken.
+    #[serde(default)]
+    pub stacks: StackSummary,
+}
+
+/// The calls sampled on one call stack. `samples` is measured; `calls`, `launches`, `syncs`,
+/// `copies` and `blocked_ns` are estimates: each sample stands for the sampling period's
+/// number of calls of its thread (exact when the period is 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeReport {
+    /// Outermost frame first: Python frames as `file:line function`, native frames as
+    /// `function (library)`.
+    pub stack: Vec<String>,
+    /// The library that made the call: the innermost native frame outside libcuda and
+    /// libcudart.
+    pub caller: String,
+    pub samples: u64,
+    pub calls: u64,
+    pub launches: u64,
+    pub syncs: u64,
+    pub copies: u64,
+    /// CPU time blocked in the syncs and blocking copies on this stack.
+    pub blocked_ns: u64,
+    /// The kernels launched from this stack, most launches first.
+    pub kernels: Vec<CodeKernel>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeKernel {
+    pub name: String,
+    pub launches: u64,
+}
+
+/// How a process's stacks were taken.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackSummary {
+    /// Stacks taken.
+    pub samples: u64,
+    /// Samples on stacks past the distinct stacks kept per process (4,096), not in `code`.
+    pub dropped: u64,
+    /// Samples cut at 32 native or 16 Python frames (outermost frames missing).
+    pub truncated: u64,
+    /// The interpreter, for a CPython process (and whether its frames are read).
+    pub python: Option<String>,
+    /// Samples of that interpreter taken on a thread it does not know (no Python frames).
+    pub python_no_thread: u64,
+    /// Samples without Python frames whose native walk named fewer than 3 frames: typical of
+    /// code built without frame pointers, where only the innermost frame (the direct caller,
+    /// read off the stack) is certain.
+    #[serde(default)]
+    pub shallow: u64,
 }
 
 /// What a process put on one stream.
@@ -270,6 +324,7 @@ pub fn kind_name(kind: u32) -> Option<&'static str> {
         k::ALIAS => "alias",
         k::MAP => "map",
         k::EXIT => "exit",
+        k::STACK => "stack",
         _ => return None,
     })
 }
@@ -336,7 +391,7 @@ mod tests {
 
     #[test]
     fn drops() {
-        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 0, 3]);
+        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 0, 3, 0, 4]);
         let got: Vec<(&str, u64)> = d.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(
             got,
@@ -349,10 +404,11 @@ mod tests {
                 ("map", 0),
                 ("mem", 0),
                 ("name", 0),
-                ("other", 3),
+                ("other", 4),
+                ("stack", 3),
                 ("sync", 1)
             ]
         );
-        assert_eq!(drops_by_kind(&[]).len(), 9);
+        assert_eq!(drops_by_kind(&[]).len(), 10);
     }
 }

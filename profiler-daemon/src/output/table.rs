@@ -420,6 +420,8 @@ mod tests {
             },
             gpu: None,
             streams: Vec::new(),
+            code: Vec::new(),
+            stacks: Default::default(),
         };
         Report {
             schema: SCHEMA.into(),

@@ -29,6 +29,9 @@ jobs = []
 cgroups = []
 # Ring-buffer size in MiB between the probes and the daemon (a power of two, 1 to 1024).
 ring_buffer_mb = 16
+# Take the call stack of every Nth launch / blocking sync / blocking copy of each thread (code
+# and callers views); 0: no stacks.
+stack_period = 64
 # (reload) How often to rescan /proc for CUDA libraries behind the kernel's mmap watcher; "0": never.
 rescan_interval = "30s"
 
@@ -111,6 +114,7 @@ pub struct CaptureConfig {
     pub jobs: Vec<String>,
     pub cgroups: Vec<String>,
     pub ring_buffer_mb: u32,
+    pub stack_period: u32,
     pub rescan_interval: Dur,
 }
 
@@ -153,6 +157,7 @@ impl Default for CaptureConfig {
             jobs: Vec::new(),
             cgroups: Vec::new(),
             ring_buffer_mb: 16,
+            stack_period: crate::session::ALL_JOBS_STACK_PERIOD,
             rescan_interval: Dur(Duration::from_secs(30)),
         }
     }
@@ -457,6 +462,10 @@ impl Config {
             (
                 "capture.ring_buffer_mb",
                 next.capture.ring_buffer_mb != new.capture.ring_buffer_mb,
+            ),
+            (
+                "capture.stack_period",
+                next.capture.stack_period != new.capture.stack_period,
             ),
             ("nvml", next.nvml != new.nvml),
             (

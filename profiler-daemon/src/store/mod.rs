@@ -170,6 +170,8 @@ pub enum Frame {
     NvmlOff,
     /// The device health of the NVML round just before (throttling, PCIe, ECC, XID events).
     NvmlHealth(crate::nvml::Health),
+    /// Names of stack frames, written before the first stack record that needs them.
+    StackSyms(Vec<crate::stacks::StackSym>),
 }
 
 fn codec() -> impl bincode::Options {
@@ -497,18 +499,36 @@ pub fn for_each_record(
     path: &Path,
     mut each: impl FnMut(&ApiTable, u32, &profiler_common::decode::Event) -> Result<(), String>,
 ) -> Result<Option<String>, String> {
+    for_each_record_named(path, |api, g, ev, _| each(api, g, ev))
+}
+
+/// [`for_each_record`], with the stack frame names the file holds so far (to name stacks).
+pub fn for_each_record_named(
+    path: &Path,
+    mut each: impl FnMut(
+        &ApiTable,
+        u32,
+        &profiler_common::decode::Event,
+        &crate::stacks::StackResolver,
+    ) -> Result<(), String>,
+) -> Result<Option<String>, String> {
     let mut r = Reader::open(path).map_err(|e| e.to_string())?;
     let mut api = ApiTable::new();
     let mut generation: HashMap<u32, u32> = HashMap::new();
+    let mut stacks = crate::stacks::StackResolver::replay();
     while let Some(frame) = r.next_frame() {
         match frame {
             Frame::Api(list) => api = ApiTable::from_list(list),
-            Frame::Retire { tgid } => *generation.entry(tgid).or_insert(0) += 1,
+            Frame::StackSyms(v) => stacks.learn(v),
+            Frame::Retire { tgid } => {
+                *generation.entry(tgid).or_insert(0) += 1;
+                stacks.forget(tgid);
+            }
             Frame::Records(bytes) => {
                 for rec in records(&bytes) {
                     if let Ok(ev) = decode(rec) {
                         let g = generation.get(&ev.header().tgid).copied().unwrap_or(0);
-                        each(&api, g, &ev)?;
+                        each(&api, g, &ev, &stacks)?;
                     }
                 }
             }
@@ -596,6 +616,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             Frame::NvmlStopped(why) => agg.nvml_stopped(&why),
             Frame::NvmlOff => agg.nvml_off(),
             Frame::NvmlHealth(h) => agg.apply_nvml_health(&h),
+            Frame::StackSyms(v) => agg.stacks_mut().learn(v),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

@@ -255,8 +255,9 @@ fn report_json_contract() {
     let got = output::json::to_string(&a.report(m));
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
-        r#""drops":{"alias":0,"copy":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"sync":0},"#,
-        r#""submitted":{"alias":0,"copy":2,"exit":0,"graph":0,"launch":1,"map":0,"mem":0,"name":0,"sync":0},"decode_errors":0,"#,
+        r#""drops":{"alias":0,"copy":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"stack":0,"sync":0},"#,
+        r#""submitted":{"alias":0,"copy":2,"exit":0,"graph":0,"launch":1,"map":0,"mem":0,"name":0,"stack":0,"sync":0},"#,
+        r#""decode_errors":0,"#,
         r#""jobs":[{"kind":"slurm","id":"77","steps":["0"],"processes":[42],"launches":1,"graph_launches":0,"#,
         r#""copy_bytes":0,"alloc_bytes":0,"blocked_ns":0}],"#,
         r#""processes":[{"tgid":42,"comm":"demo","cmdline":"./demo","exited":false,"#,
@@ -269,7 +270,8 @@ fn report_json_contract() {
         r#""managed":{"calls":0,"bytes":0},"async":{"calls":0,"bytes":0},"pitched":{"calls":0,"bytes":0},"#,
         r#""vmm":{"calls":0,"bytes":0}}},"#,
         r#""gpu":{"samples":1,"devices":[0],"memory_max_bytes":536870912,"sm_util_avg":45.0,"mem_util_avg":10.0},"#,
-        r#""streams":[{"stream":"default","launches":1,"copies":0,"copy_bytes":0}]}],"#,
+        r#""streams":[{"stream":"default","launches":1,"copies":0,"copy_bytes":0}],"code":[],"#,
+        r#""stacks":{"samples":0,"dropped":0,"truncated":0,"python":null,"python_no_thread":0,"shallow":0}}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,

@@ -1,0 +1,496 @@
+//! Call stacks of launches, blocking syncs and blocking copies: the code and callers views.
+//!
+//! The probes take a stack on every Nth such call of each thread ([`STACK_CONFIG`] period) —
+//! native return addresses from the kernel's frame-pointer walk, and for CPython processes the
+//! interpreter's frames (code object, instruction). Here they are named: native addresses
+//! through the ELF symbol tables of the files the process maps, Python frames by reading the
+//! code object from the process (file, function, line table). Names are looked up when the
+//! stack arrives, while the process and its files are there, and cached; with a capture file
+//! every new name is written to it before the stack that needs it ([`StackSym`]), so a replay
+//! names the same stacks without the processes.
+//!
+//! [`STACK_CONFIG`]: profiler_common::maps::STACK_CONFIG
+
+pub mod python;
+pub mod view;
+
+use crate::enrich::names::demangle;
+use crate::enrich::process::ProcSymbols;
+use profiler_common::{StackBody, kind, stackflags};
+use python::PyCode;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A native frame, named.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeFrame {
+    /// The mapped file's name (no directory).
+    pub module: String,
+    /// Demangled function name, when the file's symbol tables have one.
+    pub symbol: Option<String>,
+}
+
+impl NativeFrame {
+    fn label(&self) -> String {
+        match &self.symbol {
+            Some(s) => format!("{s} ({})", self.module),
+            None => format!("?? ({})", self.module),
+        }
+    }
+}
+
+/// A name learned while capturing, kept in the capture file for a replay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StackSym {
+    /// `addr` (a return address) in `tgid`: `None` when no executable mapping holds it.
+    Native {
+        tgid: u32,
+        addr: u64,
+        frame: Option<NativeFrame>,
+    },
+    /// The code object at `code` in `tgid`.
+    PyCode {
+        tgid: u32,
+        code: u64,
+        info: Option<PyCode>,
+    },
+    /// `tgid` runs CPython 3.`minor` from `module` (`frames`: whether its frames are read).
+    Python {
+        tgid: u32,
+        module: String,
+        minor: u8,
+        frames: bool,
+    },
+}
+
+/// What is known of a process's interpreter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Interp {
+    module: String,
+    minor: u8,
+    layout: Option<&'static python::PyLayout>,
+}
+
+/// Most names cached (native addresses and code objects, all processes); past it, names are
+/// still looked up but no longer kept.
+const MAX_CACHED: usize = 1 << 20;
+
+/// Names the frames of stacks: live (from the processes) or from a capture file's records.
+pub struct StackResolver {
+    live: Option<Arc<ProcSymbols>>,
+    native: HashMap<(u32, u64), Option<Arc<NativeFrame>>>,
+    py: HashMap<(u32, u64), Option<Arc<PyCode>>>,
+    interp: HashMap<u32, Option<Interp>>,
+    /// Names learned since the last [`Self::take_log`] (capture files only).
+    log: Option<Vec<StackSym>>,
+}
+
+impl StackResolver {
+    /// Names from the running processes; `logging`: keep what is learned for a capture file.
+    pub fn live(symbols: Arc<ProcSymbols>, logging: bool) -> Self {
+        Self {
+            live: Some(symbols),
+            native: HashMap::new(),
+            py: HashMap::new(),
+            interp: HashMap::new(),
+            log: logging.then(Vec::new),
+        }
+    }
+
+    /// Names only from what a capture file recorded ([`Self::learn`]).
+    pub fn replay() -> Self {
+        Self {
+            live: None,
+            native: HashMap::new(),
+            py: HashMap::new(),
+            interp: HashMap::new(),
+            log: None,
+        }
+    }
+
+    /// Names a capture file recorded.
+    pub fn learn(&mut self, syms: Vec<StackSym>) {
+        for s in syms {
+            match s {
+                StackSym::Native { tgid, addr, frame } => {
+                    self.native.insert((tgid, addr), frame.map(Arc::new));
+                }
+                StackSym::PyCode { tgid, code, info } => {
+                    self.py.insert((tgid, code), info.map(Arc::new));
+                }
+                StackSym::Python {
+                    tgid,
+                    module,
+                    minor,
+                    frames,
+                } => {
+                    self.interp.insert(
+                        tgid,
+                        Some(Interp {
+                            module,
+                            minor,
+                            layout: if frames { python::layout(minor) } else { None },
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
+    /// What was learned since the last call (for the capture file).
+    pub fn take_log(&mut self) -> Vec<StackSym> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Forgets a process's names (its tgid now belongs to another process).
+    pub fn forget(&mut self, tgid: u32) {
+        self.native.retain(|k, _| k.0 != tgid);
+        self.py.retain(|k, _| k.0 != tgid);
+        self.interp.remove(&tgid);
+    }
+
+    fn room(&self) -> bool {
+        self.native.len() + self.py.len() < MAX_CACHED
+    }
+
+    fn native(&mut self, tgid: u32, addr: u64) -> Option<Arc<NativeFrame>> {
+        if let Some(f) = self.native.get(&(tgid, addr)) {
+            return f.clone();
+        }
+        let syms = self.live.as_ref()?;
+        // A return address: the call instruction is just before it.
+        let frame = syms
+            .frame_at(tgid, addr.saturating_sub(1))
+            .map(|(module, symbol)| NativeFrame {
+                module,
+                symbol: symbol.map(|s| demangle(&s)),
+            });
+        if let Some(log) = &mut self.log {
+            log.push(StackSym::Native {
+                tgid,
+                addr,
+                frame: frame.clone(),
+            });
+        }
+        let frame = frame.map(Arc::new);
+        if self.room() {
+            self.native.insert((tgid, addr), frame.clone());
+        }
+        frame
+    }
+
+    fn interp(&mut self, tgid: u32) -> Option<Interp> {
+        if let Some(i) = self.interp.get(&tgid) {
+            return i.clone();
+        }
+        self.live.as_ref()?;
+        let found = python::detect(tgid).map(|p| Interp {
+            module: p.module,
+            minor: p.minor,
+            layout: p.layout,
+        });
+        if let (Some(log), Some(i)) = (&mut self.log, &found) {
+            log.push(StackSym::Python {
+                tgid,
+                module: i.module.clone(),
+                minor: i.minor,
+                frames: i.layout.is_some(),
+            });
+        }
+        self.interp.insert(tgid, found.clone());
+        found
+    }
+
+    fn py(&mut self, tgid: u32, code: u64) -> Option<Arc<PyCode>> {
+        if let Some(c) = self.py.get(&(tgid, code)) {
+            return c.clone();
+        }
+        self.live.as_ref()?;
+        let layout = self.interp(tgid)?.layout?;
+        let info = python::read_code(tgid, layout, code);
+        if let Some(log) = &mut self.log {
+            log.push(StackSym::PyCode {
+                tgid,
+                code,
+                info: info.clone(),
+            });
+        }
+        let info = info.map(Arc::new);
+        if self.room() {
+            self.py.insert((tgid, code), info.clone());
+        }
+        info
+    }
+
+    /// Looks up every name `st` needs now (while its process is there).
+    pub fn prepare(&mut self, tgid: u32, st: &StackBody) {
+        for &a in st.native_frames() {
+            if self.native(tgid, a).is_none() {
+                break; // the walk ends there (see `labels`)
+            }
+        }
+        if st.py_len > 0 || st.flags & stackflags::PY_NO_THREAD != 0 {
+            self.interp(tgid);
+        }
+        for f in st.py_frames() {
+            if f.instr != 0 && f.code != 0 {
+                self.py(tgid, f.code);
+            }
+        }
+    }
+
+    /// The stack's frames, named, outermost first, from the names looked up by
+    /// [`Self::prepare`]. With Python frames, the interpreter's own native frames are replaced
+    /// by them: the Python frames, then the native frames called from Python (an extension,
+    /// ctypes, …) down to the probed call.
+    pub fn labels(&self, tgid: u32, key: &StackKey) -> Vec<String> {
+        let mut inner: Vec<String> = Vec::new();
+        let interp_module = if key.py.is_empty() {
+            None
+        } else {
+            self.interp
+                .get(&tgid)
+                .and_then(|i| i.as_ref())
+                .map(|i| base(&i.module).to_owned())
+        };
+        for (i, &a) in key.native.iter().enumerate() {
+            match self.native.get(&(tgid, a)).and_then(|f| f.as_ref()) {
+                Some(f) => {
+                    if interp_module.as_deref() == Some(f.module.as_str()) {
+                        break;
+                    }
+                    inner.push(f.label());
+                }
+                // Past the first frame, an address no file maps ends the walk: without frame
+                // pointers what follows is not a stack.
+                None if i == 0 => inner.push(format!("0x{a:x}")),
+                None => break,
+            }
+        }
+        let mut out: Vec<String> = key
+            .py
+            .iter()
+            .rev()
+            .map(
+                |&(code, instr)| match self.py.get(&(tgid, code)).and_then(|c| c.as_ref()) {
+                    Some(c) => match c.line_at(code, instr) {
+                        Some(l) => format!("{}:{l} {}", c.filename, c.qualname),
+                        None => format!("{} {}", c.filename, c.qualname),
+                    },
+                    None => format!("<python code 0x{code:x}>"),
+                },
+            )
+            .collect();
+        out.extend(inner.into_iter().rev());
+        out
+    }
+
+    /// The module of the stack's innermost native frame outside the CUDA libraries: the library
+    /// that made the call (`libtorch_cuda.so`, `libcublasLt.so.12`, …).
+    pub fn caller_module(&self, tgid: u32, key: &StackKey) -> String {
+        for &a in key.native.iter() {
+            match self.native.get(&(tgid, a)).and_then(|f| f.as_ref()) {
+                Some(f) if is_cuda_module(&f.module) => continue,
+                Some(f) => return f.module.clone(),
+                None => return "[unknown]".into(),
+            }
+        }
+        "[unknown]".into()
+    }
+
+    /// The interpreter `tgid` runs, as the report says it (`None`: not Python, or not seen).
+    pub fn python_of(&self, tgid: u32) -> Option<String> {
+        let i = self.interp.get(&tgid)?.as_ref()?;
+        Some(if i.layout.is_some() {
+            format!("CPython 3.{} ({})", i.minor, i.module)
+        } else {
+            format!(
+                "CPython 3.{} ({}): Python frames not read (supported: 3.11 to 3.13)",
+                i.minor, i.module
+            )
+        })
+    }
+}
+
+/// The CUDA runtime and driver themselves (never "the caller").
+fn is_cuda_module(module: &str) -> bool {
+    module.starts_with("libcudart.so") || module.starts_with("libcuda.so")
+}
+
+fn base(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl StackKey {
+    /// The key of a stack record (shim frames left out).
+    pub fn of(st: &StackBody) -> StackKey {
+        let mut native = st.native_frames();
+        // At an entry probe the record's first frame is the caller, read off the stack; kernels
+        // from 6.13 on add that same caller to their walk themselves (the walk's first entry,
+        // the probed function, was replaced by it): one copy is kept.
+        if st.flags & stackflags::AT_ENTRY != 0 && native.len() >= 2 && native[0] == native[1] {
+            native = &native[1..];
+        }
+        StackKey {
+            native: native.into(),
+            py: st
+                .py_frames()
+                .iter()
+                .filter(|f| f.instr != 0 && f.code != 0)
+                .map(|f| (f.code, f.instr))
+                .collect(),
+        }
+    }
+}
+
+/// One distinct stack of a process, as taken (before naming).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub native: Box<[u64]>,
+    /// `(code object, instruction)` per Python frame, innermost first.
+    pub py: Box<[(u64, u64)]>,
+}
+
+/// What was sampled on one stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackStat {
+    pub samples: u64,
+    /// Estimated calls: each sample stands for `period` calls.
+    pub calls: u64,
+    pub launches: u64,
+    pub syncs: u64,
+    pub copies: u64,
+    /// Estimated CPU time blocked (sampled duration × period).
+    pub blocked_ns: u64,
+    /// Launched function handle and API → estimated launches.
+    pub funcs: HashMap<(u32, u64), u64>,
+}
+
+/// A native stack naming fewer frames than this is "shallow" (see `StackSummary::shallow`).
+pub const SHALLOW_FRAMES: usize = 3;
+
+/// Distinct stacks kept per process; samples on further stacks are counted in
+/// [`ProcStacks::dropped`].
+pub const MAX_STACKS_PER_PROCESS: usize = 4096;
+
+/// A process's sampled stacks.
+#[derive(Clone, Debug, Default)]
+pub struct ProcStacks {
+    pub by_stack: HashMap<StackKey, StackStat>,
+    pub samples: u64,
+    /// Samples on stacks beyond [`MAX_STACKS_PER_PROCESS`].
+    pub dropped: u64,
+    /// Samples whose native walk was cut at [`profiler_common::STACK_NATIVE_MAX`] frames.
+    pub truncated: u64,
+    /// Samples of a Python process taken on a thread without a Python thread state.
+    pub py_no_thread: u64,
+}
+
+impl ProcStacks {
+    pub fn apply(&mut self, api: u32, st: &StackBody) {
+        let period = u64::from(st.period.max(1));
+        self.samples += 1;
+        if st.flags & (stackflags::NATIVE_TRUNCATED | stackflags::PY_TRUNCATED) != 0 {
+            self.truncated += 1;
+        }
+        if st.flags & stackflags::PY_NO_THREAD != 0 {
+            self.py_no_thread += 1;
+        }
+        let key = StackKey::of(st);
+        let full = self.by_stack.len() >= MAX_STACKS_PER_PROCESS;
+        let s = match self.by_stack.get_mut(&key) {
+            Some(s) => s,
+            None if full => {
+                self.dropped += 1;
+                return;
+            }
+            None => self.by_stack.entry(key).or_default(),
+        };
+        s.samples += 1;
+        s.calls += period;
+        match st.of_kind {
+            kind::LAUNCH => {
+                s.launches += period;
+                *s.funcs.entry((api, st.handle)).or_default() += period;
+            }
+            kind::SYNC => {
+                s.syncs += period;
+                s.blocked_ns += st.dur_ns.saturating_mul(period);
+            }
+            kind::COPY => {
+                s.copies += period;
+                s.blocked_ns += st.dur_ns.saturating_mul(period);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl StackResolver {
+    /// The code rows of a process: stacks named and merged where they name alike, most calls
+    /// first. `kernel` names a launched function (API id, handle).
+    pub fn code_report(
+        &self,
+        tgid: u32,
+        ps: &ProcStacks,
+        kernel: &mut dyn FnMut(u32, u64) -> String,
+    ) -> (Vec<crate::output::CodeReport>, crate::output::StackSummary) {
+        use crate::output::{CodeKernel, CodeReport};
+        let mut rows: HashMap<Vec<String>, (CodeReport, HashMap<String, u64>)> = HashMap::new();
+        let mut shallow = 0;
+        for (key, s) in &ps.by_stack {
+            let stack = self.labels(tgid, key);
+            if key.py.is_empty() && stack.len() < SHALLOW_FRAMES {
+                shallow += s.samples;
+            }
+            let caller = self.caller_module(tgid, key);
+            let (r, k) = rows.entry(stack.clone()).or_insert_with(|| {
+                (
+                    CodeReport {
+                        stack,
+                        caller,
+                        ..Default::default()
+                    },
+                    HashMap::new(),
+                )
+            });
+            r.samples += s.samples;
+            r.calls += s.calls;
+            r.launches += s.launches;
+            r.syncs += s.syncs;
+            r.copies += s.copies;
+            r.blocked_ns += s.blocked_ns;
+            for (&(api, func), &n) in &s.funcs {
+                *k.entry(kernel(api, func)).or_default() += n;
+            }
+        }
+        let mut out: Vec<CodeReport> = rows
+            .into_values()
+            .map(|(mut r, k)| {
+                let mut ks: Vec<CodeKernel> = k
+                    .into_iter()
+                    .map(|(name, launches)| CodeKernel { name, launches })
+                    .collect();
+                ks.sort_by(|a, b| b.launches.cmp(&a.launches).then(a.name.cmp(&b.name)));
+                r.kernels = ks;
+                r
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.calls
+                .cmp(&a.calls)
+                .then(b.blocked_ns.cmp(&a.blocked_ns))
+                .then_with(|| a.stack.cmp(&b.stack))
+        });
+        let summary = crate::output::StackSummary {
+            samples: ps.samples,
+            dropped: ps.dropped,
+            truncated: ps.truncated,
+            python: self.python_of(tgid),
+            python_no_thread: ps.py_no_thread,
+            shallow,
+        };
+        (out, summary)
+    }
+}

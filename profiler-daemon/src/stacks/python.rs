@@ -1,0 +1,466 @@
+//! CPython processes: which interpreter a process runs, where its `_PyRuntime` is, and the
+//! code objects the probes' Python frames point at (file, function, line).
+//!
+//! The probes walk the interpreter's thread states and frames in the kernel (they need only
+//! the offsets in [`PyOffsets`]); everything else — strings, line tables — is read here from
+//! `/proc/PID/mem` when a frame is first met, and cached per code object.
+//!
+//! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 (offsets per version below, taken from
+//! each version's headers — Debian's 3.11.2 and 3.13.18, upstream 3.12.6 — by compiling
+//! `offsetof` against them). Only 3.11 is exercised by the tests (the CI machine's python3). 3.9 and 3.10 keep no native
+//! thread id in their thread states, which the probe needs to find the calling thread's
+//! frames without the GIL; their processes get native frames only, and the report says so.
+
+use profiler_common::{PY_NONE, PyOffsets};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// Where one CPython version keeps what gpuprofd reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyLayout {
+    pub minor: u8,
+    /// For the probes.
+    pub probe: PyOffsets,
+    pub code_filename: u64,
+    /// `co_qualname` (3.11+), the function's dotted name.
+    pub code_qualname: u64,
+    pub code_firstlineno: u64,
+    pub code_linetable: u64,
+    pub code_adaptive: u64,
+    pub unicode_length: u64,
+    pub unicode_state: u64,
+    /// `sizeof(PyASCIIObject)`: where a compact ASCII string's characters start.
+    pub ascii_size: u64,
+    /// `sizeof(PyCompactUnicodeObject)`: where a compact non-ASCII string's characters start.
+    pub compact_size: u64,
+    pub state_kind_shift: u32,
+    pub state_compact_bit: u32,
+    pub state_ascii_bit: u32,
+    pub bytes_size: u64,
+    pub bytes_sval: u64,
+}
+
+const fn probe_offsets(
+    runtime_interp_head: u32,
+    interp_threads_head: u32,
+    tstate_next: u32,
+    tstate_native_tid: u32,
+    tstate_frame: u32,
+    cframe_current: u32,
+    frame: [u32; 5],
+) -> PyOffsets {
+    PyOffsets {
+        runtime_interp_head,
+        interp_threads_head,
+        tstate_next,
+        tstate_native_tid,
+        tstate_frame,
+        cframe_current,
+        frame_code: frame[0],
+        frame_previous: frame[1],
+        frame_instr: frame[2],
+        frame_owner: frame[3],
+        owner_cstack: frame[4],
+        _pad: 0,
+    }
+}
+
+/// The versions whose frames the probes can walk.
+pub static LAYOUTS: &[PyLayout] = &[
+    PyLayout {
+        minor: 11,
+        probe: probe_offsets(40, 16, 8, 160, 56, 8, [32, 48, 56, 69, PY_NONE]),
+        code_filename: 112,
+        code_qualname: 128,
+        code_firstlineno: 72,
+        code_linetable: 136,
+        code_adaptive: 184,
+        unicode_length: 16,
+        unicode_state: 32,
+        ascii_size: 48,
+        compact_size: 72,
+        state_kind_shift: 2,
+        state_compact_bit: 5,
+        state_ascii_bit: 6,
+        bytes_size: 16,
+        bytes_sval: 32,
+    },
+    // 3.12: the frame's code and link moved to the front; C-stack shim frames (owner 3).
+    PyLayout {
+        minor: 12,
+        probe: probe_offsets(40, 72, 8, 144, 56, 0, [0, 8, 56, 70, 3]),
+        code_filename: 112,
+        code_qualname: 128,
+        code_firstlineno: 68,
+        code_linetable: 136,
+        code_adaptive: 192,
+        unicode_length: 16,
+        unicode_state: 32,
+        ascii_size: 40,
+        compact_size: 56,
+        state_kind_shift: 2,
+        state_compact_bit: 5,
+        state_ascii_bit: 6,
+        bytes_size: 16,
+        bytes_sval: 32,
+    },
+    // 3.13 (from 3.13.18's headers; `_PyRuntime` starts with the debug offsets table, and the
+    // interpreter state has grown within the 3.13 series: earlier patch releases unchecked).
+    PyLayout {
+        minor: 13,
+        probe: probe_offsets(632, 7344, 8, 160, 72, PY_NONE, [0, 8, 56, 70, 3]),
+        code_filename: 112,
+        code_qualname: 128,
+        code_firstlineno: 68,
+        code_linetable: 136,
+        code_adaptive: 200,
+        unicode_length: 16,
+        unicode_state: 32,
+        ascii_size: 40,
+        compact_size: 56,
+        state_kind_shift: 2,
+        state_compact_bit: 5,
+        state_ascii_bit: 6,
+        bytes_size: 16,
+        bytes_sval: 32,
+    },
+];
+
+/// The layout of CPython 3.`minor`, if supported.
+pub fn layout(minor: u8) -> Option<&'static PyLayout> {
+    LAYOUTS.iter().find(|l| l.minor == minor)
+}
+
+/// A CPython interpreter found in a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyInterp {
+    /// The mapped file that holds the interpreter (the `python3.X` executable or `libpython`).
+    pub module: String,
+    pub minor: u8,
+    /// Address of `_PyRuntime` in the process.
+    pub runtime: u64,
+    /// `None`: a version whose frames are not read (see the module docs).
+    pub layout: Option<&'static PyLayout>,
+}
+
+/// What an interpreter file says: `_PyRuntime`'s link-time address, the minor version (from
+/// `Py_Version`, else the file name) and its load segments `(offset, file bytes, vaddr)`.
+type InterpFile = (u64, u8, Vec<(u64, u64, u64)>);
+
+fn file_cache() -> &'static Mutex<HashMap<PathBuf, Option<InterpFile>>> {
+    static C: OnceLock<Mutex<HashMap<PathBuf, Option<InterpFile>>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// Bytes of an interpreter file read at most (a static python3.X is ~7 MiB; libpython ~25 MiB
+/// with symbols).
+const MAX_INTERP_FILE: u64 = 256 << 20;
+
+/// Whether a mapped file's name looks like a CPython interpreter.
+fn looks_like_python(path: &str) -> Option<u8> {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let rest = base
+        .strip_prefix("libpython3.")
+        .or_else(|| base.strip_prefix("python3."))?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+fn interp_file(path: &std::path::Path, name_minor: u8) -> Option<InterpFile> {
+    let mut cache = file_cache().lock().ok()?;
+    if let Some(v) = cache.get(path) {
+        return v.clone();
+    }
+    let found = (|| {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.len() > MAX_INTERP_FILE {
+            return None;
+        }
+        let data = std::fs::read(path).ok()?;
+        let syms =
+            crate::discovery::elf::data_symbols(&data, &["_PyRuntime", "Py_Version"], 4).ok()?;
+        let runtime = syms.get("_PyRuntime")?.vaddr;
+        // Py_Version (3.11+) is PY_VERSION_HEX: 0xMMmmppRS.
+        let minor = syms
+            .get("Py_Version")
+            .and_then(|s| <[u8; 4]>::try_from(s.bytes.as_slice()).ok())
+            .map(u32::from_le_bytes)
+            .filter(|v| v >> 24 == 3)
+            .map_or(name_minor, |v| ((v >> 16) & 0xff) as u8);
+        let loads = crate::discovery::elf::load_segments(&data).ok()?;
+        Some((runtime, minor, loads))
+    })();
+    cache.insert(path.to_owned(), found.clone());
+    found
+}
+
+/// The CPython interpreter of `tgid`, if it runs one (`None`: not Python, or gone).
+pub fn detect(tgid: u32) -> Option<PyInterp> {
+    let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok()?;
+    let mut tried = Vec::new();
+    for m in crate::discovery::parse_maps(&maps) {
+        let Some(name_minor) = looks_like_python(&m.path) else {
+            continue;
+        };
+        if tried.contains(&m.path) {
+            continue;
+        }
+        tried.push(m.path.clone());
+        let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+        let in_root = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
+        let path = if in_root.exists() {
+            in_root
+        } else {
+            PathBuf::from(clean)
+        };
+        let Some((runtime_vaddr, minor, loads)) = interp_file(&path, name_minor) else {
+            continue;
+        };
+        // The mapping's start is its file offset's link-time address plus the load bias.
+        let Some(map_vaddr) = loads.iter().find_map(|&(off, filesz, vaddr)| {
+            let d = m.offset.checked_sub(off)?;
+            (d < filesz).then(|| vaddr + d)
+        }) else {
+            continue;
+        };
+        let bias = m.start.wrapping_sub(map_vaddr);
+        return Some(PyInterp {
+            module: clean.to_owned(),
+            minor,
+            runtime: runtime_vaddr.wrapping_add(bias),
+            layout: layout(minor),
+        });
+    }
+    None
+}
+
+/// A code object, as much as the report needs.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PyCode {
+    pub filename: String,
+    pub qualname: String,
+    pub firstlineno: u32,
+    /// `co_linetable` (the 3.11+ location table).
+    #[serde(with = "serde_bytes")]
+    pub linetable: Vec<u8>,
+    /// Bytes from the code object's start to its bytecode (`co_code_adaptive`).
+    pub code_adaptive: u64,
+}
+
+/// Longest string and line table read from a process.
+const MAX_STR: u64 = 1024;
+const MAX_LINETABLE: u64 = 64 << 10;
+
+fn read_mem(mem: &File, addr: u64, len: u64) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    mem.read_exact_at(&mut buf, addr).ok()?;
+    Some(buf)
+}
+
+fn read_u64(mem: &File, addr: u64) -> Option<u64> {
+    let b = read_mem(mem, addr, 8)?;
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// A `str` object's text (compact strings, which is all the interpreter makes for names).
+fn read_str(mem: &File, l: &PyLayout, obj: u64) -> Option<String> {
+    let len = read_u64(mem, obj + l.unicode_length)?.min(MAX_STR);
+    let state = u32::from_le_bytes(read_mem(mem, obj + l.unicode_state, 4)?.try_into().ok()?);
+    let kind = (state >> l.state_kind_shift) & 7;
+    let compact = state >> l.state_compact_bit & 1 == 1;
+    let ascii = state >> l.state_ascii_bit & 1 == 1;
+    if !compact {
+        return None;
+    }
+    if ascii {
+        let b = read_mem(mem, obj + l.ascii_size, len)?;
+        return Some(String::from_utf8_lossy(&b).into_owned());
+    }
+    let width = u64::from(kind);
+    if !matches!(width, 1 | 2 | 4) {
+        return None;
+    }
+    let b = read_mem(mem, obj + l.compact_size, len * width)?;
+    let chars: String = b
+        .chunks_exact(width as usize)
+        .map(|c| {
+            let v = match width {
+                1 => u32::from(c[0]),
+                2 => u32::from(u16::from_le_bytes([c[0], c[1]])),
+                _ => u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            };
+            char::from_u32(v).unwrap_or('\u{fffd}')
+        })
+        .collect();
+    Some(chars)
+}
+
+/// Reads the code object at `code` in `tgid`.
+pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Option<PyCode> {
+    let mem = File::open(format!("/proc/{tgid}/mem")).ok()?;
+    let filename = read_str(&mem, l, read_u64(&mem, code + l.code_filename)?)?;
+    let qualname = read_str(&mem, l, read_u64(&mem, code + l.code_qualname)?)?;
+    let first = read_mem(&mem, code + l.code_firstlineno, 4)?;
+    let firstlineno = u32::from_le_bytes(first.try_into().ok()?);
+    let lt = read_u64(&mem, code + l.code_linetable)?;
+    let lt_len = read_u64(&mem, lt + l.bytes_size)?.min(MAX_LINETABLE);
+    let linetable = read_mem(&mem, lt + l.bytes_sval, lt_len)?;
+    Some(PyCode {
+        filename,
+        qualname,
+        firstlineno,
+        linetable,
+        code_adaptive: l.code_adaptive,
+    })
+}
+
+impl PyCode {
+    /// The source line of the instruction a frame's instruction pointer `instr` stands at, for
+    /// a frame whose code object is at `code`.
+    pub fn line_at(&self, code: u64, instr: u64) -> Option<u32> {
+        let start = code.checked_add(self.code_adaptive)?;
+        // 3.11/3.12 `prev_instr` may point at the call's last inline cache entry, 3.13
+        // `instr_ptr` at the call itself: the location table covers both with the call's line.
+        let byte = instr.checked_sub(start)?;
+        line_for_offset(&self.linetable, self.firstlineno, byte / 2)
+    }
+}
+
+fn varint(t: &[u8], i: &mut usize) -> Option<u32> {
+    let mut v: u32 = 0;
+    let mut shift = 0;
+    loop {
+        let b = *t.get(*i)?;
+        *i += 1;
+        v |= u32::from(b & 63).checked_shl(shift)?;
+        shift += 6;
+        if b & 64 == 0 || shift > 30 {
+            return Some(v);
+        }
+    }
+}
+
+fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
+    let u = varint(t, i)?;
+    Some(if u & 1 == 1 {
+        -i64::from(u >> 1)
+    } else {
+        i64::from(u >> 1)
+    })
+}
+
+/// The line of code unit `unit` from a 3.11+ location table (`Objects/locations.md`): entries
+/// of `(code, length)` headers with a line delta per entry; `None` for "no location".
+pub fn line_for_offset(table: &[u8], firstlineno: u32, unit: u64) -> Option<u32> {
+    let mut line = i64::from(firstlineno);
+    let mut at: u64 = 0;
+    let mut i = 0;
+    while i < table.len() {
+        let head = table[i];
+        if head & 0x80 == 0 {
+            return None; // not at an entry start: a damaged table
+        }
+        i += 1;
+        let code = (head >> 3) & 15;
+        let len = u64::from(head & 7) + 1;
+        let (delta, located) = match code {
+            15 => (0, false),
+            14 => {
+                let d = svarint(table, &mut i)?;
+                varint(table, &mut i)?; // end line delta
+                varint(table, &mut i)?; // column + 1
+                varint(table, &mut i)?; // end column + 1
+                (d, true)
+            }
+            13 => (svarint(table, &mut i)?, true),
+            10..=12 => {
+                i += 2; // start and end column
+                (i64::from(code) - 10, true)
+            }
+            _ => {
+                i += 1; // column bits
+                (0, true)
+            }
+        };
+        line += delta;
+        if unit < at + len {
+            return (located && line > 0)
+                .then(|| u32::try_from(line).ok())
+                .flatten();
+        }
+        at += len;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpreter_file_names() {
+        assert_eq!(looks_like_python("/usr/bin/python3.11"), Some(11));
+        assert_eq!(
+            looks_like_python("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+            Some(12)
+        );
+        assert_eq!(looks_like_python("/usr/bin/python3"), None);
+        assert_eq!(looks_like_python("/usr/lib/libpythonista.so"), None);
+    }
+
+    #[test]
+    fn location_table_lines() {
+        // firstlineno 10. Entries: short form (code 0, 2 units, same line); one-line form
+        // code 11 (+1 line, 1 unit); no-column form code 13 with delta +3 (svarint 6), 3 units;
+        // no location (code 15, 1 unit); long form code 14 with delta -2 (svarint 5), 2 units.
+        let table = [
+            0x80 | 1, // code 0
+            0x00,
+            0x80 | (11 << 3),
+            4,
+            9,
+            0x80 | (13 << 3) | 2,
+            6,
+            0x80 | (15 << 3),
+            0x80 | (14 << 3) | 1,
+            5,
+            0,
+            1,
+            1,
+        ];
+        let line = |u| line_for_offset(&table, 10, u);
+        assert_eq!(line(0), Some(10));
+        assert_eq!(line(1), Some(10));
+        assert_eq!(line(2), Some(11));
+        assert_eq!(line(3), Some(14));
+        assert_eq!(line(5), Some(14));
+        assert_eq!(line(6), None);
+        assert_eq!(line(7), Some(12));
+        assert_eq!(line(8), Some(12));
+        assert_eq!(line(9), None, "past the table");
+        // A table that does not start at an entry is refused, not misread.
+        assert_eq!(line_for_offset(&[0x05, 0x80], 1, 0), None);
+        // Varints with continuation bits: delta 100 = svarint 200 = 0b11_001000.
+        let long = [0x80 | (13 << 3), 0x40 | (200 & 63) as u8, (200 >> 6) as u8];
+        assert_eq!(line_for_offset(&long, 1, 0), Some(101));
+    }
+
+    #[test]
+    fn instruction_pointer_to_line() {
+        let code = PyCode {
+            filename: "m.py".into(),
+            qualname: "f".into(),
+            firstlineno: 5,
+            linetable: vec![0x80 | (13 << 3) | 1, 0, 0x80 | (13 << 3) | 1, 2],
+            code_adaptive: 184,
+        };
+        let base = 0x1000;
+        assert_eq!(code.line_at(base, base + 184), Some(5));
+        assert_eq!(code.line_at(base, base + 184 + 2), Some(5));
+        assert_eq!(code.line_at(base, base + 184 + 4), Some(6));
+        assert_eq!(code.line_at(base, base + 100), None, "before the bytecode");
+    }
+}

@@ -1,0 +1,419 @@
+//! `report --view code` (tfprof's code view: calls and blocked time per line of code, as a
+//! tree of call stacks), `--view callers` (per library that made the calls) and `--format
+//! folded` (collapsed stacks for flame graph tools).
+
+use crate::output::{CodeReport, ProcessReport, Report, fmt};
+use crate::views::{Format, OrderBy, ReportArgs};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+fn processes<'a>(r: &'a Report, a: &ReportArgs) -> impl Iterator<Item = &'a ProcessReport> {
+    r.processes.iter().filter(move |p| {
+        a.pid.is_none_or(|pid| p.tgid == pid)
+            && a.job.as_deref().is_none_or(|j| {
+                p.job
+                    .as_ref()
+                    .is_some_and(|x| x.id == j || x.name.as_deref() == Some(j))
+            })
+    })
+}
+
+fn weight(c: &CodeReport, order: OrderBy) -> u64 {
+    match order {
+        OrderBy::Blocked => c.blocked_ns,
+        _ => c.calls,
+    }
+}
+
+/// The rows of a process a view shows: stacks cut to start at the first frame matching
+/// `--start-name-regex`, kept when a frame matches `--name-regex`, with `--min-calls`.
+fn selected(
+    p: &ProcessReport,
+    a: &ReportArgs,
+    show: Option<&regex::Regex>,
+    start: Option<&regex::Regex>,
+) -> Vec<CodeReport> {
+    let mut out = Vec::new();
+    for c in &p.code {
+        if c.calls < a.min_calls {
+            continue;
+        }
+        let mut c = c.clone();
+        if let Some(re) = start {
+            match c.stack.iter().position(|f| re.is_match(f)) {
+                Some(i) => {
+                    c.stack.drain(..i);
+                }
+                None => continue,
+            }
+        }
+        if let Some(re) = show
+            && !c.stack.iter().any(|f| re.is_match(f))
+            && !c.kernels.iter().any(|k| re.is_match(&k.name))
+        {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[derive(Default)]
+struct Node {
+    calls: u64,
+    launches: u64,
+    syncs: u64,
+    copies: u64,
+    blocked_ns: u64,
+    children: BTreeMap<String, Node>,
+}
+
+impl Node {
+    fn add(&mut self, c: &CodeReport) {
+        self.calls += c.calls;
+        self.launches += c.launches;
+        self.syncs += c.syncs;
+        self.copies += c.copies;
+        self.blocked_ns += c.blocked_ns;
+    }
+
+    fn weight(&self, order: OrderBy) -> u64 {
+        match order {
+            OrderBy::Blocked => self.blocked_ns,
+            _ => self.calls,
+        }
+    }
+}
+
+fn tree_lines(
+    node: &Node,
+    depth: usize,
+    max_depth: usize,
+    order: OrderBy,
+    rows: &mut Vec<Vec<String>>,
+) {
+    if depth >= max_depth {
+        return;
+    }
+    let mut kids: Vec<(&String, &Node)> = node.children.iter().collect();
+    kids.sort_by(|x, y| y.1.weight(order).cmp(&x.1.weight(order)).then(x.0.cmp(y.0)));
+    for (name, n) in kids {
+        rows.push(vec![
+            n.calls.to_string(),
+            n.launches.to_string(),
+            n.syncs.to_string(),
+            n.copies.to_string(),
+            fmt::ms(n.blocked_ns),
+            format!("{}{name}", "  ".repeat(depth)),
+        ]);
+        tree_lines(n, depth + 1, max_depth, order, rows);
+    }
+}
+
+/// `--view code`.
+pub fn render_code(
+    r: &Report,
+    a: &ReportArgs,
+    show: Option<&regex::Regex>,
+    start: Option<&regex::Regex>,
+) -> Result<String, String> {
+    let order = a.order_by.unwrap_or(OrderBy::Calls);
+    let max_depth = a.max_depth.unwrap_or(usize::MAX);
+    let mut out = String::new();
+    match a.format {
+        Format::Table | Format::Html => {
+            for p in processes(r, a) {
+                if p.stacks.samples == 0 {
+                    continue;
+                }
+                let rows = selected(p, a, show, start);
+                out.push_str(&format!(
+                    "process {} ({}): {} stacks sampled{}{}\n",
+                    p.tgid,
+                    p.comm,
+                    p.stacks.samples,
+                    p.stacks
+                        .python
+                        .as_ref()
+                        .map(|py| format!("; {py}"))
+                        .unwrap_or_default(),
+                    if p.stacks.dropped > 0 {
+                        format!("; {} on stacks past the 4,096 kept", p.stacks.dropped)
+                    } else {
+                        String::new()
+                    }
+                ));
+                if p.stacks.shallow > 0 {
+                    out.push_str(&format!(
+                        "  note: {} of {} stacks name fewer than 3 native frames: the code was \
+                         probably built without frame pointers; only the innermost frame (the \
+                         direct caller) is certain\n",
+                        p.stacks.shallow, p.stacks.samples
+                    ));
+                }
+                let mut root = Node::default();
+                for c in &rows {
+                    root.add(c);
+                    let mut n = &mut root;
+                    for f in &c.stack {
+                        n = n.children.entry(f.clone()).or_default();
+                        n.add(c);
+                    }
+                    for k in &c.kernels {
+                        let leaf = n
+                            .children
+                            .entry(format!("[kernel] {}", k.name))
+                            .or_default();
+                        leaf.calls += k.launches;
+                        leaf.launches += k.launches;
+                    }
+                }
+                let mut lines = Vec::new();
+                tree_lines(&root, 0, max_depth, order, &mut lines);
+                out.push_str(&fmt::table(
+                    "  ",
+                    &["CALLS", "LAUNCHES", "SYNCS", "COPIES", "BLOCKED", "CODE"],
+                    &[
+                        fmt::Align::Right,
+                        fmt::Align::Right,
+                        fmt::Align::Right,
+                        fmt::Align::Right,
+                        fmt::Align::Right,
+                        fmt::Align::Left,
+                    ],
+                    &lines,
+                ));
+                out.push('\n');
+            }
+            if out.is_empty() {
+                out = "no call stacks in this capture (stacks are taken with --stack-period N, \
+                       N > 0)\n"
+                    .into();
+            } else {
+                out.push_str(
+                    "CALLS, LAUNCHES, SYNCS, COPIES and BLOCKED are estimates from the stacks \
+                     sampled (each stands for the sampling period's calls); exact with \
+                     --stack-period 1.\n",
+                );
+            }
+        }
+        Format::Json => {
+            let v: Vec<_> = processes(r, a)
+                .map(|p| {
+                    let mut rows = selected(p, a, show, start);
+                    rows.sort_by_key(|c| std::cmp::Reverse(weight(c, order)));
+                    json!({"pid": p.tgid, "comm": p.comm, "stacks": p.stacks, "code": rows})
+                })
+                .collect();
+            out = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+        }
+        Format::Csv => {
+            out.push_str(
+                "pid,comm,stack,caller,samples,calls,launches,syncs,copies,blocked_ns,kernels\n",
+            );
+            for p in processes(r, a) {
+                for c in selected(p, a, show, start) {
+                    let kernels: Vec<String> = c
+                        .kernels
+                        .iter()
+                        .map(|k| format!("{}={}", k.name, k.launches))
+                        .collect();
+                    let cells = [
+                        json!(p.tgid),
+                        json!(p.comm),
+                        json!(c.stack.join(";")),
+                        json!(c.caller),
+                        json!(c.samples),
+                        json!(c.calls),
+                        json!(c.launches),
+                        json!(c.syncs),
+                        json!(c.copies),
+                        json!(c.blocked_ns),
+                        json!(kernels.join(";")),
+                    ];
+                    let cells: Vec<String> = cells.iter().map(crate::views::csv_cell).collect();
+                    out.push_str(&cells.join(","));
+                    out.push('\n');
+                }
+            }
+        }
+        Format::Folded => {
+            out = folded(r, a, show, start, order);
+        }
+    }
+    Ok(out)
+}
+
+/// Collapsed stacks: `comm (pid);outer;…;inner;leaf weight` per line, the leaf being the
+/// launched kernel, `[sync]` or `[copy]`; the weight is calls (or blocked ns with
+/// `--order-by blocked`).
+fn folded(
+    r: &Report,
+    a: &ReportArgs,
+    show: Option<&regex::Regex>,
+    start: Option<&regex::Regex>,
+    order: OrderBy,
+) -> String {
+    let clean = |s: &str| s.replace(';', ":");
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for p in processes(r, a) {
+        for c in selected(p, a, show, start) {
+            let mut base = format!("{} ({})", clean(&p.comm), p.tgid);
+            for f in &c.stack {
+                base.push(';');
+                base.push_str(&clean(f));
+            }
+            if order == OrderBy::Blocked {
+                if c.blocked_ns > 0 {
+                    *lines.entry(base).or_default() += c.blocked_ns;
+                }
+                continue;
+            }
+            for k in &c.kernels {
+                *lines
+                    .entry(format!("{base};[kernel] {}", clean(&k.name)))
+                    .or_default() += k.launches;
+            }
+            if c.syncs > 0 {
+                *lines.entry(format!("{base};[sync]")).or_default() += c.syncs;
+            }
+            if c.copies > 0 {
+                *lines.entry(format!("{base};[copy]")).or_default() += c.copies;
+            }
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(k, v)| format!("{k} {v}\n"))
+        .collect()
+}
+
+/// `--view callers`: per process, per library that made the calls.
+pub fn render_callers(
+    r: &Report,
+    a: &ReportArgs,
+    show: Option<&regex::Regex>,
+) -> Result<String, String> {
+    #[derive(Default, serde::Serialize)]
+    struct Caller {
+        pid: u32,
+        comm: String,
+        caller: String,
+        calls: u64,
+        launches: u64,
+        syncs: u64,
+        copies: u64,
+        blocked_ns: u64,
+        kernels: BTreeMap<String, u64>,
+    }
+    let mut rows: Vec<Caller> = Vec::new();
+    for p in processes(r, a) {
+        let mut by: BTreeMap<String, Caller> = BTreeMap::new();
+        for c in selected(p, a, None, None) {
+            let e = by.entry(c.caller.clone()).or_insert_with(|| Caller {
+                pid: p.tgid,
+                comm: p.comm.clone(),
+                caller: c.caller.clone(),
+                ..Default::default()
+            });
+            e.calls += c.calls;
+            e.launches += c.launches;
+            e.syncs += c.syncs;
+            e.copies += c.copies;
+            e.blocked_ns += c.blocked_ns;
+            for k in &c.kernels {
+                *e.kernels.entry(k.name.clone()).or_default() += k.launches;
+            }
+        }
+        rows.extend(
+            by.into_values()
+                .filter(|c| show.is_none_or(|re| re.is_match(&c.caller))),
+        );
+    }
+    let order = a.order_by.unwrap_or(OrderBy::Calls);
+    rows.sort_by(|x, y| {
+        let (wx, wy) = match order {
+            OrderBy::Blocked => (x.blocked_ns, y.blocked_ns),
+            _ => (x.calls, y.calls),
+        };
+        wy.cmp(&wx)
+            .then(x.pid.cmp(&y.pid))
+            .then(x.caller.cmp(&y.caller))
+    });
+    Ok(match a.format {
+        Format::Json => serde_json::to_string_pretty(&rows).unwrap_or_default() + "\n",
+        Format::Csv => {
+            let mut out =
+                "pid,comm,caller,calls,launches,syncs,copies,blocked_ns,top_kernel\n".to_owned();
+            for c in &rows {
+                let top = c
+                    .kernels
+                    .iter()
+                    .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
+                    .map(|k| k.0.clone())
+                    .unwrap_or_default();
+                let cells = [
+                    json!(c.pid),
+                    json!(c.comm),
+                    json!(c.caller),
+                    json!(c.calls),
+                    json!(c.launches),
+                    json!(c.syncs),
+                    json!(c.copies),
+                    json!(c.blocked_ns),
+                    json!(top),
+                ];
+                let cells: Vec<String> = cells.iter().map(crate::views::csv_cell).collect();
+                out.push_str(&cells.join(","));
+                out.push('\n');
+            }
+            out
+        }
+        _ => {
+            let lines: Vec<Vec<String>> = rows
+                .iter()
+                .map(|c| {
+                    let top = c
+                        .kernels
+                        .iter()
+                        .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
+                        .map(|k| fmt::truncate(k.0, 48))
+                        .unwrap_or_default();
+                    vec![
+                        c.pid.to_string(),
+                        c.comm.clone(),
+                        c.caller.clone(),
+                        c.calls.to_string(),
+                        c.launches.to_string(),
+                        c.syncs.to_string(),
+                        c.copies.to_string(),
+                        fmt::ms(c.blocked_ns),
+                        top,
+                    ]
+                })
+                .collect();
+            if lines.is_empty() {
+                "no call stacks in this capture (stacks are taken with --stack-period N, N > 0)\n"
+                    .to_owned()
+            } else {
+                use fmt::Align::{Left, Right};
+                fmt::table(
+                    "",
+                    &[
+                        "PID",
+                        "COMM",
+                        "CALLER",
+                        "CALLS",
+                        "LAUNCHES",
+                        "SYNCS",
+                        "COPIES",
+                        "BLOCKED",
+                        "TOP KERNEL",
+                    ],
+                    &[Right, Left, Left, Right, Right, Right, Right, Right, Left],
+                    &lines,
+                )
+            }
+        }
+    })
+}

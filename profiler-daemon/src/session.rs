@@ -504,6 +504,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     }
                 }
                 for &t in &tgids {
+                    // Its files, while it runs: the stacks of a process that ends before its
+                    // records are read are still named from this.
+                    symbols.remember(t);
                     python.seen(&mut ebpf, t, opts.stack_period);
                 }
                 let mut new = Vec::new();

@@ -1,0 +1,439 @@
+//! Call stacks on the real eBPF object: the code and callers views, frame by frame, for a C
+//! workload with known call chains (with and without frame pointers) and a CPython program
+//! calling the fake runtime through ctypes from known lines.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+use serde_json::Value;
+use std::process::Command;
+
+const RELU: &str = "relu(float*, int)";
+
+/// Frames are named while their process runs (its maps, its code objects); the daemon drains
+/// the ring every 10 ms. A workload that exited at once would leave its stacks unnamed (the
+/// limitation the README states), so each test lets the daemon catch up first.
+fn let_the_daemon_drain() {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+/// The daemon on all jobs, fake libraries only, a stack on every `period`th call.
+fn daemon(period: &str) -> Daemon {
+    let lib = fakecuda().join("lib");
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend(["--stack-period", period, "--no-nvml"]);
+    Daemon::capturing(&args)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s.as_str().expect("string").to_owned())
+        .collect()
+}
+
+/// The code row whose stack ends with `tail` (exactly one).
+fn row<'a>(p: &'a Value, tail: &[&str]) -> &'a Value {
+    let rows: Vec<&Value> = p["code"]
+        .as_array()
+        .expect("code rows")
+        .iter()
+        .filter(|r| {
+            strings(&r["stack"]).ends_with(&tail.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        })
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "one row ending with {tail:?}: {:#}",
+        p["code"]
+    );
+    rows[0]
+}
+
+fn kernels(r: &Value) -> Vec<(String, u64)> {
+    r["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["name"].as_str().unwrap().to_owned(),
+                k["launches"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The stack from its `main` frame on (what comes before is the C library's start-up code,
+/// which differs between distributions).
+fn from_main(r: &Value, exe: &str) -> Vec<String> {
+    let s = strings(&r["stack"]);
+    let main = format!("main ({exe})");
+    let i = s
+        .iter()
+        .position(|f| *f == main)
+        .unwrap_or_else(|| panic!("no {main} in {s:?}"));
+    s[i..].to_vec()
+}
+
+#[test]
+fn native_call_chains_named_frame_by_frame() {
+    let d = daemon("1");
+    let mut w = Workload::start();
+    w.cmd("stack_chain 5 3 2");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["launches"], 8);
+    assert_eq!(p["stacks"]["samples"], 10);
+    assert_eq!(p["stacks"]["truncated"], 0);
+    assert_eq!(p["stacks"]["shallow"], 0);
+    assert_eq!(p["stacks"]["python"], Value::Null);
+    assert_eq!(p["code"].as_array().unwrap().len(), 3, "{:#}", p["code"]);
+
+    let abc = row(
+        p,
+        &[
+            "stack_chain_a (workload)",
+            "stack_chain_b (workload)",
+            "stack_chain_c (workload)",
+        ],
+    );
+    assert_eq!(
+        from_main(abc, "workload"),
+        [
+            "main (workload)",
+            "stack_chain_a (workload)",
+            "stack_chain_b (workload)",
+            "stack_chain_c (workload)"
+        ]
+    );
+    assert_eq!(
+        (
+            abc["samples"].as_u64(),
+            abc["calls"].as_u64(),
+            abc["launches"].as_u64()
+        ),
+        (Some(5), Some(5), Some(5))
+    );
+    assert_eq!(kernels(abc), [(RELU.to_owned(), 5)]);
+    assert_eq!(abc["caller"], "workload");
+
+    let ac = row(
+        p,
+        &[
+            "main (workload)",
+            "stack_chain_a (workload)",
+            "stack_chain_c (workload)",
+        ],
+    );
+    assert_eq!(
+        (
+            ac["samples"].as_u64(),
+            ac["launches"].as_u64(),
+            ac["syncs"].as_u64()
+        ),
+        (Some(3), Some(3), Some(0))
+    );
+    assert_eq!(kernels(ac), [(RELU.to_owned(), 3)]);
+
+    // Syncs: stacks taken at the return probe, with the time blocked, which must be the API
+    // view's figure for the same calls.
+    let sy = row(p, &["main (workload)", "stack_chain_sync (workload)"]);
+    assert_eq!(
+        (
+            sy["samples"].as_u64(),
+            sy["syncs"].as_u64(),
+            sy["launches"].as_u64()
+        ),
+        (Some(2), Some(2), Some(0))
+    );
+    assert_eq!(
+        sy["blocked_ns"],
+        api(p, "cudaDeviceSynchronize").unwrap()["blocked_ns"]
+    );
+    assert!(sy["blocked_ns"].as_u64().unwrap() > 0);
+    assert_eq!(kernels(sy), []);
+
+    let file = fin.output.to_str().unwrap();
+    // Folded stacks: one line per stack and leaf, `comm (pid);frames…;leaf count`.
+    let (code, out, err) = run_daemon(&["report", file, "--view", "code", "--format", "folded"]);
+    assert_eq!(code, 0, "{err}");
+    let line = |r: &Value, leaf: &str, n: u64| {
+        format!(
+            "workload ({tgid});{};{leaf} {n}",
+            strings(&r["stack"]).join(";")
+        )
+    };
+    let mut want = vec![
+        line(abc, &format!("[kernel] {RELU}"), 5),
+        line(ac, &format!("[kernel] {RELU}"), 3),
+        line(sy, "[sync]", 2),
+    ];
+    want.sort();
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got, want);
+
+    // The tree: --start-name-regex roots it at stack_chain_a, --max-depth cuts it.
+    let (code, out, err) = run_daemon(&[
+        "report",
+        file,
+        "--view",
+        "code",
+        "--start-name-regex",
+        "^stack_chain_a ",
+        "--max-depth",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let tree: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            !l.starts_with("process ") && (l.contains("(workload)") || l.contains("[kernel]"))
+        })
+        .collect();
+    let cells = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        tree.iter().map(|l| cells(l)).collect::<Vec<_>>(),
+        [
+            "8 8 0 0 0.000 stack_chain_a (workload)",
+            "5 5 0 0 0.000 stack_chain_b (workload)",
+            "3 3 0 0 0.000 stack_chain_c (workload)",
+        ]
+    );
+
+    // Callers: the library that called the runtime.
+    let (code, out, err) = run_daemon(&["report", file, "--view", "callers", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let callers: Value = serde_json::from_str(&out).unwrap();
+    let c = callers.as_array().unwrap();
+    assert_eq!(c.len(), 1, "{callers:#}");
+    assert_eq!(
+        (
+            c[0]["caller"].as_str(),
+            c[0]["calls"].as_u64(),
+            c[0]["launches"].as_u64(),
+            c[0]["syncs"].as_u64()
+        ),
+        (Some("workload"), Some(10), Some(8), Some(2))
+    );
+
+    // The timeline carries each stack next to its call.
+    let trace = fin.output.with_extension("trace.json");
+    let (code, _, err) = run_daemon(&["export", file, "--output", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"]
+        .as_array()
+        .or(t.as_array())
+        .expect("trace events");
+    let stacks: Vec<&Value> = events.iter().filter(|e| e["cat"] == "stack").collect();
+    assert_eq!(stacks.len(), 10);
+    let launch_stacks = stacks
+        .iter()
+        .filter(|e| e["name"] == "launch stack")
+        .count();
+    assert_eq!(launch_stacks, 8);
+    let first = stacks.iter().find(|e| e["name"] == "launch stack").unwrap();
+    assert_eq!(strings(&first["args"]["stack"]), strings(&abc["stack"]));
+}
+
+#[test]
+fn a_stack_every_nth_call_of_each_thread() {
+    let d = daemon("4");
+    let mut w = Workload::start();
+    // Calls 0..9 are launches (stacks at 0, 4, 8); calls 10..12 syncs (a stack at 12).
+    w.cmd("stack_chain 10 0 0");
+    w.cmd("stack_chain 0 0 3");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["launches"], 10);
+    assert_eq!(p["stacks"]["samples"], 4);
+    let abc = row(
+        p,
+        &[
+            "stack_chain_a (workload)",
+            "stack_chain_b (workload)",
+            "stack_chain_c (workload)",
+        ],
+    );
+    // Measured: 3 samples; derived: each stands for 4 calls.
+    assert_eq!(
+        (
+            abc["samples"].as_u64(),
+            abc["calls"].as_u64(),
+            abc["launches"].as_u64()
+        ),
+        (Some(3), Some(12), Some(12))
+    );
+    assert_eq!(kernels(abc), [(RELU.to_owned(), 12)]);
+    let sy = row(p, &["main (workload)", "stack_chain_sync (workload)"]);
+    assert_eq!(
+        (
+            sy["samples"].as_u64(),
+            sy["calls"].as_u64(),
+            sy["syncs"].as_u64()
+        ),
+        (Some(1), Some(4), Some(4))
+    );
+}
+
+#[test]
+fn without_frame_pointers_the_direct_caller_is_kept_and_the_report_says_so() {
+    let d = daemon("1");
+    let mut w = Workload::spawn("workload_nofp", &[]);
+    w.cmd("stack_chain 5 3 2");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["launches"], 8);
+    assert_eq!(p["stacks"]["samples"], 10);
+    assert_eq!(p["stacks"]["shallow"], 10);
+    // Whatever the walk found past it, the innermost frame is the direct caller.
+    let mut launches = 0;
+    let mut syncs = 0;
+    for r in p["code"].as_array().unwrap() {
+        let s = strings(&r["stack"]);
+        let inner = s.last().expect("a frame").as_str();
+        if r["launches"].as_u64() > Some(0) {
+            assert_eq!(inner, "stack_chain_c (workload_nofp)", "{s:?}");
+            launches += r["launches"].as_u64().unwrap();
+        } else {
+            assert_eq!(inner, "stack_chain_sync (workload_nofp)", "{s:?}");
+            syncs += r["syncs"].as_u64().unwrap();
+        }
+    }
+    assert_eq!((launches, syncs), (8, 2));
+    let (code, out, err) = run_daemon(&["report", fin.output.to_str().unwrap(), "--view", "code"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: 10 of 10 stacks name fewer than 3 native frames: the code was probably built without frame pointers"),
+        "{out}"
+    );
+}
+
+const SCRIPT: &str = r#"import ctypes
+import os
+import sys
+
+
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+rt = ctypes.CDLL(sys.argv[1])
+rt.cudaLaunchKernel.argtypes = [
+    ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+]
+
+
+def launch(n):
+    for _ in range(n):
+        rt.cudaLaunchKernel(0x1234, dim3(4, 1, 1), dim3(32, 1, 1), None, 0, None)  # L_LAUNCH
+
+
+def forward():
+    launch(3)  # L_FORWARD
+
+
+def step():
+    forward()  # L_STEP_FORWARD
+    launch(2)  # L_STEP_LAUNCH
+
+
+print("ready", os.getpid(), flush=True)
+for line in sys.stdin:
+    if line.strip() == "step":
+        step()  # L_MAIN
+        print("ok step", flush=True)
+    elif line.strip() == "exit":
+        break
+"#;
+
+#[test]
+fn python_frames_by_file_line_and_function() {
+    let dir = TempDir::new("pystack");
+    let script = dir.path().join("model.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let s = script.to_str().unwrap();
+    let line = |marker: &str| {
+        SCRIPT
+            .lines()
+            .position(|l| l.ends_with(marker))
+            .unwrap_or_else(|| panic!("{marker}"))
+            + 1
+    };
+    let d = daemon("1");
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(&script).arg(fakecuda().join("lib/libcudart.so.12"));
+    let mut w = Workload::spawn_command(cmd);
+    // The daemon learns that the process is a CPython when it maps the CUDA runtime; calls
+    // made before that carry native frames only. The first call comes after this pause.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    w.cmd("step");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["launches"], 5);
+    assert_eq!(p["stacks"]["samples"], 5);
+    assert_eq!(p["stacks"]["python_no_thread"], 0);
+    let py = p["stacks"]["python"].as_str().expect("a CPython process");
+    assert!(
+        py.starts_with("CPython 3.") && py.contains("python3"),
+        "{py}"
+    );
+    let rows = p["code"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{:#}", p["code"]);
+    let py_frames = |r: &Value| -> Vec<String> {
+        strings(&r["stack"])
+            .into_iter()
+            .filter(|f| f.starts_with(s))
+            .collect()
+    };
+    let f = |marker: &str, func: &str| format!("{s}:{} {func}", line(marker));
+    let via_forward = rows
+        .iter()
+        .find(|r| r["calls"] == 3)
+        .expect("the three launches through forward()");
+    assert_eq!(
+        py_frames(via_forward),
+        [
+            f("# L_MAIN", "<module>"),
+            f("# L_STEP_FORWARD", "step"),
+            f("# L_FORWARD", "forward"),
+            f("# L_LAUNCH", "launch"),
+        ]
+    );
+    let direct = rows
+        .iter()
+        .find(|r| r["calls"] == 2)
+        .expect("the two launches from step()");
+    assert_eq!(
+        py_frames(direct),
+        [
+            f("# L_MAIN", "<module>"),
+            f("# L_STEP_LAUNCH", "step"),
+            f("# L_LAUNCH", "launch")
+        ]
+    );
+    // Python frames come first: the interpreter's own native frames are replaced by them.
+    for r in rows {
+        let st = strings(&r["stack"]);
+        assert!(st[0].starts_with(s), "{st:?}");
+        assert_eq!(
+            kernels(r),
+            [("<unknown 0x1234>".to_owned(), r["calls"].as_u64().unwrap())]
+        );
+    }
+}

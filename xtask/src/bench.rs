@@ -233,7 +233,12 @@ struct Row {
     none: f64,
     floor_entry: f64,
     floor: f64,
+    /// Default capture (a stack on every 64th call per thread).
     full: f64,
+    /// `--stack-period 0`.
+    no_stacks: f64,
+    /// `--stack-period 1`.
+    all_stacks: f64,
 }
 
 fn daemon_args(ctx: &Ctx, out: &Path, extra: &[&str]) -> Vec<String> {
@@ -283,7 +288,28 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool) -> Result<()> {
             floor_entry: floor(&ctx, s, true)?,
             floor: floor(&ctx, s, false)?,
             full: f64::NAN,
+            no_stacks: f64::NAN,
+            all_stacks: f64::NAN,
         });
+    }
+    // Call stacks cost a frame-pointer walk and a 576-byte record each: the same capture
+    // without them, with the default sampling and with a stack on every call.
+    for (label, period) in [("no stacks", "0"), ("a stack every call", "1")] {
+        eprintln!("bench: gpuprofd full capture, {label}");
+        let out = tmp.join(format!("full-{period}.json"));
+        let d = Bg::start(
+            &ctx.bin,
+            &daemon_args(&ctx, &out, &["--stack-period", period]),
+        )?;
+        for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
+            let t = time_calls(&ctx, s)?;
+            if period == "0" {
+                r.no_stacks = t;
+            } else {
+                r.all_stacks = t;
+            }
+        }
+        d.stop()?;
     }
     eprintln!("bench: gpuprofd full capture (one daemon for all shapes)");
     let full_out = tmp.join("full.json");
@@ -365,12 +391,20 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool) -> Result<()> {
 
     // ---- report
     let mut md = String::new();
-    md.push_str("| entry shape | probe site | no probes ns/call | empty uprobe at entry | empty uprobe at gpuprofd's site (floor) | gpuprofd full capture | gpuprofd added ÷ floor added |\n|---|---|---|---|---|---|---|\n");
+    md.push_str("| entry shape | probe site | no probes ns/call | empty uprobe at entry | empty uprobe at gpuprofd's site (floor) | gpuprofd full capture (stack every 64th call) | gpuprofd added ÷ floor added | full capture, no stacks | full capture, stack every call |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in &rows {
         let ratio = (r.full - r.none) / (r.floor - r.none);
         md.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |\n",
-            r.shape, r.site, r.none, r.floor_entry, r.floor, r.full, ratio
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |\n",
+            r.shape,
+            r.site,
+            r.none,
+            r.floor_entry,
+            r.floor,
+            r.full,
+            ratio,
+            r.no_stacks,
+            r.all_stacks
         ));
     }
     let storm_rate = rate.first().copied().unwrap_or(f64::NAN);

@@ -494,3 +494,196 @@ impl StackResolver {
         (out, summary)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::PyFrameRaw;
+
+    fn stack(native: &[u64], py: &[(u64, u64)], of_kind: u32, period: u32) -> StackBody {
+        let mut st = StackBody {
+            of_kind,
+            period,
+            handle: 0x77,
+            dur_ns: 1_000,
+            native_len: native.len() as u32,
+            py_len: py.len() as u32,
+            flags: stackflags::AT_ENTRY,
+            ..StackBody::default()
+        };
+        st.native[..native.len()].copy_from_slice(native);
+        for (i, &(code, instr)) in py.iter().enumerate() {
+            st.py[i] = PyFrameRaw { code, instr };
+        }
+        st
+    }
+
+    fn frame(module: &str, symbol: &str) -> Option<NativeFrame> {
+        Some(NativeFrame {
+            module: module.into(),
+            symbol: Some(symbol.into()),
+        })
+    }
+
+    #[test]
+    fn the_caller_counted_once_whether_or_not_the_kernel_added_it() {
+        // Kernels from 6.13 repeat the caller after the one read off the stack.
+        let k = StackKey::of(&stack(&[0x10, 0x10, 0x20], &[], kind::LAUNCH, 1));
+        assert_eq!(&*k.native, &[0x10, 0x20]);
+        let k = StackKey::of(&stack(&[0x10, 0x20], &[], kind::LAUNCH, 1));
+        assert_eq!(&*k.native, &[0x10, 0x20]);
+        // At a return probe nothing is read off the stack: no deduplication.
+        let mut st = stack(&[0x10, 0x10], &[], kind::SYNC, 1);
+        st.flags = 0;
+        assert_eq!(&*StackKey::of(&st).native, &[0x10, 0x10]);
+        // Shim frames (instr 0) are left out.
+        let k = StackKey::of(&stack(
+            &[0x10],
+            &[(0x100, 0x1c0), (0x200, 0)],
+            kind::LAUNCH,
+            1,
+        ));
+        assert_eq!(&*k.py, &[(0x100, 0x1c0)]);
+    }
+
+    #[test]
+    fn samples_scaled_by_their_period_and_bounded() {
+        let mut ps = ProcStacks::default();
+        ps.apply(3, &stack(&[0x10, 0x20], &[], kind::LAUNCH, 4));
+        ps.apply(3, &stack(&[0x10, 0x20], &[], kind::LAUNCH, 4));
+        ps.apply(5, &stack(&[0x30], &[], kind::SYNC, 4));
+        assert_eq!(ps.samples, 3);
+        let s = &ps.by_stack[&StackKey::of(&stack(&[0x10, 0x20], &[], kind::LAUNCH, 4))];
+        assert_eq!((s.samples, s.calls, s.launches, s.blocked_ns), (2, 8, 8, 0));
+        assert_eq!(s.funcs[&(3, 0x77)], 8);
+        let s = &ps.by_stack[&StackKey::of(&stack(&[0x30], &[], kind::SYNC, 4))];
+        assert_eq!((s.syncs, s.blocked_ns), (4, 4_000));
+        // Past the bound, samples are counted, not kept.
+        let mut ps = ProcStacks::default();
+        for i in 0..MAX_STACKS_PER_PROCESS as u64 + 5 {
+            ps.apply(3, &stack(&[0x1000 + i], &[], kind::LAUNCH, 1));
+        }
+        assert_eq!(ps.by_stack.len(), MAX_STACKS_PER_PROCESS);
+        assert_eq!(ps.dropped, 5);
+    }
+
+    #[test]
+    fn names_from_a_capture_merge_python_and_native_frames() {
+        let mut r = StackResolver::replay();
+        let code = |q: &str, first: u32| PyCode {
+            filename: "/m.py".into(),
+            qualname: q.into(),
+            firstlineno: first,
+            // one entry: no-column form, line delta 0, 8 code units
+            linetable: vec![0x80 | (13 << 3) | 7, 0],
+            code_adaptive: 184,
+        };
+        r.learn(vec![
+            StackSym::Python {
+                tgid: 7,
+                module: "/usr/bin/python3.11".into(),
+                minor: 11,
+                frames: true,
+            },
+            StackSym::Native {
+                tgid: 7,
+                addr: 0x10,
+                frame: frame("libffi.so.8", "ffi_call"),
+            },
+            StackSym::Native {
+                tgid: 7,
+                addr: 0x20,
+                frame: frame("python3.11", "_PyEval_EvalFrameDefault"),
+            },
+            StackSym::PyCode {
+                tgid: 7,
+                code: 0x1000,
+                info: Some(code("launch", 14)),
+            },
+            StackSym::PyCode {
+                tgid: 7,
+                code: 0x2000,
+                info: Some(code("<module>", 30)),
+            },
+        ]);
+        let key = StackKey::of(&stack(
+            &[0x10, 0x20, 0x10],
+            &[(0x1000, 0x1000 + 184 + 4), (0x2000, 0x2000 + 184)],
+            kind::LAUNCH,
+            1,
+        ));
+        // Outermost first: Python frames, then native frames below the interpreter.
+        assert_eq!(
+            r.labels(7, &key),
+            [
+                "/m.py:30 <module>",
+                "/m.py:14 launch",
+                "ffi_call (libffi.so.8)"
+            ]
+        );
+        assert_eq!(r.caller_module(7, &key), "libffi.so.8");
+        assert_eq!(
+            r.python_of(7).as_deref(),
+            Some("CPython 3.11 (/usr/bin/python3.11)")
+        );
+        // Without Python frames the native walk is kept whole, and stops at an address no file
+        // maps (past the first frame).
+        r.learn(vec![StackSym::Native {
+            tgid: 7,
+            addr: 0x99,
+            frame: None,
+        }]);
+        let key = StackKey::of(&stack(&[0x99, 0x10, 0x99, 0x20], &[], kind::LAUNCH, 1));
+        assert_eq!(r.labels(7, &key), ["ffi_call (libffi.so.8)", "0x99"]);
+        // A retired tgid's names are forgotten.
+        r.forget(7);
+        assert_eq!(r.python_of(7), None);
+    }
+
+    #[test]
+    fn code_rows_merge_stacks_that_name_alike() {
+        let mut r = StackResolver::replay();
+        r.learn(vec![
+            StackSym::Native {
+                tgid: 1,
+                addr: 0x10,
+                frame: frame("app", "f"),
+            },
+            StackSym::Native {
+                tgid: 1,
+                addr: 0x11,
+                frame: frame("app", "f"),
+            },
+            StackSym::Native {
+                tgid: 1,
+                addr: 0x20,
+                frame: frame("app", "main"),
+            },
+        ]);
+        let mut ps = ProcStacks::default();
+        ps.apply(0, &stack(&[0x10, 0x20], &[], kind::LAUNCH, 1));
+        ps.apply(0, &stack(&[0x11, 0x20], &[], kind::LAUNCH, 1));
+        ps.apply(0, &stack(&[0x11, 0x20], &[], kind::COPY, 1));
+        let (rows, sum) = r.code_report(1, &ps, &mut |_, h| format!("k{h:x}"));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].stack, ["main (app)", "f (app)"]);
+        assert_eq!(
+            (
+                rows[0].calls,
+                rows[0].launches,
+                rows[0].copies,
+                rows[0].blocked_ns
+            ),
+            (3, 2, 1, 1_000)
+        );
+        assert_eq!(rows[0].kernels.len(), 1);
+        assert_eq!(
+            (
+                rows[0].kernels[0].name.as_str(),
+                rows[0].kernels[0].launches
+            ),
+            ("k77", 2)
+        );
+        assert_eq!((sum.samples, sum.shallow), (3, 3));
+    }
+}

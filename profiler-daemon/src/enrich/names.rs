@@ -39,6 +39,22 @@ pub fn demangle(mangled: &str) -> String {
     }
 }
 
+/// Demangles a native function symbol of a stack frame: Rust (legacy and v0 manglings, hash
+/// left out) through `rustc-demangle`, C++ as [`demangle`]. Never panics.
+pub fn demangle_symbol(mangled: &str) -> String {
+    if mangled.len() <= MAX_DEMANGLE_LEN
+        && let Ok(d) = rustc_demangle::try_demangle(mangled)
+    {
+        // Legacy Rust names are Itanium-shaped (`_ZN…17h<hash>E`): only take them as Rust when
+        // the demangler recognised the hash, so C++ names stay with the C++ demangler.
+        let rust = mangled.starts_with("_R") || format!("{d}") != format!("{d:#}");
+        if rust {
+            return format!("{d:#}");
+        }
+    }
+    demangle(mangled)
+}
+
 /// Where a kernel's name came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NameSource {
@@ -201,6 +217,20 @@ impl SymbolResolver for MapSymbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_symbols_demangle_as_rust_or_cpp() {
+        assert_eq!(
+            demangle_symbol("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(demangle_symbol("_RNvCs1234_7mycrate4main"), "mycrate::main");
+        assert_eq!(
+            demangle_symbol("_Z6vecAddPKfS0_Pfi"),
+            "vecAdd(float const*, float const*, float*, int)"
+        );
+        assert_eq!(demangle_symbol("stack_chain_a"), "stack_chain_a");
+    }
 
     #[test]
     fn demangles_like_cxxfilt() {

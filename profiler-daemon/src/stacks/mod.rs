@@ -14,7 +14,7 @@
 pub mod python;
 pub mod view;
 
-use crate::enrich::names::demangle;
+use crate::enrich::names::demangle_symbol;
 use crate::enrich::process::ProcSymbols;
 use profiler_common::{StackBody, kind, stackflags};
 use python::PyCode;
@@ -164,7 +164,7 @@ impl StackResolver {
             .frame_at(tgid, addr.saturating_sub(1))
             .map(|(module, symbol)| NativeFrame {
                 module,
-                symbol: symbol.map(|s| demangle(&s)),
+                symbol: symbol.map(|s| demangle_symbol(&s)),
             });
         if let Some(log) = &mut self.log {
             log.push(StackSym::Native {

@@ -21,6 +21,8 @@
 #   live         a training loop started before gpuprofd, attached with --pid after warm-up
 #   service      gpuprofd serve; the same loop captured after warm-up through the control socket
 #                (gpuprofd ctl capture --pid), its file compared like live
+#   code         the code view on a PyTorch model (--stack-period 1): launches attributed to
+#                the known lines of its forward()
 #   attribution  two jobs at once in different cgroups, each job's totals against its own count
 #   overhead     median step time with no profiler / gpuprofd / torch.profiler
 #                (launch-bound and compute-bound loops)
@@ -37,9 +39,9 @@ STEPS=20
 ONLY=""
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live service attribution overhead nvml"
+ALL_STEPS="doctor procaddr coverage live service code attribution overhead nvml"
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -320,6 +322,29 @@ if wanted service; then
         fi
         kill -TERM "$SPID" 2>/dev/null || true
         wait "$SPID" 2>/dev/null || true
+    fi
+fi
+
+# ---- code view -------------------------------------------------------------------------------
+if wanted code; then
+    echo "gpu-validate: code view (Python frames of a PyTorch forward())"
+    if ! have_py_mod torch; then
+        record code_view code "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked code_view code
+    else
+        cap="$OUT/runs/code_view.gpuprof"
+        res="$OUT/runs/code_view.result.json"
+        if "$BIN" --all-jobs --no-live --stack-period 1 --output "$cap" -- \
+            "$PY" "$WL/code_view.py" --out "$res" --steps "$STEPS" \
+            >"$OUT/runs/code_view.gpuprofd.out" 2>"$OUT/runs/code_view.gpuprofd.err" &&
+            "$BIN" report "$cap" --format json -o "$OUT/runs/code_view.report.json" 2>>"$OUT/runs/code_view.gpuprofd.err"; then
+            "$BIN" report "$cap" --view code -o "$OUT/runs/code_view.code.txt" 2>>"$OUT/runs/code_view.gpuprofd.err" || true
+            "$BIN" report "$cap" --view callers -o "$OUT/runs/code_view.callers.txt" 2>>"$OUT/runs/code_view.gpuprofd.err" || true
+            record code_view code "" "$OUT/runs/code_view.report.json" "" "$res"
+        else
+            record code_view code "" "" "gpuprofd or the workload failed: see runs/code_view.gpuprofd.err"
+        fi
     fi
 fi
 

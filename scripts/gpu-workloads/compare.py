@@ -168,6 +168,25 @@ def fmt_table(header, rows):
     return "\n".join(out)
 
 
+def code_view(name, proc, res, findings):
+    """Launches whose stack holds `FILE:LINE forward` for each marked line of code_view.py."""
+    row = {"run": name, "pid": res["pid"], "steps": res["steps"], "lines": {}}
+    if proc is None:
+        findings.append(f"{name}: process {res['pid']} not in the report")
+        return row
+    st = proc.get("stacks", {})
+    row["stack_samples"] = st.get("samples")
+    row["python"] = st.get("python")
+    row["python_no_thread"] = st.get("python_no_thread")
+    for key, line in res["lines"].items():
+        frame = f"{res['file']}:{line} forward"
+        n = sum(r.get("launches", 0) for r in proc.get("code", []) if frame in r.get("stack", []))
+        row["lines"][key] = {"line": line, "launches": n}
+        if n < res["steps"]:
+            findings.append(f"{name}: {frame}: {n} launches attributed, expected at least {res['steps']}")
+    return row
+
+
 def main(manifest_path, outdir):
     base = os.path.dirname(os.path.abspath(manifest_path))
     man = load(manifest_path)
@@ -175,7 +194,7 @@ def main(manifest_path, outdir):
     def rel(p):
         return p if not p or os.path.isabs(p) else os.path.join(base, p)
 
-    findings, rows, blocked = [], [], []
+    findings, rows, blocked, code_rows = [], [], [], []
     for r in man.get("runs", []):
         if r.get("error"):
             findings.append(f"{r['name']}: did not run: {r['error']}")
@@ -193,6 +212,9 @@ def main(manifest_path, outdir):
             res = load(rel(rp))
             if res is None:
                 findings.append(f"{r['name']}: workload result {rp} missing")
+                continue
+            if r.get("kind") == "code":
+                code_rows.append(code_view(r["name"], process_of(report, res["pid"]), res, findings))
                 continue
             rp_report = rel(r.get("report")) or ""
             if rp_report.endswith(".report.json"):
@@ -222,6 +244,7 @@ def main(manifest_path, outdir):
         "procaddr": procaddr,
         "nvml": nvml,
         "processes": rows,
+        "code_view": code_rows,
         "overhead": over,
         "findings": findings,
         "blocked": blocked,
@@ -269,6 +292,20 @@ def main(manifest_path, outdir):
         md.append("Symbols that fired, per run:")
         for r in rows:
             md.append(f"- {r['run']}: {', '.join(r.get('symbols_fired', [])) or '(none)'}")
+        md.append("")
+    if code_rows:
+        md.append("## Code view (launches per line of forward(), --stack-period 1)")
+        md.append(
+            fmt_table(
+                ["run", "stacks", "python", "no thread state", "line", "launches"],
+                [
+                    (c["run"], c.get("stack_samples"), c.get("python"), c.get("python_no_thread"),
+                     f"{k} ({v['line']})", v["launches"])
+                    for c in code_rows
+                    for k, v in c["lines"].items()
+                ],
+            )
+        )
         md.append("")
     if over:
         md.append("## Overhead (median step time; ratio against no profiler in the same session)")

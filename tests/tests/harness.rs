@@ -40,6 +40,7 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
         "coverage",
         "live",
         "service",
+        "code",
         "attribution",
         "overhead",
         "nvml",
@@ -141,11 +142,28 @@ fn compare_reports_every_mismatch() {
         "gp.json",
         json!({"workload": "lb", "pid": 2, "steps": 3, "step_times_s": [2.0, 2.2, 9.0], "profiler": null, "known": {}}),
     );
+    // The code view: launches whose stack holds `FILE:LINE forward`, per marked line.
+    let fwd = |l: u32| format!("/w/code_view.py:{l} forward");
+    write(
+        "code.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {},
+          "processes": [{"tgid": 300, "launches": 9, "code": [
+              {"stack": ["/w/code_view.py:50 main", fwd(24)], "launches": 5},
+              {"stack": ["/w/code_view.py:50 main", fwd(25)], "launches": 3},
+              {"stack": ["/w/code_view.py:50 main", fwd(26), "x (libc.so.6)"], "launches": 1}],
+            "stacks": {"samples": 9, "python": "CPython 3.11 (/usr/bin/python3.11)", "python_no_thread": 0}}]}),
+    );
+    write(
+        "c.json",
+        json!({"pid": 300, "file": "/w/code_view.py", "steps": 3,
+               "lines": {"fc1": 24, "relu": 25, "fc2": 26}}),
+    );
     write(
         "manifest.json",
         json!({"env": {"gpu": "test"}, "doctor": null, "procaddr": null, "nvml": null, "runs": [
             {"name": "run1", "kind": "coverage", "report": "report.json", "error": null, "results": ["a.json", "b.json"]},
             {"name": "jax_jit", "kind": "coverage", "report": null, "error": "jax is not importable", "results": []},
+            {"name": "code_view", "kind": "code", "report": "code.json", "error": null, "results": ["c.json"]},
             {"name": "oh_none", "kind": "overhead", "mode": "none", "report": null, "error": null, "results": ["none.json"]},
             {"name": "oh_g", "kind": "overhead", "mode": "gpuprofd", "report": null, "error": null, "results": ["gp.json"]}]}),
     );
@@ -172,7 +190,13 @@ fn compare_reports_every_mismatch() {
             "run1: d2h copies gpuprofd 0 calls / 0 B, torch.profiler 1 / 4 B",
             "run1: cudaLaunchKernel gpuprofd 10 calls, torch.profiler 11",
             "jax_jit: did not run: jax is not importable",
+            "code_view: /w/code_view.py:26 forward: 1 launches attributed, expected at least 3",
         ])
+    );
+    assert_eq!(
+        r["code_view"][0]["lines"],
+        json!({"fc1": {"line": 24, "launches": 5}, "relu": {"line": 25, "launches": 3},
+               "fc2": {"line": 26, "launches": 1}})
     );
     let p = &r["processes"];
     assert_eq!(p[0]["named_fraction"], 0.9);

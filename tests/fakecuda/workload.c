@@ -675,34 +675,34 @@ volatile int g_chain_sink;
 __attribute__((noinline, noclone)) cudaError_t stack_chain_c(const void *func) {
     void *args[1] = {NULL};
     dim3 g = {4, 1, 1}, b = {64, 1, 1};
-    cudaError_t r = R.cudaLaunchKernel(func, g, b, args, 0, NULL);
+    cudaError_t r = R.cudaLaunchKernel(func, g, b, args, 0, NULL); /* STACK_C */
     g_chain_sink += (int)r;
     return r;
 }
 __attribute__((noinline, noclone)) cudaError_t stack_chain_b(const void *func) {
-    cudaError_t r = stack_chain_c(func);
+    cudaError_t r = stack_chain_c(func); /* STACK_B */
     g_chain_sink += 1;
     return r;
 }
 __attribute__((noinline, noclone)) int stack_chain_a(long na, long nb) {
     int bad = 0;
-    for (long i = 0; i < na; i++) bad |= stack_chain_b((const void *)&stub_relu) != cudaSuccess;
+    for (long i = 0; i < na; i++) bad |= stack_chain_b((const void *)&stub_relu) != cudaSuccess; /* STACK_A_B */
     g_chain_sink += 1;
-    for (long i = 0; i < nb; i++) bad |= stack_chain_c((const void *)&stub_relu) != cudaSuccess;
+    for (long i = 0; i < nb; i++) bad |= stack_chain_c((const void *)&stub_relu) != cudaSuccess; /* STACK_A_C */
     g_chain_sink += 1;
     return bad;
 }
 __attribute__((noinline, noclone)) int stack_chain_sync(long n) {
     int bad = 0;
-    for (long i = 0; i < n; i++) bad |= R.cudaDeviceSynchronize() != cudaSuccess;
+    for (long i = 0; i < n; i++) bad |= R.cudaDeviceSynchronize() != cudaSuccess; /* STACK_SYNC */
     g_chain_sink += 1;
     return bad;
 }
 static int cmd_stack_chain(int argc, char **argv) {
     if (need_rt()) return -1;
     if (argc != 3) return FAIL("usage: NA NB SYNCS");
-    if (stack_chain_a(atol(argv[0]), atol(argv[1]))) return FAIL("a launch failed");
-    if (stack_chain_sync(atol(argv[2]))) return FAIL("a sync failed");
+    if (stack_chain_a(atol(argv[0]), atol(argv[1]))) return FAIL("a launch failed"); /* STACK_CMD_A */
+    if (stack_chain_sync(atol(argv[2]))) return FAIL("a sync failed");            /* STACK_CMD_SYNC */
     return 0;
 }
 

@@ -9,6 +9,19 @@ use serde_json::Value;
 use std::process::Command;
 
 const RELU: &str = "relu(float*, int)";
+const WORKLOAD_C: &str = include_str!("../fakecuda/workload.c");
+
+/// `workload.c:LINE FUNCTION (EXE)`, LINE being the line marked `/* MARKER */` (a frame named
+/// from DWARF: the line of the call the return address follows).
+fn fr(marker: &str, func: &str, exe: &str) -> String {
+    let tag = format!("/* {marker} */");
+    let line = WORKLOAD_C
+        .lines()
+        .position(|l| l.contains(&tag))
+        .unwrap_or_else(|| panic!("no {tag} in workload.c"))
+        + 1;
+    format!("workload.c:{line} {func} ({exe})")
+}
 
 /// Frames are named while their process runs (its maps, its code objects); the daemon drains
 /// the ring every 10 ms. A workload that exited at once would leave its stacks unnamed (the
@@ -34,14 +47,12 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 /// The code row whose stack ends with `tail` (exactly one).
-fn row<'a>(p: &'a Value, tail: &[&str]) -> &'a Value {
+fn row<'a>(p: &'a Value, tail: &[String]) -> &'a Value {
     let rows: Vec<&Value> = p["code"]
         .as_array()
         .expect("code rows")
         .iter()
-        .filter(|r| {
-            strings(&r["stack"]).ends_with(&tail.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        })
+        .filter(|r| strings(&r["stack"]).ends_with(tail))
         .collect();
     assert_eq!(
         rows.len(),
@@ -66,16 +77,15 @@ fn kernels(r: &Value) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// The stack from its `main` frame on (what comes before is the C library's start-up code,
-/// which differs between distributions).
-fn from_main(r: &Value, exe: &str) -> Vec<String> {
+/// Whether the stack has a `main` frame of `exe` (named from DWARF) before its last `n` frames.
+fn has_main(r: &Value, exe: &str, n: usize) -> bool {
     let s = strings(&r["stack"]);
-    let main = format!("main ({exe})");
-    let i = s
-        .iter()
-        .position(|f| *f == main)
-        .unwrap_or_else(|| panic!("no {main} in {s:?}"));
-    s[i..].to_vec()
+    let is_main = |f: &str| {
+        f.strip_prefix("workload.c:")
+            .and_then(|r| r.strip_suffix(&format!(" main ({exe})")))
+            .is_some_and(|line| !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()))
+    };
+    s.len() > n && s[..s.len() - n].iter().any(|f| is_main(f))
 }
 
 #[test]
@@ -95,23 +105,15 @@ fn native_call_chains_named_frame_by_frame() {
     assert_eq!(p["stacks"]["python"], Value::Null);
     assert_eq!(p["code"].as_array().unwrap().len(), 3, "{:#}", p["code"]);
 
-    let abc = row(
-        p,
-        &[
-            "stack_chain_a (workload)",
-            "stack_chain_b (workload)",
-            "stack_chain_c (workload)",
-        ],
-    );
-    assert_eq!(
-        from_main(abc, "workload"),
-        [
-            "main (workload)",
-            "stack_chain_a (workload)",
-            "stack_chain_b (workload)",
-            "stack_chain_c (workload)"
-        ]
-    );
+    let w = |m: &str, f: &str| fr(m, f, "workload");
+    let abc_tail = [
+        w("STACK_CMD_A", "cmd_stack_chain"),
+        w("STACK_A_B", "stack_chain_a"),
+        w("STACK_B", "stack_chain_b"),
+        w("STACK_C", "stack_chain_c"),
+    ];
+    let abc = row(p, &abc_tail);
+    assert!(has_main(abc, "workload", 4), "{abc:#}");
     assert_eq!(
         (
             abc["samples"].as_u64(),
@@ -126,11 +128,12 @@ fn native_call_chains_named_frame_by_frame() {
     let ac = row(
         p,
         &[
-            "main (workload)",
-            "stack_chain_a (workload)",
-            "stack_chain_c (workload)",
+            w("STACK_CMD_A", "cmd_stack_chain"),
+            w("STACK_A_C", "stack_chain_a"),
+            w("STACK_C", "stack_chain_c"),
         ],
     );
+    assert!(has_main(ac, "workload", 3), "{ac:#}");
     assert_eq!(
         (
             ac["samples"].as_u64(),
@@ -143,7 +146,14 @@ fn native_call_chains_named_frame_by_frame() {
 
     // Syncs: stacks taken at the return probe, with the time blocked, which must be the API
     // view's figure for the same calls.
-    let sy = row(p, &["main (workload)", "stack_chain_sync (workload)"]);
+    let sy = row(
+        p,
+        &[
+            w("STACK_CMD_SYNC", "cmd_stack_chain"),
+            w("STACK_SYNC", "stack_chain_sync"),
+        ],
+    );
+    assert!(has_main(sy, "workload", 2), "{sy:#}");
     assert_eq!(
         (
             sy["samples"].as_u64(),
@@ -185,7 +195,7 @@ fn native_call_chains_named_frame_by_frame() {
         "--view",
         "code",
         "--start-name-regex",
-        "^stack_chain_a ",
+        r" stack_chain_a \(workload\)$",
         "--max-depth",
         "2",
     ]);
@@ -200,9 +210,10 @@ fn native_call_chains_named_frame_by_frame() {
     assert_eq!(
         tree.iter().map(|l| cells(l)).collect::<Vec<_>>(),
         [
-            "8 8 0 0 0.000 stack_chain_a (workload)",
-            "5 5 0 0 0.000 stack_chain_b (workload)",
-            "3 3 0 0 0.000 stack_chain_c (workload)",
+            format!("5 5 0 0 0.000 {}", w("STACK_A_B", "stack_chain_a")),
+            format!("5 5 0 0 0.000 {}", w("STACK_B", "stack_chain_b")),
+            format!("3 3 0 0 0.000 {}", w("STACK_A_C", "stack_chain_a")),
+            format!("3 3 0 0 0.000 {}", w("STACK_C", "stack_chain_c")),
         ]
     );
 
@@ -256,12 +267,13 @@ fn a_stack_every_nth_call_of_each_thread() {
     let p = process(&fin.report, tgid);
     assert_eq!(p["launches"], 10);
     assert_eq!(p["stacks"]["samples"], 4);
+    let w = |m: &str, f: &str| fr(m, f, "workload");
     let abc = row(
         p,
         &[
-            "stack_chain_a (workload)",
-            "stack_chain_b (workload)",
-            "stack_chain_c (workload)",
+            w("STACK_A_B", "stack_chain_a"),
+            w("STACK_B", "stack_chain_b"),
+            w("STACK_C", "stack_chain_c"),
         ],
     );
     // Measured: 3 samples; derived: each stands for 4 calls.
@@ -274,7 +286,7 @@ fn a_stack_every_nth_call_of_each_thread() {
         (Some(3), Some(12), Some(12))
     );
     assert_eq!(kernels(abc), [(RELU.to_owned(), 12)]);
-    let sy = row(p, &["main (workload)", "stack_chain_sync (workload)"]);
+    let sy = row(p, &[w("STACK_SYNC", "stack_chain_sync")]);
     assert_eq!(
         (
             sy["samples"].as_u64(),
@@ -305,10 +317,18 @@ fn without_frame_pointers_the_direct_caller_is_kept_and_the_report_says_so() {
         let s = strings(&r["stack"]);
         let inner = s.last().expect("a frame").as_str();
         if r["launches"].as_u64() > Some(0) {
-            assert_eq!(inner, "stack_chain_c (workload_nofp)", "{s:?}");
+            assert_eq!(
+                inner,
+                fr("STACK_C", "stack_chain_c", "workload_nofp"),
+                "{s:?}"
+            );
             launches += r["launches"].as_u64().unwrap();
         } else {
-            assert_eq!(inner, "stack_chain_sync (workload_nofp)", "{s:?}");
+            assert_eq!(
+                inner,
+                fr("STACK_SYNC", "stack_chain_sync", "workload_nofp"),
+                "{s:?}"
+            );
             syncs += r["syncs"].as_u64().unwrap();
         }
     }

@@ -144,19 +144,35 @@ impl ProcSymbols {
 
     /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.
     pub fn symbol_at(&self, tgid: u32, addr: u64) -> Option<String> {
-        self.lookup(tgid, addr, |idx, vaddr| {
+        self.lookup(tgid, addr, |idx, vaddr, _| {
             idx.lookup_exact(vaddr).map(str::to_owned)
         })?
         .1
     }
 
-    /// The file mapping `addr` in `tgid` (its name, no directory) and the function symbol
-    /// containing the address, if the file's symbol tables have one. `None`: no executable
-    /// file mapping holds `addr`.
-    pub fn frame_at(&self, tgid: u32, addr: u64) -> Option<(String, Option<String>)> {
-        self.lookup(tgid, addr, |idx, vaddr| {
+    /// The file mapping `addr` in `tgid` (its name, no directory), the function symbol
+    /// containing the address if the file's symbol tables have one, and the source frames
+    /// DWARF gives for it (see [`crate::stacks::lines`]). `None`: no executable file mapping
+    /// holds `addr`.
+    pub fn frame_at(
+        &self,
+        tgid: u32,
+        addr: u64,
+    ) -> Option<(
+        String,
+        Option<String>,
+        Vec<crate::stacks::lines::SourceFrame>,
+    )> {
+        let mut at = None;
+        let (module, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
+            at = Some((path.to_owned(), vaddr));
             idx.lookup_containing(vaddr).map(|(n, _)| n.to_owned())
-        })
+        })?;
+        let source = match at {
+            Some((path, vaddr)) => crate::stacks::lines::frames_at(&path, vaddr),
+            None => Vec::new(),
+        };
+        Some((module, symbol, source))
     }
 
     /// `(file name, find(index, vaddr))` for the mapping of `addr` in `tgid`.
@@ -164,7 +180,7 @@ impl ProcSymbols {
         &self,
         tgid: u32,
         addr: u64,
-        find: impl FnOnce(&SymbolIndex, u64) -> Option<String>,
+        find: impl FnOnce(&SymbolIndex, u64, &std::path::Path) -> Option<String>,
     ) -> Option<(String, Option<String>)> {
         let mut inner = self.inner.lock().expect("symbol cache poisoned");
         if !inner.maps.contains_key(&tgid) {
@@ -213,7 +229,7 @@ impl ProcSymbols {
         };
         let found = idx
             .vaddr_of_file_offset(file_off)
-            .and_then(|vaddr| find(idx, vaddr));
+            .and_then(|vaddr| find(idx, vaddr, &path));
         Some((module, found))
     }
 }

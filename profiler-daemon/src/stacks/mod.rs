@@ -11,6 +11,7 @@
 //!
 //! [`STACK_CONFIG`]: profiler_common::maps::STACK_CONFIG
 
+pub mod lines;
 pub mod python;
 pub mod view;
 
@@ -29,14 +30,40 @@ pub struct NativeFrame {
     pub module: String,
     /// Demangled function name, when the file's symbol tables have one.
     pub symbol: Option<String>,
+    /// From DWARF, when the file has it: the functions at the address, innermost (inlined)
+    /// first, the real function last, each with its file and line.
+    #[serde(default)]
+    pub source: Vec<lines::SourceFrame>,
 }
 
 impl NativeFrame {
-    fn label(&self) -> String {
-        match &self.symbol {
-            Some(s) => format!("{s} ({})", self.module),
-            None => format!("?? ({})", self.module),
+    /// The frame's labels, outermost first: `file:line function (library)` per function at the
+    /// address when DWARF knows it (inlined functions get frames of their own), else
+    /// `function (library)`.
+    fn labels(&self) -> Vec<String> {
+        if self.source.is_empty() {
+            return vec![match &self.symbol {
+                Some(s) => format!("{s} ({})", self.module),
+                None => format!("?? ({})", self.module),
+            }];
         }
+        let last = self.source.len() - 1;
+        self.source
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, f)| {
+                let name = match (&f.function, i == last) {
+                    (Some(n), _) => demangle_symbol(n),
+                    (None, true) => self.symbol.clone().unwrap_or_else(|| "??".into()),
+                    (None, false) => "??".into(),
+                };
+                match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("{file}:{line} {name} ({})", self.module),
+                    _ => format!("{name} ({})", self.module),
+                }
+            })
+            .collect()
     }
 }
 
@@ -162,9 +189,10 @@ impl StackResolver {
         // A return address: the call instruction is just before it.
         let frame = syms
             .frame_at(tgid, addr.saturating_sub(1))
-            .map(|(module, symbol)| NativeFrame {
+            .map(|(module, symbol, source)| NativeFrame {
                 module,
                 symbol: symbol.map(|s| demangle_symbol(&s)),
+                source,
             });
         if let Some(log) = &mut self.log {
             log.push(StackSym::Native {
@@ -260,7 +288,8 @@ impl StackResolver {
                     if interp_module.as_deref() == Some(f.module.as_str()) {
                         break;
                     }
-                    inner.push(f.label());
+                    // `inner` runs innermost first.
+                    inner.extend(f.labels().into_iter().rev());
                 }
                 // Past the first frame, an address no file maps ends the walk: without frame
                 // pointers what follows is not a stack.
@@ -522,6 +551,7 @@ mod tests {
         Some(NativeFrame {
             module: module.into(),
             symbol: Some(symbol.into()),
+            source: Vec::new(),
         })
     }
 
@@ -638,6 +668,43 @@ mod tests {
         // A retired tgid's names are forgotten.
         r.forget(7);
         assert_eq!(r.python_of(7), None);
+    }
+
+    #[test]
+    fn dwarf_lines_and_inlined_functions_become_frames() {
+        let f = NativeFrame {
+            module: "app".into(),
+            symbol: Some("main".into()),
+            source: vec![
+                lines::SourceFrame {
+                    function: Some("_Z6helperv".into()),
+                    file: Some("app.c".into()),
+                    line: Some(12),
+                },
+                lines::SourceFrame {
+                    function: None,
+                    file: Some("app.c".into()),
+                    line: Some(40),
+                },
+            ],
+        };
+        // Outermost first: the real function (named by its symbol when DWARF has no name) at
+        // the inlined call's line, then the inlined function.
+        assert_eq!(
+            f.labels(),
+            ["app.c:40 main (app)", "app.c:12 helper() (app)"]
+        );
+        let bare = NativeFrame {
+            source: Vec::new(),
+            ..f.clone()
+        };
+        assert_eq!(bare.labels(), ["main (app)"]);
+        let unnamed = NativeFrame {
+            symbol: None,
+            source: Vec::new(),
+            ..f
+        };
+        assert_eq!(unnamed.labels(), ["?? (app)"]);
     }
 
     #[test]

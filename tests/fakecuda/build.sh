@@ -6,7 +6,7 @@
 # OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
-# OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_drv, workload_late, workload_static (runtime linked in)
+# OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped, workload_drv, workload_late, workload_static (runtime linked in)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
@@ -55,6 +55,8 @@ $CC $CFLAGS -fno-omit-frame-pointer -o "$OUT/bin/workload" workload.c "$RPATH" -
 # the direct caller are not recoverable there.
 $CC $CFLAGS -fomit-frame-pointer -o "$OUT/bin/workload_nofp" workload.c "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl -lpthread
+# ... and stripped (no symbol table, no DWARF): its frames can only be file offsets.
+strip -o "$OUT/bin/workload_stripped" "$OUT/bin/workload"
 $CC $CFLAGS -DWORKLOAD_DRV -o "$OUT/bin/workload_drv" workload.c "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl
 $CC $CFLAGS -DWORKLOAD_STATIC -fno-omit-frame-pointer -o "$OUT/bin/workload_static" workload.c \

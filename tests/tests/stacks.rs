@@ -341,6 +341,76 @@ fn without_frame_pointers_the_direct_caller_is_kept_and_the_report_says_so() {
     );
 }
 
+/// The function of the unstripped `workload` containing file offset `off` (`readelf` for the
+/// load segments, `nm` for the symbols).
+fn function_at_offset(exe: &std::path::Path, off: u64) -> String {
+    let run = |cmd: &str, args: &[&str]| {
+        let o = Command::new(cmd).args(args).arg(exe).output().expect(cmd);
+        assert!(o.status.success(), "{cmd} failed");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let vaddr = run("readelf", &["-lW"])
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (o, v, sz) = (hex(f[1]), hex(f[2]), hex(f[4]));
+            (o <= off && off < o + sz).then(|| v + (off - o))
+        })
+        .expect("offset in a load segment");
+    let mut syms: Vec<(u64, String)> = run("nm", &["--defined-only"])
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && matches!(f[1], "T" | "t")).then(|| (hex(f[0]), f[2].to_owned()))
+        })
+        .collect();
+    syms.sort();
+    syms.iter()
+        .rev()
+        .find(|(a, _)| *a <= vaddr)
+        .map(|(_, n)| n.clone())
+        .expect("a function")
+}
+
+#[test]
+fn a_stripped_executable_names_frames_by_file_offset() {
+    let d = daemon("1");
+    let mut w = Workload::spawn("workload_stripped", &[]);
+    w.cmd("stack_chain 5 3 2");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["stacks"]["samples"], 10);
+    let rows = p["code"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{:#}", p["code"]);
+    // Frames in the stripped file read `workload_stripped+0xOFFSET`; each offset, looked up in
+    // the unstripped copy of the same file, is the function the unstripped run names.
+    let unstripped = fakecuda().join("bin/workload");
+    let named = |r: &Value| -> Vec<String> {
+        strings(&r["stack"])
+            .iter()
+            .filter_map(|f| f.strip_prefix("workload_stripped+0x"))
+            .map(|h| function_at_offset(&unstripped, u64::from_str_radix(h, 16).unwrap()))
+            .collect()
+    };
+    let by_calls = |n: u64| rows.iter().find(|r| r["calls"] == n).expect("row");
+    assert_eq!(
+        named(by_calls(5)),
+        ["main", "stack_chain_a", "stack_chain_b", "stack_chain_c"]
+    );
+    assert_eq!(
+        named(by_calls(3)),
+        ["main", "stack_chain_a", "stack_chain_c"]
+    );
+    let sy = by_calls(2);
+    assert_eq!(sy["syncs"], 2);
+    assert_eq!(named(sy), ["main", "stack_chain_sync"]);
+}
+
 const SCRIPT: &str = r#"import ctypes
 import os
 import sys

@@ -147,24 +147,13 @@ impl ProcSymbols {
         self.lookup(tgid, addr, |idx, vaddr, _| {
             idx.lookup_exact(vaddr).map(str::to_owned)
         })?
-        .1
+        .2
     }
 
-    /// The file mapping `addr` in `tgid` (its name, no directory), the function symbol
-    /// containing the address if the file's symbol tables have one, and the source frames
-    /// DWARF gives for it (see [`crate::stacks::lines`]). `None`: no executable file mapping
-    /// holds `addr`.
-    pub fn frame_at(
-        &self,
-        tgid: u32,
-        addr: u64,
-    ) -> Option<(
-        String,
-        Option<String>,
-        Vec<crate::stacks::lines::SourceFrame>,
-    )> {
+    /// What names a code address of `tgid` (`None`: no executable file mapping holds it).
+    pub fn frame_at(&self, tgid: u32, addr: u64) -> Option<FrameAt> {
         let mut at = None;
-        let (module, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
+        let (module, file_offset, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
             at = Some((path.to_owned(), vaddr));
             idx.lookup_containing(vaddr).map(|(n, _)| n.to_owned())
         })?;
@@ -172,16 +161,21 @@ impl ProcSymbols {
             Some((path, vaddr)) => crate::stacks::lines::frames_at(&path, vaddr),
             None => Vec::new(),
         };
-        Some((module, symbol, source))
+        Some(FrameAt {
+            module,
+            file_offset,
+            symbol,
+            source,
+        })
     }
 
-    /// `(file name, find(index, vaddr))` for the mapping of `addr` in `tgid`.
+    /// `(file name, file offset, find(index, vaddr, path))` for the mapping of `addr` in `tgid`.
     fn lookup(
         &self,
         tgid: u32,
         addr: u64,
         find: impl FnOnce(&SymbolIndex, u64, &std::path::Path) -> Option<String>,
-    ) -> Option<(String, Option<String>)> {
+    ) -> Option<(String, u64, Option<String>)> {
         let mut inner = self.inner.lock().expect("symbol cache poisoned");
         if !inner.maps.contains_key(&tgid) {
             drop(inner);
@@ -218,20 +212,33 @@ impl ProcSymbols {
             PathBuf::from(&clean)
         };
         if !inner.files.contains_key(&path) && inner.files.len() >= MAX_SYMBOL_FILES {
-            return Some((module, None));
+            return Some((module, file_off, None));
         }
         let idx = inner
             .files
             .entry(path.clone())
             .or_insert_with(|| SymbolIndex::load(&path).ok());
         let Some(idx) = idx.as_ref() else {
-            return Some((module, None));
+            return Some((module, file_off, None));
         };
         let found = idx
             .vaddr_of_file_offset(file_off)
             .and_then(|vaddr| find(idx, vaddr, &path));
-        Some((module, found))
+        Some((module, file_off, found))
     }
+}
+
+/// A code address named: [`ProcSymbols::frame_at`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameAt {
+    /// The mapped file's name, no directory.
+    pub module: String,
+    /// Where in the file the address lies.
+    pub file_offset: u64,
+    /// The function symbol containing the address, if the file's symbol tables have one.
+    pub symbol: Option<String>,
+    /// What DWARF says of the address (see [`crate::stacks::lines`]).
+    pub source: Vec<crate::stacks::lines::SourceFrame>,
 }
 
 #[cfg(test)]

@@ -30,6 +30,10 @@ pub struct NativeFrame {
     pub module: String,
     /// Demangled function name, when the file's symbol tables have one.
     pub symbol: Option<String>,
+    /// Where in the file the address lies (the name of a frame without a symbol, for
+    /// `addr2line -e FILE` on a copy of the file that has symbols).
+    #[serde(default)]
+    pub offset: u64,
     /// From DWARF, when the file has it: the functions at the address, innermost (inlined)
     /// first, the real function last, each with its file and line.
     #[serde(default)]
@@ -44,7 +48,7 @@ impl NativeFrame {
         if self.source.is_empty() {
             return vec![match &self.symbol {
                 Some(s) => format!("{s} ({})", self.module),
-                None => format!("?? ({})", self.module),
+                None => format!("{}+0x{:x}", self.module, self.offset),
             }];
         }
         let last = self.source.len() - 1;
@@ -55,7 +59,10 @@ impl NativeFrame {
             .map(|(i, f)| {
                 let name = match (&f.function, i == last) {
                     (Some(n), _) => demangle_symbol(n),
-                    (None, true) => self.symbol.clone().unwrap_or_else(|| "??".into()),
+                    (None, true) => self
+                        .symbol
+                        .clone()
+                        .unwrap_or_else(|| format!("{}+0x{:x}", self.module, self.offset)),
                     (None, false) => "??".into(),
                 };
                 match (&f.file, f.line) {
@@ -189,10 +196,11 @@ impl StackResolver {
         // A return address: the call instruction is just before it.
         let frame = syms
             .frame_at(tgid, addr.saturating_sub(1))
-            .map(|(module, symbol, source)| NativeFrame {
-                module,
-                symbol: symbol.map(|s| demangle_symbol(&s)),
-                source,
+            .map(|f| NativeFrame {
+                module: f.module,
+                symbol: f.symbol.map(|s| demangle_symbol(&s)),
+                offset: f.file_offset,
+                source: f.source,
             });
         if let Some(log) = &mut self.log {
             log.push(StackSym::Native {
@@ -551,6 +559,7 @@ mod tests {
         Some(NativeFrame {
             module: module.into(),
             symbol: Some(symbol.into()),
+            offset: 0x40,
             source: Vec::new(),
         })
     }
@@ -675,6 +684,7 @@ mod tests {
         let f = NativeFrame {
             module: "app".into(),
             symbol: Some("main".into()),
+            offset: 0x1234,
             source: vec![
                 lines::SourceFrame {
                     function: Some("_Z6helperv".into()),
@@ -704,7 +714,7 @@ mod tests {
             source: Vec::new(),
             ..f
         };
-        assert_eq!(unnamed.labels(), ["?? (app)"]);
+        assert_eq!(unnamed.labels(), ["app+0x1234"]);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 # OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
-# OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped, workload_drv, workload_late, workload_static (runtime linked in)
+# OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
+#                 workload_minidebug (stripped, .gnu_debugdata), workload_drv, workload_late, workload_static (runtime linked in)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
@@ -57,6 +58,19 @@ $CC $CFLAGS -fomit-frame-pointer -o "$OUT/bin/workload_nofp" workload.c "$RPATH"
     -Wl,--no-as-needed -l:libcudart.so.12 -l:libcuda.so.1 -Wl,--as-needed -ldl -lpthread
 # ... and stripped (no symbol table, no DWARF): its frames can only be file offsets.
 strip -o "$OUT/bin/workload_stripped" "$OUT/bin/workload"
+# ... and stripped with MiniDebugInfo (as Fedora ships binaries): its function symbols in an
+# xz-compressed ELF in .gnu_debugdata.
+MINI="$OUT/mini.tmp"
+rm -rf "$MINI" && mkdir -p "$MINI"
+nm "$OUT/bin/workload" --format=posix --defined-only |
+    awk '$2 == "T" || $2 == "t" { print $1 }' | sort -u >"$MINI/funcs"
+objcopy --only-keep-debug "$OUT/bin/workload" "$MINI/debug"
+objcopy -S --remove-section .gdb_index --remove-section .comment \
+    --keep-symbols="$MINI/funcs" "$MINI/debug" "$MINI/mini"
+xz -k "$MINI/mini"
+objcopy --add-section .gnu_debugdata="$MINI/mini.xz" "$OUT/bin/workload_stripped" \
+    "$OUT/bin/workload_minidebug"
+rm -rf "$MINI"
 $CC $CFLAGS -DWORKLOAD_DRV -o "$OUT/bin/workload_drv" workload.c "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl
 $CC $CFLAGS -DWORKLOAD_STATIC -fno-omit-frame-pointer -o "$OUT/bin/workload_static" workload.c \

@@ -411,6 +411,35 @@ fn a_stripped_executable_names_frames_by_file_offset() {
     assert_eq!(named(sy), ["main", "stack_chain_sync"]);
 }
 
+#[test]
+fn a_stripped_executable_with_minidebuginfo_is_named_from_it() {
+    let d = daemon("1");
+    let mut w = Workload::spawn("workload_minidebug", &[]);
+    w.cmd("stack_chain 5 3 2");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["stacks"]["samples"], 10);
+    // No DWARF here (no lines, no inlined frames): function symbols from .gnu_debugdata.
+    let m = |f: &str| format!("{f} (workload_minidebug)");
+    let abc = row(
+        p,
+        &[
+            m("main"),
+            m("stack_chain_a"),
+            m("stack_chain_b"),
+            m("stack_chain_c"),
+        ],
+    );
+    assert_eq!(abc["launches"], 5);
+    let ac = row(p, &[m("main"), m("stack_chain_a"), m("stack_chain_c")]);
+    assert_eq!(ac["launches"], 3);
+    let sy = row(p, &[m("main"), m("stack_chain_sync")]);
+    assert_eq!(sy["syncs"], 2);
+}
+
 const SCRIPT: &str = r#"import ctypes
 import os
 import sys

@@ -30,6 +30,26 @@ pub const ENTRY_BYTES: usize = 32;
 const MAX_EXPORT_NAME_BYTES: usize = 256 << 20;
 /// Build-ids are 16–20 bytes in practice; anything longer than this is ignored.
 const MAX_BUILD_ID_BYTES: usize = 1024;
+/// Largest `.gnu_debugdata` read (compressed), and its largest decompressed size.
+const MAX_DEBUGDATA_PACKED: u64 = 64 << 20;
+const MAX_DEBUGDATA: usize = 512 << 20;
+
+/// A sink that refuses to grow past [`MAX_DEBUGDATA`] (a decompression bomb stops there).
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_DEBUGDATA {
+            return Err(std::io::Error::other(".gnu_debugdata too large"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// Why an ELF file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -366,6 +386,8 @@ struct RawElf<'a> {
     data: &'a [u8],
     phdrs: &'a [ProgramHeader64<LE>],
     sections: &'a [SectionHeader64<LE>],
+    /// Section names (empty when the file has none).
+    shstrtab: &'a [u8],
     loads: Vec<LoadSegment>,
 }
 
@@ -425,12 +447,36 @@ impl<'a> RawElf<'a> {
             .filter(|ph| ph.p_type(LE) == elf::PT_LOAD)
             .map(LoadSegment::from_header)
             .collect();
+        let shstrtab = sections
+            .get(usize::from(header.e_shstrndx(LE)))
+            .and_then(|s| s.data(LE, data).ok())
+            .unwrap_or(&[]);
         Ok(RawElf {
             data,
             phdrs,
             sections,
+            shstrtab,
             loads,
         })
+    }
+
+    fn section_named(&self, name: &str) -> Option<&'a SectionHeader64<LE>> {
+        self.sections
+            .iter()
+            .find(|s| name_at(self.shstrtab, u64::from(s.sh_name(LE))) == Some(name))
+    }
+
+    /// The MiniDebugInfo ELF (`.gnu_debugdata`, xz-compressed, as Fedora and others ship to
+    /// name a stripped file's local functions), decompressed within bounds.
+    fn mini_debuginfo(&self) -> Option<Vec<u8>> {
+        let section = self.section_named(".gnu_debugdata")?;
+        let packed = section.data(LE, self.data).ok()?;
+        if packed.len() as u64 > MAX_DEBUGDATA_PACKED {
+            return None;
+        }
+        let mut out = Bounded(Vec::new());
+        lzma_rs::xz_decompress(&mut std::io::BufReader::new(packed), &mut out).ok()?;
+        Some(out.0)
     }
 
     fn first_section(&self, sh_type: u32) -> Option<&'a SectionHeader64<LE>> {
@@ -705,23 +751,7 @@ impl SymbolIndex {
         let mut strtabs: Vec<Box<[u8]>> = Vec::new();
         let mut strtab_links: Vec<u32> = Vec::new();
         let mut entries = Vec::new();
-        for (sh_type, table, source_rank) in [
-            (elf::SHT_SYMTAB, ".symtab", 0u8),
-            (elf::SHT_DYNSYM, ".dynsym", 1u8),
-        ] {
-            let Some(section) = file.first_section(sh_type) else {
-                continue;
-            };
-            let (syms, strtab) = file.symbols(section, table)?;
-            let link = section.sh_link(LE);
-            let strtab_id = match strtab_links.iter().position(|&l| l == link) {
-                Some(id) => id,
-                None => {
-                    strtab_links.push(link);
-                    strtabs.push(strtab.into());
-                    strtabs.len() - 1
-                }
-            };
+        let mut add = |syms: &[Sym64<LE>], strtab: &[u8], strtab_id: usize, source_rank: u8| {
             for sym in syms.iter().skip(1) {
                 let type_rank = match sym.st_type() {
                     elf::STT_FUNC => 0u8,
@@ -756,6 +786,36 @@ impl SymbolIndex {
                     rank: type_rank * 6 + bind_rank * 2 + source_rank,
                 });
             }
+        };
+        for (sh_type, table, source_rank) in [
+            (elf::SHT_SYMTAB, ".symtab", 0u8),
+            (elf::SHT_DYNSYM, ".dynsym", 1u8),
+        ] {
+            let Some(section) = file.first_section(sh_type) else {
+                continue;
+            };
+            let (syms, strtab) = file.symbols(section, table)?;
+            let link = section.sh_link(LE);
+            let strtab_id = match strtab_links.iter().position(|&l| l == link) {
+                Some(id) => id,
+                None => {
+                    strtab_links.push(link);
+                    strtabs.push(strtab.into());
+                    strtabs.len() - 1
+                }
+            };
+            add(syms, strtab, strtab_id, source_rank);
+        }
+        // A stripped file's local functions, from its MiniDebugInfo (same addresses); a damaged
+        // one is ignored.
+        if file.first_section(elf::SHT_SYMTAB).is_none()
+            && let Some(mini) = file.mini_debuginfo()
+            && let Ok(inner) = RawElf::parse(&mini)
+            && let Some(section) = inner.first_section(elf::SHT_SYMTAB)
+            && let Ok((syms, strtab)) = inner.symbols(section, ".gnu_debugdata .symtab")
+        {
+            strtabs.push(strtab.into());
+            add(syms, strtab, strtabs.len() - 1, 0);
         }
         let mut index = SymbolIndex {
             strtabs,

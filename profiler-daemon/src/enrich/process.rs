@@ -109,11 +109,23 @@ pub struct ProcSymbols {
 #[derive(Default)]
 struct Inner {
     maps: HashMap<u32, Vec<ExecMapping>>,
-    /// Symbol index per file path (None: unreadable or not ELF).
-    files: HashMap<PathBuf, Option<SymbolIndex>>,
+    /// Symbol index per file (None: unreadable or not ELF), by identity rather than path: the
+    /// same library seen through every container's `/proc/PID/root` is read once.
+    files: HashMap<FileKey, Option<SymbolIndex>>,
 }
 
-/// Files bigger than this are not symbolised (their symbol tables would be read whole).
+/// A file's identity: device, inode, size and modification time (a file replaced in place
+/// gets a new entry).
+pub type FileKey = (u64, u64, u64, i64, i64);
+
+/// The identity of the file at `path`, if it can be read.
+pub fn file_key(path: &std::path::Path) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Most files whose symbol index is kept at once; past it the cache starts again.
 const MAX_SYMBOL_FILES: usize = 256;
 
 impl ProcSymbols {
@@ -211,12 +223,15 @@ impl ProcSymbols {
         } else {
             PathBuf::from(&clean)
         };
-        if !inner.files.contains_key(&path) && inner.files.len() >= MAX_SYMBOL_FILES {
+        let Some(key) = file_key(&path) else {
             return Some((module, file_off, None));
+        };
+        if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
+            inner.files.clear();
         }
         let idx = inner
             .files
-            .entry(path.clone())
+            .entry(key)
             .or_insert_with(|| SymbolIndex::load(&path).ok());
         let Some(idx) = idx.as_ref() else {
             return Some((module, file_off, None));

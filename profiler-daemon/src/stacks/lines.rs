@@ -3,7 +3,7 @@
 //! frame, and the functions inlined at the address, each as a frame of its own.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 /// One function at an address: the real function last, inlined ones before it (innermost
@@ -22,7 +22,8 @@ const MAX_DWARF_FILE: u64 = 1 << 30;
 /// Files whose DWARF is kept open at once; past it the cache starts again.
 const MAX_OPEN: usize = 64;
 
-struct Cache(HashMap<PathBuf, Option<addr2line::Loader>>);
+/// By file identity ([`crate::enrich::process::file_key`]), not path.
+struct Cache(HashMap<crate::enrich::process::FileKey, Option<addr2line::Loader>>);
 
 fn cache() -> &'static Mutex<Cache> {
     static C: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
@@ -32,10 +33,13 @@ fn cache() -> &'static Mutex<Cache> {
 /// The source frames at `vaddr` (a link-time address) of the file at `path`, innermost first;
 /// empty when the file has no line information for it.
 pub fn frames_at(path: &Path, vaddr: u64) -> Vec<SourceFrame> {
+    let Some(key) = crate::enrich::process::file_key(path) else {
+        return Vec::new();
+    };
     let Ok(mut c) = cache().lock() else {
         return Vec::new();
     };
-    if !c.0.contains_key(path) {
+    if !c.0.contains_key(&key) {
         if c.0.len() >= MAX_OPEN {
             c.0.clear();
         }
@@ -46,9 +50,9 @@ pub fn frames_at(path: &Path, vaddr: u64) -> Vec<SourceFrame> {
         } else {
             None
         };
-        c.0.insert(path.to_owned(), loader);
+        c.0.insert(key, loader);
     }
-    let Some(Some(loader)) = c.0.get(path) else {
+    let Some(Some(loader)) = c.0.get(&key) else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -150,10 +150,17 @@ pub struct PyInterp {
 /// `Py_Version`, else the file name) and its load segments `(offset, file bytes, vaddr)`.
 type InterpFile = (u64, u8, Vec<(u64, u64, u64)>);
 
-fn file_cache() -> &'static Mutex<HashMap<PathBuf, Option<InterpFile>>> {
-    static C: OnceLock<Mutex<HashMap<PathBuf, Option<InterpFile>>>> = OnceLock::new();
+/// By file identity (the same interpreter seen through many `/proc/PID/root` paths is read
+/// once); bounded by [`MAX_INTERP_FILES`].
+type FileCache = HashMap<crate::enrich::process::FileKey, Option<InterpFile>>;
+
+fn file_cache() -> &'static Mutex<FileCache> {
+    static C: OnceLock<Mutex<FileCache>> = OnceLock::new();
     C.get_or_init(Default::default)
 }
+
+/// Most interpreter files remembered at once.
+const MAX_INTERP_FILES: usize = 256;
 
 /// Bytes of an interpreter file read at most (a static python3.X is ~7 MiB; libpython ~25 MiB
 /// with symbols).
@@ -170,9 +177,13 @@ fn looks_like_python(path: &str) -> Option<u8> {
 }
 
 fn interp_file(path: &std::path::Path, name_minor: u8) -> Option<InterpFile> {
+    let key = crate::enrich::process::file_key(path)?;
     let mut cache = file_cache().lock().ok()?;
-    if let Some(v) = cache.get(path) {
+    if let Some(v) = cache.get(&key) {
         return v.clone();
+    }
+    if cache.len() >= MAX_INTERP_FILES {
+        cache.clear();
     }
     let found = (|| {
         let meta = std::fs::metadata(path).ok()?;
@@ -193,7 +204,7 @@ fn interp_file(path: &std::path::Path, name_minor: u8) -> Option<InterpFile> {
         let loads = crate::discovery::elf::load_segments(&data).ok()?;
         Some((runtime, minor, loads))
     })();
-    cache.insert(path.to_owned(), found.clone());
+    cache.insert(key, found.clone());
     found
 }
 

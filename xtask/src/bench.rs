@@ -484,7 +484,10 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx) -> Result<()> {
          none of our work); and under `gpuprofd --all-jobs` (full capture: records into the ring \
          buffer, read and aggregated). The runtime shapes go through two probes per call (the \
          runtime entry and the driver call it makes, which the kernel-side pairing suppresses). \
-         The last column is gpuprofd's added time per call divided by the floor's added time.\n\
+         The ratio column is gpuprofd's added time per call (default capture: a call stack on \
+         every 64th call of each thread) divided by the floor's added time; the last two columns \
+         are the same capture with `--stack-period 0` (no stacks) and `--stack-period 1` (a stack, \
+         frame-pointer walk and 576-byte record, on every call), each from its own daemon run.\n\
          * **Pipeline**: synthetic launch records through decode and aggregation on one thread \
          (`gpuprofd bench-pipeline`), and the same while journaling every record into a capture \
          file (`--capture`, as `--output FILE.gpuprof` does).\n\

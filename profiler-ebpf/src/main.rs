@@ -303,36 +303,28 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
 // ---------------------------------------------------------------------------------------------
 // Call stacks (sampled)
 
-/// Whether this call of thread `tid` is one whose stack is taken (every Nth per thread, the
-/// first included, so a thread's samples are the same whichever CPUs it ran on).
+/// The sampling period in force when this call of thread `tid` is one whose stack is taken
+/// (every Nth per thread, the first included, so a thread's samples are the same whichever
+/// CPUs it ran on); `None` otherwise.
 #[inline(always)]
-fn stack_period() -> u32 {
-    match STACK_CONFIG.get(0) {
-        Some(&p) => p,
-        None => 0,
-    }
-}
-
-#[inline(always)]
-fn stack_due(tid: u32) -> bool {
-    let period = stack_period();
-    if period == 0 {
-        return false;
-    }
+fn stack_due(tid: u32) -> Option<u32> {
+    let period = match STACK_CONFIG.get(0) {
+        Some(&p) if p > 0 => p,
+        _ => return None,
+    };
     if period == 1 {
-        return true;
+        return Some(1);
     }
     match STACK_COUNT.get_ptr_mut(&tid) {
         Some(left) => {
             // SAFETY: our own map's value; a thread runs on one CPU at a time.
             let n = unsafe { *left };
-            let due = n == 0;
             unsafe { *left = if n == 0 { period - 1 } else { n - 1 } };
-            due
+            (n == 0).then_some(period)
         }
         None => {
             let _ = STACK_COUNT.insert(&tid, &(period - 1), 0);
-            true
+            Some(period)
         }
     }
 }
@@ -431,12 +423,13 @@ fn python_frames(
     )
 }
 
-/// Emits the stack record of the call just recorded (same thread, same `ts`). At an entry
-/// probe, `caller` is the return address read off the stack: the frame-pointer walk cannot
-/// see the caller there (the callee has not pushed its frame yet), so it replaces the walk's
-/// first entry, which is the probed function itself.
+/// Emits the stack record of the call just recorded (same thread, same `ts`) when this call
+/// is one of the thread's sampled ones ([`stack_due`]). At an entry probe, `caller` is the
+/// return address read off the stack: the frame-pointer walk cannot see the caller there (the
+/// callee has not pushed its frame yet), so it replaces the walk's first entry, which is the
+/// probed function itself.
 #[inline(always)]
-fn emit_stack<C: EbpfContext>(
+fn sample_stack<C: EbpfContext>(
     ctx: &C,
     api: u16,
     pid_tgid: u64,
@@ -446,6 +439,9 @@ fn emit_stack<C: EbpfContext>(
     dur_ns: u64,
     caller: Option<u64>,
 ) {
+    let Some(period) = stack_due(pid_tgid as u32) else {
+        return;
+    };
     let Some(mut e) = EVENTS.reserve::<Record<StackBody>>(0) else {
         bump(&DROPS, kind::STACK);
         return;
@@ -459,7 +455,7 @@ fn emit_stack<C: EbpfContext>(
         b.handle = handle;
         b.dur_ns = dur_ns;
         b.of_kind = of_kind;
-        b.period = stack_period();
+        b.period = period;
         b._pad = 0;
         b.native = [0; STACK_NATIVE_MAX];
         b.py = [profiler_common::PyFrameRaw::default(); STACK_PY_MAX];
@@ -493,6 +489,22 @@ fn emit_stack<C: EbpfContext>(
 // ---------------------------------------------------------------------------------------------
 // Launches (entry-only: the hot path)
 
+/// Records a launch, and its stack when the thread's sampling says so.
+#[inline(always)]
+fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody) {
+    emit(kind::LAUNCH, api, pt, now, body);
+    sample_stack(
+        ctx,
+        api,
+        pt,
+        now,
+        kind::LAUNCH,
+        body.func,
+        0,
+        Some(body.caller),
+    );
+}
+
 /// `CUresult cuLaunchKernel(CUfunction f, unsigned gridX, gridY, gridZ, unsigned blockX, blockY,
 ///  blockZ, unsigned sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)`
 /// (+ `_ptsz`, and `cuLaunchCooperativeKernel(_ptsz)`, which lacks `extra`).
@@ -517,19 +529,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit(kind::LAUNCH, c.api, pt, now, body);
-    if stack_due(pt as u32) {
-        emit_stack(
-            &ctx,
-            c.api,
-            pt,
-            now,
-            kind::LAUNCH,
-            body.func,
-            0,
-            Some(body.caller),
-        );
-    }
+    emit_launch(&ctx, c.api, pt, now, body);
     0
 }
 
@@ -552,19 +552,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit(kind::LAUNCH, c.api, pt, now, body);
-    if stack_due(pt as u32) {
-        emit_stack(
-            &ctx,
-            c.api,
-            pt,
-            now,
-            kind::LAUNCH,
-            body.func,
-            0,
-            Some(body.caller),
-        );
-    }
+    emit_launch(&ctx, c.api, pt, now, body);
     0
 }
 
@@ -592,19 +580,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit(kind::LAUNCH, c.api, pt, now, body);
-    if stack_due(pt as u32) {
-        emit_stack(
-            &ctx,
-            c.api,
-            pt,
-            now,
-            kind::LAUNCH,
-            body.func,
-            0,
-            Some(body.caller),
-        );
-    }
+    emit_launch(&ctx, c.api, pt, now, body);
     0
 }
 
@@ -628,19 +604,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit(kind::LAUNCH, c.api, pt, now, body);
-    if stack_due(pt as u32) {
-        emit_stack(
-            &ctx,
-            c.api,
-            pt,
-            now,
-            kind::LAUNCH,
-            body.func,
-            0,
-            Some(body.caller),
-        );
-    }
+    emit_launch(&ctx, c.api, pt, now, body);
     0
 }
 
@@ -992,18 +956,16 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 _pad: 0,
             };
             emit(kind::COPY, c.api, pid_tgid, p.ts_ns, body);
-            if stack_due(pid_tgid as u32) {
-                emit_stack(
-                    &ctx,
-                    c.api,
-                    pid_tgid,
-                    p.ts_ns,
-                    kind::COPY,
-                    p.v[2],
-                    dur,
-                    None,
-                );
-            }
+            sample_stack(
+                &ctx,
+                c.api,
+                pid_tgid,
+                p.ts_ns,
+                kind::COPY,
+                p.v[2],
+                dur,
+                None,
+            );
         }
         kind::SYNC => {
             let body = SyncBody {
@@ -1013,18 +975,16 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 flags: flags::HAS_RETURN,
             };
             emit(kind::SYNC, c.api, pid_tgid, p.ts_ns, body);
-            if stack_due(pid_tgid as u32) {
-                emit_stack(
-                    &ctx,
-                    c.api,
-                    pid_tgid,
-                    p.ts_ns,
-                    kind::SYNC,
-                    p.v[0],
-                    dur,
-                    None,
-                );
-            }
+            sample_stack(
+                &ctx,
+                c.api,
+                pid_tgid,
+                p.ts_ns,
+                kind::SYNC,
+                p.v[0],
+                dur,
+                None,
+            );
         }
         kind::MEM => {
             let op = c.q as u32;
@@ -1268,8 +1228,8 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    // SAFETY: plain helper call; the low half is the real uid.
-    let uid = unsafe { bpf_get_current_uid_gid() } as u32;
+    // The low half is the real uid.
+    let uid = bpf_get_current_uid_gid() as u32;
     emit(
         kind::EXIT,
         0,

@@ -1146,10 +1146,7 @@ async fn aggregate(
         api.clone(),
         Box::new(Resolver(seen.symbols.clone(), resolved.clone())),
     )
-    .with_stacks(crate::stacks::StackResolver::live(
-        seen.symbols.clone(),
-        true,
-    ));
+    .with_stacks(crate::stacks::StackResolver::live(seen.symbols.clone()));
     if let Some(j) = seen.journal.as_mut() {
         j.frame(&Frame::Api(api.list().to_vec()));
     }

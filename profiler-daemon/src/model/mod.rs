@@ -176,10 +176,9 @@ impl Aggregator {
                 }
             }
             Event::Alias(_, a) => p.names.alias(a.from, a.to),
-            Event::Stack(_, st) => {
-                self.stacks.prepare(h.tgid, st);
-                p.stacks.apply(h.api, st);
-            }
+            // Its frames were named before it was stored (`StackResolver::prepare`, live) or
+            // come from the capture file: counting is all that is left.
+            Event::Stack(_, st) => p.stacks.apply(h.api, st),
             Event::Map(..) | Event::Exit(..) => {}
         }
         if h.api > MAX_API_ID

@@ -116,19 +116,16 @@ pub struct StackResolver {
     native: HashMap<(u32, u64), Option<Arc<NativeFrame>>>,
     py: HashMap<(u32, u64), Option<Arc<PyCode>>>,
     interp: HashMap<u32, Option<Interp>>,
-    /// Names learned since the last [`Self::take_log`] (capture files only).
-    log: Option<Vec<StackSym>>,
+    /// Names looked up since the last [`Self::take_log`] (for the capture file).
+    log: Vec<StackSym>,
 }
 
 impl StackResolver {
-    /// Names from the running processes; `logging`: keep what is learned for a capture file.
-    pub fn live(symbols: Arc<ProcSymbols>, logging: bool) -> Self {
+    /// Names from the running processes (what is looked up is kept for [`Self::take_log`]).
+    pub fn live(symbols: Arc<ProcSymbols>) -> Self {
         Self {
             live: Some(symbols),
-            native: HashMap::new(),
-            py: HashMap::new(),
-            interp: HashMap::new(),
-            log: logging.then(Vec::new),
+            ..Self::replay()
         }
     }
 
@@ -139,7 +136,7 @@ impl StackResolver {
             native: HashMap::new(),
             py: HashMap::new(),
             interp: HashMap::new(),
-            log: None,
+            log: Vec::new(),
         }
     }
 
@@ -174,7 +171,7 @@ impl StackResolver {
 
     /// What was learned since the last call (for the capture file).
     pub fn take_log(&mut self) -> Vec<StackSym> {
-        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+        std::mem::take(&mut self.log)
     }
 
     /// Forgets a process's names (its tgid now belongs to another process).
@@ -202,13 +199,11 @@ impl StackResolver {
                 offset: f.file_offset,
                 source: f.source,
             });
-        if let Some(log) = &mut self.log {
-            log.push(StackSym::Native {
-                tgid,
-                addr,
-                frame: frame.clone(),
-            });
-        }
+        self.log.push(StackSym::Native {
+            tgid,
+            addr,
+            frame: frame.clone(),
+        });
         let frame = frame.map(Arc::new);
         if self.room() {
             self.native.insert((tgid, addr), frame.clone());
@@ -226,8 +221,8 @@ impl StackResolver {
             minor: p.minor,
             layout: p.layout,
         });
-        if let (Some(log), Some(i)) = (&mut self.log, &found) {
-            log.push(StackSym::Python {
+        if let Some(i) = &found {
+            self.log.push(StackSym::Python {
                 tgid,
                 module: i.module.clone(),
                 minor: i.minor,
@@ -245,13 +240,11 @@ impl StackResolver {
         self.live.as_ref()?;
         let layout = self.interp(tgid)?.layout?;
         let info = python::read_code(tgid, layout, code);
-        if let Some(log) = &mut self.log {
-            log.push(StackSym::PyCode {
-                tgid,
-                code,
-                info: info.clone(),
-            });
-        }
+        self.log.push(StackSym::PyCode {
+            tgid,
+            code,
+            info: info.clone(),
+        });
         let info = info.map(Arc::new);
         if self.room() {
             self.py.insert((tgid, code), info.clone());

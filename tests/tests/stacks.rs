@@ -30,6 +30,18 @@ fn let_the_daemon_drain() {
     std::thread::sleep(std::time::Duration::from_millis(300));
 }
 
+/// Runs `lines` in a fresh `bin/<exe>` under a capturing daemon taking a stack every `period`th
+/// call; the finished daemon (its report read back from the capture file) and the workload's pid.
+fn capture_workload(exe: &str, period: &str, lines: &[&str]) -> (Finished, u32) {
+    let d = daemon(period);
+    let mut w = Workload::spawn(exe, &[]);
+    w.script(lines);
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    (d.stop(), tgid)
+}
+
 /// The daemon on all jobs, fake libraries only, a stack on every `period`th call.
 fn daemon(period: &str) -> Daemon {
     let lib = fakecuda().join("lib");
@@ -90,13 +102,7 @@ fn has_main(r: &Value, exe: &str, n: usize) -> bool {
 
 #[test]
 fn native_call_chains_named_frame_by_frame() {
-    let d = daemon("1");
-    let mut w = Workload::start();
-    w.cmd("stack_chain 5 3 2");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
-    let fin = d.stop();
+    let (fin, tgid) = capture_workload("workload", "1", &["stack_chain 5 3 2"]);
     let p = process(&fin.report, tgid);
     assert_eq!(p["launches"], 8);
     assert_eq!(p["stacks"]["samples"], 10);
@@ -255,15 +261,12 @@ fn native_call_chains_named_frame_by_frame() {
 
 #[test]
 fn a_stack_every_nth_call_of_each_thread() {
-    let d = daemon("4");
-    let mut w = Workload::start();
     // Calls 0..9 are launches (stacks at 0, 4, 8); calls 10..12 syncs (a stack at 12).
-    w.cmd("stack_chain 10 0 0");
-    w.cmd("stack_chain 0 0 3");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
-    let fin = d.stop();
+    let (fin, tgid) = capture_workload(
+        "workload",
+        "4",
+        &["stack_chain 10 0 0", "stack_chain 0 0 3"],
+    );
     let p = process(&fin.report, tgid);
     assert_eq!(p["launches"], 10);
     assert_eq!(p["stacks"]["samples"], 4);
@@ -299,13 +302,7 @@ fn a_stack_every_nth_call_of_each_thread() {
 
 #[test]
 fn without_frame_pointers_the_direct_caller_is_kept_and_the_report_says_so() {
-    let d = daemon("1");
-    let mut w = Workload::spawn("workload_nofp", &[]);
-    w.cmd("stack_chain 5 3 2");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
-    let fin = d.stop();
+    let (fin, tgid) = capture_workload("workload_nofp", "1", &["stack_chain 5 3 2"]);
     let p = process(&fin.report, tgid);
     assert_eq!(p["launches"], 8);
     assert_eq!(p["stacks"]["samples"], 10);
@@ -376,13 +373,7 @@ fn function_at_offset(exe: &std::path::Path, off: u64) -> String {
 
 #[test]
 fn a_stripped_executable_names_frames_by_file_offset() {
-    let d = daemon("1");
-    let mut w = Workload::spawn("workload_stripped", &[]);
-    w.cmd("stack_chain 5 3 2");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
-    let fin = d.stop();
+    let (fin, tgid) = capture_workload("workload_stripped", "1", &["stack_chain 5 3 2"]);
     let p = process(&fin.report, tgid);
     assert_eq!(p["stacks"]["samples"], 10);
     let rows = p["code"].as_array().unwrap();
@@ -413,13 +404,7 @@ fn a_stripped_executable_names_frames_by_file_offset() {
 
 #[test]
 fn a_stripped_executable_with_minidebuginfo_is_named_from_it() {
-    let d = daemon("1");
-    let mut w = Workload::spawn("workload_minidebug", &[]);
-    w.cmd("stack_chain 5 3 2");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
-    let fin = d.stop();
+    let (fin, tgid) = capture_workload("workload_minidebug", "1", &["stack_chain 5 3 2"]);
     let p = process(&fin.report, tgid);
     assert_eq!(p["stacks"]["samples"], 10);
     // No DWARF here (no lines, no inlined frames): function symbols from .gnu_debugdata.

@@ -6,10 +6,11 @@
 //! `/proc/PID/mem` when a frame is first met, and cached per code object.
 //!
 //! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 (offsets per version below, taken from
-//! each version's headers — Debian's 3.11.2 and 3.13.18, upstream 3.12.6 — by compiling
-//! `offsetof` against them). Only 3.11 is exercised by the tests (the CI machine's python3). 3.9 and 3.10 keep no native
-//! thread id in their thread states, which the probe needs to find the calling thread's
-//! frames without the GIL; their processes get native frames only, and the report says so.
+//! each version's headers — Debian's 3.11.2 and 3.13.18 packages, the 3.12.6 release sources —
+//! by compiling `offsetof` against them). Only 3.11 is exercised by the tests (the CI machine's
+//! python3). 3.9 and 3.10 keep no native thread id in their thread states, which the probe
+//! needs to find the calling thread's frames without the GIL; their processes get native
+//! frames only, and the report says so.
 
 use profiler_common::{PY_NONE, PyOffsets};
 use std::collections::HashMap;

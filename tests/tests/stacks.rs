@@ -541,3 +541,100 @@ fn python_frames_by_file_line_and_function() {
         );
     }
 }
+
+/// Watches `path` for opens (inotify): the number seen so far, read without blocking.
+struct OpenWatch(i32);
+
+impl OpenWatch {
+    fn new(path: &std::path::Path) -> OpenWatch {
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: plain syscalls on a descriptor this value owns.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(fd >= 0, "inotify_init1");
+            assert!(libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) >= 0);
+            OpenWatch(fd)
+        }
+    }
+
+    fn events(&self) -> usize {
+        let mut n = 0;
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a buffer of the given length.
+            let r = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+            if r <= 0 {
+                return n;
+            }
+            let mut off = 0;
+            while off < r as usize {
+                // struct inotify_event { int wd; u32 mask, cookie, len; char name[]; }
+                let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap());
+                n += 1;
+                off += 16 + len as usize;
+            }
+        }
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        // SAFETY: closes the descriptor this value owns.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+#[test]
+fn a_symlink_planted_in_a_container_root_is_never_followed_to_the_host() {
+    // A "container": the workload chrooted into its own root (the system's /usr and the fake
+    // libraries bind-mounted, its executable a copy, /proc for the loader's $ORIGIN). Once it runs, the container replaces its
+    // executable's path with an absolute symlink to a host file — another ELF, with other
+    // symbols at those offsets. Opening `/proc/PID/root/app/bin/workload` would follow that
+    // link out of the container to the host file; the daemon must read the mapped inode, name
+    // the frames from the real executable, and never open the host file.
+    let tmp = TempDir::new("chroot");
+    let root = tmp.path().join("root");
+    let decoy = tmp.path().join("host-decoy");
+    std::fs::copy(fakecuda().join("bin/workload_nofp"), &decoy).unwrap();
+    let watch = OpenWatch::new(&decoy);
+    let d = daemon("1");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "set -e; r='{r}'; mkdir -p \"$r/usr\" \"$r/proc\" \"$r/app/bin\" \"$r/app/lib\"; \
+             ln -s usr/lib \"$r/lib\"; ln -s usr/lib64 \"$r/lib64\"; \
+             cp '{exe}' \"$r/app/bin/workload\"; \
+             mount --bind /usr \"$r/usr\"; mount --bind '{lib}' \"$r/app/lib\"; \
+             mount -t proc proc \"$r/proc\"; \
+             exec chroot \"$r\" /app/bin/workload",
+            r = root.display(),
+            exe = fakecuda().join("bin/workload").display(),
+            lib = fakecuda().join("lib").display(),
+        ));
+    let mut w = Workload::spawn_command(cmd);
+    let planted = root.join("app/bin/workload.new");
+    std::os::unix::fs::symlink(&decoy, &planted).unwrap();
+    std::fs::rename(&planted, root.join("app/bin/workload")).unwrap();
+    w.cmd("stack_chain 2 0 0");
+    let tgid = w.tgid;
+    let_the_daemon_drain();
+    w.exit();
+    let fin = d.stop();
+    let p = process(&fin.report, tgid);
+    assert_eq!(p["launches"], 2);
+    let wf = |m: &str, f: &str| fr(m, f, "workload");
+    let r = row(
+        p,
+        &[
+            wf("STACK_CMD_A", "cmd_stack_chain"),
+            wf("STACK_A_B", "stack_chain_a"),
+            wf("STACK_B", "stack_chain_b"),
+            wf("STACK_C", "stack_chain_c"),
+        ],
+    );
+    assert_eq!(r["samples"], 2);
+    assert_eq!(watch.events(), 0, "the daemon opened the host file");
+    // The watch works: reading the decoy is seen.
+    std::fs::read(&decoy).unwrap();
+    assert!(watch.events() >= 1);
+}

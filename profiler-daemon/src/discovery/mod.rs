@@ -30,6 +30,10 @@ pub struct ExecMapping {
     pub start: u64,
     pub end: u64,
     pub offset: u64,
+    /// The mapped file's device (`major:minor` packed as `st_dev` is) and inode, as the kernel
+    /// reports them: what any path later opened for this mapping must still be.
+    pub dev: u64,
+    pub inode: u64,
     pub path: String,
 }
 
@@ -38,7 +42,7 @@ pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
     let mut out = Vec::new();
     for line in text.lines().take(1 << 20) {
         let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+        let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
             (it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             continue;
@@ -57,11 +61,22 @@ pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
         ) else {
             continue;
         };
+        let dev = dev
+            .split_once(':')
+            .and_then(|(ma, mi)| {
+                Some(libc::makedev(
+                    u32::from_str_radix(ma, 16).ok()?,
+                    u32::from_str_radix(mi, 16).ok()?,
+                ))
+            })
+            .unwrap_or(0);
         // " (deleted)" marks a file replaced on disk: the mapping still holds the old inode.
         out.push(ExecMapping {
             start,
             end,
             offset,
+            dev,
+            inode: ino.parse().unwrap_or(0),
             path: path.to_owned(),
         });
     }
@@ -113,6 +128,90 @@ pub fn identify(open_path: &Path, display: &str) -> Option<CudaLibrary> {
 /// it to the same inode.
 pub fn mapped_file(tgid: u32, m: &ExecMapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
+}
+
+/// A file a process maps, opened for reading without trusting anything the process controls.
+/// `path` names exactly the mapped inode for as long as the value lives.
+#[derive(Debug)]
+pub struct MappedFile {
+    pub path: PathBuf,
+    /// Keeps `/proc/self/fd/N` valid when the file was opened rather than named.
+    _held: Option<fs::File>,
+}
+
+/// Opens the file behind mapping `m` of `tgid`, in this order:
+/// 1. `/proc/PID/map_files/START-END` ([`mapped_file`]): the mapped inode itself; no path is
+///    walked, so nothing the process planted can redirect it;
+/// 2. the path in the maps line inside the process's root with `openat2(RESOLVE_IN_ROOT |
+///    RESOLVE_NO_MAGICLINKS)`: a symlink planted in a container resolves inside that
+///    container, never to a host file (`/proc/PID/root` + path would follow an absolute link
+///    out to the daemon's root);
+/// 3. the same path in the daemon's own root, only if it is still the very inode mapped
+///    (same device and inode) — for a host process that has exited by the time its stacks are
+///    named.
+///
+/// `None` when none applies: the caller names the frame `module+0xOFFSET`.
+pub fn open_mapping(tgid: u32, m: &ExecMapping) -> Option<MappedFile> {
+    use std::os::unix::fs::MetadataExt;
+    let direct = mapped_file(tgid, m);
+    if fs::metadata(&direct).is_ok() {
+        return Some(MappedFile {
+            path: direct,
+            _held: None,
+        });
+    }
+    let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+    if let Ok(f) = open_in_root(tgid, clean) {
+        return Some(MappedFile {
+            path: fd_path(&f),
+            _held: Some(f),
+        });
+    }
+    let md = fs::metadata(clean).ok()?;
+    (m.inode != 0 && md.ino() == m.inode && md.dev() == m.dev).then(|| MappedFile {
+        path: PathBuf::from(clean),
+        _held: None,
+    })
+}
+
+/// `/proc/self/fd/N` for an open file: a magic link to its inode.
+fn fd_path(f: &fs::File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+/// Opens `path` (absolute, as `tgid` sees it) read-only inside `tgid`'s root directory: every
+/// symlink and `..` on the way resolves within that root (`RESOLVE_IN_ROOT`) and no magic link
+/// is followed.
+pub fn open_in_root(tgid: u32, path: &str) -> std::io::Result<fs::File> {
+    let root = fs::File::open(format!("/proc/{tgid}/root"))?;
+    open_beneath(&root, path)
+}
+
+/// `openat2(dir, path, O_RDONLY|O_CLOEXEC|O_NOCTTY, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS)`.
+pub fn open_beneath(dir: &fs::File, path: &str) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c = std::ffi::CString::new(path.trim_start_matches('/'))
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain old data; zeroed is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid NUL-terminated path, a live directory fd, and `how` with its true size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    Ok(unsafe { fs::File::from_raw_fd(fd as i32) })
 }
 
 /// [`identify`] for any mapped file: files named like CUDA libraries are parsed in full; any
@@ -372,6 +471,71 @@ garbage line
             m[2].path,
             "/opt/venv/nvidia/cuda_runtime/lib/libcudart.so.12 (deleted)"
         );
+        assert_eq!((m[0].dev, m[0].inode), (libc::makedev(0xfd, 1), 1234));
+        assert_eq!(m[2].inode, 98);
+    }
+
+    #[test]
+    fn a_planted_symlink_resolves_inside_the_root_never_to_the_host() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let base = std::env::temp_dir().join(format!("gpuprofd-inroot-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let root = base.join("root");
+        fs::create_dir_all(root.join("lib")).unwrap();
+        let host = base.join("host-secret");
+        fs::write(&host, b"host").unwrap();
+        fs::write(root.join("lib/real.so"), b"inside").unwrap();
+        // Absolute and relative escapes, as a container could plant them.
+        symlink(&host, root.join("lib/abs.so")).unwrap();
+        symlink(
+            "../../../../../../../../host-secret",
+            root.join("lib/rel.so"),
+        )
+        .unwrap();
+        symlink("/proc/self/root/etc/hostname", root.join("lib/magic.so")).unwrap();
+        let dir = fs::File::open(&root).unwrap();
+        let read = |p: &str| {
+            open_beneath(&dir, p).map(|mut f| {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut f, &mut s).unwrap();
+                s
+            })
+        };
+        assert_eq!(read("/lib/real.so").unwrap(), "inside");
+        assert_eq!(
+            read("/lib/abs.so").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        // `..` stops at the root: the link lands on ROOT/host-secret, which is absent...
+        assert_eq!(
+            read("/lib/rel.so").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        // ...and once the container has such a file, that is what is read, not the host's.
+        fs::write(root.join("host-secret"), b"container's own").unwrap();
+        assert_eq!(read("/lib/rel.so").unwrap(), "container's own");
+        fs::create_dir_all(root.join(host.parent().unwrap().strip_prefix("/").unwrap())).unwrap();
+        fs::write(root.join(host.strip_prefix("/").unwrap()), b"also inside").unwrap();
+        assert_eq!(read("/lib/abs.so").unwrap(), "also inside");
+        assert!(
+            read("/lib/magic.so").is_err(),
+            "a magic link is never followed"
+        );
+
+        // The host-root fallback of open_mapping takes a path only while it is the mapped inode.
+        let md = fs::metadata(root.join("lib/real.so")).unwrap();
+        let m = |inode| ExecMapping {
+            start: 0,
+            end: 0x1000,
+            offset: 0,
+            dev: md.dev(),
+            inode,
+            path: root.join("lib/real.so").display().to_string(),
+        };
+        let gone = u32::MAX; // no such process: map_files and its root are absent
+        assert!(open_mapping(gone, &m(md.ino())).is_some());
+        assert!(open_mapping(gone, &m(md.ino() + 1)).is_none());
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -8,7 +8,6 @@
 use crate::discovery::{ExecMapping, elf::SymbolIndex, parse_maps};
 use std::collections::HashMap;
 use std::fs;
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// What procfs says about a process, read once when it is first seen.
@@ -164,15 +163,13 @@ impl ProcSymbols {
 
     /// What names a code address of `tgid` (`None`: no executable file mapping holds it).
     pub fn frame_at(&self, tgid: u32, addr: u64) -> Option<FrameAt> {
-        let mut at = None;
+        // Lines are read inside the lookup: the path it hands over (`/proc/self/fd/N` when the
+        // file had to be opened) is only valid until it returns.
+        let mut source = Vec::new();
         let (module, file_offset, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
-            at = Some((path.to_owned(), vaddr));
+            source = crate::stacks::lines::frames_at(path, vaddr);
             idx.lookup_containing(vaddr).map(|(n, _)| n.to_owned())
         })?;
-        let source = match at {
-            Some((path, vaddr)) => crate::stacks::lines::frames_at(&path, vaddr),
-            None => Vec::new(),
-        };
         Some(FrameAt {
             module,
             file_offset,
@@ -217,13 +214,11 @@ impl ProcSymbols {
             .unwrap_or(&m.path)
             .to_owned();
         let module = clean.rsplit('/').next().unwrap_or(&clean).to_owned();
-        let in_root = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
-        let path = if in_root.exists() {
-            in_root
-        } else {
-            PathBuf::from(&clean)
+        let Some(opened) = crate::discovery::open_mapping(tgid, &m) else {
+            return Some((module, file_off, None));
         };
-        let Some(key) = file_key(&path) else {
+        let path = opened.path.as_path();
+        let Some(key) = file_key(path) else {
             return Some((module, file_off, None));
         };
         if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
@@ -232,13 +227,13 @@ impl ProcSymbols {
         let idx = inner
             .files
             .entry(key)
-            .or_insert_with(|| SymbolIndex::load(&path).ok());
+            .or_insert_with(|| SymbolIndex::load(path).ok());
         let Some(idx) = idx.as_ref() else {
             return Some((module, file_off, None));
         };
         let found = idx
             .vaddr_of_file_offset(file_off)
-            .and_then(|vaddr| find(idx, vaddr, &path));
+            .and_then(|vaddr| find(idx, vaddr, path));
         Some((module, file_off, found))
     }
 }

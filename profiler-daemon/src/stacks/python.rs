@@ -16,7 +16,6 @@ use profiler_common::{PY_NONE, PyOffsets};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 /// Where one CPython version keeps what gpuprofd reads.
@@ -222,13 +221,10 @@ pub fn detect(tgid: u32) -> Option<PyInterp> {
         }
         tried.push(m.path.clone());
         let clean = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
-        let in_root = PathBuf::from(format!("/proc/{tgid}/root{clean}"));
-        let path = if in_root.exists() {
-            in_root
-        } else {
-            PathBuf::from(clean)
+        let Some(opened) = crate::discovery::open_mapping(tgid, &m) else {
+            continue;
         };
-        let Some((runtime_vaddr, minor, loads)) = interp_file(&path, name_minor) else {
+        let Some((runtime_vaddr, minor, loads)) = interp_file(&opened.path, name_minor) else {
             continue;
         };
         // The mapping's start is its file offset's link-time address plus the load bias.

@@ -314,7 +314,10 @@ pub fn job_of(tgid: u32) -> Option<Job> {
             {
                 j.namespace = Some(ns);
                 j.name = Some(name);
-            } else if let Ok(env) = fs::read(format!("/proc/{tgid}/environ")) {
+            } else if let Ok(env) = super::process::read_head(
+                &format!("/proc/{tgid}/environ"),
+                super::process::MAX_ENVIRON,
+            ) {
                 j.name = env.split(|&b| b == 0).find_map(|kv| {
                     kv.strip_prefix(b"HOSTNAME=")
                         .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -323,8 +326,10 @@ pub fn job_of(tgid: u32) -> Option<Job> {
         }
         return Some(j);
     }
-    if let Ok(env) = fs::read(format!("/proc/{tgid}/environ"))
-        && let Some((id, step)) = slurm_from_environ(&env)
+    if let Ok(env) = super::process::read_head(
+        &format!("/proc/{tgid}/environ"),
+        super::process::MAX_ENVIRON,
+    ) && let Some((id, step)) = slurm_from_environ(&env)
     {
         let mut j = Job::new("slurm", id, &cg);
         j.step = step;

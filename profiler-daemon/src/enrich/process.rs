@@ -20,11 +20,24 @@ pub struct ProcInfo {
 /// Longest cmdline kept (bytes).
 const MAX_CMDLINE: usize = 4096;
 
+/// At most `max` bytes from the start of `path`: a process chooses how long its command line
+/// and environment are (up to a quarter of its stack limit), the daemon does not read it all.
+pub fn read_head(path: &str, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    fs::File::open(path)?
+        .take(max as u64)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Most of a process's environment read when looking for job variables.
+pub const MAX_ENVIRON: usize = 1 << 20;
+
 /// Reads `/proc/TGID/{comm,cmdline}`; `None` when the process is gone.
 pub fn read_proc_info(tgid: u32) -> Option<ProcInfo> {
     let comm = fs::read_to_string(format!("/proc/{tgid}/comm")).ok()?;
-    let raw = fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
-    let raw = &raw[..raw.len().min(MAX_CMDLINE)];
+    let raw = read_head(&format!("/proc/{tgid}/cmdline"), MAX_CMDLINE).unwrap_or_default();
     let cmdline = raw
         .split(|&b| b == 0)
         .filter(|s| !s.is_empty())

@@ -208,7 +208,9 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 /// * The runtime call has a return probe (`PENDING_HAS_RETURN`): every driver call beneath its
 ///   stack frame is nested until the return probe clears the slot.
 /// * Entry-only runtime call (launch, async copy): the first driver call of the same class,
-///   beneath its frame and within `PENDING_ENTRY_ONLY_MAX_NS`, consumes the slot.
+///   beneath its frame while it is still running — the return address it was called with is
+///   still in its slot on the stack — consumes the slot (bounded by `PENDING_ENTRY_ONLY_MAX_NS`).
+///   Once the runtime call has returned, whatever the caller calls next overwrites that slot.
 #[inline(always)]
 fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
     // SAFETY: lookup of a plain value in our own map.
@@ -224,6 +226,7 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
     if p.state == PENDING_ENTRY_ONLY
         && p.class == cls
         && now.wrapping_sub(p.ts_ns) < PENDING_ENTRY_ONLY_MAX_NS
+        && stack(p.sp, 0) == p.v[0]
     {
         let _ = PEND_RT.remove(&pid_tgid);
         return true;
@@ -238,7 +241,8 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie) {
         ts_ns: now,
         sp,
         cookie: c.pack(),
-        v: [0; 6],
+        // the return address: still there while the call runs
+        v: [stack(sp, 0), 0, 0, 0, 0, 0],
         class: cls,
         kind: 0,
         state: PENDING_ENTRY_ONLY,

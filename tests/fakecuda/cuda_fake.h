@@ -212,6 +212,27 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr);
 void fakecuda_set_sync_delay_us(unsigned us);
 unsigned long long fakecuda_calls(const char *impl_name);
 void fakecuda_set_deinitialized(int on); /* 1: every trampoline returns 4 */
+/* A digest of everything the driver was asked and did (which calls, launch shapes, bytes
+ * copied and their contents, sizes allocated): a sum of per-call hashes, so it does not
+ * depend on the order threads ran in. Equal with and without a profiler attached. */
+unsigned long long fakecuda_digest(void);
+
+static inline unsigned long long fake_mix(unsigned long long a, unsigned long long b) {
+    unsigned long long x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull);
+    x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27, x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+/* FNV-1a over up to 64 bytes at each end of a buffer. */
+static inline unsigned long long fake_bytes_hash(const void *p, unsigned long long n) {
+    const unsigned char *b = p;
+    unsigned long long h = 0xcbf29ce484222325ull;
+    for (unsigned long long i = 0; i < n && i < 64; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    for (unsigned long long i = n > 64 ? n - 64 : n; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+#define FAKE_DIGEST(var, a, b) \
+    __atomic_fetch_add(&(var), fake_mix((unsigned long long)(a), (unsigned long long)(b)), __ATOMIC_RELAXED)
 
 /* --------------------------------------------------------------- runtime */
 typedef int cudaError_t;
@@ -330,6 +351,8 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
 /* Non-CUDA test hook exported by the fake libcudart.so.12: per runtime
  * entry point call counts, by exported name ("cudaLaunchKernel"). */
 unsigned long long fakecudart_calls(const char *name);
+/* The runtime's digest (see fakecuda_digest): which entry points ran, with what. */
+unsigned long long fakecudart_digest(void);
 
 /* ------------------------------------------------------------ fake image */
 #define FATBINC_MAGIC 0x466243B1

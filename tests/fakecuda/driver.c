@@ -30,7 +30,10 @@ static const char *const sym_names[NSYMS] = {
 #undef X
 };
 static unsigned long long g_calls[NSYMS];
-#define CNT(n) __atomic_fetch_add(&g_calls[IDX_##n], 1, __ATOMIC_RELAXED)
+static unsigned long long g_digest;
+#define DIG(a, b) FAKE_DIGEST(g_digest, a, b)
+#define CNT(n) (__atomic_fetch_add(&g_calls[IDX_##n], 1, __ATOMIC_RELAXED), DIG(IDX_##n + 1, 0))
+EXPORT unsigned long long fakecuda_digest(void) { return __atomic_load_n(&g_digest, __ATOMIC_RELAXED); }
 
 /* checked by every trampoline: cmpl $0x321cba00, g_deinit(%rip) */
 int g_deinit __attribute__((visibility("hidden"))) = 0;
@@ -346,8 +349,11 @@ static CUresult launch_check(CUfunction f, CUstream s) {
     return CUDA_SUCCESS;
 }
 #define LAUNCH_ARG_NAMES f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream
-#define LAUNCH_UNUSED (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, \
-                      (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams
+/* what a launch was given, stack-passed arguments included, goes into the digest */
+#define LAUNCH_UNUSED                                                                                     \
+    DIG(gridDimX | (unsigned long long)gridDimY << 21 | (unsigned long long)gridDimZ << 42,               \
+        blockDimX | (unsigned long long)blockDimY << 21 | (unsigned long long)blockDimZ << 42),           \
+        DIG(sharedMemBytes, kernelParams != NULL)
 
 IMPL CUresult impl_cuLaunchKernel(FAKE_LAUNCH_ARGS, void **extra) {
     CNT(cuLaunchKernel);
@@ -371,6 +377,9 @@ IMPL CUresult impl_cuLaunchCooperativeKernel_ptsz(FAKE_LAUNCH_ARGS) {
 }
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f) {
     if (!c) return CUDA_ERROR_INVALID_VALUE;
+    DIG(c->gridDimX | (unsigned long long)c->gridDimY << 21 | (unsigned long long)c->gridDimZ << 42,
+        c->blockDimX | (unsigned long long)c->blockDimY << 21 | (unsigned long long)c->blockDimZ << 42);
+    DIG(c->sharedMemBytes, c->numAttrs);
     if (c->numAttrs && !c->attrs) return CUDA_ERROR_INVALID_VALUE;
     return launch_check(f, c->hStream);
 }
@@ -410,6 +419,7 @@ IMPL CUresult impl_cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
 static CUresult copy(uintptr_t dst, uintptr_t src, size_t n) {
     if (n && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (n) memmove((void *)dst, (const void *)src, n);
+    DIG(n, fake_bytes_hash((const void *)dst, n));
     return CUDA_SUCCESS;
 }
 static CUresult copy_async(uintptr_t dst, uintptr_t src, size_t n, CUstream s) {
@@ -583,6 +593,7 @@ static CUresult alloc_mem(uintptr_t *out, size_t size, int type) {
     void *p = aligned_alloc(256, (size + 255) & ~(size_t)255);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     reg_add((uintptr_t)p, type, size);
+    DIG(size, type);
     *out = (uintptr_t)p;
     return CUDA_SUCCESS;
 }

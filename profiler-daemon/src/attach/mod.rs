@@ -3,6 +3,8 @@
 //! aya changes `UProbe::attach` between releases; this module is the only place that calls it.
 
 pub mod placement;
+#[cfg(test)]
+mod placement_objdump;
 pub mod rules;
 
 use crate::api::{ApiTable, Layer};

@@ -225,6 +225,12 @@ fn every_workload_gives_the_same_results_with_a_full_capture_attached() {
     for (k, n) in fin.report["drops"].as_object().unwrap() {
         assert_eq!(n, 0, "drops of {k}");
     }
+    eprintln!(
+        "reliability: harmless: {} builds × {} commands ({LAUNCHES} launches each), alone and \
+         under a full capture with a stack at every call: every reply, digest and exit code identical",
+        VARIANTS.len(),
+        SCRIPT.len()
+    );
 }
 
 #[test]
@@ -257,6 +263,10 @@ fn every_workload_gives_the_same_results_under_the_service() {
         }
     }
     svc.stop();
+    eprintln!(
+        "reliability: harmless: the same {} builds under the service: identical",
+        VARIANTS.len()
+    );
 }
 
 #[test]
@@ -281,6 +291,7 @@ fn a_thousand_threads_launching_at_once_are_counted_exactly() {
         .map(|q| q["launches"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(others, 0);
+    eprintln!("reliability: 1,000 threads × 20 launches at once: 20,000 counted, 0 elsewhere");
     for (k, n) in fin.report["drops"].as_object().unwrap() {
         assert_eq!(n, 0, "drops of {k}");
     }

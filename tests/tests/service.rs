@@ -75,6 +75,20 @@ impl NotifySocket {
     }
 }
 
+/// Open descriptors and resident KiB of process `pid`.
+fn footprint(pid: u32) -> (usize, u64) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    (fds, rss)
+}
+
 /// `gpuprofd serve` as systemd runs it (stderr collected).
 struct Service {
     child: Child,
@@ -96,6 +110,10 @@ impl Service {
             .expect("start gpuprofd serve");
         let stderr = Lines::new(child.stderr.take().unwrap());
         Service { child, stderr }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn signal(&self, sig: i32) {
@@ -718,14 +736,33 @@ fn a_thousand_short_processes_leave_nothing_behind() {
     // 1,000 CUDA processes, each one launch and gone.
     let script = dir.path().join("one.script");
     std::fs::write(&script, "rt_launch gemm 1 1 1 1 32 1 1 0 0\n").unwrap();
-    for _ in 0..1000 {
-        let st = Command::new(fakecuda().join("bin/workload"))
-            .stdin(std::fs::File::open(&script).unwrap())
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
+    let short = |n: usize| {
+        for _ in 0..n {
+            let st = Command::new(fakecuda().join("bin/workload"))
+                .stdin(std::fs::File::open(&script).unwrap())
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    };
+    // Warm-up (caches, buffers, the allocator's arenas), then the daemon's footprint.
+    short(100);
+    let expired = |n: usize| {
+        let deadline = Instant::now() + WAIT;
+        while ctl_json(&bin, &socket, &["snapshot"], None)["processes"]
+            .as_array()
+            .unwrap()
+            .len()
+            != n
+        {
+            assert!(Instant::now() < deadline, "ended processes stayed");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    expired(1);
+    let (fds0, rss0) = footprint(svc.pid());
+    short(1000);
     long.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
 
     // A second after their end they are gone from the snapshot, the metrics and the model;
@@ -750,6 +787,25 @@ fn a_thousand_short_processes_leave_nothing_behind() {
         .sum();
     assert_eq!(lost, 0, "{}", snap["drops"]);
     assert_eq!(pid_labels(&scrape(&addr)), [long.tgid]);
+    // Nothing held per process once they are gone: the same descriptors, memory flat.
+    let deadline = Instant::now() + WAIT;
+    let (fds1, rss1) = loop {
+        let (fds, rss) = footprint(svc.pid());
+        if fds == fds0 || Instant::now() >= deadline {
+            break (fds, rss);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "reliability: churn: 1,000 short CUDA processes after 100 of warm-up: daemon fds {fds0} -> {fds1}, \
+         RSS {} -> {} KiB",
+        rss0, rss1
+    );
+    assert_eq!(fds1, fds0, "descriptors left open by ended processes");
+    assert!(
+        rss1 <= rss0 + 8192,
+        "RSS grew from {rss0} to {rss1} KiB over 1,000 ended processes"
+    );
     // The live dashboard at / shows the same, drawn by a real browser.
     let dom = chromium_url(&format!("http://{addr}/"), "service-dashboard");
     assert!(dom.contains("data-rendered=\"yes\""), "{dom}");

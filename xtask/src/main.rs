@@ -2,6 +2,7 @@
 //! needs first (scripts/setup.sh is idempotent), so a fresh machine needs nothing by hand.
 
 mod bench;
+mod reliability;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
@@ -46,6 +47,13 @@ enum Cmd {
         /// Only these targets.
         #[arg(long = "target")]
         targets: Vec<String>,
+    },
+    /// Everything behind the reliability promises (as root): the harmlessness, overload, crash,
+    /// churn and hostile-input tests on real eBPF, placement against objdump, every fuzz target
+    /// for FUZZ_SECONDS. Writes docs/RELIABILITY.md from what the run saw.
+    Reliability {
+        #[arg(long, default_value_t = 60)]
+        fuzz_seconds: u32,
     },
     /// Benchmarks (as root): probe cost per call against the uprobe floor, pipeline ceiling,
     /// launch storm, process churn. Writes docs/PERFORMANCE.md (not with --quick).
@@ -262,6 +270,20 @@ fn main() -> Result<()> {
             fuzz(15, &[])?;
             // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.
             bench::run(&root(), &bin, &fakecuda_dir(), true)
+        }
+        Cmd::Reliability { fuzz_seconds } => {
+            let bin = build()?;
+            if !is_root() {
+                bail!(
+                    "the reliability run attaches uprobes and must run as root: \
+                     `sudo -E cargo xtask reliability`"
+                );
+            }
+            run(Command::new("bash")
+                .arg(root().join("scripts/setup.sh"))
+                .arg("--test-tools"))?;
+            let kit = dist()?;
+            reliability::run(&root(), &bin, &kit, &fakecuda_dir(), fuzz_seconds)
         }
         Cmd::Bench { quick } => {
             let bin = build()?;

@@ -1,0 +1,358 @@
+//! `cargo xtask reliability`: runs what backs each reliability promise — the harmlessness,
+//! overload, crash, churn and hostile-input tests on real eBPF, the placement property against
+//! objdump, every fuzz target — and writes docs/RELIABILITY.md from what this run saw.
+
+use anyhow::{Context as _, Result, bail};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+/// The end-to-end test files that carry the promises (run as root, one at a time).
+const TESTS: &[&str] = &[
+    "harmless",
+    "overload",
+    "capture_file",
+    "capture",
+    "service",
+    "stacks",
+    "errors",
+];
+
+/// Which tests back which promise: (promise, [(test file, test name)]).
+const PROMISES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "The profiled job's results, exit code and output are the same with and without the daemon (full capture with a stack at every call, and the service), at every probe site placement chooses",
+        &[
+            (
+                "harmless",
+                "every_workload_gives_the_same_results_with_a_full_capture_attached",
+            ),
+            (
+                "harmless",
+                "every_workload_gives_the_same_results_under_the_service",
+            ),
+        ],
+    ),
+    (
+        "A probe is placed only where an independent decoder (objdump) agrees it sits on an instruction boundary of the entry path after instructions that leave arguments and the stack alone",
+        &[(
+            "unit",
+            "attach::placement_objdump::every_export_of_the_system_libraries_agrees_with_objdump",
+        )],
+    ),
+    (
+        "`kill -9` of the daemon leaves no probe behind and a readable capture; a new daemon attaches cleanly",
+        &[(
+            "capture_file",
+            "a_killed_daemon_leaves_a_readable_capture_and_no_probes",
+        )],
+    ),
+    (
+        "A 1,000-thread process, a reused pid, a process exiting mid-run, a library loaded late or only inside a private mount namespace: counted exactly, attributed to the right process",
+        &[
+            (
+                "harmless",
+                "a_thousand_threads_launching_at_once_are_counted_exactly",
+            ),
+            ("capture", "a_reused_tgid_is_reported_as_two_processes"),
+            ("capture", "process_exiting_mid_run_keeps_its_data"),
+            (
+                "capture",
+                "late_load_of_a_new_library_file_found_by_the_mmap_watcher",
+            ),
+            (
+                "capture",
+                "library_seen_only_inside_a_private_mount_namespace",
+            ),
+        ],
+    ),
+    (
+        "Overload: every record is in the report or counted as dropped, per kind, exactly",
+        &[(
+            "overload",
+            "a_storm_past_the_ring_buffer_is_captured_or_counted_per_kind",
+        )],
+    ),
+    (
+        "Churn: ended processes leave no state, descriptors or memory behind; the long-running process's totals stay exact",
+        &[("service", "a_thousand_short_processes_leave_nothing_behind")],
+    ),
+    (
+        "A capture damaged or cut short still opens and holds everything up to its last flush",
+        &[
+            (
+                "capture_file",
+                "a_damaged_capture_reports_what_was_recovered",
+            ),
+            ("capture_file", "report_refuses_what_is_not_a_capture"),
+        ],
+    ),
+    (
+        "Files a container maps are read through the mapped inode or inside its root (openat2 RESOLVE_IN_ROOT): a planted symlink never reaches a host file",
+        &[(
+            "stacks",
+            "a_symlink_planted_in_a_container_root_is_never_followed_to_the_host",
+        )],
+    ),
+    (
+        "Output files: no symlink followed, not world-readable, refused before attaching when unwritable",
+        &[
+            ("errors", "output_through_a_symlink_is_refused"),
+            ("errors", "new_report_files_are_not_world_readable"),
+            ("errors", "unwritable_output_fails_before_attaching"),
+        ],
+    ),
+    (
+        "Only real CUDA libraries are attached (by SONAME), never a look-alike",
+        &[("errors", "lookalike_library_is_never_attached")],
+    ),
+];
+
+struct Fuzzed {
+    target: String,
+    runs: u64,
+    seconds: u32,
+    corpus: usize,
+    crashed: bool,
+}
+
+fn output(cmd: &mut Command) -> Result<(bool, String)> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not run {cmd:?}"))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), text))
+}
+
+/// `test NAME ... ok|FAILED` lines of libtest output.
+fn outcomes(text: &str) -> Vec<(String, bool)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("test ")?;
+            let (name, verdict) = rest.rsplit_once(" ... ")?;
+            match verdict.trim() {
+                "ok" => Some((name.to_owned(), true)),
+                "FAILED" => Some((name.to_owned(), false)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u32) -> Result<()> {
+    let mut figures: Vec<String> = Vec::new();
+    let mut results: Vec<(String, String, bool)> = Vec::new();
+
+    eprintln!("reliability: placement against objdump");
+    let (ok, text) = output(
+        Command::new("cargo")
+            .current_dir(root)
+            .args([
+                "test",
+                "-p",
+                "profiler-daemon",
+                "--lib",
+                "placement_objdump",
+            ])
+            .args(["--", "--nocapture", "--test-threads=1"]),
+    )?;
+    for (name, pass) in outcomes(&text) {
+        results.push(("unit".into(), name, pass));
+    }
+    figures.extend(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("placement vs objdump: "))
+            .map(|l| format!("placement against objdump: {l}")),
+    );
+    let mut failed = !ok;
+
+    for t in TESTS {
+        eprintln!("reliability: tests/{t}.rs on real eBPF");
+        let (ok, text) = output(
+            Command::new("cargo")
+                .current_dir(root)
+                .args(["test", "-p", "gpuprofd-tests", "--test", t])
+                .args(["--", "--test-threads=1", "--nocapture"])
+                .env("GPUPROFD_DIST", kit)
+                .env("GPUPROFD_BIN", bin)
+                .env("FAKECUDA_DIR", fakecuda),
+        )?;
+        failed |= !ok;
+        for (name, pass) in outcomes(&text) {
+            results.push(((*t).into(), name, pass));
+        }
+        figures.extend(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("reliability: "))
+                .map(str::to_owned),
+        );
+    }
+
+    let mut fuzzed = Vec::new();
+    for t in crate::FUZZ_TARGETS {
+        eprintln!("reliability: fuzz {t} for {fuzz_seconds} s");
+        let scratch = std::env::temp_dir().join(format!("gpuprofd-fuzz-corpus-{t}"));
+        std::fs::create_dir_all(&scratch)?;
+        let (ok, text) = output(
+            Command::new("cargo")
+                .current_dir(root)
+                .env("GPUPROFD_SKIP_EBPF", "1")
+                .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t])
+                .arg(&scratch)
+                .arg(root.join("fuzz/corpus").join(t))
+                .arg("--")
+                .arg(format!("-max_total_time={fuzz_seconds}"))
+                .arg("-rss_limit_mb=4096"),
+        )?;
+        // libFuzzer ends with "Done N runs in S second(s)".
+        let runs = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("Done "))
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .next_back()
+            .unwrap_or(0);
+        let corpus = std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0);
+        if !ok {
+            failed = true;
+            eprintln!("{text}");
+        }
+        fuzzed.push(Fuzzed {
+            target: (*t).into(),
+            runs,
+            seconds: fuzz_seconds,
+            corpus,
+            crashed: !ok,
+        });
+    }
+
+    let doc = render(root, &results, &figures, &fuzzed)?;
+    let path = root.join("docs/RELIABILITY.md");
+    std::fs::write(&path, doc)?;
+    eprintln!("reliability: wrote {}", path.display());
+    if failed {
+        bail!("a reliability check failed: see docs/RELIABILITY.md and the output above");
+    }
+    Ok(())
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn render(
+    root: &Path,
+    results: &[(String, String, bool)],
+    figures: &[String],
+    fuzzed: &[Fuzzed],
+) -> Result<String> {
+    let mut d = String::new();
+    let commit = sh(
+        "git",
+        &[
+            "-C",
+            root.to_str().unwrap_or("."),
+            "rev-parse",
+            "--short",
+            "HEAD",
+        ],
+    );
+    writeln!(
+        d,
+        "# Reliability: what gpuprofd promises, how it is tested, what the last run saw\n\n\
+         Generated by `cargo xtask reliability` (as root; `--fuzz-seconds N`, default 60) — do not \
+         edit by hand. Last run: {} on kernel {}, {} CPUs, commit {commit}.\n",
+        sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        sh("uname", &["-r"]),
+        sh("nproc", &[]),
+    )?;
+    writeln!(
+        d,
+        "gpuprofd runs as root on production nodes, rewrites instructions in every CUDA process \
+         (uprobes) and parses files and memory that unprivileged users and containers control. \
+         It promises three things: the profiled job is never harmed, no loss goes uncounted, no \
+         input from a process can crash or subvert it. Every promise below is a test that fails \
+         when the promise is broken; all of them also run in `cargo xtask test` (CI).\n"
+    )?;
+    writeln!(d, "## Promises and the tests behind them\n")?;
+    writeln!(d, "| Promise | Test | This run |")?;
+    writeln!(d, "|---|---|---|")?;
+    for (promise, tests) in PROMISES {
+        for (i, (file, name)) in tests.iter().enumerate() {
+            let verdict = results
+                .iter()
+                .find(|(f, n, _)| f == file && n == name)
+                .map_or("not run", |r| if r.2 { "passed" } else { "FAILED" });
+            let place = if *file == "unit" {
+                "profiler-daemon (unit)".to_owned()
+            } else {
+                format!("tests/tests/{file}.rs")
+            };
+            writeln!(
+                d,
+                "| {} | `{name}` ({place}) | {verdict} |",
+                if i == 0 { *promise } else { "" }
+            )?;
+        }
+    }
+    let passed = results.iter().filter(|r| r.2).count();
+    writeln!(
+        d,
+        "\nAll tests run for this document: {passed} passed, {} failed.\n",
+        results.len() - passed
+    )?;
+    writeln!(d, "## Figures from this run\n")?;
+    for f in figures {
+        writeln!(d, "* {f}")?;
+    }
+    writeln!(
+        d,
+        "\n## Fuzzing (cargo-fuzz, libFuzzer, from the seeds in fuzz/corpus)\n"
+    )?;
+    writeln!(
+        d,
+        "| Target | Seconds | Inputs tried | Corpus kept | Crashes |"
+    )?;
+    writeln!(d, "|---|---|---|---|---|")?;
+    let mut total = 0u64;
+    for f in fuzzed {
+        total += f.runs;
+        writeln!(
+            d,
+            "| `{}` | {} | {} | {} | {} |",
+            f.target,
+            f.seconds,
+            f.runs,
+            f.corpus,
+            if f.crashed {
+                "YES (see fuzz/artifacts)"
+            } else {
+                "0"
+            }
+        )?;
+    }
+    writeln!(
+        d,
+        "\n{total} inputs in all. A crash found earlier becomes a regression test next to the \
+         code it broke; CI runs every target for 15 s from the same seeds.\n"
+    )?;
+    writeln!(d, "## Not yet promised\n")?;
+    writeln!(
+        d,
+        "* BPF map entry counts are not yet compared before and after churn (the per-thread and \
+         per-process maps are LRU-bounded, so they cannot grow without bound, but entries of \
+         ended processes are not removed eagerly).\n\
+         * The 10,000-process, 10-minute soak is run at 1,100 processes in CI (the figures \
+         above); the longer soak has not been run.\n\
+         * A library file replaced or deleted while attached is covered by the discovery code \
+         (identity by device, inode, size and mtime; `(deleted)` mappings) but has no test of \
+         its own yet.\n\
+         * Capture files killed at random points: one kill point is tested (after two flushes), \
+         not random ones."
+    )?;
+    Ok(d)
+}

@@ -562,6 +562,53 @@ fn late_load_of_a_new_library_file_found_by_the_mmap_watcher() {
 }
 
 #[test]
+fn a_library_replaced_then_deleted_while_attached() {
+    // A driver or toolkit upgrade: the runtime file is replaced (a new file renamed over it)
+    // while a process maps it, a new process loads the new file, then the file is deleted. The
+    // old process keeps its (now deleted) inode and its probes; the new file is attached as a
+    // library of its own; nothing is counted twice or credited to the other process.
+    let tmp = TempDir::new("upgrade");
+    let dir = tmp.path().join("upgrade");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libcudart.so.12");
+    std::fs::copy(fakecuda().join("lib/libcudart.so.12"), &lib).unwrap();
+    let attached = |l: &str| l.contains("INFO attached") && l.contains("upgrade/libcudart.so.12");
+    let mut d = Daemon::watcher_only();
+    let mut old = Workload::spawn("workload_late", &[]);
+    old.cmd(&format!("dlopen_runtime {}", dir.display()));
+    d.stderr.wait_for("the first runtime attached", attached);
+    old.cmd("rt_launch vecAdd 3 1 1 1 32 1 1 0 0");
+
+    let staged = dir.join("libcudart.so.12.new");
+    std::fs::copy(fakecuda().join("lib-cet/libcudart.so.12"), &staged).unwrap();
+    std::fs::rename(&staged, &lib).unwrap();
+    old.cmd("rt_launch vecAdd 4 1 1 1 32 1 1 0 0");
+
+    let mut new = Workload::spawn("workload_late", &[]);
+    new.cmd(&format!("dlopen_runtime {}", dir.display()));
+    d.stderr
+        .wait_for("the replacement runtime attached", attached);
+    new.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
+
+    std::fs::remove_file(&lib).unwrap();
+    new.cmd("rt_launch relu 2 1 1 1 32 1 1 0 0");
+    old.cmd("rt_launch vecAdd 1 1 1 1 32 1 1 0 0");
+    let (o, n) = (old.tgid, new.tgid);
+    let r = d.stop().report;
+    let (po, pn) = (process(&r, o), process(&r, n));
+    assert_eq!((kernel_calls(po, VEC_ADD), kernel_calls(po, RELU)), (8, 0));
+    assert_eq!((kernel_calls(pn, VEC_ADD), kernel_calls(pn, RELU)), (0, 7));
+    assert_eq!(api_calls(po, "cudaLaunchKernel"), 8);
+    assert_eq!(api_calls(pn, "cudaLaunchKernel"), 7);
+    assert_eq!(
+        api_calls(po, "cuLaunchKernel") + api_calls(pn, "cuLaunchKernel"),
+        0
+    );
+    old.exit();
+    new.exit();
+}
+
+#[test]
 fn library_seen_only_inside_a_private_mount_namespace() {
     // The runtime is bind-mounted over an empty directory inside the workload's own mount
     // namespace: the path in its /proc/PID/maps does not exist (or is empty) for the daemon,

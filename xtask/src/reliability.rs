@@ -48,7 +48,7 @@ const PROMISES: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
-        "A 1,000-thread process, a reused pid, a process exiting mid-run, a library loaded late or only inside a private mount namespace: counted exactly, attributed to the right process",
+        "A 1,000-thread process, a reused pid, a process exiting mid-run, a library loaded late, only inside a private mount namespace, or replaced and deleted while attached (an upgrade): counted exactly, attributed to the right process",
         &[
             (
                 "harmless",
@@ -178,7 +178,10 @@ pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u
                 .env("GPUPROFD_BIN", bin)
                 .env("FAKECUDA_DIR", fakecuda),
         )?;
-        failed |= !ok;
+        if !ok {
+            failed = true;
+            eprintln!("{text}");
+        }
         for (name, pass) in outcomes(&text) {
             results.push(((*t).into(), name, pass));
         }
@@ -346,11 +349,15 @@ fn render(
         "* BPF map entry counts are not yet compared before and after churn (the per-thread and \
          per-process maps are LRU-bounded, so they cannot grow without bound, but entries of \
          ended processes are not removed eagerly).\n\
-         * The 10,000-process, 10-minute soak is run at 1,100 processes in CI (the figures \
+         * Daemon RSS is not yet shown flat under churn: the churn test's pattern (snapshots \
+         polled while a long process runs) has grown it 9-11 MiB per 1,000 ended processes, \
+         where a plain loop of short processes and snapshots levels off; the test bounds it at \
+         24 MiB (a gross-leak detector) and prints the figure above.\n\
+         * The 10,000-process, 10-minute soak is run at 2,000 processes (1,000 of them measured) in CI (the figures \
          above); the longer soak has not been run.\n\
-         * A library file replaced or deleted while attached is covered by the discovery code \
-         (identity by device, inode, size and mtime; `(deleted)` mappings) but has no test of \
-         its own yet.\n\
+         * A process that `exec`s away from CUDA has no test of its own (its probes are on the \
+         library inodes, which the new image no longer maps; its pid is kept apart as in the \
+         reused-pid test).\n\
          * Capture files killed at random points: one kill point is tested (after two flushes), \
          not random ones."
     )?;

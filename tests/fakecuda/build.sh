@@ -29,16 +29,19 @@ $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fcf-protection=none \
     -o "$OUT/lib/libcuda.so.1" driver.c driver_tramp.S -lpthread
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib-cet/libcuda.so.1"
 
-# Runtime, twice: frame-pointer prologue and CET prologue.
-$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=none \
+# Runtime, twice: frame-pointer prologue and CET prologue. -fno-shrink-wrap keeps the frame
+# setup at the entry of leaf functions too, as every hooked export of the real libcudart has
+# it (`push %rbp; mov %rsp,%rbp`); shrink-wrapped, a leaf such as __cudaGetKernel began with a
+# `lock`-prefixed add, an instruction the kernel's uprobes refuse.
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap -fcf-protection=none \
     -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
     -o "$OUT/lib/libcudart.so.12" runtime.c -ldl -lpthread
-$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=full \
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap -fcf-protection=full \
     -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
     -o "$OUT/lib-cet/libcudart.so.12" runtime.c -ldl -lpthread
 
 # The runtime as a static archive, as nvcc links it by default (-cudart static).
-$CC $CFLAGS -c -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=none \
+$CC $CFLAGS -c -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap -fcf-protection=none \
     -o "$OUT/lib-static/runtime.o" runtime.c
 rm -f "$OUT/lib-static/libcudart_static.a"
 ar rcs "$OUT/lib-static/libcudart_static.a" "$OUT/lib-static/runtime.o"

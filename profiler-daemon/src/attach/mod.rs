@@ -150,15 +150,23 @@ impl Attacher {
             };
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
-            let error = attach_one(
-                ebpf,
-                lib,
-                &rule,
-                api,
-                f.file_offset + placement.offset,
-                &mut self.links,
-            )
-            .err();
+            let error = if placement.reason == placement::Reason::Refused {
+                Some(format!(
+                    "the kernel's uprobes refuse the entry instruction `{}` (its prefix); \
+                     this function cannot be probed",
+                    placement.site_insn
+                ))
+            } else {
+                attach_one(
+                    ebpf,
+                    lib,
+                    &rule,
+                    api,
+                    f.file_offset + placement.offset,
+                    &mut self.links,
+                )
+                .err()
+            };
             symbols.push(SymbolAttach {
                 symbol: f.name.clone(),
                 api,

@@ -52,6 +52,12 @@ pub enum Reason {
     EntrySingleStepped,
     /// The bytes are empty or the entry instruction does not decode: the entry.
     Undecodable,
+    /// The entry instruction carries a prefix the kernel's x86 uprobes refuse (`lock`, or an
+    /// `es`/`cs`/`ss`/`ds` segment override) and nothing before an emulated instruction may be
+    /// skipped: the function cannot be probed. (Attached anyway, the probe would either fail
+    /// with ENOTSUPP, errno 524, when a process already maps the file, or register and then
+    /// silently never fire in processes that map it later.)
+    Refused,
 }
 
 impl fmt::Display for Reason {
@@ -66,6 +72,9 @@ impl fmt::Display for Reason {
                 f.write_str("no emulated instruction within the window: entry")
             }
             Reason::Undecodable => f.write_str("undecodable: entry"),
+            Reason::Refused => f.write_str(
+                "the entry instruction has a prefix uprobes refuse (lock or es/cs/ss/ds): not probed",
+            ),
         }
     }
 }
@@ -119,6 +128,9 @@ pub fn choose(entry_bytes: &[u8], entry_vaddr: u64) -> Placement {
             };
         }
         if index == 0 {
+            if kernel_refuses(&insn) {
+                return Placement::entry(Reason::Refused, gas(&insn));
+            }
             entry_text = Some(gas(&insn));
         }
         if !is_skippable(&mut info, &insn) {
@@ -151,6 +163,16 @@ pub fn is_emulated(insn: &Instruction) -> bool {
         Code::Jmp_rel32_64 | Code::Call_rel32_64 => len == 5,
         _ => (insn.is_jcc_short() && len == 2) || (insn.is_jcc_near() && len == 6),
     }
+}
+
+/// Whether arch/x86/kernel/uprobes.c refuses to probe `insn` for its prefixes: `lock` and the
+/// `es`/`cs`/`ss`/`ds` segment overrides (its `is_prefix_bad`).
+pub fn kernel_refuses(insn: &Instruction) -> bool {
+    insn.has_lock_prefix()
+        || matches!(
+            insn.segment_prefix(),
+            Register::ES | Register::CS | Register::SS | Register::DS
+        )
 }
 
 /// [`is_emulated`] plus the raw-byte checks it cannot make (`bytes` = the instruction's bytes).
@@ -447,6 +469,27 @@ mod tests {
             0,
             Reason::EntrySingleStepped,
             "endbr64",
+        );
+    }
+
+    #[test]
+    fn prefixes_uprobes_refuse_are_never_probed() {
+        // lock addq $1,0x517f(%rip): a shrink-wrapped leaf's first instruction
+        let lock = [0xf0, 0x48, 0x83, 0x05, 0x7f, 0x51, 0x00, 0x00, 0x01, 0xc3];
+        let p = at(&lock);
+        assert_eq!((p.offset, p.reason), (0, Reason::Refused));
+        assert!(!p.is_cheap());
+        assert!(p.site_insn.starts_with("lock add"), "{}", p.site_insn);
+        // cs nopw 0x0(%rax,%rax,1); ds-prefixed mov
+        assert_eq!(
+            at(&[0x2e, 0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0]).reason,
+            Reason::Refused
+        );
+        assert_eq!(at(&[0x3e, 0x48, 0x8b, 0x07, 0xc3]).reason, Reason::Refused);
+        // fs/gs overrides (TLS) are fine; an emulated site after a skippable one is unaffected
+        assert_eq!(
+            at(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0, 0x55]).reason,
+            Reason::SkippedToEmulated { skipped: 1 }
         );
     }
 

@@ -141,6 +141,23 @@ fn outcomes(text: &str) -> Vec<(String, bool)> {
 }
 
 pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u32) -> Result<()> {
+    // The commit the binary and the fakes were built from (the tree may move during the run).
+    let root_s = root.to_str().unwrap_or(".");
+    let mut commit = sh("git", &["-C", root_s, "rev-parse", "--short", "HEAD"]);
+    if !sh(
+        "git",
+        &[
+            "-C",
+            root_s,
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ],
+    )
+    .is_empty()
+    {
+        commit.push_str(" with uncommitted changes");
+    }
     let mut figures: Vec<String> = Vec::new();
     let mut results: Vec<(String, String, bool)> = Vec::new();
 
@@ -229,7 +246,7 @@ pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u
         });
     }
 
-    let doc = render(root, &results, &figures, &fuzzed)?;
+    let doc = render(&commit, &results, &figures, &fuzzed)?;
     let path = root.join("docs/RELIABILITY.md");
     std::fs::write(&path, doc)?;
     eprintln!("reliability: wrote {}", path.display());
@@ -248,22 +265,12 @@ fn sh(cmd: &str, args: &[&str]) -> String {
 }
 
 fn render(
-    root: &Path,
+    commit: &str,
     results: &[(String, String, bool)],
     figures: &[String],
     fuzzed: &[Fuzzed],
 ) -> Result<String> {
     let mut d = String::new();
-    let commit = sh(
-        "git",
-        &[
-            "-C",
-            root.to_str().unwrap_or("."),
-            "rev-parse",
-            "--short",
-            "HEAD",
-        ],
-    );
     writeln!(
         d,
         "# Reliability: what gpuprofd promises, how it is tested, what the last run saw\n\n\

@@ -58,6 +58,55 @@ pub fn require_bpf() {
     );
 }
 
+/// `gpuprofd serve --config FILE` (stderr collected); with `notify`, as systemd runs it: its
+/// `sd_notify` socket and a 1 s watchdog.
+pub struct Service {
+    child: Child,
+    pub stderr: Lines,
+}
+
+impl Service {
+    pub fn start(config: &Path, notify: Option<&Path>) -> Service {
+        require_bpf();
+        let mut cmd = Command::new(daemon_bin());
+        cmd.args(["serve", "--config"]).arg(config);
+        if let Some(n) = notify {
+            cmd.env("NOTIFY_SOCKET", n).env("WATCHDOG_USEC", "1000000");
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuprofd serve");
+        let stderr = Lines::new(child.stderr.take().unwrap());
+        Service { child, stderr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// SIGTERM, wait (bounded): how it ended and everything it said.
+    pub fn stop(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        self.signal(libc::SIGTERM);
+        let st = wait_bounded(&mut self.child);
+        (st, self.stderr.rest())
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Lines from a child's pipe, read on a thread so waits can time out.
 pub struct Lines {
     rx: Receiver<String>,

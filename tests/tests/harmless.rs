@@ -10,7 +10,6 @@
 
 use gpuprofd_tests::*;
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 const RELU: &str = "relu(float*, int)";
@@ -249,7 +248,10 @@ fn every_workload_gives_the_same_results_under_the_service() {
         ),
     )
     .unwrap();
-    let svc = serve(&config);
+    let mut svc = Service::start(&config, None);
+    svc.stderr.wait_for("the service's ready line", |l| {
+        l.contains("gpuprofd: ready")
+    });
     let mut pids = Vec::new();
     for (v, want) in VARIANTS.iter().zip(&want) {
         let (got, pid) = run_variant(v);
@@ -262,7 +264,12 @@ fn every_workload_gives_the_same_results_under_the_service() {
             snapshot_when(&daemon_bin(), &dir.path().join("ctl.sock"), pid, LAUNCHES);
         }
     }
-    svc.stop();
+    let (st, said) = svc.stop();
+    assert!(
+        st.success(),
+        "gpuprofd serve ended with {st}: {}",
+        said.join("\n")
+    );
     eprintln!(
         "reliability: harmless: the same {} builds under the service: identical",
         VARIANTS.len()
@@ -296,41 +303,4 @@ fn a_thousand_threads_launching_at_once_are_counted_exactly() {
         assert_eq!(n, 0, "drops of {k}");
     }
     w.exit();
-}
-
-/// `gpuprofd serve --config FILE`, stopped (SIGTERM) when dropped.
-struct Serve(std::process::Child);
-
-fn serve(config: &Path) -> Serve {
-    require_bpf();
-    let mut child = Command::new(daemon_bin())
-        .args(["serve", "--config"])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start gpuprofd serve");
-    let mut err = Lines::new(child.stderr.take().unwrap());
-    err.wait_for("the service's ready line", |l| {
-        l.contains("gpuprofd: ready")
-    });
-    std::thread::spawn(move || err.rest());
-    Serve(child)
-}
-
-impl Serve {
-    fn stop(mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let st = wait_bounded(&mut self.0);
-        assert!(st.success(), "gpuprofd serve ended with {st}");
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -89,52 +89,6 @@ fn footprint(pid: u32) -> (usize, u64) {
     (fds, rss)
 }
 
-/// `gpuprofd serve` as systemd runs it (stderr collected).
-struct Service {
-    child: Child,
-    stderr: Lines,
-}
-
-impl Service {
-    fn start(bin: &Path, config: &Path, notify: &Path) -> Service {
-        require_bpf();
-        let mut child = Command::new(bin)
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("NOTIFY_SOCKET", notify)
-            .env("WATCHDOG_USEC", "1000000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start gpuprofd serve");
-        let stderr = Lines::new(child.stderr.take().unwrap());
-        Service { child, stderr }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    fn stop(mut self) -> (std::process::ExitStatus, Vec<String>) {
-        self.signal(libc::SIGTERM);
-        let st = wait_bounded(&mut self.child);
-        (st, self.stderr.rest())
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A running `gpuprofd ctl capture` (as `user`, or root), started once it says it captures.
 struct DeepClient {
     child: Child,
@@ -224,7 +178,7 @@ fn service_readiness_watchdog_reload_and_stop() {
     let config = dir.path().join("config.toml");
     std::fs::write(&config, config_text(&lib, &socket, "")).unwrap();
     let mut notify = NotifySocket::new(dir.path());
-    let svc = Service::start(&bin, &config, &notify.path);
+    let svc = Service::start(&config, Some(&notify.path));
 
     // Readiness comes after the probes are attached; keep-alives follow every half second.
     let ready = notify.expect("READY=1");
@@ -521,7 +475,7 @@ fn the_control_socket_answers_each_user_by_the_kernels_word() {
     )
     .unwrap();
     let mut notify = NotifySocket::new(tree);
-    let svc = Service::start(&bin, &config, &notify.path);
+    let svc = Service::start(&config, Some(&notify.path));
     notify.expect("READY=1");
     assert_eq!(
         std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
@@ -727,7 +681,7 @@ fn a_thousand_short_processes_leave_nothing_behind() {
     )
     .unwrap();
     let mut notify = NotifySocket::new(dir.path());
-    let svc = Service::start(&bin, &config, &notify.path);
+    let svc = Service::start(&config, Some(&notify.path));
     notify.expect("READY=1");
     let mut long = Workload::start();
     long.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");

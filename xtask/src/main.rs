@@ -177,20 +177,31 @@ fn fuzz(seconds: u32, only: &[String]) -> Result<()> {
         if !only.is_empty() && !only.iter().any(|o| o == t) {
             continue;
         }
-        // New inputs go to a scratch directory; the seeds in the repository stay as they are.
-        let scratch = std::env::temp_dir().join(format!("gpuprofd-fuzz-corpus-{t}"));
-        std::fs::create_dir_all(&scratch)?;
-        run(Command::new("cargo")
-            .current_dir(root())
-            .env("GPUPROFD_SKIP_EBPF", "1")
-            .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t])
-            .arg(&scratch)
-            .arg(root().join("fuzz/corpus").join(t))
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            .arg("-rss_limit_mb=4096"))?;
+        run(&mut fuzz_command(t, seconds)?)?;
     }
     Ok(())
+}
+
+/// The scratch corpus directory of fuzz target `t`: new inputs go there; the seeds in the
+/// repository stay as they are.
+fn fuzz_scratch(t: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gpuprofd-fuzz-corpus-{t}"))
+}
+
+/// `cargo +nightly fuzz run T` for `seconds`, from the seeds in fuzz/corpus/T.
+fn fuzz_command(t: &str, seconds: u32) -> Result<Command> {
+    let scratch = fuzz_scratch(t);
+    std::fs::create_dir_all(&scratch)?;
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .env("GPUPROFD_SKIP_EBPF", "1")
+        .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t])
+        .arg(&scratch)
+        .arg(root().join("fuzz/corpus").join(t))
+        .arg("--")
+        .arg(format!("-max_total_time={seconds}"))
+        .arg("-rss_limit_mb=4096");
+    Ok(c)
 }
 
 fn is_root() -> bool {

@@ -212,19 +212,7 @@ pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u
     let mut fuzzed = Vec::new();
     for t in crate::FUZZ_TARGETS {
         eprintln!("reliability: fuzz {t} for {fuzz_seconds} s");
-        let scratch = std::env::temp_dir().join(format!("gpuprofd-fuzz-corpus-{t}"));
-        std::fs::create_dir_all(&scratch)?;
-        let (ok, text) = output(
-            Command::new("cargo")
-                .current_dir(root)
-                .env("GPUPROFD_SKIP_EBPF", "1")
-                .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t])
-                .arg(&scratch)
-                .arg(root.join("fuzz/corpus").join(t))
-                .arg("--")
-                .arg(format!("-max_total_time={fuzz_seconds}"))
-                .arg("-rss_limit_mb=4096"),
-        )?;
+        let (ok, text) = output(&mut crate::fuzz_command(t, fuzz_seconds)?)?;
         // libFuzzer ends with "Done N runs in S second(s)".
         let runs = text
             .lines()
@@ -232,7 +220,9 @@ pub fn run(root: &Path, bin: &Path, kit: &Path, fakecuda: &Path, fuzz_seconds: u
             .filter_map(|l| l.split_whitespace().next()?.parse().ok())
             .next_back()
             .unwrap_or(0);
-        let corpus = std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0);
+        let corpus = std::fs::read_dir(crate::fuzz_scratch(t))
+            .map(|d| d.count())
+            .unwrap_or(0);
         if !ok {
             failed = true;
             eprintln!("{text}");
@@ -353,9 +343,9 @@ fn render(
     writeln!(d, "## Not yet promised\n")?;
     writeln!(
         d,
-        "* BPF map entry counts are not yet compared before and after churn (the per-thread and \
-         per-process maps are LRU-bounded, so they cannot grow without bound, but entries of \
-         ended processes are not removed eagerly).\n\
+        "* BPF map entry counts are not yet compared before and after churn (the maps the probes \
+         fill per thread or per process are LRU maps of fixed size, so entries of ended \
+         processes make room rather than accumulate, but they are not removed eagerly).\n\
          * Daemon RSS is not yet shown flat under churn: the churn test's pattern (snapshots \
          polled while a long process runs) has grown it 9-11 MiB per 1,000 ended processes, \
          where a plain loop of short processes and snapshots levels off; the test bounds it at \

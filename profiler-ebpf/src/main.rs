@@ -61,8 +61,10 @@ static PEND_DRV: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 
 static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "STACK_COUNT")]
 static STACK_COUNT: LruHashMap<u32, u32> = LruHashMap::with_max_entries(65536, 0);
+/// Per process, set by the daemon when it first sees a CPython process and never cleared at
+/// exit: LRU, so entries of ended processes make room instead of filling the map for good.
 #[map(name = "PY_PROCS")]
-static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(4096, 0);
+static PY_PROCS: LruHashMap<u32, PyProc> = LruHashMap::with_max_entries(4096, 0);
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -43,8 +43,22 @@ pub mod maps {
     pub const STACK_CONFIG: &str = "STACK_CONFIG";
     /// `LruHashMap<u32 tid, u32>`: calls each thread has left until its next stack sample.
     pub const STACK_COUNT: &str = "STACK_COUNT";
-    /// `HashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
+    /// `LruHashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
     pub const PY_PROCS: &str = "PY_PROCS";
+
+    /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
+    /// their fill. The probes remove a thread's entries when it exits and a process's when it
+    /// ends, so their entry counts follow the live processes, not the node's history.
+    pub const STATE: [&str; 8] = [
+        FILTER_TGIDS,
+        FILTER_CGROUPS,
+        FILTER_VERDICT,
+        MMAP_PEND,
+        PEND_RT,
+        PEND_DRV,
+        STACK_COUNT,
+        PY_PROCS,
+    ];
 }
 
 /// Filter mode: every process.

@@ -1214,6 +1214,14 @@ pub fn mmap_exit(ctx: TracePointContext) -> u32 {
 pub fn proc_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    // What this thread left in the per-thread maps goes with it, whether or not its process is
+    // selected: LRU eviction would make room eventually, but entries of ended threads must not
+    // crowd out live ones, and a node's entry counts must come back when its jobs end.
+    let _ = PEND_RT.remove(&pid_tgid);
+    let _ = PEND_DRV.remove(&pid_tgid);
+    let _ = STACK_COUNT.remove(&tid);
+    let _ = MMAP_PEND.remove(&tid);
     match EXIT_CONFIG.get(0) {
         Some(&off) if off != 0 => {
             // SAFETY: a read inside the tracepoint's own record, at the offset its format gives.
@@ -1228,7 +1236,14 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
             }
         }
     }
-    if !selected(tgid) {
+    let wanted = selected(tgid);
+    // The pid may be handed to another process now: it must be judged afresh, and a `--pid`
+    // selection named this process, not whichever comes next with its number. (After
+    // `selected`, which may have cached a verdict just now.)
+    let _ = FILTER_VERDICT.remove(&tgid);
+    let _ = FILTER_TGIDS.remove(&tgid);
+    let _ = PY_PROCS.remove(&tgid);
+    if !wanted {
         return 0;
     }
     // SAFETY: plain helper call.
@@ -1247,10 +1262,6 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
             _reserved: 0,
         },
     );
-    // The pid may be handed to another process now: it must be judged afresh, and a `--pid`
-    // selection named this process, not whichever comes next with its number.
-    let _ = FILTER_VERDICT.remove(&tgid);
-    let _ = FILTER_TGIDS.remove(&tgid);
     0
 }
 

@@ -495,6 +495,11 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                             python.seen(&mut ebpf, t, opts.stack_period);
                             continue;
                         }
+                        Sighting::Gone(t) => {
+                            python.checked.remove(&t);
+                            scanner.forget(t);
+                            continue;
+                        }
                     };
                     if matches!(opts.target, Target::Pid(p) if p != t) || tgids.contains(&t) {
                         continue;
@@ -1074,6 +1079,9 @@ enum Sighting {
     Map(u32, u64, u64),
     /// A process made its first recorded CUDA call.
     New(u32),
+    /// A process ended and was dropped from the model (service mode): what the session keeps
+    /// about it goes too.
+    Gone(u32),
 }
 
 /// The CPython processes whose Python frames the probes read (`PY_PROCS`).
@@ -1495,6 +1503,7 @@ impl Seen {
         self.ended.remove(&tgid);
         self.owners.remove(&tgid);
         self.symbols.forget(tgid);
+        let _ = self.maps_tx.send(Sighting::Gone(tgid));
     }
 
     /// Whether `role` may start a deep capture of `target` now; else why not.

@@ -404,6 +404,11 @@ impl Scanner {
     pub fn is_cuda_process(&self, tgid: u32) -> bool {
         self.cuda_tgids.contains(&tgid)
     }
+
+    /// `tgid`'s process ended and was dropped: its pid may come back as another process.
+    pub fn forget(&mut self, tgid: u32) {
+        self.cuda_tgids.remove(&tgid);
+    }
 }
 
 /// CUDA libraries installed on the system (the dynamic linker's cache and the usual

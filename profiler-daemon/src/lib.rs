@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod enrich;
 pub mod export;
+pub mod heap;
 pub mod html;
 pub mod metrics;
 pub mod model;

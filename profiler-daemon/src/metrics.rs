@@ -64,6 +64,11 @@ struct Kind {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MapLabel {
+    map: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Gpu {
     gpu: String,
     uuid: String,
@@ -90,6 +95,10 @@ pub struct Extra {
     /// Records read from the ring buffer so far.
     pub records_read: u64,
     pub probes: u64,
+    /// The fill of the eBPF object's per-process and per-thread maps.
+    pub bpf_maps: Vec<crate::capture::MapFill>,
+    /// Bytes the daemon has allocated and not freed ([`crate::heap::in_use`]).
+    pub heap_in_use: Option<u64>,
     /// Kernel series per process (the [`TOP_KERNELS`] default, or the service's
     /// `metrics.top_kernels`).
     pub top_kernels: usize,
@@ -288,6 +297,17 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             .inc_by(*v);
     }
     gpu_health(&mut reg, r, extra);
+    bpf_maps(&mut reg, &extra.bpf_maps);
+    if let Some(b) = extra.heap_in_use {
+        let heap: Gauge = Gauge::default();
+        reg.register(
+            "gpuprofd_heap_in_use_bytes",
+            "Memory the daemon has allocated and not freed (the allocator's count; the resident \
+             size adds what it keeps free)",
+            heap.clone(),
+        );
+        heap.set(b.min(i64::MAX as u64) as i64);
+    }
     read.inc_by(extra.records_read);
     procs.set(shown);
     probes.set(extra.probes.min(i64::MAX as u64) as i64);
@@ -295,6 +315,30 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);
     to_prometheus_text(&out)
+}
+
+/// How full the probes' per-process and per-thread maps are: a count that keeps growing while
+/// the node's processes do not is state left behind.
+fn bpf_maps(reg: &mut Registry, fill: &[crate::capture::MapFill]) {
+    let entries = Family::<MapLabel, Gauge>::default();
+    let capacity = Family::<MapLabel, Gauge>::default();
+    reg.register(
+        "gpuprofd_bpf_map_entries",
+        "Entries in a BPF map of per-process or per-thread state",
+        entries.clone(),
+    );
+    reg.register(
+        "gpuprofd_bpf_map_capacity",
+        "Size (max_entries) of a BPF map of per-process or per-thread state",
+        capacity.clone(),
+    );
+    for f in fill {
+        let l = MapLabel {
+            map: f.map.to_owned(),
+        };
+        entries.get_or_create(&l).set(i64::from(f.entries));
+        capacity.get_or_create(&l).set(i64::from(f.capacity));
+    }
 }
 
 /// Throttling, PCIe throughput, ECC and XID figures of each GPU NVML reported on.

@@ -345,9 +345,11 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         KindCounts::default(),
     )));
     let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
+    let fill = Arc::new(std::sync::Mutex::new(capture::map_fill(&ebpf)));
     let snapper = Arc::new(Snapper {
         ctl: query_tx.downgrade(),
         counters: counters.clone(),
+        fill: fill.clone(),
         stats: stats.clone(),
         started_at,
         started,
@@ -374,6 +376,8 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     .await?;
                 extra.records_read = snapper.stats.read.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);
+                extra.bpf_maps = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
+                extra.heap_in_use = crate::heap::in_use();
                 extra.top_kernels = top;
                 Some(crate::metrics::render(&report, &extra))
             }
@@ -426,6 +430,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
     let mut last_tick = Instant::now();
+    let mut last_trim = Instant::now();
     let stop_reason = loop {
         let sleep_until = async {
             match deadline {
@@ -537,11 +542,19 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                         attacher.libraries().map(|l| l.attached() as u64).sum(),
                         Ordering::Relaxed,
                     );
+                    let now = capture::map_fill(&ebpf);
+                    if let Ok(mut f) = fill.lock() {
+                        *f = now;
+                    }
                 }
                 if let Target::Pid(p) = opts.target
                     && !discovery::process_exists(p)
                 {
                     break format!("process {p} exited");
+                }
+                if last_trim.elapsed() >= TRIM_EVERY {
+                    last_trim = Instant::now();
+                    crate::heap::trim();
                 }
                 let rescan = !rescan_every.is_zero() && last_rescan.elapsed() >= rescan_every;
                 if rescan {
@@ -697,6 +710,8 @@ fn reload_service(
 struct Snapper {
     ctl: mpsc::WeakSender<Ctl>,
     counters: Arc<std::sync::Mutex<(KindCounts, KindCounts)>>,
+    /// The state maps' fill, refreshed every tick.
+    fill: Arc<std::sync::Mutex<Vec<capture::MapFill>>>,
     stats: Arc<ReaderStats>,
     started_at: SystemTime,
     started: Instant,
@@ -769,6 +784,12 @@ fn service_handler(
                 o.insert(
                     "records_read".into(),
                     snapper.stats.read.load(Ordering::Relaxed).into(),
+                );
+                let fill = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
+                o.insert("heap_in_use_bytes".into(), crate::heap::in_use().into());
+                o.insert(
+                    "bpf_maps".into(),
+                    serde_json::to_value(fill).unwrap_or_default(),
                 );
             }
             v
@@ -1083,6 +1104,9 @@ enum Sighting {
     /// about it goes too.
     Gone(u32),
 }
+
+/// How often the allocator gives free memory back to the kernel (see [`crate::heap::trim`]).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// The CPython processes whose Python frames the probes read (`PY_PROCS`).
 #[derive(Default)]

@@ -7,7 +7,7 @@
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, kind, maps};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::unix::AsyncFd;
@@ -248,6 +248,85 @@ pub fn read_counts(ebpf: &Ebpf, name: &'static str) -> Result<KindCounts, Captur
         out.0[k as usize] = vals.iter().sum();
     }
     Ok(out)
+}
+
+/// How full one of the eBPF object's state maps is.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MapFill {
+    pub map: &'static str,
+    /// Entries now (a count taken while the probes may be adding and removing some).
+    pub entries: u32,
+    /// The map's size (`max_entries`).
+    pub capacity: u32,
+}
+
+/// The fill of every map in [`maps::STATE`] the object has: what the probes keep per process
+/// and per thread. Costs one `bpf(BPF_MAP_GET_NEXT_KEY)` per entry.
+pub fn map_fill(ebpf: &Ebpf) -> Vec<MapFill> {
+    use aya::maps::Map;
+    maps::STATE
+        .iter()
+        .filter_map(|&name| {
+            let data = match ebpf.map(name)? {
+                Map::HashMap(d) | Map::LruHashMap(d) => d,
+                _ => return None,
+            };
+            let info = data.info().ok()?;
+            let entries = count_keys(data.fd().as_fd(), info.key_size(), info.max_entries())?;
+            Some(MapFill {
+                map: name,
+                entries,
+                capacity: info.max_entries(),
+            })
+        })
+        .collect()
+}
+
+/// The keys in the hash map `fd` (key size `key_size`), walked with `BPF_MAP_GET_NEXT_KEY`;
+/// at most `capacity` (a walk restarts from the first key when the one it stands on is removed
+/// meanwhile, so it is bounded rather than trusted to end).
+fn count_keys(fd: std::os::fd::BorrowedFd<'_>, key_size: u32, capacity: u32) -> Option<u32> {
+    const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+    #[repr(C)]
+    struct NextKey {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        next_key: u64,
+    }
+    let size = key_size as usize;
+    if size == 0 || size > 64 {
+        return None;
+    }
+    let (mut cur, mut next) = ([0u8; 64], [0u8; 64]);
+    let mut n = 0u32;
+    let mut first = true;
+    while n < capacity {
+        let attr = NextKey {
+            map_fd: fd.as_raw_fd() as u32,
+            _pad: 0,
+            key: if first { 0 } else { cur.as_ptr() as u64 },
+            next_key: next.as_mut_ptr() as u64,
+        };
+        // SAFETY: BPF_MAP_GET_NEXT_KEY reads `key_size` bytes at `key` (or none when it is 0)
+        // and writes `key_size` bytes at `next_key`; both buffers hold 64.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_GET_NEXT_KEY,
+                &attr as *const NextKey,
+                std::mem::size_of::<NextKey>() as u32,
+            )
+        };
+        if rc != 0 {
+            // ENOENT: past the last key.
+            break;
+        }
+        n += 1;
+        first = false;
+        cur[..size].copy_from_slice(&next[..size]);
+    }
+    Some(n)
 }
 
 /// Takes the ring buffer out of the object for the reader task.

@@ -61,6 +61,19 @@ fn extra() -> Extra {
         expired: vec![200],
         records_read: 1003,
         probes: 95,
+        bpf_maps: vec![
+            crate::capture::MapFill {
+                map: "PEND_RT",
+                entries: 3,
+                capacity: 65536,
+            },
+            crate::capture::MapFill {
+                map: "PY_PROCS",
+                entries: 0,
+                capacity: 4096,
+            },
+        ],
+        heap_in_use: Some(5 << 20),
         top_kernels: TOP_KERNELS,
     }
 }
@@ -116,6 +129,24 @@ fn exposition_has_exact_values() {
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);
     assert_eq!(samples(&t, "gpuprofd_probes"), ["gpuprofd_probes 95"]);
+    assert_eq!(
+        samples(&t, "gpuprofd_bpf_map_entries"),
+        [
+            "gpuprofd_bpf_map_entries{map=\"PEND_RT\"} 3",
+            "gpuprofd_bpf_map_entries{map=\"PY_PROCS\"} 0"
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_heap_in_use_bytes"),
+        ["gpuprofd_heap_in_use_bytes 5242880"]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_bpf_map_capacity"),
+        [
+            "gpuprofd_bpf_map_capacity{map=\"PEND_RT\"} 65536",
+            "gpuprofd_bpf_map_capacity{map=\"PY_PROCS\"} 4096"
+        ]
+    );
     // NVML health: the reasons in force now, PCIe, ECC, XID.
     let mut on = samples(&t, "gpuprofd_gpu_throttle_reason");
     assert_eq!(on.len(), 9, "every reason, 0 or 1: {on:?}");

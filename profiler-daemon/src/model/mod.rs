@@ -243,6 +243,8 @@ impl Aggregator {
                 .collect(),
             records_read: 0,
             probes: 0,
+            bpf_maps: Vec::new(),
+            heap_in_use: None,
             top_kernels: crate::metrics::TOP_KERNELS,
         }
     }

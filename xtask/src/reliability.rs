@@ -75,7 +75,10 @@ const PROMISES: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "Churn: ended processes leave no state, descriptors or memory behind; the long-running process's totals stay exact",
-        &[("service", "a_thousand_short_processes_leave_nothing_behind")],
+        &[(
+            "service",
+            "ten_thousand_short_processes_leave_nothing_behind",
+        )],
     ),
     (
         "A capture damaged or cut short still opens and holds everything up to its last flush",

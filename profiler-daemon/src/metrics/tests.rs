@@ -129,8 +129,13 @@ fn exposition_has_exact_values() {
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);
     assert_eq!(samples(&t, "gpuprofd_probes"), ["gpuprofd_probes 95"]);
+    // A family's series come in no set order.
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
     assert_eq!(
-        samples(&t, "gpuprofd_bpf_map_entries"),
+        sorted(samples(&t, "gpuprofd_bpf_map_entries")),
         [
             "gpuprofd_bpf_map_entries{map=\"PEND_RT\"} 3",
             "gpuprofd_bpf_map_entries{map=\"PY_PROCS\"} 0"
@@ -141,7 +146,7 @@ fn exposition_has_exact_values() {
         ["gpuprofd_heap_in_use_bytes 5242880"]
     );
     assert_eq!(
-        samples(&t, "gpuprofd_bpf_map_capacity"),
+        sorted(samples(&t, "gpuprofd_bpf_map_capacity")),
         [
             "gpuprofd_bpf_map_capacity{map=\"PEND_RT\"} 65536",
             "gpuprofd_bpf_map_capacity{map=\"PY_PROCS\"} 4096"

@@ -26,6 +26,7 @@ pub enum Event {
     Map(Header, MapBody),
     Exit(Header, ExitBody),
     Stack(Header, StackBody),
+    Exec(Header, ExitBody),
 }
 
 impl Event {
@@ -40,7 +41,8 @@ impl Event {
             | Event::Alias(h, _)
             | Event::Map(h, _)
             | Event::Exit(h, _)
-            | Event::Stack(h, _) => h,
+            | Event::Stack(h, _)
+            | Event::Exec(h, _) => h,
         }
     }
 }
@@ -152,6 +154,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::MAP => Event::Map(header, read(bytes, hs)),
         kind::EXIT => Event::Exit(header, read(bytes, hs)),
         kind::STACK => Event::Stack(header, read(bytes, hs)),
+        kind::EXEC => Event::Exec(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -289,6 +292,13 @@ mod tests {
                 body: x
             })),
             Ok(Event::Exit(hdr(kind::EXIT), x))
+        );
+        assert_eq!(
+            decode(encode(&Record {
+                header: hdr(kind::EXEC),
+                body: x
+            })),
+            Ok(Event::Exec(hdr(kind::EXEC), x))
         );
         // The older 16-byte body (capture files written before the uid): uid unknown.
         let rec = Record {

@@ -97,8 +97,12 @@ pub mod kind {
     /// The call stack of the launch or sync record just before it from the same thread, with
     /// the same timestamp ([`crate::StackBody`]).
     pub const STACK: u32 = 10;
+    /// A selected process replaced its image (`execve`): same pid, a new program, whose name
+    /// is the body's `comm` ([`crate::ExitBody`]). What the process did before was the old
+    /// program's.
+    pub const EXEC: u32 = 11;
     /// Highest kind in use.
-    pub const LAST: u32 = STACK;
+    pub const LAST: u32 = EXEC;
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
@@ -457,7 +461,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::NAME => core::mem::size_of::<NameBody>(),
         kind::ALIAS => core::mem::size_of::<AliasBody>(),
         kind::MAP => core::mem::size_of::<MapBody>(),
-        kind::EXIT => core::mem::size_of::<ExitBody>(),
+        kind::EXIT | kind::EXEC => core::mem::size_of::<ExitBody>(),
         kind::STACK => core::mem::size_of::<StackBody>(),
         _ => return None,
     };

@@ -414,6 +414,15 @@ pub fn chrome(
                                "pid": pid, "tid": h.tid, "ts": ts}),
                 )?;
             }
+            Event::Exec(_, x) => {
+                let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "p", "cat": "process", "name": "exec",
+                               "pid": pid, "tid": h.tid, "ts": ts,
+                               "args": {"comm": String::from_utf8_lossy(&x.comm[..len])}}),
+                )?;
+            }
             Event::Stack(_, st) => {
                 // The call just before on this thread, at this timestamp: its stack, as an
                 // instant on the same track (outermost frame first).

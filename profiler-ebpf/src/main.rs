@@ -1266,6 +1266,38 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Image replaced: sched:sched_process_exec fires in the process after a successful exec, under
+// its new name. The pid stays; the program, its mappings and every handle the old one held do
+// not. Per-thread state went with the threads exec ended (proc_exit); what the probes keep per
+// process for the old program goes now.
+
+#[tracepoint]
+pub fn proc_exec(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let _ = PY_PROCS.remove(&tgid);
+    if !selected(tgid) {
+        return 0;
+    }
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let uid = bpf_get_current_uid_gid() as u32;
+    emit(
+        kind::EXEC,
+        0,
+        pid_tgid,
+        now,
+        ExitBody {
+            comm,
+            uid,
+            _reserved: 0,
+        },
+    );
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
 // The benchmark's floor: an empty uprobe, attached by `gpuprofd floor` at the same sites as the
 // real probes, to measure what the kernel's uprobe machinery costs before any work of ours.
 

@@ -479,6 +479,7 @@ pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, String> {
         ("mmap_enter", "syscalls", "sys_enter_mmap"),
         ("mmap_exit", "syscalls", "sys_exit_mmap"),
         ("proc_exit", "sched", "sched_process_exit"),
+        ("proc_exec", "sched", "sched_process_exec"),
     ] {
         let tp: &mut TracePoint = ebpf
             .program_mut(prog)
@@ -588,7 +589,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit", "stack"
+                "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit", "stack",
+                "exec"
             ]
         );
     }

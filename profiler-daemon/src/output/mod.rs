@@ -325,6 +325,7 @@ pub fn kind_name(kind: u32) -> Option<&'static str> {
         k::MAP => "map",
         k::EXIT => "exit",
         k::STACK => "stack",
+        k::EXEC => "exec",
         _ => return None,
     })
 }
@@ -398,6 +399,7 @@ mod tests {
             [
                 ("alias", 2),
                 ("copy", 0),
+                ("exec", 0),
                 ("exit", 0),
                 ("graph", 0),
                 ("launch", 5),
@@ -409,6 +411,6 @@ mod tests {
                 ("sync", 1)
             ]
         );
-        assert_eq!(drops_by_kind(&[]).len(), 10);
+        assert_eq!(drops_by_kind(&[]).len(), 11);
     }
 }

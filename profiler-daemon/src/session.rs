@@ -1431,6 +1431,31 @@ impl Seen {
                         agg.apply(&ev);
                     }
                 }
+                Ok(Event::Exec(h, _)) => {
+                    // The process runs another program from now on: what it did is the old
+                    // program's, and its next record starts the new one (read afresh).
+                    let tgid = h.tgid;
+                    if known.contains(&tgid) && !ended.contains(&tgid) {
+                        let renamed = agg.exec(tgid, h.ts_ns);
+                        if let Some(j) = journal.as_mut() {
+                            j.record(rec);
+                            if let Some(meta) = &renamed {
+                                j.frame(&Frame::Process {
+                                    tgid,
+                                    process: store::StoredProcess::from(meta),
+                                });
+                            }
+                            j.frame(&Frame::Retire { tgid });
+                        }
+                        symbols.forget(tgid);
+                        known.remove(&tgid);
+                        owners.remove(&tgid);
+                        for d in deep.iter_mut() {
+                            d.retire(tgid);
+                        }
+                        let _ = maps_tx.send(Sighting::Gone(tgid));
+                    }
+                }
                 Ok(ev) => {
                     let tgid = ev.header().tgid;
                     // After its process ended, a tgid's records belong to a new process that was
@@ -1459,6 +1484,7 @@ impl Seen {
                     if known.insert(tgid) {
                         let _ = maps_tx.send(Sighting::New(tgid));
                         let owner = crate::service::peer::process_uid(tgid);
+                        let read_at = store::monotonic_ns();
                         let meta = first_sight(tgid, ev.header().ts_ns, symbols);
                         match owner {
                             Some(uid) if !meta.exited => {
@@ -1474,7 +1500,7 @@ impl Seen {
                                 process: store::StoredProcess::from(&meta),
                             });
                         }
-                        agg.set_process_meta(tgid, meta);
+                        agg.set_process_meta_read_at(tgid, meta, read_at);
                     }
                     if let Event::Stack(_, st) = &ev {
                         // Names first, while the process is there; a capture gets them

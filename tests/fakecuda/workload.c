@@ -17,6 +17,7 @@
  * from the executable's symbol table. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,6 +714,19 @@ static int cmd_stack_chain(int argc, char **argv) {
     return 0;
 }
 
+/* exec PATH [ARG...]: replace the process image, keeping its pid, stdin and stdout, as
+   launchers and wrappers do (`exec python train.py`). Replies only when exec fails. */
+static int cmd_exec(int argc, char **argv) {
+    if (argc < 1) return FAIL("usage: PATH [ARG...]");
+    char *args[33];
+    int n = argc < 32 ? argc : 32;
+    for (int i = 0; i < n; i++) args[i] = argv[i];
+    args[n] = NULL;
+    fflush(stdout);
+    execv(argv[0], args);
+    return FAIL("exec %s: %s", argv[0], strerror(errno));
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
@@ -725,6 +739,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     argc--, argv++;
     reply_extra[0] = 0;
     if (!strcmp(c, "exit")) return 1;
+    if (!strcmp(c, "exec")) return cmd_exec(argc, argv);
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
     if (!strcmp(c, "stack_chain")) return cmd_stack_chain(argc, argv);
     if (!strcmp(c, "rt_launch_ptsz")) return cmd_rt_launch(V_PTSZ, argc, argv);

@@ -562,6 +562,27 @@ impl Workload {
         }
     }
 
+    /// `exec PATH [ARG...]`: the process replaces its image (same pid). With `workload`, the
+    /// new image is a workload (under any name): waits for its ready line, before which nothing
+    /// more may be sent (the old image's input buffer goes with it). Otherwise returns at once.
+    pub fn exec(&mut self, line: &str, workload: bool) {
+        let stdin = self.stdin.as_mut().expect("workload stdin open");
+        writeln!(stdin, "exec {line}").unwrap();
+        stdin.flush().unwrap();
+        if workload {
+            let ready = self.out.wait_for("the new image's ready line", |l| {
+                l.starts_with("ready ") || l.starts_with("err ")
+            });
+            assert_eq!(ready, format!("ready {}", self.tgid), "exec {line}");
+        }
+    }
+
+    /// Waits (bounded) for the process to end by itself.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        wait_bounded(&mut self.child)
+    }
+
     /// `count SYMBOL`: how many times the fake driver/runtime ran that function.
     pub fn count(&mut self, symbol: &str) -> u64 {
         let stdin = self.stdin.as_mut().unwrap();

@@ -674,6 +674,58 @@ fn runtime_linked_statically_into_the_executable() {
 }
 
 #[test]
+fn a_process_that_execs_is_split_at_each_program_and_nothing_follows_it_away_from_cuda() {
+    // A launcher that used CUDA hands its pid to another CUDA program (`exec`), which hands it
+    // to a program without CUDA. Each program's calls are its own — its name, its kernels —
+    // and nothing is recorded after the last exec. (The pauses let the daemon read each
+    // program's name while it runs; read too late, it is reported as `<before exec>`, never
+    // as the next program's: see the model's unit test.)
+    let dir = TempDir::new("exec");
+    let trainer = dir.path().join("trainer");
+    std::os::unix::fs::symlink(fakecuda().join("bin/workload"), &trainer).unwrap();
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    let tgid = w.tgid;
+    w.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    w.exec(&trainer.display().to_string(), true);
+    w.cmd("rt_launch relu 2 1 1 1 32 1 1 0 0");
+    w.cmd("rt_memcpy h2d 4096 1");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    w.exec("/bin/sleep 0.2", false);
+    let st = w.wait();
+    assert!(st.success(), "{st}");
+    let r = d.stop().report;
+    let procs = r["processes"].as_array().unwrap();
+    let summary: Vec<_> = procs
+        .iter()
+        .map(|p| {
+            (
+                p["tgid"].as_u64().unwrap(),
+                p["comm"].as_str().unwrap(),
+                p["launches"].as_u64().unwrap(),
+                kernel_calls(p, GEMM),
+                kernel_calls(p, RELU),
+                p["exited"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (tgid as u64, "workload", 3, 3, 0, true),
+            (tgid as u64, "trainer", 2, 0, 2, true)
+        ]
+    );
+    assert!(copies(&procs[0], "h2d").is_none(), "{}", procs[0]);
+    let h2d = copies(&procs[1], "h2d").expect("the second program's copy");
+    assert_eq!(
+        (&h2d["calls"], &h2d["bytes"]),
+        (&serde_json::json!(1), &serde_json::json!(4096))
+    );
+}
+
+#[test]
 fn a_reused_tgid_is_reported_as_two_processes() {
     // Force the kernel to hand the ended process's pid to the next one (ns_last_pid), then
     // check the two are kept apart: the first ends with its own counts, marked exited. The

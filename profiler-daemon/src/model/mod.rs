@@ -45,6 +45,9 @@ pub struct ProcessMeta {
 /// names it.
 pub const EXITED_COMM: &str = "<exited>";
 
+/// The `comm` of a program a process ran before an exec, when procfs was read only after it.
+pub const BEFORE_EXEC_COMM: &str = "<before exec>";
+
 /// API ids are 16 bits in the probes' cookies; a larger one is a corrupt record.
 const MAX_API_ID: u32 = u16::MAX as u32;
 
@@ -63,6 +66,8 @@ pub struct Aggregator {
     gpus: gpu::Gpus,
     /// When each process was first known to have ended (for the metrics' grace period).
     exited_at: HashMap<u32, std::time::Instant>,
+    /// When procfs was read for each live process's meta (CLOCK_MONOTONIC ns, as the records).
+    meta_read_at: HashMap<u32, u64>,
     /// Kernel launches applied since the start, all processes (forgotten ones included).
     launches_total: u64,
     /// Names the frames of sampled stacks.
@@ -82,6 +87,7 @@ impl Aggregator {
             live_cap: DEFAULT_LIVE_CAP,
             gpus: gpu::Gpus::default(),
             exited_at: HashMap::new(),
+            meta_read_at: HashMap::new(),
             launches_total: 0,
             stacks: crate::stacks::StackResolver::replay(),
         }
@@ -120,7 +126,8 @@ impl Aggregator {
     pub fn apply(&mut self, ev: &Event) {
         match ev {
             // Discovery, not CUDA activity: the session acts on it; no process entry is made.
-            Event::Map(..) => return,
+            // The session splits the process at its exec (see `Seen`); nothing to count.
+            Event::Map(..) | Event::Exec(..) => return,
             Event::Exit(h, x) => {
                 if self.procs.contains_key(&h.tgid) {
                     self.mark_exited(h.tgid);
@@ -179,7 +186,7 @@ impl Aggregator {
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
             Event::Stack(_, st) => p.stacks.apply(h.api, st),
-            Event::Map(..) | Event::Exit(..) => {}
+            Event::Map(..) | Event::Exit(..) | Event::Exec(..) => {}
         }
         if h.api > MAX_API_ID
             && !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..))
@@ -190,6 +197,31 @@ impl Aggregator {
     }
 
     /// Stores what procfs says about `tgid` (its `exited` flag is kept once set).
+    /// [`Self::set_process_meta`] with `meta` read from procfs at `read_at_ns` (CLOCK_MONOTONIC),
+    /// so that an exec the records later reveal can tell whether procfs showed the old program.
+    pub fn set_process_meta_read_at(&mut self, tgid: u32, meta: ProcessMeta, read_at_ns: u64) {
+        self.meta_read_at.insert(tgid, read_at_ns);
+        self.set_process_meta(tgid, meta);
+    }
+
+    /// Process `tgid` replaced its program at `ts_ns` (`execve`): what it did so far is set
+    /// aside as the old program's (as for a reused pid), and its next record starts the new
+    /// one. Where procfs was read only after the exec, the name and command line it gave are
+    /// the new program's: the old one's are reported unknown rather than wrong (that meta is
+    /// returned, for the capture file).
+    pub fn exec(&mut self, tgid: u32, ts_ns: u64) -> Option<ProcessMeta> {
+        let mut changed = None;
+        if self.meta_read_at.get(&tgid).is_some_and(|&at| at >= ts_ns)
+            && let Some(m) = self.meta.get_mut(&tgid)
+        {
+            m.comm = BEFORE_EXEC_COMM.into();
+            m.cmdline.clear();
+            changed = Some(m.clone());
+        }
+        self.retire(tgid);
+        changed
+    }
+
     pub fn set_process_meta(&mut self, tgid: u32, meta: ProcessMeta) {
         let exited = self.meta.get(&tgid).is_some_and(|m| m.exited);
         if meta.exited {
@@ -278,6 +310,7 @@ impl Aggregator {
                 &self.stacks,
             ));
             self.stacks.forget(tgid);
+            self.meta_read_at.remove(&tgid);
             let mut meta = self.meta.remove(&tgid).unwrap_or_default();
             meta.exited = true;
             self.retired.push((tgid, p, meta));
@@ -299,6 +332,7 @@ impl Aggregator {
             self.exited_at.remove(t);
             self.procs.remove(t);
             self.meta.remove(t);
+            self.meta_read_at.remove(t);
             self.stacks.forget(*t);
         }
         let n = self

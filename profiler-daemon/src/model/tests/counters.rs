@@ -503,3 +503,38 @@ fn work_per_stream_bounded() {
     let other = streams.iter().find(|s| s["stream"] == "other").unwrap();
     assert_eq!(other["launches"], 10);
 }
+
+#[test]
+fn an_exec_splits_the_process_and_never_lends_the_new_name_to_the_old_program() {
+    let named = |comm: &str| ProcessMeta {
+        comm: comm.into(),
+        cmdline: format!("{comm} --flag"),
+        ..ProcessMeta::default()
+    };
+    let mut a = agg();
+    // Read while the first program ran (at 100 ns, exec at 500 ns): its own name.
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 1, 0));
+    a.set_process_meta_read_at(7, named("launcher"), 100);
+    assert_eq!(a.exec(7, 500), None);
+    // The second program's first record: read at 600 ns, but it had exec'd again at 550 ns:
+    // procfs showed the third program, whose name must not go to the second.
+    a.apply(&launch(7, LAUNCH_RT, 0x1, 2, 0));
+    a.set_process_meta_read_at(7, named("sleep"), 600);
+    let renamed = a.exec(7, 550).expect("the second program's name is withdrawn");
+    assert_eq!((&*renamed.comm, &*renamed.cmdline), (BEFORE_EXEC_COMM, ""));
+    // An exec of a process that made no record changes nothing.
+    assert_eq!(a.exec(8, 700), None);
+    let r = a.report(meta());
+    let got: Vec<(u32, &str, &str, u64, bool)> = r
+        .processes
+        .iter()
+        .map(|p| (p.tgid, &*p.comm, &*p.cmdline, p.launches, p.exited))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (7, "launcher", "launcher --flag", 1, true),
+            (7, BEFORE_EXEC_COMM, "", 1, true)
+        ]
+    );
+}

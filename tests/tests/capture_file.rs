@@ -4,6 +4,7 @@
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
 use gpuprofd_tests::*;
+use std::time::{Duration, Instant};
 
 const RELU: &str = "relu(float*, int)";
 
@@ -148,6 +149,80 @@ fn a_killed_daemon_leaves_a_readable_capture_and_no_probes() {
     let p = process(&r2, tgid);
     assert_eq!((kernel_calls(p, GEMM), kernel_calls(p, RELU)), (0, 3));
     w.exit();
+}
+
+#[test]
+fn captures_killed_at_random_points_open_with_everything_up_to_their_last_flush() {
+    // Kill points drawn at random (the seed is printed: GPUPROFD_KILL_SEED replays a run),
+    // while a workload launches in bursts and the writer is busy. The file must open every
+    // time, hold only what was launched, and hold everything launched well before the kill:
+    // the daemon flushes every second, so launches acknowledged 2 s before it are on disk.
+    let seed: u64 = std::env::var("GPUPROFD_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let mut x = seed;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let kill_after = Duration::from_millis(2500 + next() % 2500);
+        let d = Daemon::all_jobs_capturing();
+        let mut w = Workload::start();
+        let started = Instant::now();
+        // (when acknowledged, launches so far)
+        let mut acked: Vec<(Instant, u64)> = Vec::new();
+        let mut total = 0u64;
+        while started.elapsed() < kill_after {
+            w.cmd("rt_launch gemm 5 1 1 1 32 1 1 0 0");
+            w.cmd("storm 2 10");
+            total += 25;
+            acked.push((Instant::now(), total));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let killed_at = Instant::now();
+        let f = d.kill9();
+        let (code, out, err) =
+            run_daemon(&["report", f.output.to_str().unwrap(), "--format", "json"]);
+        assert!(
+            code == 0 || code == 11,
+            "seed {seed} round {round}: report exited {code}: {err}"
+        );
+        let r: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("seed {seed} round {round}: {e}: {out}\n{err}"));
+        let got = if has_process(&r, w.tgid) {
+            process(&r, w.tgid)["launches"].as_u64().unwrap()
+        } else {
+            0
+        };
+        let flushed = acked
+            .iter()
+            .take_while(|(at, _)| killed_at.duration_since(*at) >= Duration::from_secs(2))
+            .last()
+            .map_or(0, |a| a.1);
+        assert!(
+            flushed <= got && got <= total,
+            "seed {seed} round {round}: killed after {kill_after:?}: {got} launches recovered, \
+             {flushed} acknowledged 2 s before the kill, {total} in all; {err}"
+        );
+        assert_eq!(r["decode_errors"], 0, "seed {seed} round {round}");
+        seen.push((kill_after.as_millis(), flushed, got, total));
+        w.exit();
+    }
+    eprintln!(
+        "reliability: capture killed at random points (seed {seed}): (ms, launches acknowledged \
+         2 s before, recovered, launched) {seen:?}"
+    );
 }
 
 #[test]

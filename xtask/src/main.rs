@@ -54,6 +54,10 @@ enum Cmd {
     Reliability {
         #[arg(long, default_value_t = 60)]
         fuzz_seconds: u32,
+        /// Spread the churn test's 10,000 short processes over this many seconds (the issue's
+        /// soak is 600; 0 runs them as fast as they go, as CI does).
+        #[arg(long, default_value_t = 0)]
+        soak_seconds: u32,
     },
     /// Benchmarks (as root): probe cost per call against the uprobe floor, pipeline ceiling,
     /// launch storm, process churn. Writes docs/PERFORMANCE.md (not with --quick).
@@ -282,7 +286,10 @@ fn main() -> Result<()> {
             // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.
             bench::run(&root(), &bin, &fakecuda_dir(), true)
         }
-        Cmd::Reliability { fuzz_seconds } => {
+        Cmd::Reliability {
+            fuzz_seconds,
+            soak_seconds,
+        } => {
             let bin = build()?;
             if !is_root() {
                 bail!(
@@ -294,7 +301,14 @@ fn main() -> Result<()> {
                 .arg(root().join("scripts/setup.sh"))
                 .arg("--test-tools"))?;
             let kit = dist()?;
-            reliability::run(&root(), &bin, &kit, &fakecuda_dir(), fuzz_seconds)
+            reliability::run(
+                &root(),
+                &bin,
+                &kit,
+                &fakecuda_dir(),
+                fuzz_seconds,
+                soak_seconds,
+            )
         }
         Cmd::Bench { quick } => {
             let bin = build()?;

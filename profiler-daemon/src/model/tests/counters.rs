@@ -520,7 +520,9 @@ fn an_exec_splits_the_process_and_never_lends_the_new_name_to_the_old_program() 
     // procfs showed the third program, whose name must not go to the second.
     a.apply(&launch(7, LAUNCH_RT, 0x1, 2, 0));
     a.set_process_meta_read_at(7, named("sleep"), 600);
-    let renamed = a.exec(7, 550).expect("the second program's name is withdrawn");
+    let renamed = a
+        .exec(7, 550)
+        .expect("the second program's name is withdrawn");
     assert_eq!((&*renamed.comm, &*renamed.cmdline), (BEFORE_EXEC_COMM, ""));
     // An exec of a process that made no record changes nothing.
     assert_eq!(a.exec(8, 700), None);

@@ -35,8 +35,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The first bytes of every capture file.
 pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
-/// The schema this version writes, and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema this version writes, and the newest it reads. Every older schema is read too.
+///
+/// * 1: the first.
+/// * 2: records may be of kind `EXEC` (a process replaced its program), followed by a `Retire`
+///   frame. A schema-1 reader would count them as damage: it refuses the file instead.
+pub const SCHEMA_VERSION: u32 = 2;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).

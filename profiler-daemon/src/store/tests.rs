@@ -178,6 +178,17 @@ fn a_replay_is_the_report_the_daemon_made() {
 }
 
 #[test]
+fn a_file_of_the_first_schema_still_reads() {
+    let t = Tmp::new("schema1");
+    write_capture(&t.0, false);
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    assert_eq!(bytes[8..12], SCHEMA_VERSION.to_le_bytes());
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&t.0, &bytes).unwrap();
+    assert_eq!(replay(&t.0).unwrap().report, live_equivalent());
+}
+
+#[test]
 fn a_clean_end_brings_drops_duration_and_stub_names() {
     let t = Tmp::new("end");
     write_capture(&t.0, true);
@@ -290,7 +301,7 @@ fn foreign_newer_and_empty_files_are_refused_with_what_to_do() {
     newer.extend_from_slice(&(SCHEMA_VERSION + 1).to_le_bytes());
     std::fs::write(&t.0, &newer).unwrap();
     let e = replay(&t.0).err().unwrap();
-    assert!(matches!(e, StoreError::NewerSchema { found: 2, .. }), "{e}");
+    assert!(matches!(e, StoreError::NewerSchema { found: 3, .. }), "{e}");
     assert!(e.to_string().contains("upgrade"));
 
     std::fs::write(&t.0, b"").unwrap();

@@ -281,6 +281,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     let started_at = SystemTime::now();
     let started = Instant::now();
+    let started_mono = store::monotonic_ns();
     let cancel = CancellationToken::new();
     let stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel::<Batch>(4096);
@@ -293,7 +294,12 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let journal = match (&opts.output, &out_file) {
         (Some(p), Some(_)) if store::is_capture_path(p) => {
             let f = out_file.take().expect("checked above");
-            let header = store::header_now(hostname(), describe(&opts));
+            let mut header = store::header_now(hostname(), describe(&opts));
+            // The file's origin is the report's (timelines read from either agree).
+            header.started_at_monotonic_ns = started_mono;
+            header.started_at_unix_ns = started_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
             Some(store::Writer::new(f, p, header))
         }
         _ => None,
@@ -353,6 +359,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         stats: stats.clone(),
         started_at,
         started,
+        started_mono,
     });
     if let Some(listener) = metrics_listener {
         let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
@@ -610,7 +617,13 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
     let submitted = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)?;
-    let meta = report_meta(started_at, started.elapsed(), &drops, &submitted, &stats);
+    let meta = report_meta(
+        (started_at, started_mono),
+        started.elapsed(),
+        &drops,
+        &submitted,
+        &stats,
+    );
     let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
     let (reply_tx, reply_rx) = oneshot::channel();
     ctl_tx
@@ -715,13 +728,14 @@ struct Snapper {
     stats: Arc<ReaderStats>,
     started_at: SystemTime,
     started: Instant,
+    started_mono: u64,
 }
 
 impl Snapper {
     fn meta(&self) -> Option<ReportMeta> {
         let (drops, submitted) = self.counters.lock().ok()?.clone();
         Some(report_meta(
-            self.started_at,
+            (self.started_at, self.started_mono),
             self.started.elapsed(),
             &drops,
             &submitted,
@@ -1059,8 +1073,9 @@ fn spawn(
     })
 }
 
+/// `started`: the capture's start, wall clock and CLOCK_MONOTONIC ns.
 fn report_meta(
-    started_at: SystemTime,
+    (started_at, started_mono_ns): (SystemTime, u64),
     elapsed: Duration,
     drops: &KindCounts,
     submitted: &KindCounts,
@@ -1078,6 +1093,7 @@ fn report_meta(
     ReportMeta {
         host: hostname(),
         started_at,
+        started_mono_ns,
         duration_ns: elapsed.as_nanos() as u64,
         drops: d,
         submitted: submitted

@@ -36,6 +36,9 @@ pub enum View {
     Code,
     /// Calls per library that made them (the innermost frame outside libcuda/libcudart).
     Callers,
+    /// When each process was active: first and last call, launch rate, share of its active
+    /// time blocked in calls, and its activity over the capture as a strip.
+    Timeline,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -55,6 +58,8 @@ pub enum OrderBy {
     Calls,
     Bytes,
     Blocked,
+    /// Calls (launches) per second of the process's active span (first to last call).
+    Rate,
     Name,
 }
 
@@ -326,11 +331,20 @@ pub fn render(
         View::Memcpy | View::Memory => OrderBy::Bytes,
         _ => OrderBy::Calls,
     });
+    if order == OrderBy::Rate && !columns(a.view).iter().any(|c| c.0 == "rate") {
+        return Err(format!(
+            "--order-by rate: the {:?} view has no rate; the kernels, api, processes, streams \
+             and timeline views have one",
+            a.view
+        ));
+    }
+    let rate = |row: &Row| value(row, "rate").as_f64().unwrap_or(-1.0);
     rows.sort_by(|x, y| {
         let main = match order {
             OrderBy::Calls => y.calls.cmp(&x.calls),
             OrderBy::Bytes => y.bytes.cmp(&x.bytes),
             OrderBy::Blocked => y.blocked_ns.cmp(&x.blocked_ns),
+            OrderBy::Rate => rate(y).total_cmp(&rate(x)),
             OrderBy::Name => x.name.cmp(&y.name),
         };
         main.then_with(|| x.name.cmp(&y.name))
@@ -346,7 +360,7 @@ pub fn render(
         all.iter()
             .copied()
             .filter(|c| a.format != Format::Table || !narrow.contains(c))
-            .filter(|c| a.format == Format::Json || *c != "steps")
+            .filter(|c| a.format == Format::Json || !matches!(*c, "steps" | "bins"))
             .collect()
     } else {
         let mut v = Vec::new();
@@ -431,6 +445,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("pid", "PID", true),
             ("kernel", "KERNEL", false),
             ("calls", "CALLS", true),
+            ("rate", "PER s", true),
             ("share", "SHARE", true),
             ("grid", "GRID", false),
             ("block", "BLOCK", false),
@@ -442,6 +457,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("pid", "PID", true),
             ("api", "API", false),
             ("calls", "CALLS", true),
+            ("rate", "PER s", true),
             ("blocked_ns", "BLOCKED ms", true),
             ("p50_ns", "P50 us", true),
             ("p99_ns", "P99 us", true),
@@ -472,6 +488,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("comm", "COMM", false),
             ("job", "JOB", false),
             ("launches", "LAUNCHES", true),
+            ("rate", "PER s", true),
             ("copy_bytes", "COPIED", true),
             ("blocked_ns", "BLOCKED ms", true),
             ("peak_bytes", "PEAK MEM", true),
@@ -481,9 +498,23 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("pid", "PID", true),
             ("stream", "STREAM", false),
             ("launches", "LAUNCHES", true),
+            ("rate", "PER s", true),
             ("share", "SHARE", true),
             ("copies", "COPIES", true),
             ("copy_bytes", "COPIED", true),
+        ],
+        View::Timeline => &[
+            ("pid", "PID", true),
+            ("comm", "COMM", false),
+            ("job", "JOB", false),
+            ("first_call_ns", "FROM s", true),
+            ("last_call_ns", "TO s", true),
+            ("calls", "CALLS", true),
+            ("launches", "LAUNCHES", true),
+            ("rate", "PER s", true),
+            ("blocked_share", "BLOCKED", true),
+            ("activity", "ACTIVITY", false),
+            ("bins", "", false),
         ],
         View::Jobs => &[
             ("kind", "KIND", false),
@@ -500,6 +531,8 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
 fn narrow_columns(view: View) -> &'static [&'static str] {
     match view {
         View::Kernels => &["shared_bytes", "streams", "api"],
+        View::Timeline => &["job", "calls", "launches"],
+        View::Processes => &["rate"],
         View::Steps => &["irregular", "wall_p90_ns", "copy_bytes"],
         _ => &[],
     }
@@ -534,7 +567,13 @@ fn human(col: &str, v: &Value) -> String {
             fmt::ms(n.as_u64().unwrap_or(0))
         }
         ("p50_ns" | "p99_ns" | "max_ns", Value::Number(n)) => fmt::us(n.as_u64().unwrap_or(0)),
-        ("share", Value::Number(n)) => format!("{:.1}%", n.as_f64().unwrap_or(0.0) * 100.0),
+        ("share" | "blocked_share", Value::Number(n)) => {
+            format!("{:.1}%", n.as_f64().unwrap_or(0.0) * 100.0)
+        }
+        ("rate", Value::Number(n)) => fmt::rate(n.as_f64().unwrap_or(0.0)),
+        ("first_call_ns" | "last_call_ns", Value::Number(n)) => {
+            format!("{:.1}", n.as_u64().unwrap_or(0) as f64 / 1e9)
+        }
         ("kernel", Value::String(s)) => fmt::truncate(s, 32),
         ("api" | "comm" | "job" | "boundary", Value::String(s)) => fmt::truncate(s, 24),
         (_, Value::String(s)) => s.clone(),
@@ -608,10 +647,117 @@ fn step_rows(r: &Report, steps: &[ProcessSteps]) -> Vec<Row> {
         .collect()
 }
 
+/// `n` per second of `p`'s active span (first to last call; derived from the measured call
+/// times); `null` when the span is empty.
+fn per_second(n: u64, p: &output::ProcessReport) -> Value {
+    p.timeline
+        .as_ref()
+        .map(|t| t.last_call_ns.saturating_sub(t.first_call_ns))
+        .filter(|span| *span > 0)
+        .map_or(Value::Null, |span| {
+            json!((n as f64 / (span as f64 / 1e9) * 10.0).round() / 10.0)
+        })
+}
+
+/// Width of the timeline view's activity strip, in characters.
+pub const STRIP: usize = 16;
+
+/// `calls` (bins of `bin_ns` from `first_ns`) spread over `STRIP` columns covering
+/// `[0, span_ns)`, each bin shared among the columns it overlaps in proportion.
+pub fn rebin(first_ns: u64, bin_ns: u64, calls: &[u64], span_ns: u64) -> [f64; STRIP] {
+    let mut cols = [0f64; STRIP];
+    let col_ns = (span_ns.max(1) as f64) / STRIP as f64;
+    for (j, &v) in calls.iter().enumerate() {
+        if v == 0 {
+            continue;
+        }
+        let (a, b) = (
+            first_ns as f64 + j as f64 * bin_ns as f64,
+            first_ns as f64 + (j + 1) as f64 * bin_ns as f64,
+        );
+        let (c0, c1) = ((a / col_ns) as usize, (b / col_ns).ceil() as usize);
+        for (c, col) in cols
+            .iter_mut()
+            .enumerate()
+            .take(c1.min(STRIP))
+            .skip(c0.min(STRIP - 1))
+        {
+            let (lo, hi) = (c as f64 * col_ns, (c + 1) as f64 * col_ns);
+            let overlap = (b.min(hi) - a.max(lo)).max(0.0);
+            *col += v as f64 * overlap / (b - a);
+        }
+        // A bin past the end (the last one runs beyond the capture) lands in the last column.
+        if b > col_ns * STRIP as f64 {
+            let past = (b - a.max(col_ns * STRIP as f64)) / (b - a);
+            cols[STRIP - 1] += v as f64 * past;
+        }
+    }
+    cols
+}
+
+/// One character per column: blank where nothing was called, else one of eight heights
+/// scaled to the busiest column.
+pub fn strip(cols: &[f64]) -> String {
+    const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = cols.iter().copied().fold(0.0, f64::max);
+    cols.iter()
+        .map(|&v| {
+            if v <= 0.0 || max <= 0.0 {
+                ' '
+            } else {
+                LEVELS[(((v / max) * 8.0).ceil() as usize).clamp(1, 8) - 1]
+            }
+        })
+        .collect()
+}
+
 fn rows(r: &Report, view: View) -> Vec<Row> {
     let mut out = Vec::new();
     match view {
         View::Summary | View::Advice | View::Steps | View::Code | View::Callers => {}
+        View::Timeline => {
+            for p in &r.processes {
+                let Some(t) = &p.timeline else { continue };
+                let span = r.duration_ns.max(t.last_call_ns + 1);
+                let active = t.last_call_ns - t.first_call_ns;
+                let blocked: u64 = t.blocked_ns.iter().sum();
+                let calls: u64 = t.calls.iter().sum();
+                out.push(Row {
+                    tgid: Some(p.tgid),
+                    job: job_label(p),
+                    name: p.comm.clone(),
+                    calls,
+                    bytes: 0,
+                    blocked_ns: blocked,
+                    cols: vec![
+                        ("pid", json!(p.tgid)),
+                        ("comm", json!(p.comm)),
+                        ("job", job_text(p)),
+                        ("first_call_ns", json!(t.first_call_ns)),
+                        ("last_call_ns", json!(t.last_call_ns)),
+                        ("calls", json!(calls)),
+                        ("launches", json!(p.launches)),
+                        ("rate", per_second(p.launches, p)),
+                        (
+                            "blocked_share",
+                            if active > 0 {
+                                json!(((blocked as f64 / active as f64) * 1000.0).round() / 1000.0)
+                            } else {
+                                Value::Null
+                            },
+                        ),
+                        (
+                            "activity",
+                            json!(format!(
+                                "|{}|",
+                                strip(&rebin(t.first_call_ns, t.bin_ns, &t.calls, span))
+                            )),
+                        ),
+                        ("bins", json!(t)),
+                    ],
+                });
+            }
+        }
         View::Kernels => {
             for p in &r.processes {
                 for k in &p.kernels {
@@ -631,6 +777,7 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             ("pid", json!(p.tgid)),
                             ("kernel", json!(k.name)),
                             ("calls", json!(k.calls)),
+                            ("rate", per_second(k.calls, p)),
                             ("share", json!(share)),
                             ("grid", json!(fmt::dim3(k.grid))),
                             ("block", json!(fmt::dim3(k.block))),
@@ -656,6 +803,7 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             ("pid", json!(p.tgid)),
                             ("api", json!(a.name)),
                             ("calls", json!(a.calls)),
+                            ("rate", per_second(a.calls, p)),
                             ("blocked_ns", json!(a.blocked_ns)),
                             ("p50_ns", json!(a.p50_ns)),
                             ("p99_ns", json!(a.p99_ns)),
@@ -736,6 +884,7 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                         ("comm", json!(p.comm)),
                         ("job", job_text(p)),
                         ("launches", json!(p.launches)),
+                        ("rate", per_second(p.launches, p)),
                         ("copy_bytes", json!(copy_bytes)),
                         ("blocked_ns", json!(blocked)),
                         ("peak_bytes", json!(p.allocations.peak_bytes)),
@@ -758,6 +907,7 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             ("pid", json!(p.tgid)),
                             ("stream", json!(s.stream)),
                             ("launches", json!(s.launches)),
+                            ("rate", per_second(s.launches, p)),
                             (
                                 "share",
                                 json!(if p.launches > 0 {

@@ -388,6 +388,51 @@ fn a_training_loop_is_cut_into_its_steps() {
         .map(|x| x["rule"].as_str().unwrap())
         .collect();
     assert_eq!(rules, ["input_bound"], "{a}");
+    // The timeline view: 46 calls (malloc, device sync, 6 × [5 launches, copy, sync], launch,
+    // sync), 31 launches, active for at least the six 200 ms waits, rate over that span.
+    let (code, out, err) = run_daemon(&[
+        "report",
+        file,
+        "--view",
+        "timeline",
+        "--format",
+        "json",
+        "--pid",
+        &tgid.to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let row = &t[0];
+    let api_calls: u64 = process(&f.report, tgid)["api"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        (row["calls"].as_u64(), row["launches"].as_u64(), api_calls),
+        (Some(46), Some(31), 46),
+        "{t}"
+    );
+    let (first, last) = (
+        row["first_call_ns"].as_u64().unwrap(),
+        row["last_call_ns"].as_u64().unwrap(),
+    );
+    let span = last - first;
+    assert!((1_200_000_000..3_000_000_000).contains(&span), "{t}");
+    assert!(last <= f.report["duration_ns"].as_u64().unwrap(), "{t}");
+    let rate = row["rate"].as_f64().unwrap();
+    assert!((rate - 31.0 / (span as f64 / 1e9)).abs() <= 0.05, "{t}");
+    let bins = &row["bins"];
+    assert_eq!(
+        bins["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        46
+    );
     // And the timeline has a span per step.
     let trace = f.output.with_extension("trace.json");
     let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);

@@ -6,6 +6,7 @@
 //! Kernel names are resolved at report time, so a name that arrives after its launches still
 //! names them.
 
+pub mod activity;
 pub mod gpu;
 pub mod hash;
 pub mod hist;
@@ -156,23 +157,31 @@ impl Aggregator {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
                 call(p, None);
+                p.activity.add(h.ts_ns, true, 0);
                 self.launches_total += 1;
             }
             Event::Copy(_, c) => {
                 p.copy(c);
-                call(p, measured(c.flags, c.dur_ns));
+                let d = measured(c.flags, c.dur_ns);
+                call(p, d);
+                p.activity.add(h.ts_ns, false, d.unwrap_or(0));
             }
             Event::Sync(_, s) => {
                 p.sync(s);
-                call(p, measured(s.flags, s.dur_ns));
+                let d = measured(s.flags, s.dur_ns);
+                call(p, d);
+                p.activity.add(h.ts_ns, false, d.unwrap_or(0));
             }
             Event::Mem(_, m) => {
                 p.mem.apply(m);
-                call(p, measured(m.flags, m.dur_ns));
+                let d = measured(m.flags, m.dur_ns);
+                call(p, d);
+                p.activity.add(h.ts_ns, false, d.unwrap_or(0));
             }
             Event::Graph(..) => {
                 p.graph_launches += 1;
                 call(p, None);
+                p.activity.add(h.ts_ns, false, 0);
             }
             Event::Name(_, n) => {
                 let name = String::from_utf8_lossy(n.name_bytes());
@@ -514,6 +523,7 @@ impl Aggregator {
                     &self.api,
                     self.resolver.as_ref(),
                     &self.stacks,
+                    meta.started_mono_ns,
                 )
             })
             .chain(self.seen_tgids().into_iter().map(|t| {
@@ -524,6 +534,7 @@ impl Aggregator {
                     &self.api,
                     self.resolver.as_ref(),
                     &self.stacks,
+                    meta.started_mono_ns,
                 )
             }))
             .collect();

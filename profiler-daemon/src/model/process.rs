@@ -100,6 +100,8 @@ pub struct ProcState {
     pub gpu: super::gpu::ProcGpu,
     /// Launches and copies per stream handle (0: the legacy default stream).
     pub streams: FastMap<u64, StreamStat>,
+    /// Calls, launches and blocked time over the process's active span.
+    pub activity: super::activity::Activity,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -124,6 +126,7 @@ impl ProcState {
             prev_launches: 0,
             gpu: Default::default(),
             streams: FastMap::default(),
+            activity: Default::default(),
         }
     }
 

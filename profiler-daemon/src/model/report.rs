@@ -230,6 +230,7 @@ pub(super) fn process(
     api: &ApiTable,
     resolver: &dyn SymbolResolver,
     stacks: &crate::stacks::StackResolver,
+    origin_ns: u64,
 ) -> ProcessReport {
     let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
     let (code, stack_summary) = match &p.frozen_code {
@@ -255,6 +256,7 @@ pub(super) fn process(
         gpu: p.gpu.report(),
         code,
         stacks: stack_summary,
+        timeline: p.activity.report(origin_ns),
     }
 }
 

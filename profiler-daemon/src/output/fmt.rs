@@ -25,6 +25,17 @@ pub fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1e3)
 }
 
+/// A rate per second: `12.5`, `3.4k`, `1.20M`.
+pub fn rate(per_s: f64) -> String {
+    if per_s >= 1e6 {
+        format!("{:.2}M", per_s / 1e6)
+    } else if per_s >= 1e3 {
+        format!("{:.1}k", per_s / 1e3)
+    } else {
+        format!("{per_s:.1}")
+    }
+}
+
 /// `s` cut to at most `max` characters, the last one `…` when something was cut.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {

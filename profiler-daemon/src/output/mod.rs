@@ -17,6 +17,8 @@ pub const SCHEMA: &str = "gpuprofd.report/1";
 pub struct ReportMeta {
     pub host: String,
     pub started_at: SystemTime,
+    /// CLOCK_MONOTONIC ns at the capture's start: the origin of the report's timelines.
+    pub started_mono_ns: u64,
     pub duration_ns: u64,
     /// Records lost per kind (see [`drops_by_kind`]).
     pub drops: BTreeMap<String, u64>,
@@ -158,6 +160,9 @@ pub struct ProcessReport {
     /// How the stacks were taken.
     #[serde(default)]
     pub stacks: StackSummary,
+    /// When the process called CUDA (`null` when it made no call the probes saw).
+    #[serde(default)]
+    pub timeline: Option<crate::model::activity::TimelineReport>,
 }
 
 /// The calls sampled on one call stack. `samples` is measured; `calls`, `launches`, `syncs`,

@@ -422,6 +422,7 @@ mod tests {
             streams: Vec::new(),
             code: Vec::new(),
             stacks: Default::default(),
+            timeline: None,
         };
         Report {
             schema: SCHEMA.into(),

@@ -628,6 +628,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
         Some(e) => ReportMeta {
             host: header.host.clone(),
             started_at,
+            started_mono_ns: header.started_at_monotonic_ns,
             duration_ns: e.duration_ns,
             drops: e.drops.clone(),
             submitted: e.submitted.clone(),
@@ -635,6 +636,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
         None => ReportMeta {
             host: header.host.clone(),
             started_at,
+            started_mono_ns: header.started_at_monotonic_ns,
             duration_ns: last_ts.saturating_sub(header.started_at_monotonic_ns),
             drops: BTreeMap::new(),
             submitted: BTreeMap::new(),

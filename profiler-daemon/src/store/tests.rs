@@ -129,6 +129,7 @@ fn live_equivalent() -> Report {
     a.report(ReportMeta {
         host: "node7".into(),
         started_at: UNIX_EPOCH + Duration::from_nanos(1_795_417_200_000_000_000),
+        started_mono_ns: 1_000,
         duration_ns: 3_000,
         drops: BTreeMap::new(),
         submitted: BTreeMap::new(),

@@ -43,12 +43,24 @@ fn report() -> Report {
              "graphs": {"launches": 0}, "allocations": alloc(1_048_576),
              "streams": [
                 {"stream": "0x7f00", "launches": 240, "copies": 3, "copy_bytes": 3_145_728u64},
-                {"stream": "default", "launches": 60, "copies": 0, "copy_bytes": 0}]},
+                {"stream": "default", "launches": 60, "copies": 0, "copy_bytes": 0}],
+             // Busy from 1 s to 9 s: 8 s in 32 bins of 256 ms, evenly.
+             "timeline": {"first_call_ns": 1_000_000_000u64, "last_call_ns": 9_000_000_000u64,
+                          "bin_ns": 256_000_000u64,
+                          "calls": ([[10; 31].as_slice(), &[6]].concat()),
+                          "launches": ([[9; 31].as_slice(), &[21]].concat()),
+                          "blocked_ns": ([[3_001_000u64].as_slice(), &[0; 31]].concat())}},
             {"tgid": 200, "comm": "server", "cmdline": "server", "exited": true,
              "job": {"kind": "docker", "id": "abc", "name": "web", "cgroup": "/docker/abc"},
              "launches": 100, "unnamed_launches": 0,
              "kernels": [k("softmax", 100, 1)], "copies": [], "api": [],
-             "graphs": {"launches": 0}, "allocations": alloc(0)}
+             "graphs": {"launches": 0}, "allocations": alloc(0),
+             // 80 launches from 0.5 s to 1 s, nothing for 1.5 s, 20 more at the end.
+             "timeline": {"first_call_ns": 500_000_000u64, "last_call_ns": 2_500_000_000u64,
+                          "bin_ns": 64_000_000u64,
+                          "calls": ([[10u64; 8].as_slice(), &[0; 23], &[20]].concat()),
+                          "launches": ([[10u64; 8].as_slice(), &[0; 23], &[20]].concat()),
+                          "blocked_ns": ([0u64; 32])}}
         ]
     });
     serde_json::from_value(v).unwrap()
@@ -72,10 +84,10 @@ fn show(args: &[&str]) -> Result<String, String> {
 fn kernels_view_orders_by_calls_then_name_with_shares() {
     assert_eq!(
         show(&["--view", "kernels"]).unwrap(),
-        "PID  KERNEL             CALLS   SHARE  GRID    BLOCK\n\
-         100  gemm(float*, int)    200   66.7%  64x1x1  256x1x1\n\
-         100  relu(float*, int)    100   33.3%  8x1x1   256x1x1\n\
-         200  softmax              100  100.0%  1x1x1   256x1x1\n"
+        "PID  KERNEL             CALLS  PER s   SHARE  GRID    BLOCK\n\
+         100  gemm(float*, int)    200   25.0   66.7%  64x1x1  256x1x1\n\
+         100  relu(float*, int)    100   12.5   33.3%  8x1x1   256x1x1\n\
+         200  softmax              100   50.0  100.0%  1x1x1   256x1x1\n"
     );
 }
 
@@ -171,8 +183,8 @@ fn memcpy_bandwidth_only_for_blocking_copies() {
 fn api_processes_jobs_and_memory_views() {
     assert_eq!(
         show(&["--view", "api"]).unwrap(),
-        "PID  API                    CALLS  BLOCKED ms  P50 us  P99 us  MAX us\n\
-         100  cudaStreamSynchronize     10       2.000   150.0   400.0   410.0\n"
+        "PID  API                    CALLS  PER s  BLOCKED ms  P50 us  P99 us  MAX us\n\
+         100  cudaStreamSynchronize     10    1.3       2.000   150.0   400.0   410.0\n"
     );
     assert_eq!(
         show(&["--view", "processes"]).unwrap(),
@@ -225,13 +237,22 @@ fn narrow_columns_come_back_when_selected() {
     let csv = show(&["--view", "kernels", "--format", "csv", "--top", "1"]).unwrap();
     assert_eq!(
         csv.lines().next().unwrap(),
-        "pid,kernel,calls,share,grid,block,shared_bytes,streams,api"
+        "pid,kernel,calls,rate,share,grid,block,shared_bytes,streams,api"
     );
 }
 
 #[test]
 fn tables_fit_80_columns() {
-    for v in ["kernels", "api", "memcpy", "memory", "processes", "jobs"] {
+    for v in [
+        "kernels",
+        "api",
+        "memcpy",
+        "memory",
+        "processes",
+        "jobs",
+        "streams",
+        "timeline",
+    ] {
         for line in show(&["--view", v]).unwrap().lines() {
             assert!(line.chars().count() <= 80, "{v}: {line}");
         }
@@ -297,9 +318,9 @@ fn steps_view_medians_and_series() {
 fn streams_per_process() {
     assert_eq!(
         show(&["--view", "streams"]).unwrap(),
-        "PID  STREAM   LAUNCHES  SHARE  COPIES   COPIED\n\
-         100  0x7f00        240  80.0%       3  3.0 MiB\n\
-         100  default        60  20.0%       0      0 B\n"
+        "PID  STREAM   LAUNCHES  PER s  SHARE  COPIES   COPIED\n\
+         100  0x7f00        240   30.0  80.0%       3  3.0 MiB\n\
+         100  default        60    7.5  20.0%       0      0 B\n"
     );
     let j = show(&[
         "--view",
@@ -314,7 +335,76 @@ fn streams_per_process() {
     .unwrap();
     assert_eq!(
         serde_json::from_str::<Value>(&j).unwrap(),
-        json!([{"pid": 100, "stream": "0x7f00", "launches": 240, "share": 0.8, "copies": 3,
+        json!([{"pid": 100, "stream": "0x7f00", "launches": 240, "rate": 30.0, "share": 0.8, "copies": 3,
                 "copy_bytes": 3_145_728u64}])
     );
+}
+
+#[test]
+fn timeline_view_places_each_process_on_the_capture() {
+    // 10 s capture, 16 columns of 625 ms. python3: 1 s..9.19 s, evenly busy (columns 1..14;
+    // the first and last only partly: 9.8 and 13.3 calls of a full column's 24.4). server: 80
+    // calls in 0.5..1.012 s (19.5 in column 0, 60.5 in column 1), then 20 at 2.484..2.548 s
+    // (5 in column 3, 15 in column 4).
+    assert_eq!(
+        show(&["--view", "timeline"]).unwrap(),
+        "PID  COMM     FROM s  TO s  PER s  BLOCKED  ACTIVITY\n\
+         100  python3     1.0   9.0   37.5     0.0%  | ▄████████████▅ |\n\
+         200  server      0.5   2.5   50.0     0.0%  |▃█ ▁▂           |\n"
+    );
+    let j: Value = serde_json::from_str(
+        &show(&[
+            "--view",
+            "timeline",
+            "--order-by",
+            "rate",
+            "--format",
+            "json",
+            "--select",
+            "pid,rate,calls,blocked_share",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        j,
+        json!([{"pid": 200, "rate": 50.0, "calls": 100, "blocked_share": 0.0},
+               {"pid": 100, "rate": 37.5, "calls": 316, "blocked_share": 0.0}])
+    );
+    // Rate is per second of each process's own active span.
+    let k: Value = serde_json::from_str(
+        &show(&[
+            "--view",
+            "kernels",
+            "--order-by",
+            "rate",
+            "--format",
+            "json",
+            "--select",
+            "kernel,rate",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        k,
+        json!([{"kernel": "softmax", "rate": 50.0}, {"kernel": "gemm(float*, int)", "rate": 25.0},
+               {"kernel": "relu(float*, int)", "rate": 12.5}])
+    );
+    assert_eq!(
+        show(&["--view", "memcpy", "--order-by", "rate"]).unwrap_err(),
+        "--order-by rate: the Memcpy view has no rate; the kernels, api, processes, streams and \
+         timeline views have one"
+    );
+}
+
+#[test]
+fn rebin_spreads_bins_over_the_capture_in_proportion() {
+    // One bin of 100 calls over [0.5, 1.5) of a 4-unit capture in 16 columns of 0.25.
+    let c = rebin(500, 1000, &[100], 4000);
+    assert_eq!(&c[..8], &[0.0, 0.0, 25.0, 25.0, 25.0, 25.0, 0.0, 0.0]);
+    // A bin running past the end of the capture lands in the last column.
+    let c = rebin(3900, 400, &[8], 4000);
+    assert_eq!((c[15], c.iter().sum::<f64>()), (8.0, 8.0));
+    assert_eq!(strip(&[0.0, 1.0, 4.0, 8.0]), " ▁▄█");
 }

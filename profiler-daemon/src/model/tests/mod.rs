@@ -138,6 +138,7 @@ fn meta() -> ReportMeta {
     ReportMeta {
         host: "gpu-box".into(),
         started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_417_200),
+        started_mono_ns: 0,
         duration_ns: 12_500_000_000,
         drops: output::drops_by_kind(&[]),
         submitted: output::drops_by_kind(&[0, 1, 2]),

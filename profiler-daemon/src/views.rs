@@ -662,19 +662,27 @@ fn per_second(n: u64, p: &output::ProcessReport) -> Value {
 /// Width of the timeline view's activity strip, in characters.
 pub const STRIP: usize = 16;
 
-/// `calls` (bins of `bin_ns` from `first_ns`) spread over `STRIP` columns covering
-/// `[0, span_ns)`, each bin shared among the columns it overlaps in proportion.
-pub fn rebin(first_ns: u64, bin_ns: u64, calls: &[u64], span_ns: u64) -> [f64; STRIP] {
+/// `calls` (bins of `bin_ns` from `first_ns`, the calls made up to `last_ns`) spread over
+/// `STRIP` columns covering `[0, span_ns)`, each bin shared among the columns it overlaps in
+/// proportion (the last bin ends at the last call).
+pub fn rebin(
+    (first_ns, last_ns): (u64, u64),
+    bin_ns: u64,
+    calls: &[u64],
+    span_ns: u64,
+) -> [f64; STRIP] {
     let mut cols = [0f64; STRIP];
     let col_ns = (span_ns.max(1) as f64) / STRIP as f64;
+    let end = last_ns.max(first_ns) as f64 + 1.0;
     for (j, &v) in calls.iter().enumerate() {
         if v == 0 {
             continue;
         }
-        let (a, b) = (
-            first_ns as f64 + j as f64 * bin_ns as f64,
-            first_ns as f64 + (j + 1) as f64 * bin_ns as f64,
-        );
+        let a = first_ns as f64 + j as f64 * bin_ns as f64;
+        let b = (first_ns as f64 + (j + 1) as f64 * bin_ns as f64).min(end);
+        if b <= a {
+            continue;
+        }
         let (c0, c1) = ((a / col_ns) as usize, (b / col_ns).ceil() as usize);
         for (c, col) in cols
             .iter_mut()
@@ -750,7 +758,12 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             "activity",
                             json!(format!(
                                 "|{}|",
-                                strip(&rebin(t.first_call_ns, t.bin_ns, &t.calls, span))
+                                strip(&rebin(
+                                    (t.first_call_ns, t.last_call_ns),
+                                    t.bin_ns,
+                                    &t.calls,
+                                    span
+                                ))
                             )),
                         ),
                         ("bins", json!(t)),

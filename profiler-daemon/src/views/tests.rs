@@ -344,13 +344,13 @@ fn streams_per_process() {
 fn timeline_view_places_each_process_on_the_capture() {
     // 10 s capture, 16 columns of 625 ms. python3: 1 s..9.19 s, evenly busy (columns 1..14;
     // the first and last only partly: 9.8 and 13.3 calls of a full column's 24.4). server: 80
-    // calls in 0.5..1.012 s (19.5 in column 0, 60.5 in column 1), then 20 at 2.484..2.548 s
-    // (5 in column 3, 15 in column 4).
+    // calls in 0.5..1.012 s (19.5 in column 0, 60.5 in column 1), then 20 in its last bin,
+    // which ends at its last call (2.5 s): nearly all in column 3, a trace in column 4.
     assert_eq!(
         show(&["--view", "timeline"]).unwrap(),
         "PID  COMM     FROM s  TO s  PER s  BLOCKED  ACTIVITY\n\
          100  python3     1.0   9.0   37.5     0.0%  | ▄████████████▅ |\n\
-         200  server      0.5   2.5   50.0     0.0%  |▃█ ▁▂           |\n"
+         200  server      0.5   2.5   50.0     0.0%  |▃█ ▃▁           |\n"
     );
     let j: Value = serde_json::from_str(
         &show(&[
@@ -400,11 +400,15 @@ fn timeline_view_places_each_process_on_the_capture() {
 
 #[test]
 fn rebin_spreads_bins_over_the_capture_in_proportion() {
-    // One bin of 100 calls over [0.5, 1.5) of a 4-unit capture in 16 columns of 0.25.
-    let c = rebin(500, 1000, &[100], 4000);
+    // One bin of 100 calls over [500, 1500) ns of a 4000 ns capture in 16 columns of 250.
+    let c = rebin((500, 1499), 1000, &[100], 4000);
     assert_eq!(&c[..8], &[0.0, 0.0, 25.0, 25.0, 25.0, 25.0, 0.0, 0.0]);
-    // A bin running past the end of the capture lands in the last column.
-    let c = rebin(3900, 400, &[8], 4000);
+    // The last bin ends at the last call: calls from 3900 to 3949 all land in column 15
+    // (its bin, 400 ns wide, would run past the capture's end).
+    let c = rebin((3900, 3949), 400, &[8], 4000);
     assert_eq!((c[15], c.iter().sum::<f64>()), (8.0, 8.0));
+    // One call at the very start, in a bin wider than the capture: the first column.
+    let c = rebin((0, 0), 1_000_000, &[1], 16_000);
+    assert_eq!((c[0], c.iter().sum::<f64>()), (1.0, 1.0));
     assert_eq!(strip(&[0.0, 1.0, 4.0, 8.0]), " ▁▄█");
 }

@@ -7,7 +7,9 @@
 #   - test tools: gcc (present), binutils
 #   - with --test-tools: Chromium (the HTML report is checked in headless Chromium), and
 #     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
-#     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both)
+#     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both), and
+#     Perfetto's Python package in a venv there (the trace export test checks protobuf traces
+#     with Perfetto's own schema)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -51,6 +53,7 @@ done
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-pip)
 if [ -n "$TEST_TOOLS" ]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+  python3 -m venv --help >/dev/null 2>&1 || need_pkgs+=(python3-venv)
   # the service tests: systemd-analyze checks the unit files; useradd/setpriv run real users
   command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
   command -v useradd >/dev/null 2>&1 || need_pkgs+=(passwd)
@@ -73,6 +76,16 @@ if [ -n "$TEST_TOOLS" ] && [ ! -x "$TEST_TOOLS_DIR/usr/bin/promtool" ]; then
   $SUDO mkdir -p "$TEST_TOOLS_DIR"
   $SUDO dpkg-deb -x "$tmp"/prometheus_*.deb "$TEST_TOOLS_DIR"
   rm -rf "$tmp"
+fi
+
+# the Perfetto trace check (tests/tools/check_pftrace.py) reads traces with Perfetto's own
+# protobuf schema: the `perfetto` package from PyPI (its perfetto_trace_pb2) and `protobuf`
+PERFETTO_PY="$TEST_TOOLS_DIR/perfetto/bin/python3"
+if [ -n "$TEST_TOOLS" ] && ! "$PERFETTO_PY" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  log "installing Perfetto's Python package (its trace schema) into $TEST_TOOLS_DIR/perfetto"
+  $SUDO mkdir -p "$TEST_TOOLS_DIR"
+  $SUDO python3 -m venv "$TEST_TOOLS_DIR/perfetto"
+  $SUDO "$PERFETTO_PY" -m pip install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
 fi
 
 # the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly

@@ -36,16 +36,26 @@ use std::path::PathBuf;
 pub enum ExportFormat {
     /// Chrome Trace Event JSON (Perfetto UI, chrome://tracing).
     Chrome,
+    /// Perfetto's protobuf trace format (Perfetto UI, trace_processor): for large captures.
+    Perfetto,
 }
+
+/// A JSON trace larger than this is written in Perfetto's format instead, unless `--format
+/// chrome` asks for JSON (browsers load a JSON trace as one string; V8 caps strings at 2^29
+/// characters, and Perfetto UI's JSON importer struggles well before that).
+pub const JSON_LIMIT_BYTES: u64 = 256 << 20;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExportArgs {
     /// A capture file written with `--output FILE.gpuprof`.
     pub file: PathBuf,
-    #[arg(long, value_enum, default_value_t = ExportFormat::Chrome)]
-    pub format: ExportFormat,
+    /// Default: `perfetto` for an output named `*.pftrace` or `*.perfetto-trace`, else `chrome`
+    /// — switching to `perfetto` (written to `FILE.pftrace`) when the JSON would pass
+    /// `--json-limit`.
+    #[arg(long, value_enum)]
+    pub format: Option<ExportFormat>,
     /// Where to write the trace.
-    #[arg(long, short, value_name = "FILE.json")]
+    #[arg(long, short, value_name = "FILE.json|FILE.pftrace")]
     pub output: PathBuf,
     /// Only calls this many seconds or more after the capture started.
     #[arg(long, value_name = "SECONDS")]
@@ -53,7 +63,13 @@ pub struct ExportArgs {
     /// Only calls less than this many seconds after the capture started.
     #[arg(long, value_name = "SECONDS")]
     pub to: Option<f64>,
+    /// Without --format: the largest JSON trace to write before switching to Perfetto's format.
+    #[arg(long, value_name = "BYTES", default_value_t = JSON_LIMIT_BYTES)]
+    pub json_limit: u64,
 }
+
+/// The error a [`ChromeSink`] returns past its limit.
+const OVER_LIMIT: &str = "the JSON trace passed its size limit";
 
 /// Runs `gpuprofd export`; the exit code (as `report`'s).
 pub fn run(a: &ExportArgs) -> u8 {
@@ -63,26 +79,32 @@ pub fn run(a: &ExportArgs) -> u8 {
         eprintln!("gpuprofd export: --from {f} is not before --to {t}");
         return 2;
     }
-    let file = match crate::session::create_output(&a.output) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!(
-                "gpuprofd export: cannot write \"{}\": {e}",
-                a.output.display()
-            );
-            return 4;
-        }
-    };
-    let mut out = std::io::BufWriter::new(file);
-    match chrome(&a.file, &mut out, a.from, a.to) {
+    let named_perfetto = a
+        .output
+        .extension()
+        .is_some_and(|e| e == "pftrace" || e == "perfetto-trace");
+    let format = a.format.unwrap_or(if named_perfetto {
+        ExportFormat::Perfetto
+    } else {
+        ExportFormat::Chrome
+    });
+    let limit = a.format.is_none().then_some(a.json_limit);
+    let mut result = write(a, &a.output, format, limit);
+    let mut path = a.output.clone();
+    if matches!(&result, Err((_, e)) if e == OVER_LIMIT) {
+        let _ = std::fs::remove_file(&a.output);
+        path = a.output.with_extension("pftrace");
+        eprintln!(
+            "gpuprofd export: the JSON trace would pass {} (more than a browser loads): writing \
+             Perfetto's protobuf format to {} instead (open it in ui.perfetto.dev; --format \
+             chrome forces JSON, --from/--to narrow the window)",
+            crate::output::fmt::bytes(a.json_limit),
+            path.display()
+        );
+        result = write(a, &path, ExportFormat::Perfetto, None);
+    }
+    match result {
         Ok(s) => {
-            if let Err(e) = out.flush() {
-                eprintln!(
-                    "gpuprofd export: cannot write \"{}\": {e}",
-                    a.output.display()
-                );
-                return 4;
-            }
             if let Some(w) = &s.warning {
                 eprintln!("gpuprofd export: warning: {w}");
             }
@@ -90,7 +112,7 @@ pub fn run(a: &ExportArgs) -> u8 {
                 "gpuprofd export: {} events of {} processes written to {}",
                 s.events,
                 s.processes,
-                a.output.display()
+                path.display()
             );
             if s.damaged {
                 crate::views::EXIT_DAMAGED
@@ -98,11 +120,42 @@ pub fn run(a: &ExportArgs) -> u8 {
                 0
             }
         }
-        Err(e) => {
+        Err((code, e)) => {
             eprintln!("gpuprofd export: {e}");
-            crate::views::EXIT_UNREADABLE
+            code
         }
     }
+}
+
+/// Writes the trace of `a.file` to `path` in `format`; the error with its exit code.
+fn write(
+    a: &ExportArgs,
+    path: &std::path::Path,
+    format: ExportFormat,
+    json_limit: Option<u64>,
+) -> Result<Summary, (u8, String)> {
+    let file = crate::session::create_output(path)
+        .map_err(|e| (4, format!("cannot write \"{}\": {e}", path.display())))?;
+    let out = std::io::BufWriter::new(file);
+    let s = match format {
+        ExportFormat::Chrome => {
+            let mut sink = ChromeSink::new(out);
+            sink.limit = json_limit;
+            trace(&a.file, &mut sink, a.from, a.to)
+        }
+        ExportFormat::Perfetto => {
+            trace(&a.file, &mut perfetto::PerfettoSink::new(out), a.from, a.to)
+        }
+    };
+    s.map_err(|e| {
+        if e.starts_with("writing the trace") {
+            (4, format!("cannot write \"{}\": {e}", path.display()))
+        } else if e == OVER_LIMIT {
+            (4, e)
+        } else {
+            (crate::views::EXIT_UNREADABLE, e)
+        }
+    })
 }
 
 /// What an export wrote.
@@ -145,10 +198,77 @@ impl Streams {
     }
 }
 
+/// Where a trace's events go: Chrome Trace Event JSON objects, written as they are or
+/// translated (see [`perfetto`]).
+pub trait Sink {
+    fn event(&mut self, v: Value) -> Result<(), String>;
+    fn finish(&mut self) -> Result<(), String>;
+}
+
+/// Chrome Trace Event JSON: `{"displayTimeUnit":"ns","traceEvents":[…]}`.
+pub struct ChromeSink<W: Write> {
+    out: W,
+    n: u64,
+    written: u64,
+    /// Stop with [`OVER_LIMIT`] past this many bytes.
+    pub limit: Option<u64>,
+}
+
+impl<W: Write> ChromeSink<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            n: 0,
+            written: 0,
+            limit: None,
+        }
+    }
+}
+
+fn io(e: std::io::Error) -> String {
+    format!("writing the trace: {e}")
+}
+
+impl<W: Write> Sink for ChromeSink<W> {
+    fn event(&mut self, v: Value) -> Result<(), String> {
+        if self.n == 0 {
+            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
+        } else {
+            self.out.write_all(b",\n").map_err(io)?;
+        }
+        let text = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
+        self.written += text.len() as u64 + 2;
+        if self.limit.is_some_and(|l| self.written > l) {
+            return Err(OVER_LIMIT.to_owned());
+        }
+        self.out.write_all(&text).map_err(io)?;
+        self.n += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        if self.n == 0 {
+            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
+        }
+        writeln!(self.out, "]}}").map_err(io)?;
+        self.out.flush().map_err(io)
+    }
+}
+
 /// Writes the Chrome trace of the capture at `path` to `out`.
 pub fn chrome(
     path: &std::path::Path,
     out: &mut impl Write,
+    from_s: Option<f64>,
+    to_s: Option<f64>,
+) -> Result<Summary, String> {
+    trace(path, &mut ChromeSink::new(out), from_s, to_s)
+}
+
+/// Sends the trace of the capture at `path` to `out`, event by event.
+pub fn trace(
+    path: &std::path::Path,
+    out: &mut dyn Sink,
     from_s: Option<f64>,
     to_s: Option<f64>,
 ) -> Result<Summary, String> {
@@ -163,14 +283,9 @@ pub fn chrome(
     }
     let last = |tgid: u32| last_gen.get(&tgid).map_or(0, |n| n.saturating_sub(1));
 
-    let io = |e: std::io::Error| format!("writing the trace: {e}");
-    write!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
     let mut events = 0u64;
-    let mut emit = |out: &mut dyn Write, v: Value| -> Result<(), String> {
-        if events > 0 {
-            out.write_all(b",\n").map_err(io)?;
-        }
-        serde_json::to_writer(&mut *out, &v).map_err(|e| e.to_string())?;
+    let mut emit = |out: &mut dyn Sink, v: Value| -> Result<(), String> {
+        out.event(v)?;
         events += 1;
         Ok(())
     };
@@ -298,10 +413,10 @@ pub fn chrome(
             )?;
         }
         let ts = us(h.ts_ns);
-        let mut on_stream = |out: &mut dyn Write,
+        let mut on_stream = |out: &mut dyn Sink,
                              stream: u64,
                              v: Value,
-                             emit: &mut dyn FnMut(&mut dyn Write, Value) -> Result<(), String>|
+                             emit: &mut dyn FnMut(&mut dyn Sink, Value) -> Result<(), String>|
          -> Result<u64, String> {
             let (tid, new) = streams.track(pid, stream);
             if new {
@@ -445,7 +560,7 @@ pub fn chrome(
         }
         Ok(())
     })?;
-    writeln!(out, "]}}").map_err(io)?;
+    out.finish()?;
     let recovery_warning = damage
         .as_ref()
         .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
@@ -478,5 +593,6 @@ fn call(
     }
 }
 
+pub mod perfetto;
 #[cfg(test)]
 mod tests;

@@ -331,6 +331,31 @@ pub fn overview_dom(capture: &Path, name: &str) -> String {
     dom
 }
 
+/// Checks the Perfetto protobuf trace `pftrace` against the Chrome JSON trace `json` of the
+/// same capture with Perfetto's own schema (`tests/tools/check_pftrace.py`, in the venv that
+/// `scripts/setup.sh --test-tools` makes); the counts it printed.
+pub fn check_pftrace(pftrace: &Path, json: &Path) -> serde_json::Value {
+    let python = "/opt/gpuprofd-test-tools/perfetto/bin/python3";
+    assert!(
+        Path::new(python).exists(),
+        "{python} is missing: run scripts/setup.sh --test-tools"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/check_pftrace.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(pftrace)
+        .arg(json)
+        .output()
+        .expect("running check_pftrace.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Perfetto trace does not match: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("check_pftrace.py prints JSON")
+}
+
 /// Loads `html` in headless Chromium (installed by `scripts/setup.sh --test-tools`, which the
 /// test command runs) and returns the DOM after its scripts ran; saves a screenshot as
 /// `target/test-artifacts/<name>.png`.

@@ -446,6 +446,45 @@ fn a_training_loop_is_cut_into_its_steps() {
         .filter(|e| e["cat"] == "step" && e["pid"] == tgid)
         .count();
     assert_eq!(spans, 6);
+    // The same trace in Perfetto's protobuf format holds exactly the same events, read with
+    // Perfetto's own schema: every slice, instant, counter value and flow arrow.
+    let pf = f.output.with_extension("pftrace");
+    let (code, _, err) = run_daemon(&["export", file, "-o", pf.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let events = t["traceEvents"].as_array().unwrap();
+    let count = |ph: &str| events.iter().filter(|e| e["ph"] == ph).count() as u64;
+    let got = check_pftrace(&pf, &trace);
+    assert_eq!(
+        (
+            got["slices"].as_u64(),
+            got["instants"].as_u64(),
+            got["flows"].as_u64()
+        ),
+        (Some(count("X")), Some(count("i")), Some(31)),
+        "{got}"
+    );
+    assert_eq!(count("s"), 31);
+    // Past --json-limit, a JSON export is written in Perfetto's format instead, and says so.
+    let small = f.output.with_extension("small.json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        file,
+        "-o",
+        small.to_str().unwrap(),
+        "--json-limit",
+        "4096",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let switched = small.with_extension("pftrace");
+    assert!(
+        err.contains("writing Perfetto's protobuf format to"),
+        "{err}"
+    );
+    assert!(!small.exists() && switched.exists(), "{err}");
+    assert_eq!(
+        std::fs::read(&switched).unwrap(),
+        std::fs::read(&pf).unwrap()
+    );
     // The overview page, as headless Chromium renders it, shows the report's numbers.
     let dom = overview_dom(&f.output, "report-training-loop");
     let launches: u64 = f.report["processes"]

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Checks a Perfetto protobuf trace written by `gpuprofd export` against the Chrome JSON trace
+of the same capture, with Perfetto's own protobuf schema (the `perfetto` package's
+perfetto_trace_pb2, parsed by the `protobuf` runtime): nothing in our encoder is trusted.
+
+  check_pftrace.py TRACE.pftrace TRACE.json
+
+Every packet must parse with no field the schema does not know; every slice, instant, counter
+value and flow of the JSON must be in the protobuf trace on the same process and track, at the
+same time, with the same name, category and arguments, and nothing else. Prints a JSON line of
+counts and exits 0, or prints the differences and exits 1.
+"""
+import collections
+import json
+import sys
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+STEP_TID = (1 << 30) - 1
+
+
+def ns(us):
+    return round(us * 1000)
+
+
+def norm(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, separators=(",", ":"))
+
+
+def from_json(path):
+    doc = json.load(open(path))
+    procs, tracks = {}, {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "M" and e["name"] == "process_name":
+            procs[e["pid"]] = e["args"]["name"]
+        if e["ph"] == "M" and e["name"] == "thread_name":
+            tracks[(e["pid"], e["tid"])] = e["args"]["name"]
+    slices, instants, counters = collections.Counter(), collections.Counter(), collections.Counter()
+    at = {}
+    flows = collections.defaultdict(dict)
+    for e in doc["traceEvents"]:
+        ph = e["ph"]
+        proc = procs.get(e["pid"], "pid %d" % e["pid"])
+        args = tuple(sorted((k, norm(v)) for k, v in e.get("args", {}).items()))
+        if ph == "X":
+            key = (proc, tracks[(e["pid"], e["tid"])], e.get("cat", ""), e["name"],
+                   ns(e["ts"]), ns(e["dur"]), args)
+            slices[key] += 1
+            at[(e["pid"], e["tid"], ns(e["ts"]))] = key
+        elif ph == "i":
+            track = "<process>" if e.get("s") == "p" else tracks[(e["pid"], e["tid"])]
+            instants[(proc, track, e.get("cat", ""), e["name"], ns(e["ts"]), args)] += 1
+        elif ph == "C":
+            for k, v in e["args"].items():
+                label = e["name"] if len(e["args"]) == 1 else "%s: %s" % (e["name"], k)
+                counters[(proc, label, ns(e["ts"]), float(v))] += 1
+        elif ph in ("s", "f"):
+            flows[e["id"]][ph] = at[(e["pid"], e["tid"], ns(e["ts"]))]
+    flow_set = collections.Counter((f["s"], f["f"]) for f in flows.values())
+    return slices, instants, counters, flow_set
+
+
+def from_proto(path):
+    data = open(path, "rb").read()
+    trace = pb.Trace.FromString(data)
+    strict = pb.Trace.FromString(data)
+    strict.DiscardUnknownFields()
+    if len(strict.SerializeToString()) != len(data):
+        sys.exit("fields Perfetto's schema does not know: %d of %d bytes"
+                 % (len(data) - len(strict.SerializeToString()), len(data)))
+    desc, pid_names = {}, {}
+    names, cats, arg_names = {}, {}, {}
+    slices, instants, counters = collections.Counter(), collections.Counter(), collections.Counter()
+    open_slices = collections.defaultdict(list)
+    flow_begin, flow_end = {}, {}
+    for p in trace.packet:
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            desc[d.uuid] = d
+            if d.HasField("process"):
+                pid_names[d.process.pid] = d.process.process_name
+            continue
+        if not p.HasField("track_event"):
+            sys.exit("a packet that is neither a track descriptor nor a track event")
+        if p.trusted_packet_sequence_id != 1:
+            sys.exit("packet on sequence %d" % p.trusted_packet_sequence_id)
+        if p.sequence_flags & 1:
+            names, cats, arg_names = {}, {}, {}
+        elif not p.sequence_flags & 2:
+            sys.exit("a track event that does not declare its use of interned state")
+        i = p.interned_data
+        names.update({e.iid: e.name for e in i.event_names})
+        cats.update({e.iid: e.name for e in i.event_categories})
+        arg_names.update({e.iid: e.name for e in i.debug_annotation_names})
+        te = p.track_event
+        d = desc[te.track_uuid]
+
+        def proc_of(d):
+            if d.HasField("process"):
+                return d.process.process_name
+            if d.HasField("thread"):
+                return pid_names[d.thread.pid]
+            if d.parent_uuid:
+                return proc_of(desc[d.parent_uuid])
+            return d.name
+
+        proc = proc_of(d)
+        track = d.thread.thread_name if d.HasField("thread") else d.name
+        if te.type == pb.TrackEvent.TYPE_COUNTER:
+            if not d.HasField("counter"):
+                sys.exit("a counter value on a track that is not a counter track")
+            v = te.counter_value if te.HasField("counter_value") else te.double_counter_value
+            counters[(proc, d.name, p.timestamp, float(v))] += 1
+            continue
+        args = []
+        for a in te.debug_annotations:
+            which = a.WhichOneof("value")
+            args.append((arg_names[a.name_iid], norm(getattr(a, which))))
+        args = tuple(sorted(args))
+        name = names.get(te.name_iid, "")
+        cat = ",".join(cats[c] for c in te.category_iids)
+        if te.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            open_slices[te.track_uuid].append((p.timestamp, name, cat, args,
+                                               list(te.flow_ids), list(te.terminating_flow_ids)))
+        elif te.type == pb.TrackEvent.TYPE_SLICE_END:
+            ts, name, cat, args, fo, fi = open_slices[te.track_uuid].pop()
+            key = (proc, track, cat, name, ts, p.timestamp - ts, args)
+            slices[key] += 1
+            for f in fo:
+                flow_begin[f] = key
+            for f in fi:
+                flow_end[f] = key
+        elif te.type == pb.TrackEvent.TYPE_INSTANT:
+            track = "<process>" if d.HasField("process") else track
+            instants[(proc, track, cat, name, p.timestamp, args)] += 1
+        else:
+            sys.exit("track event of type %d" % te.type)
+    if any(open_slices.values()):
+        sys.exit("slices begun and never ended")
+    if set(flow_begin) != set(flow_end):
+        sys.exit("flows with one end only")
+    flow_set = collections.Counter((flow_begin[f], flow_end[f]) for f in flow_begin)
+    return slices, instants, counters, flow_set
+
+
+def main():
+    want = from_json(sys.argv[2])
+    got = from_proto(sys.argv[1])
+    bad = False
+    for what, w, g in zip(("slices", "instants", "counter values", "flows"), want, got):
+        if w != g:
+            bad = True
+            print("%s differ: only in JSON %s; only in protobuf %s"
+                  % (what, list((w - g).items())[:3], list((g - w).items())[:3]))
+    if bad:
+        sys.exit(1)
+    print(json.dumps({"slices": sum(got[0].values()), "instants": sum(got[1].values()),
+                      "counter_values": sum(got[2].values()), "flows": sum(got[3].values())}))
+
+
+if __name__ == "__main__":
+    main()

@@ -472,6 +472,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("bytes", "BYTES", true),
             ("blocked_ns", "BLOCKED ms", true),
             ("bandwidth_bps", "BW (sync)", true),
+            ("size_histogram", "<4K/<64K/<1M/<16M/<256M/more", false),
         ],
         View::Memory => &[
             ("pid", "PID", true),
@@ -533,6 +534,7 @@ fn narrow_columns(view: View) -> &'static [&'static str] {
         View::Kernels => &["shared_bytes", "streams", "api"],
         View::Timeline => &["job", "calls", "launches"],
         View::Processes => &["rate"],
+        View::Memcpy => &["size_histogram"],
         View::Steps => &["irregular", "wall_p90_ns", "copy_bytes"],
         _ => &[],
     }
@@ -576,6 +578,11 @@ fn human(col: &str, v: &Value) -> String {
         }
         ("kernel", Value::String(s)) => fmt::truncate(s, 32),
         ("api" | "comm" | "job" | "boundary", Value::String(s)) => fmt::truncate(s, 24),
+        ("size_histogram", Value::Array(a)) => a
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
         (_, Value::String(s)) => s.clone(),
         (_, other) => other.to_string(),
     }
@@ -849,6 +856,7 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                             ("blocked_ns", json!(c.blocked_ns)),
                             ("pageable_calls", json!(c.pageable_calls)),
                             ("pageable_bytes", json!(c.pageable_bytes)),
+                            ("size_histogram", json!(c.size_histogram)),
                             (
                                 "bandwidth_bps",
                                 bw.map_or(Value::Null, |b| json!(b.round())),

@@ -234,6 +234,14 @@ fn copies_in_every_direction_sync_and_async() {
             2 + 1
         )
     );
+    // By size: the three 4 KiB copies in the second bucket (< 64 KiB), the rest under 4 KiB.
+    let sizes: Vec<u64> = copies(p, "h2d").unwrap()["size_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [7, 3, 0, 0, 0, 0]);
     // d2h: 2×1000 + 300 + 3×17 + 32×4
     assert_eq!(c("d2h"), (2 + 1 + 3 + 1, 2000 + 300 + 51 + 128, 1 + 3));
     assert_eq!(c("d2d"), (1 + 2, 64 + 26, 0));

@@ -52,6 +52,21 @@ pub struct CopyStat {
     /// while watched (pageable: staged through a driver buffer).
     pub pageable_calls: u64,
     pub pageable_bytes: u64,
+    /// Calls by size, in the buckets of [`COPY_SIZE_BUCKETS`].
+    pub sizes: [u64; COPY_SIZE_BUCKETS.len() + 1],
+}
+
+/// Upper bounds (exclusive) of the copy-size buckets; the last bucket holds the rest:
+/// < 4 KiB, < 64 KiB, < 1 MiB, < 16 MiB, < 256 MiB, ≥ 256 MiB.
+pub const COPY_SIZE_BUCKETS: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
+
+/// The bucket of a copy of `bytes`.
+#[inline]
+pub fn copy_size_bucket(bytes: u64) -> usize {
+    COPY_SIZE_BUCKETS
+        .iter()
+        .position(|&b| bytes < b)
+        .unwrap_or(COPY_SIZE_BUCKETS.len())
 }
 
 /// Calls of one hooked API.
@@ -185,6 +200,7 @@ impl ProcState {
         };
         let s = &mut self.copies[d as usize];
         s.calls += 1;
+        s.sizes[copy_size_bucket(c.bytes)] += 1;
         let dur = measured(c.flags, c.dur_ns);
         let copied = dur.is_none() || c.ret == 0;
         if copied {

@@ -170,6 +170,7 @@ fn copies(p: &ProcState) -> Vec<CopyReport> {
                 blocked_ns: c.blocked_ns,
                 pageable_calls: c.pageable_calls,
                 pageable_bytes: c.pageable_bytes,
+                size_histogram: c.sizes.to_vec(),
             })
         })
         .collect()

@@ -260,6 +260,10 @@ pub struct CopyReport {
     pub pageable_calls: u64,
     #[serde(default)]
     pub pageable_bytes: u64,
+    /// Calls by size: < 4 KiB, < 64 KiB, < 1 MiB, < 16 MiB, < 256 MiB, ≥ 256 MiB (empty in
+    /// reports older than this field).
+    #[serde(default)]
+    pub size_histogram: Vec<u64>,
 }
 
 /// Calls of one hooked API. Durations come only from calls with a return probe; for the others

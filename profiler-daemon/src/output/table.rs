@@ -371,6 +371,7 @@ mod tests {
                     blocked_ns: 12_345_678,
                     pageable_calls: 50,
                     pageable_bytes: 52_428_800,
+                    size_histogram: vec![],
                 },
                 CopyReport {
                     direction: "d2h".into(),
@@ -380,6 +381,7 @@ mod tests {
                     blocked_ns: 0,
                     pageable_calls: 0,
                     pageable_bytes: 0,
+                    size_histogram: vec![],
                 },
             ],
             api: vec![

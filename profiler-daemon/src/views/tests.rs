@@ -35,9 +35,9 @@ fn report() -> Report {
              "kernels": [k("gemm(float*, int)", 200, 64), k("relu(float*, int)", 100, 8)],
              "copies": [
                 {"direction": "h2d", "calls": 2, "bytes": 2_097_152u64, "async_calls": 0,
-                 "blocked_ns": 1_000_000},
+                 "blocked_ns": 1_000_000, "size_histogram": [0, 0, 0, 2, 0, 0]},
                 {"direction": "d2h", "calls": 1, "bytes": 1_048_576u64, "async_calls": 1,
-                 "blocked_ns": 1_000}],
+                 "blocked_ns": 1_000, "size_histogram": [0, 0, 0, 1, 0, 0]}],
              "api": [{"name": "cudaStreamSynchronize", "calls": 10, "blocked_ns": 2_000_000,
                       "p50_ns": 150_000, "p99_ns": 400_000, "max_ns": 410_000}],
              "graphs": {"launches": 0}, "allocations": alloc(1_048_576),
@@ -176,6 +176,22 @@ fn memcpy_bandwidth_only_for_blocking_copies() {
         "PID  DIR  CALLS  ASYNC  PAGEABLE    BYTES  BLOCKED ms  BW (sync)\n\
          100  h2d      2      0         0  2.0 MiB       1.000  2.0 GiB/s\n\
          100  d2h      1      1         0  1.0 MiB       0.001          -\n"
+    );
+}
+
+#[test]
+fn memcpy_size_histogram_when_selected() {
+    assert_eq!(
+        show(&[
+            "--view",
+            "memcpy",
+            "--select",
+            "direction,calls,size_histogram"
+        ])
+        .unwrap(),
+        "DIR  CALLS  <4K/<64K/<1M/<16M/<256M/more\n\
+         h2d      2  0/0/0/2/0/0\n\
+         d2h      1  0/0/0/1/0/0\n"
     );
 }
 

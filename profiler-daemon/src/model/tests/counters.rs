@@ -20,14 +20,17 @@ fn copies_per_direction() {
     assert_eq!(
         v["copies"],
         json!([
+            // Sizes: < 4 KiB, < 64 KiB, < 1 MiB, < 16 MiB, < 256 MiB, more (bounds exclusive:
+            // 4096 is in the second bucket, 1 MiB in the fourth).
             {"direction": "h2d", "calls": 3, "bytes": 2_097_152, "async_calls": 0, "blocked_ns": 307,
-             "pageable_calls": 3, "pageable_bytes": 2_097_152},
+             "pageable_calls": 3, "pageable_bytes": 2_097_152,
+             "size_histogram": [1, 0, 0, 2, 0, 0]},
             {"direction": "d2h", "calls": 2, "bytes": 4608, "async_calls": 1, "blocked_ns": 50,
-             "pageable_calls": 2, "pageable_bytes": 4608},
+             "pageable_calls": 2, "pageable_bytes": 4608, "size_histogram": [1, 1, 0, 0, 0, 0]},
             {"direction": "peer", "calls": 1, "bytes": 64, "async_calls": 0, "blocked_ns": 3,
-             "pageable_calls": 0, "pageable_bytes": 0},
+             "pageable_calls": 0, "pageable_bytes": 0, "size_histogram": [1, 0, 0, 0, 0, 0]},
             {"direction": "unknown", "calls": 1, "bytes": 8, "async_calls": 0, "blocked_ns": 1,
-             "pageable_calls": 0, "pageable_bytes": 0},
+             "pageable_calls": 0, "pageable_bytes": 0, "size_histogram": [1, 0, 0, 0, 0, 0]},
         ])
     );
     assert_eq!(
@@ -36,6 +39,24 @@ fn copies_per_direction() {
     );
     assert_eq!(v["api"][1]["name"], "cudaMemcpyAsync");
     assert_eq!(v["api"][1]["blocked_ns"], 0);
+}
+
+#[test]
+fn copy_size_buckets_at_their_edges() {
+    use crate::model::process::copy_size_bucket;
+    let at = [
+        0,
+        4095,
+        4096,
+        65_535,
+        65_536,
+        (1 << 20) - 1,
+        1 << 20,
+        (16 << 20) - 1,
+    ];
+    assert_eq!(at.map(copy_size_bucket), [0, 0, 1, 1, 2, 2, 3, 3]);
+    let at = [16 << 20, (256 << 20) - 1, 256 << 20, u64::MAX];
+    assert_eq!(at.map(copy_size_bucket), [4, 4, 5, 5]);
 }
 
 #[test]

@@ -151,7 +151,8 @@ struct Journaled {
 
 /// Messages to the aggregator task.
 enum Ctl {
-    Api(ApiTable),
+    /// The API table and the libraries attached, whenever a library is added.
+    Api(ApiTable, Vec<crate::output::LibraryReport>),
     Nvml(Option<crate::nvml::Message>),
     Metrics {
         meta: ReportMeta,
@@ -321,6 +322,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         ctl_rx,
         query_rx,
         attacher.api().clone(),
+        attacher.library_list(),
         seen,
         opts.live,
     ));
@@ -531,7 +533,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     new.extend(scanner.scan_process(t));
                 }
                 if attach_new(&mut attacher, &mut ebpf, new, opts.verbose)? {
-                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone(), attacher.library_list())).await;
                 }
             }
             _ = tick.tick() => {
@@ -573,7 +575,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     Target::AllJobs => scanner.scan_all(),
                 };
                 if attach_new(&mut attacher, &mut ebpf, new, opts.verbose)? {
-                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+                    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone(), attacher.library_list())).await;
                 }
                 let fresh = selection.refresh();
                 if !fresh.is_empty() {
@@ -624,7 +626,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         &submitted,
         &stats,
     );
-    let _ = ctl_tx.send(Ctl::Api(attacher.api().clone())).await;
+    let _ = ctl_tx
+        .send(Ctl::Api(attacher.api().clone(), attacher.library_list()))
+        .await;
     let (reply_tx, reply_rx) = oneshot::channel();
     ctl_tx
         .send(Ctl::Finish {
@@ -1186,6 +1190,7 @@ async fn aggregate(
     mut ctl: mpsc::Receiver<Ctl>,
     mut queries: mpsc::Receiver<Ctl>,
     api: ApiTable,
+    libraries: Vec<crate::output::LibraryReport>,
     mut seen: Seen,
     live: bool,
 ) {
@@ -1197,8 +1202,11 @@ async fn aggregate(
     .with_stacks(crate::stacks::StackResolver::live(seen.symbols.clone()));
     if let Some(j) = seen.journal.as_mut() {
         j.frame(&Frame::Api(api.list().to_vec()));
+        j.frame(&Frame::Libraries(libraries.clone()));
     }
     let mut api_list = api.list().to_vec();
+    agg.set_libraries(libraries.clone());
+    let mut libs_list = libraries;
     let mut drops_now = BTreeMap::new();
     let mut next_deep = 0u64;
     let mut finished = false;
@@ -1261,14 +1269,16 @@ async fn aggregate(
                     let (target, duration) = (req.target.clone(), req.duration);
                     let _ = reply.send(verdict.map(|start| {
                         next_deep += 1;
-                        seen.deep.push(crate::service::deep::DeepCapture::new(
+                        let mut d = crate::service::deep::DeepCapture::new(
                             next_deep,
                             req,
                             start,
                             &api_list,
                             drops_now.clone(),
                             hostname(),
-                        ));
+                        );
+                        d.frame(&Frame::Libraries(libs_list.clone()));
+                        seen.deep.push(d);
                         tracing::info!(id = next_deep, target = %target.describe(), ?duration, "deep capture started");
                         next_deep
                     }));
@@ -1295,15 +1305,24 @@ async fn aggregate(
                         owners: seen.owners.clone(),
                     });
                 }
-                Some(Ctl::Api(t)) => {
+                Some(Ctl::Api(t, libs)) => {
+                    let grew = libs != libs_list;
                     if let Some(j) = seen.journal.as_mut() {
                         j.frame(&Frame::Api(t.list().to_vec()));
+                        if grew {
+                            j.frame(&Frame::Libraries(libs.clone()));
+                        }
                     }
                     for d in &mut seen.deep {
                         d.frame(&Frame::Api(t.list().to_vec()));
+                        if grew {
+                            d.frame(&Frame::Libraries(libs.clone()));
+                        }
                     }
                     api_list = t.list().to_vec();
                     agg.set_api_table(t);
+                    agg.set_libraries(libs.clone());
+                    libs_list = libs;
                 }
                 Some(Ctl::Tick { interval, drops, forget_after }) => {
                     seen.mark_gone(&mut agg);

@@ -63,6 +63,53 @@ fn a_capture_file_replays_to_the_report_the_daemon_printed() {
         (Some(2), Some(2 << 20), Some(2), Some(0))
     );
     assert_eq!(p["comm"], "workload");
+    // The libraries the probes went on: the fake driver and runtime, named only by their
+    // SONAMEs (no version in the file names), with the build ids readelf reads.
+    let libs: Vec<(&str, &str, &str, bool)> = f.report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["soname"].as_str().unwrap(),
+                l["layer"].as_str().unwrap(),
+                l["path"].as_str().unwrap(),
+                l["version"].is_null(),
+            )
+        })
+        .collect();
+    let lib = fakecuda().join("lib");
+    let (cuda, cudart) = (lib.join("libcuda.so.1"), lib.join("libcudart.so.12"));
+    assert_eq!(
+        libs,
+        [
+            ("libcuda.so.1", "driver", cuda.to_str().unwrap(), true),
+            ("libcudart.so.12", "runtime", cudart.to_str().unwrap(), true)
+        ]
+    );
+    for (l, file) in f.report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip([&cuda, &cudart])
+    {
+        let notes = std::process::Command::new("readelf")
+            .args(["-n", file.to_str().unwrap()])
+            .output()
+            .expect("readelf (binutils)");
+        let notes = String::from_utf8_lossy(&notes.stdout);
+        let id = notes
+            .lines()
+            .find_map(|x| x.trim().strip_prefix("Build ID: "))
+            .expect("the fake libraries are built with a build id");
+        assert_eq!(l["build_id"], id);
+    }
+    assert!(
+        f.stdout
+            .contains("\nCUDA libraries: libcuda.so.1 (driver, "),
+        "{}",
+        f.stdout
+    );
     // A view of it, as CSV.
     let (code, csv, err) = run_daemon(&[
         "report",

@@ -73,6 +73,8 @@ pub struct Aggregator {
     launches_total: u64,
     /// Names the frames of sampled stacks.
     stacks: crate::stacks::StackResolver,
+    /// The CUDA libraries attached so far.
+    libraries: Vec<crate::output::LibraryReport>,
 }
 
 impl Aggregator {
@@ -91,7 +93,13 @@ impl Aggregator {
             meta_read_at: HashMap::new(),
             launches_total: 0,
             stacks: crate::stacks::StackResolver::replay(),
+            libraries: Vec::new(),
         }
+    }
+
+    /// The CUDA libraries attached so far (the whole list, replacing the last).
+    pub fn set_libraries(&mut self, libraries: Vec<crate::output::LibraryReport>) {
+        self.libraries = libraries;
     }
 
     /// Names stack frames with `stacks` (the live resolver; the default knows only what a
@@ -561,6 +569,7 @@ impl Aggregator {
                 .gpus
                 .report(|pid| processes.iter().any(|p| p.tgid == pid)),
             processes,
+            libraries: self.libraries.clone(),
         }
     }
 }

@@ -48,6 +48,27 @@ pub struct Report {
     /// What NVML reported per device, by index (empty without NVML).
     #[serde(default)]
     pub gpus: Vec<GpuReport>,
+    /// The CUDA driver and runtime libraries the probes were attached to, by path.
+    #[serde(default)]
+    pub libraries: Vec<LibraryReport>,
+}
+
+/// A CUDA library gpuprofd attached its probes to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryReport {
+    /// The path as the process that mapped it sees it (or as given with `--lib`).
+    pub path: String,
+    pub soname: String,
+    /// `driver` or `runtime`.
+    pub layer: String,
+    /// From the file's name (`libcuda.so.535.261.03`: `535.261.03`; `libcudart.so.12.4.127`:
+    /// `12.4.127`); `null` when the name carries no more than the SONAME (pip's
+    /// `libcudart.so.12`): the build id then tells builds apart.
+    pub version: Option<String>,
+    /// The ELF `NT_GNU_BUILD_ID`, in hex (`null` without one).
+    pub build_id: Option<String>,
+    /// Functions with a probe attached.
+    pub probes: u64,
 }
 
 /// One GPU as NVML sampled it (derived: NVML's own averages over its sample period, averaged

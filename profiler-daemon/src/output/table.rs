@@ -46,6 +46,21 @@ fn render_figures(r: &Report, top: usize) -> String {
         );
     }
     let _ = writeln!(s, "; decode errors: {}", r.decode_errors);
+    if !r.libraries.is_empty() {
+        let libs: Vec<String> = r
+            .libraries
+            .iter()
+            .map(|l| {
+                let v = l
+                    .version
+                    .as_deref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default();
+                format!("{}{v} ({}, {} probes)", l.soname, l.layer, l.probes)
+            })
+            .collect();
+        let _ = writeln!(s, "CUDA libraries: {}", libs.join(", "));
+    }
     if r.processes.is_empty() {
         s.push_str("\nno CUDA activity recorded\n");
     }
@@ -319,6 +334,7 @@ fn allocations(s: &mut String, a: &AllocReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::LibraryReport;
     use crate::output::{
         ApiReport, ByKind, CopyReport, GraphReport, KernelReport, KindReport, SCHEMA,
     };
@@ -441,6 +457,24 @@ mod tests {
             gpus: vec![],
             jobs: vec![],
             processes: vec![p],
+            libraries: vec![
+                LibraryReport {
+                    path: "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03".into(),
+                    soname: "libcuda.so.1".into(),
+                    layer: "driver".into(),
+                    version: Some("535.261.03".into()),
+                    build_id: Some("ab12".into()),
+                    probes: 61,
+                },
+                LibraryReport {
+                    path: "/venv/nvidia/cuda_runtime/lib/libcudart.so.12".into(),
+                    soname: "libcudart.so.12".into(),
+                    layer: "runtime".into(),
+                    version: None,
+                    build_id: None,
+                    probes: 88,
+                },
+            ],
         }
     }
 
@@ -449,6 +483,7 @@ mod tests {
         let want = concat!(
             "gpuprofd report: host gpu-box, started 2026-11-23T07:00:00Z, duration 12.500 s\n",
             "no records lost; decode errors: 0\n",
+            "CUDA libraries: libcuda.so.1 535.261.03 (driver, 61 probes), libcudart.so.12 (runtime, 88 probes)\n",
             "\n",
             "process 4242 python3 (exited)\n",
             "  cmdline: python3 train.py --epochs 1\n",
@@ -476,6 +511,7 @@ mod tests {
     fn drops_warn_and_empty_sections() {
         let mut r = report(&[("copy", 3), ("launch", 12), ("sync", 0)]);
         r.decode_errors = 2;
+        r.libraries.clear();
         let p = &mut r.processes[0];
         (p.comm, p.cmdline, p.exited) = (String::new(), String::new(), false);
         (p.kernels, p.copies, p.api) = (vec![], vec![], vec![]);

@@ -225,14 +225,26 @@ impl Handler {
 }
 
 /// The report with only the processes `keep` allows (jobs recomputed from them; node-wide
-/// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone).
+/// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone). The libraries
+/// keep their SONAME, version and build id but lose their directory: a library's path can
+/// name another user's home or container.
 pub fn restrict(mut r: Report, keep: impl Fn(u32) -> bool) -> Report {
     r.processes.retain(|p| keep(p.tgid));
     r.jobs = crate::model::report::jobs(&r.processes);
     for g in &mut r.gpus {
         g.unprofiled_pids.clear();
     }
+    without_directories(&mut r.libraries);
     r
+}
+
+/// Libraries as an unprivileged user sees them: file names without their directories.
+pub fn without_directories(libraries: &mut [crate::output::LibraryReport]) {
+    for l in libraries {
+        if let Some(name) = std::path::Path::new(&l.path).file_name() {
+            l.path = name.to_string_lossy().into_owned();
+        }
+    }
 }
 
 fn rows(r: &Report, owners: &HashMap<u32, u32>) -> Vec<ProcessRow> {

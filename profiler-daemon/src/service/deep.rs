@@ -226,6 +226,11 @@ impl DeepCapture {
                     .retain(|p| self.matched.get(&p.pid) == Some(&true));
                 self.writer.frame(&Frame::Nvml(mine));
             }
+            (Frame::Libraries(v), super::ctl::Role::User(_)) => {
+                let mut v = v.clone();
+                super::ctl::without_directories(&mut v);
+                self.writer.frame(&Frame::Libraries(v));
+            }
             _ => self.writer.frame(f),
         }
     }

@@ -40,7 +40,9 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 /// * 1: the first.
 /// * 2: records may be of kind `EXEC` (a process replaced its program), followed by a `Retire`
 ///   frame. A schema-1 reader would count them as damage: it refuses the file instead.
-pub const SCHEMA_VERSION: u32 = 2;
+/// * 3: a `Libraries` frame names the CUDA libraries attached (path, SONAME, version, build
+///   id), written at the start and whenever one is added.
+pub const SCHEMA_VERSION: u32 = 3;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).
@@ -176,6 +178,8 @@ pub enum Frame {
     NvmlHealth(crate::nvml::Health),
     /// Names of stack frames, written before the first stack record that needs them.
     StackSyms(Vec<crate::stacks::StackSym>),
+    /// Every CUDA library attached so far (the whole list each time it grows).
+    Libraries(Vec<crate::output::LibraryReport>),
 }
 
 fn codec() -> impl bincode::Options {
@@ -621,6 +625,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             Frame::NvmlOff => agg.nvml_off(),
             Frame::NvmlHealth(h) => agg.apply_nvml_health(&h),
             Frame::StackSyms(v) => agg.stacks_mut().learn(v),
+            Frame::Libraries(v) => agg.set_libraries(v),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

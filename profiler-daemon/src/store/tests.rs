@@ -302,7 +302,10 @@ fn foreign_newer_and_empty_files_are_refused_with_what_to_do() {
     newer.extend_from_slice(&(SCHEMA_VERSION + 1).to_le_bytes());
     std::fs::write(&t.0, &newer).unwrap();
     let e = replay(&t.0).err().unwrap();
-    assert!(matches!(e, StoreError::NewerSchema { found: 3, .. }), "{e}");
+    assert!(
+        matches!(e, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
+        "{e}"
+    );
     assert!(e.to_string().contains("upgrade"));
 
     std::fs::write(&t.0, b"").unwrap();
@@ -365,4 +368,40 @@ fn capture_paths_are_picked_by_extension() {
     assert!(is_capture_path(Path::new("/tmp/run.gpuprof")));
     assert!(!is_capture_path(Path::new("/tmp/run.json")));
     assert!(!is_capture_path(Path::new("/tmp/gpuprof")));
+}
+
+#[test]
+fn the_libraries_frame_names_what_was_attached_and_the_last_list_wins() {
+    let t = Tmp::new("libs");
+    let lib = |path: &str, soname: &str, layer: &str, version: Option<&str>| {
+        crate::output::LibraryReport {
+            path: path.into(),
+            soname: soname.into(),
+            layer: layer.into(),
+            version: version.map(Into::into),
+            build_id: Some("0123abcd".into()),
+            probes: 9,
+        }
+    };
+    let driver = lib(
+        "/usr/lib/libcuda.so.535.261.03",
+        "libcuda.so.1",
+        "driver",
+        Some("535.261.03"),
+    );
+    let runtime = lib(
+        "/venv/lib/libcudart.so.12",
+        "libcudart.so.12",
+        "runtime",
+        None,
+    );
+    {
+        let f = File::create(&t.0).unwrap();
+        let mut w = Writer::new(f, &t.0, header());
+        w.frame(&Frame::Api(api().list().to_vec()));
+        w.frame(&Frame::Libraries(vec![driver.clone()]));
+        w.frame(&Frame::Libraries(vec![driver.clone(), runtime.clone()]));
+        w.flush();
+    }
+    assert_eq!(replay(&t.0).unwrap().report.libraries, [driver, runtime]);
 }

@@ -276,7 +276,8 @@ fn report_json_contract() {
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,
-        r#""sm_clock_avg_mhz":1980.0,"power_avg_w":350.0,"temp_max_c":60,"unprofiled_pids":[77]}]}"#
+        r#""sm_clock_avg_mhz":1980.0,"power_avg_w":350.0,"temp_max_c":60,"unprofiled_pids":[77]}],"#,
+        r#""libraries":[]}"#
     );
     assert_eq!(got, want);
     let back: output::Report =

@@ -483,6 +483,7 @@ fn columns(view: View) -> &'static [(&'static str, &'static str, bool)] {
             ("live_bytes", "LIVE", true),
             ("peak_bytes", "PEAK", true),
             ("failed", "FAILED", true),
+            ("never_freed_bytes", "NEVER FREED", true),
         ],
         View::Processes => &[
             ("pid", "PID", true),
@@ -535,6 +536,7 @@ fn narrow_columns(view: View) -> &'static [&'static str] {
         View::Timeline => &["job", "calls", "launches"],
         View::Processes => &["rate"],
         View::Memcpy => &["size_histogram"],
+        View::Memory => &["never_freed_bytes"],
         View::Steps => &["irregular", "wall_p90_ns", "copy_bytes"],
         _ => &[],
     }
@@ -559,7 +561,8 @@ fn human(col: &str, v: &Value) -> String {
     match (col, v) {
         (_, Value::Null) => "-".to_owned(),
         (
-            "bytes" | "copy_bytes" | "live_bytes" | "peak_bytes" | "shared_bytes",
+            "bytes" | "copy_bytes" | "live_bytes" | "peak_bytes" | "shared_bytes"
+            | "never_freed_bytes",
             Value::Number(n),
         ) => fmt::bytes(n.as_u64().unwrap_or(0)),
         ("bandwidth_bps", Value::Number(n)) => {
@@ -885,6 +888,14 @@ fn rows(r: &Report, view: View) -> Vec<Row> {
                         ("live_bytes", json!(a.live_bytes)),
                         ("peak_bytes", json!(a.peak_bytes)),
                         ("failed", json!(a.failed)),
+                        (
+                            "never_freed_bytes",
+                            if p.exited {
+                                json!(a.live_bytes)
+                            } else {
+                                Value::Null
+                            },
+                        ),
                     ],
                 });
             }

@@ -180,6 +180,23 @@ fn memcpy_bandwidth_only_for_blocking_copies() {
 }
 
 #[test]
+fn memory_never_freed_only_for_processes_that_ended() {
+    // server exited holding nothing; python3 is still running: its live bytes are not leaks.
+    assert_eq!(
+        show(&[
+            "--view",
+            "memory",
+            "--format",
+            "csv",
+            "--select",
+            "pid,live_bytes,never_freed_bytes"
+        ])
+        .unwrap(),
+        "pid,live_bytes,never_freed_bytes\n100,524288,\n200,0,0\n"
+    );
+}
+
+#[test]
 fn memcpy_size_histogram_when_selected() {
     assert_eq!(
         show(&[

@@ -5,7 +5,8 @@ perfetto_trace_pb2, parsed by the `protobuf` runtime): nothing in our encoder is
 
   check_pftrace.py TRACE.pftrace TRACE.json
 
-Every packet must parse with no field the schema does not know; every slice, instant, counter
+The JSON must follow the Trace Event Format (see `validate`); every packet must parse with no
+field the schema does not know; every slice, instant, counter
 value and flow of the JSON must be in the protobuf trace on the same process and track, at the
 same time, with the same name, category and arguments, and nothing else. Prints a JSON line of
 counts and exits 0, or prints the differences and exits 1.
@@ -33,8 +34,52 @@ def norm(v):
     return json.dumps(v, separators=(",", ":"))
 
 
+# The Trace Event Format's fields, per phase, as gpuprofd writes them (name: type).
+NUM = (int, float)
+PHASES = {
+    "M": {"name": str, "pid": int, "args": dict},
+    "X": {"name": str, "cat": str, "pid": int, "tid": int, "ts": NUM, "dur": NUM},
+    "i": {"name": str, "cat": str, "pid": int, "ts": NUM, "s": str},
+    "C": {"name": str, "pid": int, "ts": NUM, "args": dict},
+    "s": {"name": str, "cat": str, "id": int, "pid": int, "tid": int, "ts": NUM},
+    "f": {"name": str, "cat": str, "id": int, "pid": int, "tid": int, "ts": NUM, "bp": str},
+}
+
+
+def validate(doc):
+    """The JSON trace against the Trace Event Format: every event has its phase's fields with
+    their types, times are not negative, instants have a scope, counters numeric values, flow
+    ends bind to the enclosing slice, thread tracks are named before use."""
+    if set(doc) != {"displayTimeUnit", "traceEvents"} or not isinstance(doc["traceEvents"], list):
+        sys.exit("not a Trace Event Format object: %s" % sorted(doc))
+    named = set()
+    for e in doc["traceEvents"]:
+        want = PHASES.get(e.get("ph"))
+        if want is None:
+            sys.exit("unknown phase: %s" % e)
+        for k, t in want.items():
+            if not isinstance(e.get(k), t) or isinstance(e.get(k), bool):
+                sys.exit("%r: field %s missing or not %s" % (e, k, t))
+        if e.get("ts", 0) < 0 or e.get("dur", 0) < 0:
+            sys.exit("negative time: %s" % e)
+        if e["ph"] == "M":
+            if e["name"] not in ("process_name", "thread_name") or not isinstance(e["args"].get("name"), str):
+                sys.exit("metadata: %s" % e)
+            if e["name"] == "thread_name":
+                named.add((e["pid"], e["tid"]))
+        if e["ph"] in ("X", "s", "f") and (e["pid"], e["tid"]) not in named:
+            sys.exit("an event on a thread track not named before: %s" % e)
+        if e["ph"] == "i" and e["s"] not in ("t", "p", "g"):
+            sys.exit("instant scope: %s" % e)
+        if e["ph"] == "C" and not all(isinstance(v, NUM) and not isinstance(v, bool) for v in e["args"].values()):
+            sys.exit("counter values: %s" % e)
+        if e["ph"] == "f" and e["bp"] != "e":
+            sys.exit("flow end binding: %s" % e)
+
+
 def from_json(path):
     doc = json.load(open(path))
+    validate(doc)
     procs, tracks = {}, {}
     for e in doc["traceEvents"]:
         if e["ph"] == "M" and e["name"] == "process_name":

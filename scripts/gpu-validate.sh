@@ -226,6 +226,8 @@ coverage_run() { # NAME MODULE SCRIPT [args...]
         "$BIN" report "$cap" --view steps --format json -o "$OUT/runs/$name.steps.json" 2>>"$OUT/runs/$name.gpuprofd.err" || true
         "$BIN" report "$cap" --format html -o "$OUT/runs/$name.report.html" 2>>"$OUT/runs/$name.gpuprofd.err" || true
         "$BIN" export "$cap" -o "$OUT/runs/$name.trace.json" 2>>"$OUT/runs/$name.gpuprofd.err" || true
+        "$BIN" export "$cap" -o "$OUT/runs/$name.pftrace" 2>>"$OUT/runs/$name.gpuprofd.err" || true
+        "$BIN" report "$cap" --view timeline -o "$OUT/runs/$name.timeline.txt" 2>>"$OUT/runs/$name.gpuprofd.err" || true
         record "$name" coverage "" "$OUT/runs/$name.report.json" "" "$res"
     else
         record "$name" coverage "" "" "gpuprofd or the workload failed: see runs/$name.gpuprofd.err"

@@ -2,9 +2,9 @@
 //! of untrusted bytes into anything but plain integers.
 
 use crate::{
-    AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, MapBody, MemBody, NAME_CAP,
-    NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, kind,
-    record_size,
+    AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, LaunchesBody, MapBody, MemBody,
+    NAME_CAP, NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody,
+    kind, record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -27,6 +27,7 @@ pub enum Event {
     Exit(Header, ExitBody),
     Stack(Header, StackBody),
     Exec(Header, ExitBody),
+    Launches(Header, LaunchesBody),
 }
 
 impl Event {
@@ -42,7 +43,8 @@ impl Event {
             | Event::Map(h, _)
             | Event::Exit(h, _)
             | Event::Stack(h, _)
-            | Event::Exec(h, _) => h,
+            | Event::Exec(h, _)
+            | Event::Launches(h, _) => h,
         }
     }
 }
@@ -155,6 +157,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::EXIT => Event::Exit(header, read(bytes, hs)),
         kind::STACK => Event::Stack(header, read(bytes, hs)),
         kind::EXEC => Event::Exec(header, read(bytes, hs)),
+        kind::LAUNCHES => Event::Launches(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -199,6 +202,34 @@ mod tests {
             decode(encode(&r)),
             Ok(Event::Launch(hdr(kind::LAUNCH), body))
         );
+    }
+
+    #[test]
+    fn counted_launches_round_trip() {
+        let body = LaunchesBody {
+            func: 0x5555_0000_1234,
+            stream: 7,
+            count: 1_000_003,
+            grid: [8, 1, 1],
+            block: [128, 2, 1],
+            shared_bytes: 48,
+            flags: crate::flags::LAUNCH_EX,
+        };
+        let r = Record {
+            header: hdr(kind::LAUNCHES),
+            body,
+        };
+        assert_eq!(
+            decode(encode(&r)),
+            Ok(Event::Launches(hdr(kind::LAUNCHES), body))
+        );
+        let one = body.launch();
+        assert_eq!((one.func, one.stream, one.caller), (body.func, 7, 0));
+        assert_eq!(
+            (one.grid, one.block, one.shared_bytes),
+            ([8, 1, 1], [128, 2, 1], 48)
+        );
+        assert_eq!(one.flags, crate::flags::LAUNCH_EX);
     }
 
     #[test]

@@ -45,6 +45,16 @@ pub mod maps {
     pub const STACK_COUNT: &str = "STACK_COUNT";
     /// `LruHashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
     pub const PY_PROCS: &str = "PY_PROCS";
+    /// `Array<u32>` of length 1: where launches go, [`crate::LAUNCHES_TO_RING`] (a record each,
+    /// the default) or [`crate::LAUNCHES_COUNTED`] (counted in [`LAUNCH_COUNTS`]).
+    pub const LAUNCH_MODE: &str = "LAUNCH_MODE";
+    /// `HashMap<LaunchKey, LaunchCount>`: launches counted in the kernel (service mode's
+    /// always-on default). The daemon reads it every period and removes an ended process's
+    /// entries; a launch that finds it full goes to the ring as a record instead.
+    pub const LAUNCH_COUNTS: &str = "LAUNCH_COUNTS";
+    /// Per-CPU `u64` counters, indexed by kind, of calls counted in [`LAUNCH_COUNTS`] instead of
+    /// being recorded: submitted + counted + dropped = every call the probes saw.
+    pub const COUNTED: &str = "COUNTED";
 
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it
@@ -101,7 +111,13 @@ pub mod kind {
     /// is the body's `comm` ([`crate::ExitBody`]). What the process did before was the old
     /// program's.
     pub const EXEC: u32 = 11;
-    /// Highest kind in use.
+    /// `count` launches of one configuration by one process, counted in the kernel
+    /// ([`crate::LaunchesBody`]). Never written by the probes: the daemon makes these from
+    /// [`crate::maps::LAUNCH_COUNTS`] (service mode), so they reach the aggregator like any other
+    /// record. `tid` is 0 (counting does not keep threads apart); `ts_ns` is the latest launch's.
+    pub const LAUNCHES: u32 = 12;
+    /// Highest kind the probes write (the kinds the loss and submission counters cover);
+    /// [`LAUNCHES`] is the daemon's own.
     pub const LAST: u32 = EXEC;
 }
 
@@ -205,6 +221,73 @@ pub struct LaunchBody {
     pub flags: u32,
 }
 const _: () = assert!(core::mem::size_of::<LaunchBody>() == 56);
+
+/// Launch mode: every launch is a ring-buffer record (full capture).
+pub const LAUNCHES_TO_RING: u32 = 0;
+/// Launch mode: launches are counted per process and configuration in
+/// [`maps::LAUNCH_COUNTS`]; no record per launch.
+pub const LAUNCHES_COUNTED: u32 = 1;
+
+/// Key of [`maps::LAUNCH_COUNTS`]: a process and a launch configuration (a [`LaunchBody`]
+/// without its caller, which differs per call site and would multiply the entries).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaunchKey {
+    pub tgid: u32,
+    /// API id (the probe's cookie).
+    pub api: u32,
+    pub func: u64,
+    pub stream: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<LaunchKey>() == 56);
+
+/// Value of [`maps::LAUNCH_COUNTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchCount {
+    /// Launches since the entry was made (added atomically).
+    pub count: u64,
+    /// `bpf_ktime_get_ns()` of a recent launch (last writer wins).
+    pub last_ns: u64,
+    /// `bpf_ktime_get_ns()` of the launch that made the entry (tells an exec's old program's
+    /// launches from the new one's).
+    pub first_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<LaunchCount>() == 24);
+
+/// `count` launches of one configuration ([`kind::LAUNCHES`]): a [`LaunchBody`] whose `caller`
+/// slot holds the count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchesBody {
+    pub func: u64,
+    pub stream: u64,
+    pub count: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<LaunchesBody>() == 56);
+
+impl LaunchesBody {
+    /// One launch of this configuration, as a full capture would have recorded it (no caller).
+    pub fn launch(&self) -> LaunchBody {
+        LaunchBody {
+            func: self.func,
+            stream: self.stream,
+            caller: 0,
+            grid: self.grid,
+            block: self.block,
+            shared_bytes: self.shared_bytes,
+            flags: self.flags,
+        }
+    }
+}
 
 /// A memory copy.
 #[repr(C)]
@@ -463,6 +546,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::MAP => core::mem::size_of::<MapBody>(),
         kind::EXIT | kind::EXEC => core::mem::size_of::<ExitBody>(),
         kind::STACK => core::mem::size_of::<StackBody>(),
+        kind::LAUNCHES => core::mem::size_of::<LaunchesBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

@@ -229,6 +229,13 @@ pub struct CaptureArgs {
     /// Default: 1 (every call) with --pid or a command, 64 with --all-jobs; 0: no stacks.
     #[arg(long, value_name = "N")]
     pub stack_period: Option<u32>,
+    /// Count kernel launches in the kernel (per process and launch configuration) and read the
+    /// counts every INTERVAL (e.g. 1s) instead of a record per launch: what `gpuprofd serve`
+    /// does by default. Launch totals stay exact; per-launch times, threads and call sites are
+    /// not kept. Not with a capture file (-o FILE.gpuprof).
+    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "INTERVAL",
+          num_args = 0..=1, default_missing_value = "1s")]
+    pub count_launches: Option<Duration>,
     /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
     /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
     #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
@@ -389,6 +396,10 @@ fn serve(a: &ServeArgs) -> ExitCode {
         live: false,
         ring_bytes: cfg.capture.ring_buffer_mb << 20,
         stack_period: cfg.capture.stack_period,
+        count_launches: cfg
+            .capture
+            .count_launches
+            .then_some(cfg.capture.count_interval.0),
         verbose: false,
         command: Vec::new(),
         command_stdin: None,
@@ -742,6 +753,7 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
             live: true,
             ring_bytes: crate::capture::DEFAULT_RING_BYTES,
             stack_period: 1,
+            count_launches: None,
             verbose: cli.capture.verbose,
             command: vec![workload.display().to_string()],
             command_stdin: Some(script),
@@ -782,9 +794,30 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
         Target::AllJobs if a.command.is_empty() => crate::session::ALL_JOBS_STACK_PERIOD,
         _ => 1,
     });
+    let count_launches = match a.count_launches {
+        None => None,
+        Some(_)
+            if a.output
+                .as_deref()
+                .is_some_and(crate::store::is_capture_path) =>
+        {
+            return Err(
+                "--count-launches cannot write a capture file: a capture keeps every call, and                  counted launches are only totals. Drop --count-launches (a record per launch),                  or write a JSON report (-o FILE.json) instead"
+                    .into(),
+            );
+        }
+        Some(d) if d < Duration::from_millis(10) || d > Duration::from_secs(60) => {
+            return Err(format!(
+                "--count-launches \"{}\": the read interval must be between 10ms and 60s",
+                crate::service::config::Dur(d)
+            ));
+        }
+        Some(d) => Some(d),
+    };
     Ok(CaptureOptions {
         target,
         stack_period,
+        count_launches,
         wait: a.wait,
         duration: a.duration,
         output: a.output,

@@ -556,6 +556,23 @@ pub fn trace(
                                     "period": st.period}}),
                 )?;
             }
+            Event::Launches(_, l) => {
+                // Counted in the kernel (capture files are written in full mode, so only a
+                // hand-made file has these): one instant for the lot, no per-launch slices.
+                let name = replay
+                    .kernel_names
+                    .get(&(h.tgid, g, l.func, runtime))
+                    .cloned()
+                    .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
+                           "pid": pid, "tid": h.tid, "ts": ts,
+                           "args": {"api": api_name, "launches": l.count, "grid": l.grid,
+                                    "block": l.block, "shared_bytes": l.shared_bytes,
+                                    "stream": format!("0x{:x}", l.stream)}}),
+                )?;
+            }
             Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
         }
         Ok(())

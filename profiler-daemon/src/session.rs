@@ -47,6 +47,9 @@ pub struct CaptureOptions {
     /// A call stack every this many launches / blocking syncs / blocking copies per thread
     /// (0: none).
     pub stack_period: u32,
+    /// Count launches in the kernel and read the counts this often (`None`: a record per
+    /// launch). Never with a capture file.
+    pub count_launches: Option<Duration>,
     pub verbose: bool,
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
@@ -279,6 +282,15 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
     };
     let ring = capture::take_ring(&mut ebpf)?;
+    // Service mode's default: launches are counted in the kernel, read every period.
+    let (counting, launch_mode) = match opts.count_launches {
+        Some(period) => {
+            let (counts, mut mode) = capture::counted::take(&mut ebpf)?;
+            mode.set(true)?;
+            (Some(capture::Counting::new(counts, period)), Some(mode))
+        }
+        None => (None, None),
+    };
 
     let started_at = SystemTime::now();
     let started = Instant::now();
@@ -305,7 +317,13 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
         _ => None,
     };
-    let reader = tokio::spawn(capture::run_reader(ring, tx, cancel.clone(), stats.clone()));
+    let reader = tokio::spawn(capture::run_reader(
+        ring,
+        tx,
+        cancel.clone(),
+        stats.clone(),
+        counting,
+    ));
     let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<Sighting>();
     let seen = Seen {
         known: HashSet::new(),
@@ -316,6 +334,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         journal,
         owners: HashMap::new(),
         deep: Vec::new(),
+        launch_mode,
     };
     let agg = tokio::spawn(aggregate(
         rx,
@@ -803,6 +822,14 @@ fn service_handler(
                     "records_read".into(),
                     snapper.stats.read.load(Ordering::Relaxed).into(),
                 );
+                o.insert(
+                    "launches_counted_in_kernel".into(),
+                    snapper
+                        .stats
+                        .counted_launches
+                        .load(Ordering::Relaxed)
+                        .into(),
+                );
                 let fill = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
                 o.insert("heap_in_use_bytes".into(), crate::heap::in_use().into());
                 o.insert(
@@ -1094,6 +1121,11 @@ fn report_meta(
         "channel".to_owned(),
         stats.channel_dropped.load(Ordering::Relaxed),
     );
+    // Launches read from the in-kernel counters that the aggregator's channel could not take.
+    let counted_lost = stats.counted_dropped.load(Ordering::Relaxed);
+    if counted_lost > 0 {
+        d.insert("counted_launches_channel".to_owned(), counted_lost);
+    }
     ReportMeta {
         host: hostname(),
         started_at,
@@ -1267,6 +1299,10 @@ async fn aggregate(
                         seen.may_capture(&req.target, req.role)
                     };
                     let (target, duration) = (req.target.clone(), req.duration);
+                    if verdict.is_ok() {
+                        // Every launch from now on is a record, for the capture to keep.
+                        seen.follow_deep(true);
+                    }
                     let _ = reply.send(verdict.map(|start| {
                         next_deep += 1;
                         let mut d = crate::service::deep::DeepCapture::new(
@@ -1343,6 +1379,7 @@ async fn aggregate(
                             None => i += 1,
                         }
                     }
+                    seen.follow_deep(false);
                     if live {
                         for line in agg.live_lines(interval.as_secs_f64()) {
                             eprintln!("gpuprofd: {line}");
@@ -1422,6 +1459,9 @@ struct Seen {
     owners: HashMap<u32, u32>,
     /// Deep captures running (control socket).
     deep: Vec<crate::service::deep::DeepCapture>,
+    /// The probes' launch mode, when launches are counted in the kernel (service mode): a
+    /// record per launch while a deep capture runs.
+    launch_mode: Option<crate::capture::counted::LaunchMode>,
 }
 
 impl Seen {
@@ -1435,6 +1475,7 @@ impl Seen {
             journal,
             owners,
             deep,
+            launch_mode: _,
         } = self;
         use profiler_common::decode::Event;
         for rec in batch.iter() {
@@ -1557,9 +1598,13 @@ impl Seen {
                     if let Some(j) = journal.as_mut() {
                         j.record(rec);
                     }
-                    for d in deep.iter_mut() {
-                        if d.wants(tgid, agg) {
-                            d.record(tgid, rec, false);
+                    // Counted launches were counted before any deep capture running now
+                    // started: from its start, the probes record every launch (`follow_deep`).
+                    if !matches!(ev, Event::Launches(..)) {
+                        for d in deep.iter_mut() {
+                            if d.wants(tgid, agg) {
+                                d.record(tgid, rec, false);
+                            }
                         }
                     }
                     agg.apply(&ev);
@@ -1575,6 +1620,20 @@ impl Seen {
                     }
                 }
             }
+        }
+    }
+
+    /// Sets the probes' launch mode for the deep captures running (or `starting` one): a
+    /// record per launch while any runs, counting otherwise.
+    fn follow_deep(&mut self, starting: bool) {
+        let Some(m) = self.launch_mode.as_mut() else {
+            return;
+        };
+        let counting = !starting && self.deep.is_empty();
+        if m.counting() != counting
+            && let Err(e) = m.set(counting)
+        {
+            tracing::error!(error = %e, counting, "cannot switch the probes' launch mode");
         }
     }
 

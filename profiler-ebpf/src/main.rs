@@ -12,6 +12,10 @@
 //! already recorded under the runtime API the program called). See `nested_in_runtime`.
 #![no_std]
 #![no_main]
+// The BPF target has no compare-and-swap, so `AtomicU64::fetch_add` does not exist there; the
+// intrinsic compiles to BPF's atomic add (`lock xadd`), which the launch counters need.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 use aya_ebpf::{
     EbpfContext,
@@ -27,9 +31,10 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
-    GraphBody, Header, LaunchBody, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP,
-    NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, PY_MAX_THREADS,
-    PY_NONE, Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
+    GraphBody, Header, LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey, MAX_CGROUP_DEPTH,
+    MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS,
+    PENDING_HAS_RETURN, PY_MAX_THREADS, PY_NONE, Pending, PyProc, Record, STACK_NATIVE_MAX,
+    STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
     dir, flags, kind, memkind, memop, stackflags,
 };
@@ -56,6 +61,15 @@ static EXIT_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
 #[map(name = "PEND_DRV")]
 static PEND_DRV: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
+
+#[map(name = "LAUNCH_MODE")]
+static LAUNCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
+/// Sized for the distinct (process, kernel, configuration, stream) tuples a node's live
+/// processes launch within one read period of the daemon; past that, launches go to the ring.
+#[map(name = "LAUNCH_COUNTS")]
+static LAUNCH_COUNTS: HashMap<LaunchKey, LaunchCount> = HashMap::with_max_entries(32768, 0);
+#[map(name = "COUNTED")]
+static COUNTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
 
 #[map(name = "STACK_CONFIG")]
 static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
@@ -495,10 +509,64 @@ fn sample_stack<C: EbpfContext>(
 // ---------------------------------------------------------------------------------------------
 // Launches (entry-only: the hot path)
 
-/// Records a launch, and its stack when the thread's sampling says so.
+/// Adds one launch to its process's counter for this configuration (service mode). `false`
+/// when the counters are full: the launch must then be recorded instead.
+#[inline(always)]
+fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
+    let key = LaunchKey {
+        tgid: (pt >> 32) as u32,
+        api: api as u32,
+        func: b.func,
+        stream: b.stream,
+        grid: b.grid,
+        block: b.block,
+        shared_bytes: b.shared_bytes,
+        flags: b.flags,
+    };
+    let add = |v: *mut LaunchCount| {
+        // SAFETY: `v` points at a value of our own map; the count is shared by every CPU, so it
+        // is added atomically; `last_ns` is a hint and the last writer wins.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                core::ptr::addr_of_mut!((*v).count),
+                1,
+            );
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*v).last_ns), now);
+        }
+    };
+    if let Some(v) = LAUNCH_COUNTS.get_ptr_mut(&key) {
+        add(v);
+        return true;
+    }
+    let first = LaunchCount {
+        count: 1,
+        last_ns: now,
+        first_ns: now,
+    };
+    // BPF_NOEXIST: another CPU may have made the entry since the lookup; then add to it.
+    if LAUNCH_COUNTS.insert(&key, &first, 1).is_ok() {
+        return true;
+    }
+    match LAUNCH_COUNTS.get_ptr_mut(&key) {
+        Some(v) => {
+            add(v);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Records a launch (or, in service mode, counts it), and its stack when the thread's sampling
+/// says so.
 #[inline(always)]
 fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody) {
-    emit(kind::LAUNCH, api, pt, now, body);
+    let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
+        && count_launch(api, pt, now, &body);
+    if counted {
+        bump(&COUNTED, kind::LAUNCH);
+    } else {
+        emit(kind::LAUNCH, api, pt, now, body);
+    }
     sample_stack(
         ctx,
         api,

@@ -4,6 +4,8 @@
 //! of raw records to the aggregator through a bounded channel; what it cannot hand over is
 //! counted, never dropped silently.
 
+pub mod counted;
+
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, kind, maps};
@@ -345,6 +347,10 @@ pub fn take_ring(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, CaptureError> {
 pub struct Batch {
     pub bytes: Vec<u8>,
     pub records: usize,
+    /// Of `records`, those made from the in-kernel launch counters (not read from the ring).
+    pub counted_records: usize,
+    /// Launches those carry.
+    pub counted_launches: u64,
 }
 
 impl Batch {
@@ -391,10 +397,74 @@ pub struct ReaderStats {
     pub read: AtomicU64,
     /// Records read but not handed to the aggregator because its channel was full.
     pub channel_dropped: AtomicU64,
+    /// Launches read from the in-kernel counters (service mode).
+    pub counted_launches: AtomicU64,
+    /// Of those, launches not handed to the aggregator because its channel was full.
+    pub counted_dropped: AtomicU64,
 }
 
 /// Records per batch before it is handed over mid-drain.
 const BATCH_RECORDS: usize = 8192;
+
+/// The in-kernel launch counters, read by the reader every `period` (service mode).
+pub struct Counting {
+    pub counts: counted::LaunchCounts,
+    pub period: std::time::Duration,
+    last: std::time::Instant,
+}
+
+impl Counting {
+    pub fn new(counts: counted::LaunchCounts, period: std::time::Duration) -> Self {
+        Counting {
+            counts,
+            period,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn read(&mut self, batch: &mut Batch) {
+        self.read_split(batch, None);
+    }
+
+    /// A read, holding back what `after` says ([`counted::LaunchCounts::read_split`]); the
+    /// records held back are returned, already counted in `batch`'s figures.
+    fn read_split(&mut self, batch: &mut Batch, after: Option<(u32, u64)>) -> Vec<Vec<u8>> {
+        let before = batch.records;
+        match self.counts.read_split(batch, after) {
+            Ok((n, held)) => {
+                batch.counted_records += batch.records - before + held.len();
+                batch.counted_launches += n;
+                held.iter()
+                    .map(|r| profiler_common::decode::encode(r).to_vec())
+                    .collect()
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the in-kernel launch counters cannot be read");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The periodic read, and the removal of entries of processes that ended unseen (their end
+    /// record lost, or never selected): gone before the read started, so it has their last
+    /// launches.
+    fn tick(&mut self, batch: &mut Batch) {
+        if self.last.elapsed() < self.period {
+            return;
+        }
+        self.last = std::time::Instant::now();
+        let gone: Vec<u32> = self
+            .counts
+            .tgids()
+            .into_iter()
+            .filter(|t| !std::path::Path::new(&format!("/proc/{t}")).exists())
+            .collect();
+        self.read(batch);
+        for t in gone {
+            self.counts.forget(t);
+        }
+    }
+}
 
 /// Reads the ring buffer until `cancel`, then drains it one last time and returns.
 pub async fn run_reader(
@@ -402,6 +472,7 @@ pub async fn run_reader(
     tx: mpsc::Sender<Batch>,
     cancel: CancellationToken,
     stats: Arc<ReaderStats>,
+    mut counting: Option<Counting>,
 ) -> Result<(), CaptureError> {
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -416,35 +487,97 @@ pub async fn run_reader(
             _ = cancel.cancelled() => break,
             guard = afd.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &tx, &stats);
+                drain(guard.get_inner_mut(), &tx, &stats, counting.as_mut());
                 guard.clear_ready();
             }
-            _ = tick.tick() => drain(afd.get_mut(), &tx, &stats),
+            _ = tick.tick() => drain(afd.get_mut(), &tx, &stats, counting.as_mut()),
         }
     }
-    drain(afd.get_mut(), &tx, &stats);
+    if let Some(c) = counting.as_mut() {
+        c.last = std::time::Instant::now() - c.period;
+    }
+    drain(afd.get_mut(), &tx, &stats, counting.as_mut());
     Ok(())
 }
 
-/// Everything in the ring buffer now, in batches.
-pub fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Batch>, stats: &ReaderStats) {
+/// Everything in the ring buffer now, in batches; with `counting`, the launches counted in the
+/// kernel too, each process's before its end.
+pub fn drain(
+    ring: &mut RingBuf<MapData>,
+    tx: &mpsc::Sender<Batch>,
+    stats: &ReaderStats,
+    mut counting: Option<&mut Counting>,
+) {
     let mut batch = Batch::default();
     while let Some(item) = ring.next() {
+        if let Some(c) = counting.as_deref_mut()
+            && let Some((k, tgid, ts)) = peek(&item)
+        {
+            // A process's end: every launch it made is counted by now; they go first.
+            if k == kind::EXIT {
+                if c.counts.needs_read_before(ts) {
+                    c.read(&mut batch);
+                }
+                c.counts.forget(tgid);
+            }
+            // An exec: launches counted before it are the old program's, after it the new
+            // one's. Each count's first launch time tells which program made it.
+            if k == kind::EXEC {
+                if c.counts.exec_seen(tgid, ts) == counted::ExecSeen::OnlyNewProgram {
+                    // Read after the new program's first launches, before this record (the
+                    // ring was drained just before that read): the process was first seen, and
+                    // named, as the new program already; passing the exec on would split those
+                    // launches off as the old program's (a launcher's fork+exec).
+                    stats.read.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if c.counts.needs_read_before(ts) {
+                    // The old program's last launches before the exec, the new one's after it.
+                    // A count that spans the exec (same kernel and configuration in both)
+                    // goes to the old program for the launches since the last read.
+                    let held = c.read_split(&mut batch, Some((tgid, ts)));
+                    batch.push(&item);
+                    for r in held {
+                        batch.push(&r);
+                    }
+                    if batch.records >= BATCH_RECORDS {
+                        hand_over(std::mem::take(&mut batch), tx, stats);
+                    }
+                    continue;
+                }
+            }
+        }
         batch.push(&item);
         if batch.records >= BATCH_RECORDS {
             hand_over(std::mem::take(&mut batch), tx, stats);
         }
+    }
+    if let Some(c) = counting {
+        c.tick(&mut batch);
     }
     if batch.records > 0 {
         hand_over(batch, tx, stats);
     }
 }
 
+/// A record's kind, tgid and time, from its header's bytes.
+fn peek(rec: &[u8]) -> Option<(u32, u32, u64)> {
+    let k = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?);
+    let tgid = u32::from_le_bytes(rec.get(8..12)?.try_into().ok()?);
+    let ts = u64::from_le_bytes(rec.get(16..24)?.try_into().ok()?);
+    Some((k, tgid, ts))
+}
+
 fn hand_over(batch: Batch, tx: &mpsc::Sender<Batch>, stats: &ReaderStats) {
-    let n = batch.records as u64;
-    stats.read.fetch_add(n, Ordering::Relaxed);
+    let ring = (batch.records - batch.counted_records) as u64;
+    let launches = batch.counted_launches;
+    stats.read.fetch_add(ring, Ordering::Relaxed);
+    stats
+        .counted_launches
+        .fetch_add(launches, Ordering::Relaxed);
     if tx.try_send(batch).is_err() {
-        stats.channel_dropped.fetch_add(n, Ordering::Relaxed);
+        stats.channel_dropped.fetch_add(ring, Ordering::Relaxed);
+        stats.counted_dropped.fetch_add(launches, Ordering::Relaxed);
     }
 }
 

@@ -44,6 +44,11 @@ impl Activity {
     /// order) counts in the first bin.
     #[inline]
     pub fn add(&mut self, ts_ns: u64, launch: bool, blocked_ns: u64) {
+        self.add_n(ts_ns, 1, u64::from(launch), blocked_ns);
+    }
+
+    /// `calls` calls at `ts_ns`, `launches` of them launches (counted launches arrive together).
+    pub fn add_n(&mut self, ts_ns: u64, calls: u64, launches: u64, blocked_ns: u64) {
         if self.first_ns == 0 && self.last_ns == 0 {
             self.first_ns = ts_ns;
         }
@@ -55,8 +60,8 @@ impl Activity {
             i = off / self.bin_ns;
         }
         let i = i as usize;
-        self.calls[i] += 1;
-        self.launches[i] += u64::from(launch);
+        self.calls[i] = self.calls[i].saturating_add(calls);
+        self.launches[i] = self.launches[i].saturating_add(launches);
         self.blocked_ns[i] = self.blocked_ns[i].saturating_add(blocked_ns);
     }
 

@@ -168,6 +168,14 @@ impl Aggregator {
                 p.activity.add(h.ts_ns, true, 0);
                 self.launches_total += 1;
             }
+            Event::Launches(_, l) => {
+                p.launches_n(h.api, &l.launch(), l.count);
+                if h.api <= MAX_API_ID {
+                    p.api_calls(h.api, l.count, None);
+                }
+                p.activity.add_n(h.ts_ns, l.count, l.count, 0);
+                self.launches_total += l.count;
+            }
             Event::Copy(_, c) => {
                 p.copy(c);
                 let d = measured(c.flags, c.dur_ns);

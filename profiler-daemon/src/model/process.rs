@@ -148,12 +148,17 @@ impl ProcState {
     /// One call of API `api` (below 2^16, checked by the caller).
     #[inline]
     pub fn api_call(&mut self, api: u32, dur: Option<u64>) {
+        self.api_calls(api, 1, dur);
+    }
+
+    /// `n` calls of API `api`; `dur`, when measured, is one call's.
+    pub fn api_calls(&mut self, api: u32, n: u64, dur: Option<u64>) {
         let i = api as usize;
         if i >= self.apis.len() {
             self.apis.resize_with(i + 1, ApiStat::default);
         }
         let a = &mut self.apis[i];
-        a.calls += 1;
+        a.calls += n;
         if let Some(d) = dur {
             a.durations.record(d);
         }
@@ -172,8 +177,13 @@ impl ProcState {
 
     #[inline]
     pub fn launch(&mut self, api: u32, l: &LaunchBody) {
-        self.launches += 1;
-        self.stream(l.stream).launches += 1;
+        self.launches_n(api, l, 1);
+    }
+
+    /// `n` launches of one configuration (counted in the kernel, or one recorded launch).
+    pub fn launches_n(&mut self, api: u32, l: &LaunchBody, n: u64) {
+        self.launches += n;
+        self.stream(l.stream).launches += n;
         let key = LaunchKey {
             api,
             func: l.func,
@@ -182,7 +192,7 @@ impl ProcState {
             shared_bytes: l.shared_bytes,
         };
         let s = self.kernels.entry(key).or_default();
-        s.calls += 1;
+        s.calls += n;
         if s.last_stream != Some(l.stream) {
             s.last_stream = Some(l.stream);
             if s.streams.len() < MAX_STREAMS_PER_KEY {

@@ -356,6 +356,7 @@ pub fn kind_name(kind: u32) -> Option<&'static str> {
         k::EXIT => "exit",
         k::STACK => "stack",
         k::EXEC => "exec",
+        k::LAUNCHES => "counted_launches",
         _ => return None,
     })
 }
@@ -368,7 +369,11 @@ pub fn drops_by_kind(counts: &[u64]) -> BTreeMap<String, u64> {
         out.insert(kind_name(k).unwrap_or("other").to_owned(), 0);
     }
     for (i, &c) in counts.iter().enumerate() {
-        let name = u32::try_from(i).ok().and_then(kind_name).unwrap_or("other");
+        let name = u32::try_from(i)
+            .ok()
+            .filter(|&k| k <= profiler_common::kind::LAST)
+            .and_then(kind_name)
+            .unwrap_or("other");
         if c != 0 || name != "other" {
             *out.entry(name.to_owned()).or_insert(0) += c;
         }

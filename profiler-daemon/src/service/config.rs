@@ -34,6 +34,12 @@ ring_buffer_mb = 16
 stack_period = 64
 # (reload) How often to rescan /proc for CUDA libraries behind the kernel's mmap watcher; "0": never.
 rescan_interval = "30s"
+# Count kernel launches in the kernel (per process and launch configuration) and read the counts
+# every count_interval, instead of a ring-buffer record per launch; a deep capture switches to a
+# record per launch while it runs. false: a record per launch always (as --all-jobs).
+count_launches = true
+# How often the in-kernel launch counts are read (the live figures' resolution).
+count_interval = "1s"
 
 [nvml]
 # Sample GPU utilisation, memory, clocks and per-process GPU memory through NVML.
@@ -116,6 +122,8 @@ pub struct CaptureConfig {
     pub ring_buffer_mb: u32,
     pub stack_period: u32,
     pub rescan_interval: Dur,
+    pub count_launches: bool,
+    pub count_interval: Dur,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -159,6 +167,8 @@ impl Default for CaptureConfig {
             ring_buffer_mb: 16,
             stack_period: crate::session::ALL_JOBS_STACK_PERIOD,
             rescan_interval: Dur(Duration::from_secs(30)),
+            count_launches: true,
+            count_interval: Dur(Duration::from_secs(1)),
         }
     }
 }
@@ -348,6 +358,14 @@ impl Config {
                 "must be a power of two between 1 and 1024",
             ));
         }
+        let ci = self.capture.count_interval.0;
+        if ci < Duration::from_millis(10) || ci > Duration::from_secs(60) {
+            return Err(bad(
+                "capture.count_interval",
+                format!("\"{}\"", self.capture.count_interval),
+                "must be between 10ms and 60s",
+            ));
+        }
         if self.nvml.interval.0 < Duration::from_millis(100) {
             return Err(bad(
                 "nvml.interval",
@@ -466,6 +484,14 @@ impl Config {
             (
                 "capture.stack_period",
                 next.capture.stack_period != new.capture.stack_period,
+            ),
+            (
+                "capture.count_launches",
+                next.capture.count_launches != new.capture.count_launches,
+            ),
+            (
+                "capture.count_interval",
+                next.capture.count_interval != new.capture.count_interval,
             ),
             ("nvml", next.nvml != new.nvml),
             (

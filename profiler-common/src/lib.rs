@@ -222,6 +222,9 @@ pub struct LaunchBody {
 }
 const _: () = assert!(core::mem::size_of::<LaunchBody>() == 56);
 
+/// Capacity of [`maps::LAUNCH_COUNTS`].
+pub const LAUNCH_COUNTS_MAX: u32 = 32768;
+
 /// Launch mode: every launch is a ring-buffer record (full capture).
 pub const LAUNCHES_TO_RING: u32 = 0;
 /// Launch mode: launches are counted per process and configuration in
@@ -584,6 +587,8 @@ pub struct Pending {
 }
 const _: () = assert!(core::mem::size_of::<Pending>() == 88);
 
+/// `Pending::state`: nothing in flight (a thread's slot stays, cleared, until the thread exits).
+pub const PENDING_NONE: u32 = 0;
 /// `Pending::state`: a return probe will clear the entry; every driver call inside is nested.
 pub const PENDING_HAS_RETURN: u32 = 1;
 /// `Pending::state`: entry-only runtime call; the first driver call of its class consumes it.

@@ -94,6 +94,8 @@ pub struct Extra {
     pub expired: Vec<u32>,
     /// Records read from the ring buffer so far.
     pub records_read: u64,
+    /// Launches read from the in-kernel launch counters so far (service mode).
+    pub launches_counted: u64,
     pub probes: u64,
     /// The fill of the eBPF object's per-process and per-thread maps.
     pub bpf_maps: Vec<crate::capture::MapFill>,
@@ -194,6 +196,12 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         "gpuprofd_records_read",
         "Records the daemon read from the ring buffer",
         read.clone(),
+    );
+    let counted: Counter = Counter::default();
+    reg.register(
+        "gpuprofd_launches_counted_in_kernel",
+        "Kernel launches read from the in-kernel launch counters (no record each)",
+        counted.clone(),
     );
     let procs: Gauge = Gauge::default();
     reg.register(
@@ -309,6 +317,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         heap.set(b.min(i64::MAX as u64) as i64);
     }
     read.inc_by(extra.records_read);
+    counted.inc_by(extra.launches_counted);
     procs.set(shown);
     probes.set(extra.probes.min(i64::MAX as u64) as i64);
     let mut out = String::new();

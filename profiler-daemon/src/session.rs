@@ -372,7 +372,12 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         KindCounts::default(),
     )));
     let probe_count = Arc::new(std::sync::atomic::AtomicU64::new(probes as u64));
-    let fill = Arc::new(std::sync::Mutex::new(capture::map_fill(&ebpf)));
+    let counting_launches = opts.count_launches.is_some();
+    let fill = Arc::new(std::sync::Mutex::new(capture::fill(
+        &ebpf,
+        &stats,
+        counting_launches,
+    )));
     let snapper = Arc::new(Snapper {
         ctl: query_tx.downgrade(),
         counters: counters.clone(),
@@ -403,6 +408,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                     .ask(|meta, reply| Ctl::Metrics { meta, grace, reply })
                     .await?;
                 extra.records_read = snapper.stats.read.load(Ordering::Relaxed);
+                extra.launches_counted = snapper.stats.counted_launches.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);
                 extra.bpf_maps = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
                 extra.heap_in_use = crate::heap::in_use();
@@ -570,7 +576,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                         attacher.libraries().map(|l| l.attached() as u64).sum(),
                         Ordering::Relaxed,
                     );
-                    let now = capture::map_fill(&ebpf);
+                    let now = capture::fill(&ebpf, &stats, counting_launches);
                     if let Ok(mut f) = fill.lock() {
                         *f = now;
                     }

@@ -401,6 +401,21 @@ pub struct ReaderStats {
     pub counted_launches: AtomicU64,
     /// Of those, launches not handed to the aggregator because its channel was full.
     pub counted_dropped: AtomicU64,
+    /// Entries of the launch counters as of the last read (processes that ended removed).
+    pub counted_entries: AtomicU64,
+}
+
+/// [`map_fill`], and the launch counters' fill when launches are counted.
+pub fn fill(ebpf: &Ebpf, stats: &ReaderStats, counting: bool) -> Vec<MapFill> {
+    let mut v = map_fill(ebpf);
+    if counting {
+        v.push(MapFill {
+            map: maps::LAUNCH_COUNTS,
+            entries: stats.counted_entries.load(Ordering::Relaxed) as u32,
+            capacity: profiler_common::LAUNCH_COUNTS_MAX,
+        });
+    }
+    v
 }
 
 /// Records per batch before it is handed over mid-drain.
@@ -554,6 +569,9 @@ pub fn drain(
     }
     if let Some(c) = counting {
         c.tick(&mut batch);
+        stats
+            .counted_entries
+            .store(c.counts.entries() as u64, Ordering::Relaxed);
     }
     if batch.records > 0 {
         hand_over(batch, tx, stats);

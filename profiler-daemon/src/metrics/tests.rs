@@ -60,6 +60,7 @@ fn extra() -> Extra {
         )]),
         expired: vec![200],
         records_read: 1003,
+        launches_counted: 5000,
         probes: 95,
         bpf_maps: vec![
             crate::capture::MapFill {
@@ -129,6 +130,10 @@ fn exposition_has_exact_values() {
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);
     assert_eq!(samples(&t, "gpuprofd_probes"), ["gpuprofd_probes 95"]);
+    assert_eq!(
+        samples(&t, "gpuprofd_launches_counted_in_kernel_total"),
+        ["gpuprofd_launches_counted_in_kernel_total 5000"]
+    );
     // A family's series come in no set order.
     let sorted = |mut v: Vec<String>| {
         v.sort();

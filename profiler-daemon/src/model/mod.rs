@@ -299,6 +299,7 @@ impl Aggregator {
                 .map(|(&t, _)| t)
                 .collect(),
             records_read: 0,
+            launches_counted: 0,
             probes: 0,
             bpf_maps: Vec::new(),
             heap_in_use: None,

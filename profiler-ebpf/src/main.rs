@@ -31,10 +31,10 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
-    GraphBody, Header, LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey, MAX_CGROUP_DEPTH,
-    MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY, PENDING_ENTRY_ONLY_MAX_NS,
-    PENDING_HAS_RETURN, PY_MAX_THREADS, PY_NONE, Pending, PyProc, Record, STACK_NATIVE_MAX,
-    STACK_PY_MAX, StackBody, SyncBody, class,
+    GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey,
+    MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY,
+    PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE, Pending,
+    PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
     dir, flags, kind, memkind, memop, stackflags,
 };
@@ -67,7 +67,8 @@ static LAUNCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
 /// Sized for the distinct (process, kernel, configuration, stream) tuples a node's live
 /// processes launch within one read period of the daemon; past that, launches go to the ring.
 #[map(name = "LAUNCH_COUNTS")]
-static LAUNCH_COUNTS: HashMap<LaunchKey, LaunchCount> = HashMap::with_max_entries(32768, 0);
+static LAUNCH_COUNTS: HashMap<LaunchKey, LaunchCount> =
+    HashMap::with_max_entries(LAUNCH_COUNTS_MAX, 0);
 #[map(name = "COUNTED")]
 static COUNTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
 
@@ -229,10 +230,11 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 ///   Once the runtime call has returned, whatever the caller calls next overwrites that slot.
 #[inline(always)]
 fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
-    // SAFETY: lookup of a plain value in our own map.
-    let Some(p) = (unsafe { PEND_RT.get(&pid_tgid) }) else {
+    let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) else {
         return false;
     };
+    // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+    let p = unsafe { &mut *slot };
     if sp >= p.sp {
         return false;
     }
@@ -244,10 +246,34 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
         && now.wrapping_sub(p.ts_ns) < PENDING_ENTRY_ONLY_MAX_NS
         && stack(p.sp, 0) == p.v[0]
     {
-        let _ = PEND_RT.remove(&pid_tgid);
+        // Consumed in place: the thread keeps its slot (removed when it exits), which spares
+        // the hot path an LRU delete and the next call an LRU insert.
+        p.state = PENDING_NONE;
         return true;
     }
     false
+}
+
+/// Writes a thread's slot in `map`: in place when the thread has one (an LRU insert allocates a
+/// new element every time), else a new entry.
+#[inline(always)]
+fn put_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64, p: &Pending) {
+    match map.get_ptr_mut(&pid_tgid) {
+        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+        Some(slot) => unsafe { *slot = *p },
+        None => {
+            let _ = map.insert(&pid_tgid, p, 0);
+        }
+    }
+}
+
+/// Clears a thread's slot in place (see [`put_slot`]).
+#[inline(always)]
+fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
+    if let Some(slot) = map.get_ptr_mut(&pid_tgid) {
+        // SAFETY: as in `put_slot`.
+        unsafe { (*slot).state = PENDING_NONE };
+    }
 }
 
 /// Marks an entry-only runtime call in flight so the enclosed driver call is not recorded twice.
@@ -264,7 +290,7 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie) {
         state: PENDING_ENTRY_ONLY,
         _pad: 0,
     };
-    let _ = PEND_RT.insert(&pid_tgid, &p, 0);
+    put_slot(&PEND_RT, pid_tgid, &p);
 }
 
 /// Entry bookkeeping shared by every recorded call. Returns `false` when the call is a nested
@@ -279,7 +305,7 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64) -> bool {
     } else if nested_in_runtime(pid_tgid, cls, sp, now) {
         if c.has(cookie::F_RET) {
             // No stale entry may be picked up by this call's return probe.
-            let _ = PEND_DRV.remove(&pid_tgid);
+            clear_slot(&PEND_DRV, pid_tgid);
         }
         false
     } else {
@@ -317,7 +343,7 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
     } else {
         &PEND_DRV
     };
-    let _ = map.insert(&pid_tgid, &p, 0);
+    put_slot(map, pid_tgid, &p);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1004,11 +1030,12 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     } else {
         &PEND_DRV
     };
-    // SAFETY: copy out of our own map before removing the entry.
-    let Some(p) = (unsafe { map.get(&pid_tgid) }).copied() else {
+    let Some(slot) = map.get_ptr_mut(&pid_tgid) else {
         return 0;
     };
-    let _ = map.remove(&pid_tgid);
+    // SAFETY: our own map's value, copied out, then cleared in place (see `put_slot`).
+    let p = unsafe { *slot };
+    unsafe { (*slot).state = PENDING_NONE };
     if p.state != PENDING_HAS_RETURN || p.cookie != c.pack() {
         return 0; // a slot left by another call: not ours to finish
     }

@@ -18,7 +18,8 @@
 #   procaddr     where cuGetProcAddress_v2 pointers land versus the exported symbols
 #   coverage     under gpuprofd --all-jobs, each workload with torch.profiler counting:
 #                torch_cnn eager / amp / compile, cublas_gemm, torch_graphs, cupy_raw, jax_jit
-#   live         a training loop started before gpuprofd, attached with --pid after warm-up
+#   live         a training loop started before gpuprofd, attached with --pid after warm-up;
+#                again with --count-launches (the service's in-kernel counting)
 #   service      gpuprofd serve; the same loop captured after warm-up through the control socket
 #                (gpuprofd ctl capture --pid), its file compared like live
 #   code         the code view on a PyTorch model (--stack-period 1): launches attributed to
@@ -41,7 +42,7 @@ DRY=0
 EXTRA_LIBS=()
 ALL_STEPS="doctor procaddr coverage live service code attribution overhead nvml"
 
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -245,35 +246,43 @@ if wanted coverage; then
 fi
 
 # ---- live attach -----------------------------------------------------------------------------
+# NAME [gpuprofd args...]: the loop started first, attached with --pid after its warm-up.
+live_run() {
+    local name=$1
+    shift
+    local res="$OUT/runs/$name.result.json"
+    "$PY" "$WL/torch_cnn.py" --mode eager --hold --profile --out "$res" --steps "$STEPS" \
+        >"$OUT/runs/$name.workload.out" 2>"$OUT/runs/$name.workload.err" &
+    WPID=$!
+    if wait_line "$OUT/runs/$name.workload.out" "^held " 300; then
+        "$BIN" --pid "$WPID" --no-live --output "$OUT/runs/$name.report.json" "$@" \
+            >"$OUT/runs/$name.gpuprofd.out" 2>"$OUT/runs/$name.gpuprofd.err" &
+        DPID=$!
+        if wait_line "$OUT/runs/$name.gpuprofd.err" "gpuprofd: ready" 60; then
+            kill -USR1 "$WPID"
+            wait "$WPID" || true
+            stop_daemon
+            record "$name" live "" "$OUT/runs/$name.report.json" "" "$res"
+        else
+            kill "$WPID" 2>/dev/null || true
+            stop_daemon
+            record "$name" live "" "" "gpuprofd --pid did not become ready: see runs/$name.gpuprofd.err"
+        fi
+    else
+        kill "$WPID" 2>/dev/null || true
+        record "$name" live "" "" "the workload never reached its hold point: see runs/$name.workload.err"
+    fi
+}
 if wanted live; then
-    echo "gpu-validate: live attach (--pid)"
+    echo "gpu-validate: live attach (--pid), a record per launch and launches counted in the kernel"
     if ! have_py_mod torch; then
         record live live "" "" "torch is not importable"
     elif [ "$BPF_OK" != 1 ]; then
         blocked live live
     else
-        res="$OUT/runs/live.result.json"
-        "$PY" "$WL/torch_cnn.py" --mode eager --hold --profile --out "$res" --steps "$STEPS" \
-            >"$OUT/runs/live.workload.out" 2>"$OUT/runs/live.workload.err" &
-        WPID=$!
-        if wait_line "$OUT/runs/live.workload.out" "^held " 300; then
-            "$BIN" --pid "$WPID" --no-live --output "$OUT/runs/live.report.json" \
-                >"$OUT/runs/live.gpuprofd.out" 2>"$OUT/runs/live.gpuprofd.err" &
-            DPID=$!
-            if wait_line "$OUT/runs/live.gpuprofd.err" "gpuprofd: ready" 60; then
-                kill -USR1 "$WPID"
-                wait "$WPID" || true
-                stop_daemon
-                record live live "" "$OUT/runs/live.report.json" "" "$res"
-            else
-                kill "$WPID" 2>/dev/null || true
-                stop_daemon
-                record live live "" "" "gpuprofd --pid did not become ready: see runs/live.gpuprofd.err"
-            fi
-        else
-            kill "$WPID" 2>/dev/null || true
-            record live live "" "" "the workload never reached its hold point: see runs/live.workload.err"
-        fi
+        live_run live
+        # The service's default: launches counted in the kernel, compared the same way.
+        live_run live_counted --count-launches 1s
     fi
 fi
 

@@ -639,6 +639,30 @@ static int cmd_storm(int argc, char **argv) {
     return 0;
 }
 
+/* pace RATE SECONDS: runtime launches at RATE per second for SECONDS on this thread, in 1 ms
+   slices (RATE/1000 launches, then a sleep to the slice's end); the reply carries the rate
+   achieved. For sustained-rate benchmarks: a storm only says how fast the probes let it go. */
+static int cmd_pace(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 2) return FAIL("usage: RATE SECONDS");
+    double rate = atof(argv[0]), secs = atof(argv[1]);
+    if (rate < 1000 || secs <= 0) return FAIL("RATE >= 1000, SECONDS > 0");
+    struct launch l = {{1, 1, 1}, {32, 1, 1}, 0, NULL, V_PLAIN};
+    long per_slice = (long)(rate / 1000.0), slices = (long)(secs * 1000.0), done = 0;
+    double t0 = now_s();
+    for (long s = 0; s < slices; s++) {
+        for (long i = 0; i < per_slice; i++, done++)
+            if (stub_relu(&l)) return FAIL("launch %ld failed", done);
+        double due = t0 + (double)(s + 1) * 1e-3, now = now_s();
+        if (due > now) {
+            struct timespec ts = {0, (long)((due - now) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
+    g_bench_result = (double)done / (now_s() - t0);
+    return 0;
+}
+
 static char g_exe_dir[4096];
 
 /* lookalike_launch COUNT: calls liblookalike.so's cuLaunchKernel (not CUDA at all) */
@@ -795,8 +819,8 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
         sleep_ms(atol(argv[0]));
         return 0;
     }
-    if (!strcmp(c, "time_launch") || !strcmp(c, "storm")) {
-        int r = c[0] == 't' ? cmd_time_launch(argc, argv) : cmd_storm(argc, argv);
+    if (!strcmp(c, "time_launch") || !strcmp(c, "storm") || !strcmp(c, "pace")) {
+        int r = c[0] == 't' ? cmd_time_launch(argc, argv) : c[0] == 's' ? cmd_storm(argc, argv) : cmd_pace(argc, argv);
         snprintf(reply_extra, extra_len, " result=%.3f", g_bench_result);
         return r;
     }

@@ -65,6 +65,10 @@ enum Cmd {
         /// Seconds, not minutes: checks the benchmark runs and loses nothing at a modest rate.
         #[arg(long)]
         quick: bool,
+        /// How long the 200 k launches/s run lasts (the figure is 60 s; 600 watches the
+        /// daemon's RSS for ten minutes).
+        #[arg(long, default_value_t = 60)]
+        sustain_seconds: u64,
     },
 }
 
@@ -284,7 +288,7 @@ fn main() -> Result<()> {
             // Every fuzz target, briefly (the seeds and what 15 s of mutation finds).
             fuzz(15, &[])?;
             // The benchmark's quick mode: it still runs, and nothing is lost at a modest rate.
-            bench::run(&root(), &bin, &fakecuda_dir(), true)
+            bench::run(&root(), &bin, &fakecuda_dir(), true, 2)
         }
         Cmd::Reliability {
             fuzz_seconds,
@@ -310,14 +314,17 @@ fn main() -> Result<()> {
                 soak_seconds,
             )
         }
-        Cmd::Bench { quick } => {
+        Cmd::Bench {
+            quick,
+            sustain_seconds,
+        } => {
             let bin = build()?;
             if !is_root() {
                 bail!(
                     "the benchmark attaches uprobes and must run as root: `sudo -E cargo xtask bench`"
                 );
             }
-            bench::run(&root(), &bin, &fakecuda_dir(), quick)
+            bench::run(&root(), &bin, &fakecuda_dir(), quick, sustain_seconds)
         }
     }
 }

@@ -146,6 +146,11 @@ pub mod memop {
     pub const VMM_RELEASE: u32 = 4;
     pub const VMM_MAP: u32 = 5;
     pub const VMM_UNMAP: u32 = 6;
+    /// `cuMemHostRegister*` / `cudaHostRegister`: `ptr`..`ptr + bytes` of the process's own
+    /// memory is page-locked from now on (no allocation).
+    pub const HOST_REGISTER: u32 = 7;
+    /// `cuMemHostUnregister` / `cudaHostUnregister`: the region at `ptr` is pageable again.
+    pub const HOST_UNREGISTER: u32 = 8;
 }
 
 /// What kind of memory an allocation gives (`MemBody::mem_kind`).

@@ -644,6 +644,61 @@ IMPL CUresult impl_cuMemFreeHost(void *p) {
     CNT(cuMemFreeHost);
     return free_mem((uintptr_t)p, O_HOSTMEM);
 }
+/* Page-locked regions of the process's own memory (cuMemHostRegister): refused when one overlaps
+   another, unregistered by their start only, as the real driver does. */
+#define MAX_REGISTERED 64
+static struct {
+    uintptr_t p;
+    size_t n;
+} g_registered[MAX_REGISTERED];
+static pthread_mutex_t g_registered_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUresult host_register(void *p, size_t n) {
+    if (!p || !n) return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t a = (uintptr_t)p;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_registered_lock);
+    int free_slot = -1;
+    for (int i = 0; i < MAX_REGISTERED; i++) {
+        if (!g_registered[i].p) {
+            if (free_slot < 0) free_slot = i;
+        } else if (a < g_registered[i].p + g_registered[i].n && g_registered[i].p < a + n) {
+            free_slot = -2;
+            r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+            break;
+        }
+    }
+    if (free_slot >= 0) {
+        g_registered[free_slot].p = a, g_registered[free_slot].n = n;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_registered_lock);
+    DIG(n, r);
+    return r;
+}
+IMPL CUresult impl_cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+    CNT(cuMemHostRegister_v2);
+    (void)flags;
+    return host_register(p, n);
+}
+IMPL CUresult impl_cuMemHostRegister(void *p, size_t n, unsigned flags) {
+    CNT(cuMemHostRegister);
+    (void)flags;
+    return host_register(p, n);
+}
+IMPL CUresult impl_cuMemHostUnregister(void *p) {
+    CNT(cuMemHostUnregister);
+    CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    pthread_mutex_lock(&g_registered_lock);
+    for (int i = 0; i < MAX_REGISTERED; i++)
+        if (p && g_registered[i].p == (uintptr_t)p) {
+            DIG(g_registered[i].n, 0);
+            g_registered[i].p = 0, g_registered[i].n = 0;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&g_registered_lock);
+    return r;
+}
 IMPL CUresult impl_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h, unsigned elem) {
     CNT(cuMemAllocPitch_v2);
     if (!dptr || !pPitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;

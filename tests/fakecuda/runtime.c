@@ -24,6 +24,7 @@
     X(cudaMemcpy) X(cudaMemcpy_ptds) X(cudaMemcpyAsync) X(cudaMemcpyAsync_ptsz) X(cudaMemcpy2D)                  \
     X(cudaMemcpy2D_ptds) X(cudaMemcpy2DAsync) X(cudaMemcpy2DAsync_ptsz) X(cudaMemcpyPeer) X(cudaMemcpyPeerAsync)  \
     X(cudaMalloc) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) X(cudaMallocManaged)            \
+    X(cudaHostRegister) X(cudaHostUnregister)                                                                   \
     X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaMallocPitch)         \
     X(cudaDeviceSynchronize) X(cudaStreamSynchronize) X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize)      \
     X(cudaStreamWaitEvent) X(cudaStreamWaitEvent_ptsz) X(cudaStreamCreate) X(cudaEventCreate)                   \
@@ -70,6 +71,7 @@ EXPORT unsigned long long fakecudart_calls(const char *name) {
     X(cuMemAlloc_v2, "cuMemAlloc") X(cuMemFree_v2, "cuMemFree")                               \
     X(cuMemAllocHost_v2, "cuMemAllocHost") X(cuMemHostAlloc, "cuMemHostAlloc")                \
     X(cuMemFreeHost, "cuMemFreeHost") X(cuMemAllocManaged, "cuMemAllocManaged")               \
+    X(cuMemHostRegister_v2, "cuMemHostRegister") X(cuMemHostUnregister, "cuMemHostUnregister") \
     X(cuMemAllocAsync, "cuMemAllocAsync") X(cuMemFreeAsync, "cuMemFreeAsync")                 \
     X(cuMemAllocPitch_v2, "cuMemAllocPitch") X(cuCtxSynchronize, "cuCtxSynchronize")          \
     X(cuStreamSynchronize, "cuStreamSynchronize") X(cuEventSynchronize, "cuEventSynchronize") \
@@ -125,6 +127,8 @@ static cudaError_t map_err(CUresult r) {
     case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
     case CUDA_ERROR_INVALID_IMAGE: return cudaErrorInvalidKernelImage;
     case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
     case CUDA_ERROR_NOT_FOUND: return cudaErrorInvalidDeviceFunction;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
     default: return cudaErrorUnknown;
@@ -455,6 +459,16 @@ EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
     CNT(cudaHostAlloc);
     INIT(D);
     RET_DRV(T->cuMemHostAlloc(p, n, flags));
+}
+EXPORT cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+    CNT(cudaHostRegister);
+    INIT(D);
+    RET_DRV(T->cuMemHostRegister_v2(p, n, flags));
+}
+EXPORT cudaError_t cudaHostUnregister(void *p) {
+    CNT(cudaHostUnregister);
+    INIT(D);
+    RET_DRV(T->cuMemHostUnregister(p));
 }
 EXPORT cudaError_t cudaFreeHost(void *p) {
     CNT(cudaFreeHost);

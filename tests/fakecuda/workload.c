@@ -47,6 +47,7 @@
     X(cudaLaunchKernelExC_ptsz) X(cudaLaunchCooperativeKernel) X(cudaMemcpy) X(cudaMemcpy_ptds)           \
     X(cudaMemcpyAsync) X(cudaMemcpyAsync_ptsz) X(cudaMemcpy2D) X(cudaMemcpyPeer) X(cudaMalloc) X(cudaFree) \
     X(cudaMallocHost) X(cudaMallocManaged) X(cudaDeviceSynchronize) X(cudaStreamSynchronize)              \
+    X(cudaHostRegister) X(cudaHostUnregister)                                                             \
     X(cudaStreamWaitEvent) X(cudaStreamCreate) X(cudaEventCreate) X(__cudaRegisterFatBinary)               \
     X(cudaGraphInstantiate) X(cudaGraphLaunch)                                                            \
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls) X(fakecudart_digest)
@@ -62,6 +63,7 @@
     X(cuMemcpy2D_v2) X(cuMemcpyPeer) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuStreamCreate)                 \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(fakecuda_calls) X(fakecuda_digest)                \
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocPitch_v2) X(cuMemHostAlloc) X(cuMemFreeHost)       \
+    X(cuMemHostRegister_v2) X(cuMemHostUnregister)                                                      \
     X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) X(cuGraphInstantiate) X(cuGraphLaunch)     \
     X(cuGraphLaunch_ptsz)                                                                               \
     X(fakecuda_set_sync_delay_us)
@@ -317,6 +319,34 @@ static int cmd_rt_memcpy_pinned(int argc, char **argv) {
     void *h = rt_other.p[rt_other.n - 1];
     for (long i = 0, c = atol(argv[2]); i < c; i++) {
         cudaError_t e = kind == 1 ? R.cudaMemcpy(g_dst, h, n, kind) : R.cudaMemcpy(h, g_src, n, kind);
+        if (e) return FAIL("copy %ld returned %d", i, e);
+    }
+    return 0;
+}
+
+/* host_register rt|drv BYTES / host_unregister rt|drv: page-lock (cudaHostRegister,
+   cuMemHostRegister) the workload's own static buffer, or release it; memcpy_registered DIR BYTES
+   COUNT copies between it and "device" memory with cudaMemcpy. */
+static char g_registered[SCRATCH] __attribute__((aligned(4096)));
+static int cmd_host_register(int reg, int argc, char **argv) {
+    if (argc != 1 + reg) return FAIL(reg ? "usage: rt|drv BYTES" : "usage: rt|drv");
+    int drv = !strcmp(argv[0], "drv");
+    if (drv ? need_drv() : need_rt()) return -1;
+    size_t n = reg ? (size_t)atol(argv[1]) : 0;
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    int r = reg ? (drv ? D.cuMemHostRegister_v2(g_registered, n, 0) : R.cudaHostRegister(g_registered, n, 0))
+                : (drv ? D.cuMemHostUnregister(g_registered) : R.cudaHostUnregister(g_registered));
+    return r ? FAIL("returned %d", r) : 0;
+}
+static int cmd_memcpy_registered(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 3) return FAIL("usage: DIR BYTES COUNT");
+    int kind = dir_of(argv[0]);
+    size_t n = (size_t)atol(argv[1]);
+    if (kind != 1 && kind != 2) return FAIL("direction must be h2d or d2h");
+    if (n > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    for (long i = 0, c = atol(argv[2]); i < c; i++) {
+        cudaError_t e = kind == 1 ? R.cudaMemcpy(g_dst, g_registered, n, kind) : R.cudaMemcpy(g_registered, g_src, n, kind);
         if (e) return FAIL("copy %ld returned %d", i, e);
     }
     return 0;
@@ -781,6 +811,9 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "rt_memcpy")) return cmd_rt_memcpy(0, 0, argc, argv);
     if (!strcmp(c, "rt_memcpy_ptds")) return cmd_rt_memcpy(0, 1, argc, argv);
     if (!strcmp(c, "rt_memcpy_pinned")) return cmd_rt_memcpy_pinned(argc, argv);
+    if (!strcmp(c, "host_register")) return cmd_host_register(1, argc, argv);
+    if (!strcmp(c, "host_unregister")) return cmd_host_register(0, argc, argv);
+    if (!strcmp(c, "memcpy_registered")) return cmd_memcpy_registered(argc, argv);
     if (!strcmp(c, "rt_memcpy_async")) return cmd_rt_memcpy(1, 0, argc, argv);
     if (!strcmp(c, "rt_memcpy_async_ptsz")) return cmd_rt_memcpy(1, 1, argc, argv);
     if (!strcmp(c, "drv_memcpy")) return cmd_drv_memcpy(0, 0, argc, argv);

@@ -150,6 +150,15 @@ fn copies_from_pinned_and_pageable_memory_are_told_apart() {
         "rt_memcpy_pinned d2h 1024 1",
         "rt_memcpy d2h 512 4",
         "rt_memcpy d2d 64 1",
+        // Page-locked in place (cudaHostRegister, cuMemHostRegister): pinned until released.
+        "host_register rt 8192",
+        "memcpy_registered h2d 4096 3",
+        "host_unregister rt",
+        "memcpy_registered h2d 4096 1",
+        "host_register drv 4096",
+        "memcpy_registered d2h 1024 2",
+        "memcpy_registered d2h 2048 1",
+        "host_unregister drv",
         "rt_launch gemm 3 1 1 1 32 1 1 0 0",
         "rt_launch gemm 2 1 1 1 32 1 1 0 1",
     ]);
@@ -174,7 +183,12 @@ fn copies_from_pinned_and_pageable_memory_are_told_apart() {
     assert_eq!(streams.len(), 2, "{streams:?}");
     assert_eq!(
         streams[0],
-        ("default".to_owned(), 3, 11, 5 * 4096 + 1024 + 4 * 512 + 64)
+        (
+            "default".to_owned(),
+            3,
+            11 + 7,
+            5 * 4096 + 1024 + 4 * 512 + 64 + 4 * 4096 + 2 * 1024 + 2048
+        )
     );
     assert!(streams[1].0.starts_with("0x"), "{streams:?}");
     assert_eq!((streams[1].1, streams[1].2, streams[1].3), (2, 0, 0));
@@ -187,9 +201,20 @@ fn copies_from_pinned_and_pageable_memory_are_told_apart() {
         )
     };
     // The host side of the plain copies is the workload's static scratch buffer: pageable.
-    assert_eq!(c("h2d"), (5, 2, 8192));
-    assert_eq!(c("d2h"), (5, 4, 2048));
+    // The registered buffer is pinned while registered, pageable after.
+    assert_eq!(c("h2d"), (5 + 4, 2 + 1, 8192 + 4096));
+    assert_eq!(c("d2h"), (5 + 3, 4, 2048));
     assert_eq!(c("d2d"), (1, 0, 0), "no host side");
+    // Registering is not allocating: the one cudaMallocHost is the only allocation.
+    assert_eq!(p["allocations"]["calls"], 1, "{}", p["allocations"]);
+    for (api, n) in [
+        ("cudaHostRegister", 1),
+        ("cudaHostUnregister", 1),
+        ("cuMemHostRegister_v2", 1),
+        ("cuMemHostUnregister", 1),
+    ] {
+        assert_eq!(api_calls(p, api), n, "{api}");
+    }
 }
 
 #[test]

@@ -208,7 +208,7 @@ fn the_service_captures_with_only_the_units_capabilities() {
         .unwrap();
     let mut err = Lines::new(child.stderr.take().unwrap());
     err.wait_for("the ready line", |l| {
-        l.contains("gpuprofd: ready: 95 probes")
+        l.contains("gpuprofd: ready: 100 probes")
     });
     let bounding = |pid: u32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

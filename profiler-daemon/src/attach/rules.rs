@@ -161,6 +161,26 @@ fn alloc(k: u32) -> B {
     B::new().q(memop::ALLOC).p(k).a(0).c(1).f(F_RET)
 }
 
+/// Page-locking the process's own memory: pointer in arg 0 (the region itself, not an
+/// out-pointer), bytes in arg 1; the result tells whether it took.
+fn host_register() -> B {
+    B::new()
+        .q(memop::HOST_REGISTER)
+        .p(memkind::HOST_PINNED)
+        .a(0)
+        .c(1)
+        .f(F_RET)
+}
+
+/// The region at the pointer in arg 0 is pageable again.
+fn host_unregister() -> B {
+    B::new()
+        .q(memop::HOST_UNREGISTER)
+        .p(memkind::HOST_PINNED)
+        .a(0)
+        .f(F_RET)
+}
+
 /// A free of kind `k`: pointer in arg 0.
 fn free(k: u32) -> B {
     B::new().q(memop::FREE).p(k).a(0).f(F_RET)
@@ -232,6 +252,9 @@ fn driver_rule(base: &str) -> Option<Rule> {
         "cuMemFree_v2" => free(memkind::DEVICE).rule(MemEntry),
         "cuMemFreeAsync" => free(memkind::ASYNC).d(1).f(F_ASYNC).rule(MemEntry),
         "cuMemFreeHost" => free(memkind::HOST_PINNED).rule(MemEntry),
+        // cuMemHostRegister(void *p, size_t bytes, unsigned flags), cuMemHostUnregister(p)
+        "cuMemHostRegister_v2" | "cuMemHostRegister" => host_register().rule(MemEntry),
+        "cuMemHostUnregister" => host_unregister().rule(MemEntry),
         "cuMemRelease" => B::new()
             .q(memop::VMM_RELEASE)
             .p(memkind::VMM)
@@ -351,6 +374,9 @@ fn runtime_rule(base: &str) -> Option<Rule> {
         "cudaFree" => free(memkind::DEVICE).rule(MemEntry),
         "cudaFreeAsync" => free(memkind::ASYNC).d(1).f(F_ASYNC).rule(MemEntry),
         "cudaFreeHost" => free(memkind::HOST_PINNED).rule(MemEntry),
+        // cudaHostRegister(void *p, size_t bytes, unsigned flags), cudaHostUnregister(p)
+        "cudaHostRegister" => host_register().rule(MemEntry),
+        "cudaHostUnregister" => host_unregister().rule(MemEntry),
         "__cudaRegisterFunction" => B::new().rule(RegisterFunction),
         // CUDA 13: *out becomes a cudaKernel_t that stands for the host stub.
         "__cudaGetKernel" => B::new().p(0).a(0).b(1).f(F_RET).rule(NameEntry),

@@ -100,6 +100,17 @@ impl MemTracker {
                     self.live_bytes -= bytes;
                 }
             }
+            // Page-locking memory the process already has: no allocation, but copies from it
+            // are not pageable (bounded like the live allocations).
+            memop::HOST_REGISTER
+                if !failed_call && m.ptr != 0 && m.bytes != 0 && self.host.len() < self.cap =>
+            {
+                self.host.insert(m.ptr, m.ptr.saturating_add(m.bytes));
+            }
+            // Only a registered region: a pinned allocation stays until its free.
+            memop::HOST_UNREGISTER if !failed_call && !self.live.contains_key(&m.ptr) => {
+                self.host.remove(&m.ptr);
+            }
             // Mapping changes no physical allocation; the call is counted in the API table.
             _ => {}
         }
@@ -233,5 +244,64 @@ mod tests {
         assert_eq!((t.live_bytes, t.peak_bytes), (15, 20));
         t.apply(&op(memop::FREE, 48, 0, 0, 0)); // the untracked one
         assert_eq!((t.live_bytes, t.frees), (15, 1));
+    }
+
+    #[test]
+    fn registered_host_memory_is_pinned_until_unregistered() {
+        let mut t = MemTracker::new(16);
+        t.apply(&op(
+            memop::HOST_REGISTER,
+            0x10_000,
+            0x1000,
+            memkind::HOST_PINNED,
+            0,
+        ));
+        t.apply(&op(
+            memop::HOST_REGISTER,
+            0x50_000,
+            0x1000,
+            memkind::HOST_PINNED,
+            1,
+        )); // refused
+        t.apply(&op(memop::ALLOC, 0x90_000, 0x100, memkind::HOST_PINNED, 0));
+        assert!(t.is_pinned(0x10_000) && t.is_pinned(0x10_fff));
+        assert!(!t.is_pinned(0x11_000) && !t.is_pinned(0x50_000));
+        // Registering is not allocating: the allocation figures are the one cudaHostAlloc's.
+        assert_eq!(
+            (t.calls, t.bytes, t.live_bytes, t.tracked()),
+            (1, 0x100, 0x100, 1)
+        );
+        // Unregistering a pinned allocation's pointer changes nothing; the region's does.
+        t.apply(&op(
+            memop::HOST_UNREGISTER,
+            0x90_000,
+            0,
+            memkind::HOST_PINNED,
+            0,
+        ));
+        assert!(t.is_pinned(0x90_000));
+        t.apply(&op(
+            memop::HOST_UNREGISTER,
+            0x10_000,
+            0,
+            memkind::HOST_PINNED,
+            0,
+        ));
+        assert!(!t.is_pinned(0x10_000));
+        // Bounded like the live allocations.
+        let mut t = MemTracker::new(2);
+        for p in 1..=3u64 {
+            t.apply(&op(
+                memop::HOST_REGISTER,
+                p << 20,
+                16,
+                memkind::HOST_PINNED,
+                0,
+            ));
+        }
+        assert_eq!(
+            (1..=3u64).map(|p| t.is_pinned(p << 20)).collect::<Vec<_>>(),
+            [true, true, false]
+        );
     }
 }

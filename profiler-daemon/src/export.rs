@@ -436,13 +436,16 @@ pub fn trace(
             emit(out, v)?;
             Ok(tid)
         };
+        let kernel_name = |func: u64| {
+            replay
+                .kernel_names
+                .get(&(h.tgid, g, func, runtime))
+                .cloned()
+                .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
+        };
         match &ev {
             Event::Launch(_, l) => {
-                let name = replay
-                    .kernel_names
-                    .get(&(h.tgid, g, l.func, runtime))
-                    .cloned()
-                    .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
+                let name = kernel_name(l.func);
                 let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
                                       "shared_bytes": l.shared_bytes,
                                       "stream": format!("0x{:x}", l.stream)});
@@ -559,11 +562,7 @@ pub fn trace(
             Event::Launches(_, l) => {
                 // Counted in the kernel (capture files are written in full mode, so only a
                 // hand-made file has these): one instant for the lot, no per-launch slices.
-                let name = replay
-                    .kernel_names
-                    .get(&(h.tgid, g, l.func, runtime))
-                    .cloned()
-                    .unwrap_or_else(|| format!("<unknown 0x{:x}>", l.func));
+                let name = kernel_name(l.func);
                 emit(
                     out,
                     json!({"ph": "i", "s": "t", "cat": "launch", "name": name,

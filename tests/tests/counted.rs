@@ -34,41 +34,32 @@ const SHAPES: &[&str] = &[
 /// Launches in [`SHAPES`] (the graph launches are not kernel launches).
 const SHAPE_LAUNCHES: u64 = 5 + 4 + 6 + 3 + 7 + 2 + 3 + 8 + 2 + 5 + 1 + 2 + 4 + 3 + 4 * 5000;
 
-/// What a report says of a process's launches, in an order that does not depend on the run.
+/// `p[field]`'s entries through `f`, sorted (an order that does not depend on the run).
+fn sorted(p: &Value, field: &str, f: impl Fn(&Value) -> Value) -> Vec<Value> {
+    let mut v: Vec<Value> = p[field].as_array().unwrap().iter().map(f).collect();
+    v.sort_by_key(|x| x.to_string());
+    v
+}
+
+/// What a report says of a process's launches.
 fn launches_of(p: &Value) -> Value {
-    let mut kernels: Vec<Value> = p["kernels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| {
-            json!([
-                k["name"],
-                k["api"],
-                k["calls"],
-                k["grid"],
-                k["block"],
-                k["shared_bytes"],
-                k["streams"]
-            ])
-        })
-        .collect();
-    kernels.sort_by_key(|k| k.to_string());
-    let mut api: Vec<Value> = p["api"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| json!([a["name"], a["calls"]]))
-        .collect();
-    api.sort_by_key(|a| a.to_string());
+    let kernels = sorted(p, "kernels", |k| {
+        json!([
+            k["name"],
+            k["api"],
+            k["calls"],
+            k["grid"],
+            k["block"],
+            k["shared_bytes"],
+            k["streams"]
+        ])
+    });
+    let api = sorted(p, "api", |a| json!([a["name"], a["calls"]]));
     // Stream handles are heap addresses, different in each run: the default stream by name,
     // the others by their figures.
-    let mut streams: Vec<Value> = p["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| json!([s["stream"] == "default", s["launches"]]))
-        .collect();
-    streams.sort_by_key(|s| s.to_string());
+    let streams = sorted(p, "streams", |s| {
+        json!([s["stream"] == "default", s["launches"]])
+    });
     json!({"comm": p["comm"], "launches": p["launches"], "unnamed": p["unnamed_launches"],
            "graphs": p["graphs"], "kernels": kernels, "api": api, "streams": streams})
 }

@@ -344,6 +344,22 @@ fn report(path: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
 }
 
+/// Launches of every process in a report.
+fn launches_in(r: &serde_json::Value) -> u64 {
+    r["processes"]
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p["launches"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// Records lost, every kind, in a report.
+fn drops_in(r: &serde_json::Value) -> u64 {
+    r["drops"]
+        .as_object()
+        .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+        .unwrap_or(0)
+}
+
 pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64) -> Result<()> {
     let ctx = Ctx {
         bin: bin.to_owned(),
@@ -410,11 +426,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         r.full = time_calls(&ctx, s)?;
     }
     d.stop()?;
-    let full_report = report(&full_out)?;
-    let full_drops: u64 = full_report["drops"]
-        .as_object()
-        .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
-        .unwrap_or(0);
+    let full_drops = drops_in(&report(&full_out)?);
 
     // 2. Userspace pipeline ceiling.
     eprintln!("bench: pipeline (decode + aggregate, one thread)");
@@ -454,10 +466,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     let (c1, rss, hwm) = usage(d.pid());
     d.stop()?;
     let sr = report(&storm_out)?;
-    let storm_launches: u64 = sr["processes"]
-        .as_array()
-        .map(|ps| ps.iter().filter_map(|p| p["launches"].as_u64()).sum())
-        .unwrap_or(0);
+    let storm_launches = launches_in(&sr);
     let storm_drops = sr["drops"]["launch"].as_u64().unwrap_or(0);
     let asked = threads as u64 * per;
 
@@ -493,14 +502,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
             let (c1, rss1, _) = usage(pid);
             d.stop()?;
             let r = report(&out)?;
-            let counted: u64 = r["processes"]
-                .as_array()
-                .map(|ps| ps.iter().filter_map(|p| p["launches"].as_u64()).sum())
-                .unwrap_or(0);
-            let dropped: u64 = r["drops"]
-                .as_object()
-                .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
-                .unwrap_or(0);
+            let (counted, dropped) = (launches_in(&r), drops_in(&r));
             paced.push(Paced {
                 rate,
                 secs,

@@ -11,6 +11,7 @@ use std::process::Command;
 const TESTS: &[&str] = &[
     "harmless",
     "overload",
+    "counted",
     "capture_file",
     "capture",
     "service",
@@ -80,6 +81,13 @@ const PROMISES: &[(&str, &[(&str, &str)])] = &[
             "overload",
             "a_storm_past_the_ring_buffer_is_captured_or_counted_per_kind",
         )],
+    ),
+    (
+        "Launches counted in the kernel (the service's default) are exact: the same figures per process, kernel, configuration, API and stream as a record per launch, for every launch shape, a process that ends, one that execs, one fork+exec'd and one running at the stop; a deep capture still gets every launch in its window",
+        &[
+            ("counted", "counted_launches_equal_a_record_per_launch"),
+            ("service", "service_readiness_watchdog_reload_and_stop"),
+        ],
     ),
     (
         "Churn: 10,000 short CUDA processes leave nothing behind: BPF map entries back to what the live processes hold after every 1,000, descriptors equal, the daemon's heap in use flat after warm-up; the two long-running processes' totals exact",

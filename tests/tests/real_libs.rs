@@ -88,7 +88,7 @@ fn placement_on_the_real_driver_and_runtime() {
     assert_eq!(d["soname"], "libcuda.so.1");
     assert_eq!(d["layer"], "driver");
     let syms = d["symbols"].as_array().unwrap();
-    assert_eq!(syms.len(), 68, "hooked symbols of driver 535.261.03");
+    assert_eq!(syms.len(), 71, "hooked symbols of driver 535.261.03");
     for s in syms {
         let bytes = s["entry_bytes"].as_str().unwrap();
         // cmpl $0x321cba00, disp(%rip); je +0x18; jmp *disp(%rip)
@@ -106,6 +106,9 @@ fn placement_on_the_real_driver_and_runtime() {
         "cuStreamSynchronize",
         "cuModuleGetFunction",
         "cuLibraryGetKernel",
+        "cuMemHostRegister_v2",
+        "cuMemHostRegister",
+        "cuMemHostUnregister",
     ] {
         assert!(names.contains(&must), "{must} not hooked");
     }
@@ -116,7 +119,7 @@ fn placement_on_the_real_driver_and_runtime() {
         (&"libcudart.so.12".into(), &"runtime".into())
     );
     let syms = r["symbols"].as_array().unwrap();
-    assert_eq!(syms.len(), 51, "hooked symbols of runtime 12.9.79");
+    assert_eq!(syms.len(), 53, "hooked symbols of runtime 12.9.79");
     for s in syms {
         assert!(
             s["entry_bytes"]
@@ -130,4 +133,5 @@ fn placement_on_the_real_driver_and_runtime() {
     let names: Vec<&str> = syms.iter().map(|s| s["symbol"].as_str().unwrap()).collect();
     assert!(!names.contains(&"__cudaLaunchKernel"));
     assert!(names.contains(&"cudaLaunchKernel") && names.contains(&"__cudaRegisterFunction"));
+    assert!(names.contains(&"cudaHostRegister") && names.contains(&"cudaHostUnregister"));
 }

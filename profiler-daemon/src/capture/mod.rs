@@ -426,6 +426,8 @@ pub struct Counting {
     pub counts: counted::LaunchCounts,
     pub period: std::time::Duration,
     last: std::time::Instant,
+    /// The reader is stopping: the next drain reads the counters whatever the period says.
+    last_drain: bool,
 }
 
 impl Counting {
@@ -434,6 +436,7 @@ impl Counting {
             counts,
             period,
             last: std::time::Instant::now(),
+            last_drain: false,
         }
     }
 
@@ -464,7 +467,7 @@ impl Counting {
     /// record lost, or never selected): gone before the read started, so it has their last
     /// launches.
     fn tick(&mut self, batch: &mut Batch) {
-        if self.last.elapsed() < self.period {
+        if !self.last_drain && self.last.elapsed() < self.period {
             return;
         }
         self.last = std::time::Instant::now();
@@ -509,7 +512,7 @@ pub async fn run_reader(
         }
     }
     if let Some(c) = counting.as_mut() {
-        c.last = std::time::Instant::now() - c.period;
+        c.last_drain = true;
     }
     drain(afd.get_mut(), &tx, &stats, counting.as_mut());
     Ok(())

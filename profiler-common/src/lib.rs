@@ -52,9 +52,6 @@ pub mod maps {
     /// always-on default). The daemon reads it every period and removes an ended process's
     /// entries; a launch that finds it full goes to the ring as a record instead.
     pub const LAUNCH_COUNTS: &str = "LAUNCH_COUNTS";
-    /// Per-CPU `u64` counters, indexed by kind, of calls counted in [`LAUNCH_COUNTS`] instead of
-    /// being recorded: submitted + counted + dropped = every call the probes saw.
-    pub const COUNTED: &str = "COUNTED";
 
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it

@@ -69,8 +69,6 @@ static LAUNCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "LAUNCH_COUNTS")]
 static LAUNCH_COUNTS: HashMap<LaunchKey, LaunchCount> =
     HashMap::with_max_entries(LAUNCH_COUNTS_MAX, 0);
-#[map(name = "COUNTED")]
-static COUNTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
 
 #[map(name = "STACK_CONFIG")]
 static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
@@ -588,9 +586,7 @@ fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
 fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody) {
     let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
         && count_launch(api, pt, now, &body);
-    if counted {
-        bump(&COUNTED, kind::LAUNCH);
-    } else {
+    if !counted {
         emit(kind::LAUNCH, api, pt, now, body);
     }
     sample_stack(

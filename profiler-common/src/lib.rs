@@ -492,23 +492,31 @@ impl Default for StackBody {
 pub struct PyOffsets {
     /// `_PyRuntimeState.interpreters.head`.
     pub runtime_interp_head: u32,
-    /// `PyInterpreterState.threads.head`.
+    /// `PyInterpreterState.threads.head` (`.tstate_head` before 3.11).
     pub interp_threads_head: u32,
     pub tstate_next: u32,
+    /// The field that names the thread a thread state belongs to: `native_thread_id` (3.11+,
+    /// the kernel's thread id) or, when [`Self::task_fsbase`] is set, `thread_id` (3.9, 3.10:
+    /// `pthread_self()`, which on x86-64 glibc is the thread's FS base).
     pub tstate_native_tid: u32,
-    /// `PyThreadState.cframe` (3.11, 3.12) or `.current_frame` (3.13).
+    /// `PyThreadState.cframe` (3.11, 3.12), `.current_frame` (3.13) or `.frame` (3.9, 3.10).
     pub tstate_frame: u32,
     /// `_PyCFrame.current_frame`, or [`PY_NONE`] when `tstate_frame` is the frame itself.
     pub cframe_current: u32,
-    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13; `PyFrameObject.f_code` before 3.11).
     pub frame_code: u32,
+    /// `previous` (`f_back` before 3.11).
     pub frame_previous: u32,
-    /// `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
+    /// `prev_instr` (3.11, 3.12), `instr_ptr` (3.13), or `f_lasti` (3.9, 3.10: an `int`, read as
+    /// the low half of the 8 bytes the probe reads).
     pub frame_instr: u32,
     pub frame_owner: u32,
     /// `owner` of the interpreter's C-stack shim frames (skipped), or [`PY_NONE`].
     pub owner_cstack: u32,
-    pub _pad: u32,
+    /// [`PY_NONE`]: thread states are matched by kernel thread id. Else the offset of
+    /// `thread.fsbase` in the kernel's `task_struct` (from its BTF): thread states are matched by
+    /// the calling thread's FS base (`pthread_self()`), for versions that keep no kernel thread id.
+    pub task_fsbase: u32,
 }
 const _: () = assert!(core::mem::size_of::<PyOffsets>() == 48);
 

@@ -1192,12 +1192,7 @@ impl PythonProcs {
         }
         self.checked.insert(tgid, start);
         let found = crate::stacks::python::detect(tgid);
-        let value = found.as_ref().and_then(|p| {
-            p.layout.map(|l| profiler_common::PyProc {
-                runtime: p.runtime,
-                off: l.probe,
-            })
-        });
+        let value = found.as_ref().and_then(|p| p.probe());
         if let Err(e) = capture::set_python(ebpf, tgid, value) {
             eprintln!("gpuprofd: warning: Python frames of process {tgid} not read: {e}");
         }

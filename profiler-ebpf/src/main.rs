@@ -22,8 +22,9 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -381,8 +382,9 @@ fn read_u64(addr: u64) -> Option<u64> {
 
 /// The calling thread's Python frames (innermost first) into `out`, when its process is a
 /// known CPython: find the thread state whose native thread id is this thread (the GIL need
-/// not be held: ctypes and most extensions release it around foreign calls), then follow the
-/// interpreter frames. Returns (frames, flags).
+/// not be held: ctypes and most extensions release it around foreign calls) — or, for 3.9 and
+/// 3.10, whose `pthread_self()` is this thread's FS base — then follow the interpreter frames.
+/// Returns (frames, flags).
 #[inline(always)]
 fn python_frames(
     tgid: u32,
@@ -400,6 +402,16 @@ fn python_frames(
     let Some(mut ts) = read_u64(interp + o.interp_threads_head as u64) else {
         return (0, stackflags::PY_FAULT);
     };
+    let want = if o.task_fsbase == PY_NONE {
+        tid as u64
+    } else {
+        // SAFETY: the current task is valid for the probe's duration; the read faults safely.
+        let task = unsafe { bpf_get_current_task() };
+        match unsafe { bpf_probe_read_kernel((task + o.task_fsbase as u64) as *const u64) } {
+            Ok(fs) if fs != 0 => fs,
+            _ => return (0, stackflags::PY_FAULT),
+        }
+    };
     let mut mine = 0u64;
     let mut i = 0;
     while i < PY_MAX_THREADS {
@@ -407,7 +419,7 @@ fn python_frames(
             break;
         }
         match read_u64(ts + o.tstate_native_tid as u64) {
-            Some(t) if t == tid as u64 => {
+            Some(t) if t == want => {
                 mine = ts;
                 break;
             }

@@ -463,8 +463,52 @@ for line in sys.stdin:
         break
 "#;
 
+/// Every CPython 3.9–3.13 on this machine, one per minor version: the system's `python3`
+/// (3.11 on the CI machine) and the builds pyenv keeps under `$PYENV_ROOT` (`/root/.pyenv`),
+/// which the machine image carries for 3.9, 3.10, 3.12 and 3.13.
+fn pythons() -> Vec<(u8, std::path::PathBuf)> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/root/.pyenv".into());
+    let mut candidates = vec![std::path::PathBuf::from("/usr/bin/python3")];
+    if let Ok(rd) = std::fs::read_dir(root.join("versions")) {
+        let mut dirs: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        dirs.sort();
+        candidates.extend(dirs.into_iter().map(|d| d.join("bin/python3")));
+    }
+    let mut found: Vec<(u8, std::path::PathBuf)> = Vec::new();
+    for exe in candidates {
+        let Ok(out) = Command::new(&exe)
+            .args([
+                "-c",
+                "import sys; print(sys.version_info[0], sys.version_info[1])",
+            ])
+            .output()
+        else {
+            continue;
+        };
+        let v = String::from_utf8_lossy(&out.stdout);
+        let mut it = v.split_whitespace().map(|x| x.parse::<u8>().ok());
+        if let (Some(Some(3)), Some(Some(minor))) = (it.next(), it.next())
+            && (9..=13).contains(&minor)
+            && !found.iter().any(|(m, _)| *m == minor)
+        {
+            found.push((minor, exe));
+        }
+    }
+    found.sort();
+    found
+}
+
 #[test]
 fn python_frames_by_file_line_and_function() {
+    // One daemon; the same model run by every interpreter found, one after the other.
+    let interpreters = pythons();
+    eprintln!("CPython versions checked: {interpreters:?}");
+    assert!(
+        interpreters.iter().any(|(m, _)| *m == 11),
+        "the system's CPython 3.11 (/usr/bin/python3) is missing: {interpreters:?}"
+    );
     let dir = TempDir::new("pystack");
     let script = dir.path().join("model.py");
     std::fs::write(&script, SCRIPT).unwrap();
@@ -477,68 +521,80 @@ fn python_frames_by_file_line_and_function() {
             + 1
     };
     let d = daemon("1");
-    let mut cmd = Command::new("/usr/bin/python3");
-    cmd.arg(&script).arg(fakecuda().join("lib/libcudart.so.12"));
-    let mut w = Workload::spawn_command(cmd);
-    // The daemon learns that the process is a CPython when it maps the CUDA runtime; calls
-    // made before that carry native frames only. The first call comes after this pause.
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    w.cmd("step");
-    let tgid = w.tgid;
-    let_the_daemon_drain();
-    w.exit();
+    let mut tgids = Vec::new();
+    for (_, exe) in &interpreters {
+        let mut cmd = Command::new(exe);
+        cmd.arg(&script).arg(fakecuda().join("lib/libcudart.so.12"));
+        let mut w = Workload::spawn_command(cmd);
+        // The daemon learns that the process is a CPython when it maps the CUDA runtime;
+        // calls made before that carry native frames only. The first call comes after this
+        // pause.
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        w.cmd("step");
+        tgids.push(w.tgid);
+        let_the_daemon_drain();
+        w.exit();
+    }
     let fin = d.stop();
-    let p = process(&fin.report, tgid);
-    assert_eq!(p["launches"], 5);
-    assert_eq!(p["stacks"]["samples"], 5);
-    assert_eq!(p["stacks"]["python_no_thread"], 0);
-    let py = p["stacks"]["python"].as_str().expect("a CPython process");
-    assert!(
-        py.starts_with("CPython 3.") && py.contains("python3"),
-        "{py}"
-    );
-    let rows = p["code"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{:#}", p["code"]);
-    let py_frames = |r: &Value| -> Vec<String> {
-        strings(&r["stack"])
-            .into_iter()
-            .filter(|f| f.starts_with(s))
-            .collect()
-    };
     let f = |marker: &str, func: &str| format!("{s}:{} {func}", line(marker));
-    let via_forward = rows
-        .iter()
-        .find(|r| r["calls"] == 3)
-        .expect("the three launches through forward()");
-    assert_eq!(
-        py_frames(via_forward),
-        [
-            f("# L_MAIN", "<module>"),
-            f("# L_STEP_FORWARD", "step"),
-            f("# L_FORWARD", "forward"),
-            f("# L_LAUNCH", "launch"),
-        ]
-    );
-    let direct = rows
-        .iter()
-        .find(|r| r["calls"] == 2)
-        .expect("the two launches from step()");
-    assert_eq!(
-        py_frames(direct),
-        [
-            f("# L_MAIN", "<module>"),
-            f("# L_STEP_LAUNCH", "step"),
-            f("# L_LAUNCH", "launch")
-        ]
-    );
-    // Python frames come first: the interpreter's own native frames are replaced by them.
-    for r in rows {
-        let st = strings(&r["stack"]);
-        assert!(st[0].starts_with(s), "{st:?}");
-        assert_eq!(
-            kernels(r),
-            [("<unknown 0x1234>".to_owned(), r["calls"].as_u64().unwrap())]
+    for ((minor, exe), tgid) in interpreters.iter().zip(tgids) {
+        let p = process(&fin.report, tgid);
+        let what = format!("CPython 3.{minor} ({})", exe.display());
+        assert_eq!(p["launches"], 5, "{what}");
+        assert_eq!(p["stacks"]["samples"], 5, "{what}");
+        assert_eq!(p["stacks"]["python_no_thread"], 0, "{what}");
+        assert_eq!(p["stacks"]["python_fault"], 0, "{what}");
+        let py = p["stacks"]["python"].as_str().expect("a CPython process");
+        assert!(
+            py.starts_with(&format!("CPython 3.{minor} (")) && py.contains("python3."),
+            "{what}: {py}"
         );
+        assert!(!py.contains("not read"), "{what}: {py}");
+        let rows = p["code"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{what}: {:#}", p["code"]);
+        let py_frames = |r: &Value| -> Vec<String> {
+            strings(&r["stack"])
+                .into_iter()
+                .filter(|f| f.starts_with(s))
+                .collect()
+        };
+        let via_forward = rows
+            .iter()
+            .find(|r| r["calls"] == 3)
+            .expect("the three launches through forward()");
+        assert_eq!(
+            py_frames(via_forward),
+            [
+                f("# L_MAIN", "<module>"),
+                f("# L_STEP_FORWARD", "step"),
+                f("# L_FORWARD", "forward"),
+                f("# L_LAUNCH", "launch"),
+            ],
+            "{what}"
+        );
+        let direct = rows
+            .iter()
+            .find(|r| r["calls"] == 2)
+            .expect("the two launches from step()");
+        assert_eq!(
+            py_frames(direct),
+            [
+                f("# L_MAIN", "<module>"),
+                f("# L_STEP_LAUNCH", "step"),
+                f("# L_LAUNCH", "launch")
+            ],
+            "{what}"
+        );
+        // Python frames come first: the interpreter's own native frames are replaced by them.
+        for r in rows {
+            let st = strings(&r["stack"]);
+            assert!(st[0].starts_with(s), "{what}: {st:?}");
+            assert_eq!(
+                kernels(r),
+                [("<unknown 0x1234>".to_owned(), r["calls"].as_u64().unwrap())],
+                "{what}"
+            );
+        }
     }
 }
 

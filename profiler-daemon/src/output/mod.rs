@@ -227,6 +227,10 @@ pub struct StackSummary {
     pub python: Option<String>,
     /// Samples of that interpreter taken on a thread it does not know (no Python frames).
     pub python_no_thread: u64,
+    /// Samples of that interpreter whose Python frames could not all be read (its memory was
+    /// not where the version's offsets say, or changed under the walk): frames may be missing.
+    #[serde(default)]
+    pub python_fault: u64,
     /// Samples without Python frames whose native walk named fewer than 3 frames: typical of
     /// code built without frame pointers, where only the innermost frame (the direct caller,
     /// read off the stack) is certain.

@@ -11,6 +11,7 @@
 //!
 //! [`STACK_CONFIG`]: profiler_common::maps::STACK_CONFIG
 
+pub mod kernel_btf;
 pub mod lines;
 pub mod python;
 pub mod view;
@@ -259,7 +260,7 @@ impl StackResolver {
                 break; // the walk ends there (see `labels`)
             }
         }
-        if st.py_len > 0 || st.flags & stackflags::PY_NO_THREAD != 0 {
+        if st.py_len > 0 || st.flags & (stackflags::PY_NO_THREAD | stackflags::PY_FAULT) != 0 {
             self.interp(tgid);
         }
         for f in st.py_frames() {
@@ -298,13 +299,18 @@ impl StackResolver {
                 None => break,
             }
         }
+        let minor = self
+            .interp
+            .get(&tgid)
+            .and_then(|i| i.as_ref())
+            .map_or(11, |i| i.minor);
         let mut out: Vec<String> = key
             .py
             .iter()
             .rev()
             .map(
                 |&(code, instr)| match self.py.get(&(tgid, code)).and_then(|c| c.as_ref()) {
-                    Some(c) => match c.line_at(code, instr) {
+                    Some(c) => match c.line_at(minor, code, instr) {
                         Some(l) => format!("{}:{l} {}", c.filename, c.qualname),
                         None => format!("{} {}", c.filename, c.qualname),
                     },
@@ -336,7 +342,7 @@ impl StackResolver {
             format!("CPython 3.{} ({})", i.minor, i.module)
         } else {
             format!(
-                "CPython 3.{} ({}): Python frames not read (supported: 3.11 to 3.13)",
+                "CPython 3.{} ({}): Python frames not read (supported: 3.9 to 3.13; 3.9 and 3.10 need the kernel's BTF)",
                 i.minor, i.module
             )
         })
@@ -415,6 +421,8 @@ pub struct ProcStacks {
     pub truncated: u64,
     /// Samples of a Python process taken on a thread without a Python thread state.
     pub py_no_thread: u64,
+    /// Samples whose Python frames could not all be read.
+    pub py_fault: u64,
 }
 
 impl ProcStacks {
@@ -426,6 +434,9 @@ impl ProcStacks {
         }
         if st.flags & stackflags::PY_NO_THREAD != 0 {
             self.py_no_thread += 1;
+        }
+        if st.flags & stackflags::PY_FAULT != 0 {
+            self.py_fault += 1;
         }
         let key = StackKey::of(st);
         let full = self.by_stack.len() >= MAX_STACKS_PER_PROCESS;
@@ -519,6 +530,7 @@ impl StackResolver {
             truncated: ps.truncated,
             python: self.python_of(tgid),
             python_no_thread: ps.py_no_thread,
+            python_fault: ps.py_fault,
             shallow,
         };
         (out, summary)

@@ -5,12 +5,13 @@
 //! the offsets in [`PyOffsets`]); everything else — strings, line tables — is read here from
 //! `/proc/PID/mem` when a frame is first met, and cached per code object.
 //!
-//! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 (offsets per version below, taken from
-//! each version's headers — Debian's 3.11.2 and 3.13.18 packages, the 3.12.6 release sources —
-//! by compiling `offsetof` against them). Only 3.11 is exercised by the tests (the CI machine's
-//! python3). 3.9 and 3.10 keep no native thread id in their thread states, which the probe
-//! needs to find the calling thread's frames without the GIL; their processes get native
-//! frames only, and the report says so.
+//! Supported: CPython 3.9 to 3.13 on x86-64 (offsets per version below, taken from each
+//! version's headers — pyenv's 3.9.18, 3.10.13, 3.12.1 and 3.13.0 builds, Debian's 3.11.2 and
+//! 3.13.18 packages, the 3.12.6 release sources — by compiling `offsetof` against them; 3.12.1
+//! and 3.12.6, 3.13.0 and 3.13.18 agree on every field read). 3.9 and 3.10 keep no kernel
+//! thread id in their thread states, only `pthread_self()`: the probe matches that against
+//! the calling thread's FS base, read from its `task_struct` at the offset the kernel's BTF
+//! gives ([`super::kernel_btf`]); without BTF those versions get native frames only.
 
 use profiler_common::{PY_NONE, PyOffsets};
 use std::collections::HashMap;
@@ -25,11 +26,15 @@ pub struct PyLayout {
     /// For the probes.
     pub probe: PyOffsets,
     pub code_filename: u64,
-    /// `co_qualname` (3.11+), the function's dotted name.
+    /// `co_qualname` (3.11+), the function's dotted name; `co_name` before 3.11.
     pub code_qualname: u64,
     pub code_firstlineno: u64,
+    /// `co_linetable` (3.10+) or `co_lnotab` (3.9); see [`PyCode::line_at`] for each format.
     pub code_linetable: u64,
+    /// `co_code_adaptive` (3.11+: where the bytecode starts in the code object); 0 before.
     pub code_adaptive: u64,
+    /// The thread-state match needs the calling thread's FS base (3.9, 3.10).
+    pub match_fsbase: bool,
     pub unicode_length: u64,
     pub unicode_state: u64,
     /// `sizeof(PyASCIIObject)`: where a compact ASCII string's characters start.
@@ -64,12 +69,52 @@ const fn probe_offsets(
         frame_instr: frame[2],
         frame_owner: frame[3],
         owner_cstack: frame[4],
-        _pad: 0,
+        task_fsbase: PY_NONE,
     }
 }
 
 /// The versions whose frames the probes can walk.
 pub static LAYOUTS: &[PyLayout] = &[
+    // 3.9 and 3.10: frames are `PyFrameObject`s (`f_back`, `f_code`, `int f_lasti`), thread
+    // states are found by `thread_id` (`pthread_self()`), names are `co_name`.
+    PyLayout {
+        minor: 9,
+        probe: probe_offsets(32, 8, 8, 176, 24, PY_NONE, [32, 24, 104, PY_NONE, PY_NONE]),
+        code_filename: 104,
+        code_qualname: 112,
+        code_firstlineno: 40,
+        code_linetable: 120,
+        code_adaptive: 0,
+        match_fsbase: true,
+        unicode_length: 16,
+        unicode_state: 32,
+        ascii_size: 48,
+        compact_size: 72,
+        state_kind_shift: 2,
+        state_compact_bit: 5,
+        state_ascii_bit: 6,
+        bytes_size: 16,
+        bytes_sval: 32,
+    },
+    PyLayout {
+        minor: 10,
+        probe: probe_offsets(32, 8, 8, 176, 24, PY_NONE, [32, 24, 96, PY_NONE, PY_NONE]),
+        code_filename: 104,
+        code_qualname: 112,
+        code_firstlineno: 40,
+        code_linetable: 120,
+        code_adaptive: 0,
+        match_fsbase: true,
+        unicode_length: 16,
+        unicode_state: 32,
+        ascii_size: 48,
+        compact_size: 72,
+        state_kind_shift: 2,
+        state_compact_bit: 5,
+        state_ascii_bit: 6,
+        bytes_size: 16,
+        bytes_sval: 32,
+    },
     PyLayout {
         minor: 11,
         probe: probe_offsets(40, 16, 8, 160, 56, 8, [32, 48, 56, 69, PY_NONE]),
@@ -78,6 +123,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_firstlineno: 72,
         code_linetable: 136,
         code_adaptive: 184,
+        match_fsbase: false,
         unicode_length: 16,
         unicode_state: 32,
         ascii_size: 48,
@@ -97,6 +143,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_firstlineno: 68,
         code_linetable: 136,
         code_adaptive: 192,
+        match_fsbase: false,
         unicode_length: 16,
         unicode_state: 32,
         ascii_size: 40,
@@ -117,6 +164,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_firstlineno: 68,
         code_linetable: 136,
         code_adaptive: 200,
+        match_fsbase: false,
         unicode_length: 16,
         unicode_state: 32,
         ascii_size: 40,
@@ -146,6 +194,21 @@ pub struct PyInterp {
     pub layout: Option<&'static PyLayout>,
 }
 
+impl PyInterp {
+    /// What the probes need to read this process's Python frames (`None`: not read).
+    pub fn probe(&self) -> Option<profiler_common::PyProc> {
+        let l = self.layout?;
+        let mut off = l.probe;
+        if l.match_fsbase {
+            off.task_fsbase = super::kernel_btf::task_fsbase()?;
+        }
+        Some(profiler_common::PyProc {
+            runtime: self.runtime,
+            off,
+        })
+    }
+}
+
 /// What an interpreter file says: `_PyRuntime`'s link-time address, the minor version (from
 /// `Py_Version`, else the file name) and its load segments `(offset, file bytes, vaddr)`.
 type InterpFile = (u64, u8, Vec<(u64, u64, u64)>);
@@ -166,14 +229,26 @@ const MAX_INTERP_FILES: usize = 256;
 /// with symbols).
 const MAX_INTERP_FILE: u64 = 256 << 20;
 
-/// Whether a mapped file's name looks like a CPython interpreter.
-fn looks_like_python(path: &str) -> Option<u8> {
+/// Whether a mapped file's name looks like a CPython interpreter: its minor version, and
+/// whether it is a free-threaded build (`python3.13t`, `libpython3.13t.so`), whose objects
+/// are laid out differently (their frames are not read).
+fn looks_like_python(path: &str) -> Option<(u8, bool)> {
     let base = path.rsplit('/').next().unwrap_or(path);
     let rest = base
         .strip_prefix("libpython3.")
         .or_else(|| base.strip_prefix("python3."))?;
     let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
+    let free_threaded = rest[digits.len()..].starts_with('t');
+    Some((digits.parse().ok()?, free_threaded))
+}
+
+/// From 3.13, `_PyRuntime` starts with the debugger offsets table: cookie `xdebugpy`, the
+/// version, then whether the build is free-threaded. `Some(true)` for a free-threaded build,
+/// `None` when the table is not there to say.
+fn runtime_says_free_threaded(tgid: u32, runtime: u64) -> Option<bool> {
+    let mem = File::open(format!("/proc/{tgid}/mem")).ok()?;
+    let head = read_mem(&mem, runtime, 24)?;
+    (&head[..8] == b"xdebugpy").then(|| head[16..24] != [0; 8])
 }
 
 fn interp_file(path: &std::path::Path, name_minor: u8) -> Option<InterpFile> {
@@ -213,7 +288,7 @@ pub fn detect(tgid: u32) -> Option<PyInterp> {
     let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok()?;
     let mut tried = Vec::new();
     for m in crate::discovery::parse_maps(&maps) {
-        let Some(name_minor) = looks_like_python(&m.path) else {
+        let Some((name_minor, free_threaded)) = looks_like_python(&m.path) else {
             continue;
         };
         if tried.contains(&m.path) {
@@ -235,11 +310,17 @@ pub fn detect(tgid: u32) -> Option<PyInterp> {
             continue;
         };
         let bias = m.start.wrapping_sub(map_vaddr);
+        let runtime = runtime_vaddr.wrapping_add(bias);
+        let free_threaded = free_threaded
+            || (minor >= 13 && runtime_says_free_threaded(tgid, runtime) == Some(true));
         return Some(PyInterp {
             module: clean.to_owned(),
             minor,
-            runtime: runtime_vaddr.wrapping_add(bias),
-            layout: layout(minor),
+            runtime,
+            // 3.9/3.10 frames need the FS base's place in the kernel's task_struct.
+            layout: layout(minor).filter(|l| {
+                !free_threaded && (!l.match_fsbase || super::kernel_btf::task_fsbase().is_some())
+            }),
         });
     }
     None
@@ -326,15 +407,64 @@ pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Option<PyCode> {
 }
 
 impl PyCode {
-    /// The source line of the instruction a frame's instruction pointer `instr` stands at, for
-    /// a frame whose code object is at `code`.
-    pub fn line_at(&self, code: u64, instr: u64) -> Option<u32> {
+    /// The source line of the instruction a frame of CPython 3.`minor` stands at: `instr` is
+    /// what the probe read (a pointer into the bytecode from 3.11; before, 8 bytes whose low
+    /// half is the `int f_lasti`), for a frame whose code object is at `code`.
+    pub fn line_at(&self, minor: u8, code: u64, instr: u64) -> Option<u32> {
+        if minor < 11 {
+            // f_lasti: a byte offset in 3.9, an instruction index in 3.10; -1 before the
+            // first instruction.
+            let lasti = u64::try_from(instr as u32 as i32).ok()?;
+            return if minor == 9 {
+                lnotab_line(&self.linetable, self.firstlineno, lasti)
+            } else {
+                linetable310_line(&self.linetable, self.firstlineno, lasti * 2)
+            };
+        }
         let start = code.checked_add(self.code_adaptive)?;
         // 3.11/3.12 `prev_instr` may point at the call's last inline cache entry, 3.13
         // `instr_ptr` at the call itself: the location table covers both with the call's line.
         let byte = instr.checked_sub(start)?;
         line_for_offset(&self.linetable, self.firstlineno, byte / 2)
     }
+}
+
+/// The line of bytecode offset `byte` from a 3.9 `co_lnotab` (`PyCode_Addr2Line`): pairs of
+/// (bytecode offset increment, signed line increment); the line is the one in force at the
+/// last offset not past `byte`.
+pub fn lnotab_line(table: &[u8], firstlineno: u32, byte: u64) -> Option<u32> {
+    let mut line = i64::from(firstlineno);
+    let mut addr: u64 = 0;
+    for pair in table.chunks_exact(2) {
+        addr += u64::from(pair[0]);
+        if addr > byte {
+            break;
+        }
+        line += i64::from(pair[1] as i8);
+    }
+    u32::try_from(line).ok().filter(|&l| l > 0)
+}
+
+/// The line of bytecode offset `byte` from a 3.10 `co_linetable` (PEP 626): pairs of (range
+/// length in bytes, signed line delta, -128 for "no line"), each pair one address range.
+pub fn linetable310_line(table: &[u8], firstlineno: u32, byte: u64) -> Option<u32> {
+    let mut line = i64::from(firstlineno);
+    let mut start: u64 = 0;
+    for pair in table.chunks_exact(2) {
+        let end = start + u64::from(pair[0]);
+        let delta = pair[1] as i8;
+        let here = if delta == -128 {
+            None
+        } else {
+            line += i64::from(delta);
+            Some(line)
+        };
+        if byte >= start && byte < end {
+            return here.and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0);
+        }
+        start = end;
+    }
+    None
 }
 
 fn varint(t: &[u8], i: &mut usize) -> Option<u32> {
@@ -410,10 +540,19 @@ mod tests {
 
     #[test]
     fn interpreter_file_names() {
-        assert_eq!(looks_like_python("/usr/bin/python3.11"), Some(11));
+        assert_eq!(looks_like_python("/usr/bin/python3.11"), Some((11, false)));
         assert_eq!(
             looks_like_python("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
-            Some(12)
+            Some((12, false))
+        );
+        assert_eq!(looks_like_python("/usr/bin/python3.13t"), Some((13, true)));
+        assert_eq!(
+            looks_like_python("/usr/lib/libpython3.13t.so.1.0"),
+            Some((13, true))
+        );
+        assert_eq!(
+            looks_like_python("/usr/lib/libpython3.9.so.1.0"),
+            Some((9, false))
         );
         assert_eq!(looks_like_python("/usr/bin/python3"), None);
         assert_eq!(looks_like_python("/usr/lib/libpythonista.so"), None);
@@ -457,6 +596,46 @@ mod tests {
     }
 
     #[test]
+    fn line_tables_before_3_11() {
+        // Read off the real interpreters for `def f():\n x = 1\n y = 2\n\n return x + y` at
+        // line 46 (instructions at bytes 0, 4 and 8 start lines 47, 48 and 50; 16 bytes).
+        let lnotab39 = [0, 1, 4, 1, 4, 2];
+        let l39 = |b| lnotab_line(&lnotab39, 46, b);
+        assert_eq!(
+            [l39(0), l39(2), l39(4), l39(6), l39(8), l39(14)],
+            [47, 47, 48, 48, 50, 50].map(Some)
+        );
+        let table310 = [4, 1, 4, 1, 8, 2];
+        let l310 = |b| linetable310_line(&table310, 46, b);
+        assert_eq!(
+            [l310(0), l310(2), l310(4), l310(8), l310(14)],
+            [47, 47, 48, 50, 50].map(Some)
+        );
+        assert_eq!(l310(16), None, "past the table");
+        // A "no line" range (-128) and a negative delta.
+        let t = [2, 3, 2, 0x80, 2, (-1i8) as u8];
+        assert_eq!(linetable310_line(&t, 10, 0), Some(13));
+        assert_eq!(linetable310_line(&t, 10, 2), None);
+        assert_eq!(linetable310_line(&t, 10, 4), Some(12));
+        // Through `line_at`: 3.9 reads f_lasti as bytes, 3.10 as instructions; the high half
+        // of what the probe read (f_lineno) is ignored, and f_lasti = -1 has no line.
+        let code = |table: &[u8]| PyCode {
+            filename: "m.py".into(),
+            qualname: "f".into(),
+            firstlineno: 46,
+            linetable: table.to_vec(),
+            code_adaptive: 0,
+        };
+        let hi = 50u64 << 32;
+        assert_eq!(code(&lnotab39).line_at(9, 0x1000, hi | 4), Some(48));
+        assert_eq!(code(&table310).line_at(10, 0x1000, hi | 4), Some(50));
+        assert_eq!(
+            code(&table310).line_at(10, 0x1000, u64::from(u32::MAX)),
+            None
+        );
+    }
+
+    #[test]
     fn instruction_pointer_to_line() {
         let code = PyCode {
             filename: "m.py".into(),
@@ -466,9 +645,13 @@ mod tests {
             code_adaptive: 184,
         };
         let base = 0x1000;
-        assert_eq!(code.line_at(base, base + 184), Some(5));
-        assert_eq!(code.line_at(base, base + 184 + 2), Some(5));
-        assert_eq!(code.line_at(base, base + 184 + 4), Some(6));
-        assert_eq!(code.line_at(base, base + 100), None, "before the bytecode");
+        assert_eq!(code.line_at(11, base, base + 184), Some(5));
+        assert_eq!(code.line_at(11, base, base + 184 + 2), Some(5));
+        assert_eq!(code.line_at(11, base, base + 184 + 4), Some(6));
+        assert_eq!(
+            code.line_at(11, base, base + 100),
+            None,
+            "before the bytecode"
+        );
     }
 }

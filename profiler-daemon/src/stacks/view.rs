@@ -143,6 +143,14 @@ pub fn render_code(
                         String::new()
                     }
                 ));
+                if p.stacks.python_fault > 0 {
+                    out.push_str(&format!(
+                        "  note: {} of {} stacks could not read all of the interpreter's frames \
+                         (its memory was not where this CPython version keeps them): Python \
+                         frames may be missing from them\n",
+                        p.stacks.python_fault, p.stacks.samples
+                    ));
+                }
                 if p.stacks.shallow > 0 {
                     out.push_str(&format!(
                         "  note: {} of {} stacks name fewer than 3 native frames: the code was \

@@ -475,13 +475,24 @@ impl Counting {
             .counts
             .tgids()
             .into_iter()
-            .filter(|t| !std::path::Path::new(&format!("/proc/{t}")).exists())
+            .filter(|&t| !is_live_process(t))
             .collect();
         self.read(batch);
         for t in gone {
             self.counts.forget(t);
         }
     }
+}
+
+/// Whether `tgid` is a running process's id. `/proc/N` also answers for a thread id (a
+/// thread's directory is reachable though not listed), so a process's id reused as another
+/// process's thread would look alive: its `Tgid` must be itself.
+fn is_live_process(tgid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tgid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .is_some_and(|v| v.trim().parse::<u32>() == Ok(tgid))
+    })
 }
 
 /// Reads the ring buffer until `cancel`, then drains it one last time and returns.
@@ -695,6 +706,25 @@ fn ensure_tracefs() -> Result<std::path::PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_id_is_not_a_live_process() {
+        assert!(is_live_process(std::process::id()));
+        // A thread of this process: /proc/TID exists, but it is no process of its own.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        assert!(std::path::Path::new(&format!("/proc/{tid}")).exists());
+        assert!(!is_live_process(tid));
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(!is_live_process(u32::MAX));
+    }
 
     #[test]
     fn batch_frames_records() {

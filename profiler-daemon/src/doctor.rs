@@ -248,7 +248,15 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         required: true,
         ok: btf,
         detail: if btf {
-            "/sys/kernel/btf/vmlinux present".into()
+            match crate::stacks::kernel_btf::task_fsbase() {
+                Some(off) => format!(
+                    "/sys/kernel/btf/vmlinux present (task_struct.thread.fsbase at byte {off}: \
+                     Python frames of CPython 3.9 and 3.10 can be read)"
+                ),
+                None => "/sys/kernel/btf/vmlinux present (no task_struct.thread.fsbase in it: \
+                         CPython 3.9 and 3.10 processes get native frames only)"
+                    .into(),
+            }
         } else {
             "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)".into()
         },

@@ -192,7 +192,48 @@ fn time_calls(ctx: &Ctx, shape: &Shape) -> Result<f64> {
     )?))
 }
 
+/// The probes' own time per call of `shape` (every program that ran, summed), measured by the
+/// kernel (`BPF_ENABLE_STATS`): the median of 3 extra runs of the loop, and that run's time by
+/// program (programs under 1 ns per call left out). Statistics cost each program run two clock
+/// reads, so they are on only for these runs, never for the timed ones; NaN when the kernel
+/// cannot keep them.
+fn program_time(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
+    let mut runs = (0..3)
+        .map(|_| program_time_once(ctx, shape))
+        .collect::<Result<Vec<_>>>()?;
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (total, split) = runs.swap_remove(1);
+    Ok((total, split.into_iter().filter(|(_, ns)| *ns >= 1.0).collect()))
+}
+
+fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
+    let Ok(on) = crate::bpfstats::Enabled::new() else {
+        return Ok((f64::NAN, Vec::new()));
+    };
+    let dir = ctx.fake.join(shape.lib_dir);
+    let before = crate::bpfstats::snapshot();
+    workload(
+        ctx,
+        "workload",
+        &[("LD_LIBRARY_PATH", &dir)],
+        &[format!("time_launch {} {}", shape.mode, ctx.calls)],
+    )?;
+    let after = crate::bpfstats::snapshot();
+    drop(on);
+    let calls = ctx.calls as f64;
+    let per: Vec<(String, f64)> = crate::bpfstats::delta(&before, &after)
+        .into_iter()
+        .map(|(name, _, ns)| (name, ns as f64 / calls))
+        .collect();
+    Ok((per.iter().map(|(_, ns)| ns).sum(), per))
+}
+
 fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
+    floor_with(ctx, shape, entry, &mut None)
+}
+
+/// [`floor`], also measuring the empty programs' own time into `prog` when it is `Some`.
+fn floor_with(ctx: &Ctx, shape: &Shape, entry: bool, prog: &mut Option<f64>) -> Result<f64> {
     let dir = ctx.fake.join(shape.lib_dir);
     let mut bg_all = Vec::new();
     // one floor process per library file
@@ -221,6 +262,9 @@ fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
         bg_all.push(Bg::start(&ctx.bin, &args)?);
     }
     let t = time_calls(ctx, shape);
+    if let Some(p) = prog.as_mut() {
+        *p = program_time(ctx, shape)?.0;
+    }
     for b in bg_all {
         b.stop()?;
     }
@@ -258,6 +302,11 @@ struct Row {
     counted: f64,
     /// The same launch probes written in bpftrace (at the symbol entry, counting in a map).
     bpftrace: Option<f64>,
+    /// The probes' own time per call (kernel statistics): the empty floor program, full
+    /// capture without stacks, default, a stack every call, counted.
+    prog: [f64; 5],
+    /// Default full capture's time per call by program.
+    prog_split: Vec<(String, f64)>,
 }
 
 /// The launch probes of a shape as a bpftrace program: at the symbol entry (where bpftrace puts
@@ -380,17 +429,26 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     let mut rows = Vec::new();
     for s in &SHAPES {
         eprintln!("bench: {}: no probes, floors", s.name);
+        let mut prog_floor = Some(f64::NAN);
         rows.push(Row {
             shape: s.name,
             site: s.site,
             none: time_calls(&ctx, s)?,
             floor_entry: floor(&ctx, s, true)?,
-            floor: floor(&ctx, s, false)?,
+            floor: floor_with(&ctx, s, false, &mut prog_floor)?,
             full: f64::NAN,
             no_stacks: f64::NAN,
             all_stacks: f64::NAN,
             counted: f64::NAN,
             bpftrace: if quick { None } else { bpftrace_time(&ctx, s)? },
+            prog: [
+                prog_floor.unwrap_or(f64::NAN),
+                f64::NAN,
+                f64::NAN,
+                f64::NAN,
+                f64::NAN,
+            ],
+            prog_split: Vec::new(),
         });
     }
     // Call stacks cost a frame-pointer walk and a 576-byte record each: the same capture
@@ -411,10 +469,11 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         let d = Bg::start(&ctx.bin, &daemon_args(&ctx, &out, args))?;
         for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
             let t = time_calls(&ctx, s)?;
+            let p = program_time(&ctx, s)?.0;
             match args[1] {
-                "0" => r.no_stacks = t,
-                "1" => r.all_stacks = t,
-                _ => r.counted = t,
+                "0" => (r.no_stacks, r.prog[1]) = (t, p),
+                "1" => (r.all_stacks, r.prog[3]) = (t, p),
+                _ => (r.counted, r.prog[4]) = (t, p),
             }
         }
         d.stop()?;
@@ -424,6 +483,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     let d = Bg::start(&ctx.bin, &daemon_args(&ctx, &full_out, &[]))?;
     for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
         r.full = time_calls(&ctx, s)?;
+        (r.prog[2], r.prog_split) = program_time(&ctx, s)?;
     }
     d.stop()?;
     let full_drops = drops_in(&report(&full_out)?);
@@ -562,6 +622,30 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
             r.all_stacks,
             r.bpftrace
                 .map_or("not run".to_owned(), |t| format!("{t:.0}")),
+        ));
+    }
+    md.push_str("\nThe probes' own time per call, as the kernel accounts it (`BPF_ENABLE_STATS`: run time of every BPF program that ran, summed over the call's probes; median of 3 more runs of the loop with statistics on, the timed runs above ran without them). This is the part of the added cost that gpuprofd's code decides; it leaves out the trap into the kernel and back (the floor column above). The statistics' own bookkeeping (two clock reads per program run) is inside every figure: the empty program, which does nothing, shows its size. The runtime shapes run two programs per call (the driver probe finds it is inside the runtime call and stops early):\n\n| entry shape | empty program (floor) ns | full capture, no stacks | full capture (stack every 64th call) | full capture, stack every call | counted | full capture by program (ns per call) |\n|---|---|---|---|---|---|---|\n");
+    for r in &rows {
+        let f = |v: f64| {
+            if v.is_nan() {
+                "not measured".to_owned()
+            } else {
+                format!("{v:.0}")
+            }
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.shape,
+            f(r.prog[0]),
+            f(r.prog[1]),
+            f(r.prog[2]),
+            f(r.prog[3]),
+            f(r.prog[4]),
+            r.prog_split
+                .iter()
+                .map(|(n, ns)| format!("{n} {ns:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     md.push_str("\nSustained rates (one thread launching at a fixed rate through the runtime, in 1 ms slices; daemon CPU is utime + stime over the run):\n\n| launches/s asked | seconds | mode | launches/s achieved | launches made | launches counted | records dropped | daemon CPU s | daemon CPU per 1 M launches | RSS KiB start → end (min–max while running) |\n|---|---|---|---|---|---|---|---|---|---|\n");

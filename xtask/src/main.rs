@@ -2,6 +2,7 @@
 //! needs first (scripts/setup.sh is idempotent), so a fresh machine needs nothing by hand.
 
 mod bench;
+mod bpfstats;
 mod reliability;
 
 use anyhow::{Context as _, Result, bail};

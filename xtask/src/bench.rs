@@ -203,7 +203,10 @@ fn program_time(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
         .collect::<Result<Vec<_>>>()?;
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (total, split) = runs.swap_remove(1);
-    Ok((total, split.into_iter().filter(|(_, ns)| *ns >= 1.0).collect()))
+    Ok((
+        total,
+        split.into_iter().filter(|(_, ns)| *ns >= 1.0).collect(),
+    ))
 }
 
 fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {

@@ -73,47 +73,36 @@ const fn probe_offsets(
     }
 }
 
+/// 3.9: frames are `PyFrameObject`s (`f_back`, `f_code`, `int f_lasti`), thread states are
+/// found by `thread_id` (`pthread_self()`), names are `co_name`.
+const PY39: PyLayout = PyLayout {
+    minor: 9,
+    probe: probe_offsets(32, 8, 8, 176, 24, PY_NONE, [32, 24, 104, PY_NONE, PY_NONE]),
+    code_filename: 104,
+    code_qualname: 112,
+    code_firstlineno: 40,
+    code_linetable: 120,
+    code_adaptive: 0,
+    match_fsbase: true,
+    unicode_length: 16,
+    unicode_state: 32,
+    ascii_size: 48,
+    compact_size: 72,
+    state_kind_shift: 2,
+    state_compact_bit: 5,
+    state_ascii_bit: 6,
+    bytes_size: 16,
+    bytes_sval: 32,
+};
+
 /// The versions whose frames the probes can walk.
 pub static LAYOUTS: &[PyLayout] = &[
-    // 3.9 and 3.10: frames are `PyFrameObject`s (`f_back`, `f_code`, `int f_lasti`), thread
-    // states are found by `thread_id` (`pthread_self()`), names are `co_name`.
-    PyLayout {
-        minor: 9,
-        probe: probe_offsets(32, 8, 8, 176, 24, PY_NONE, [32, 24, 104, PY_NONE, PY_NONE]),
-        code_filename: 104,
-        code_qualname: 112,
-        code_firstlineno: 40,
-        code_linetable: 120,
-        code_adaptive: 0,
-        match_fsbase: true,
-        unicode_length: 16,
-        unicode_state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        state_kind_shift: 2,
-        state_compact_bit: 5,
-        state_ascii_bit: 6,
-        bytes_size: 16,
-        bytes_sval: 32,
-    },
+    PY39,
+    // 3.10 differs from 3.9 only in where `f_lasti` sits (and in its line table's format).
     PyLayout {
         minor: 10,
         probe: probe_offsets(32, 8, 8, 176, 24, PY_NONE, [32, 24, 96, PY_NONE, PY_NONE]),
-        code_filename: 104,
-        code_qualname: 112,
-        code_firstlineno: 40,
-        code_linetable: 120,
-        code_adaptive: 0,
-        match_fsbase: true,
-        unicode_length: 16,
-        unicode_state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        state_kind_shift: 2,
-        state_compact_bit: 5,
-        state_ascii_bit: 6,
-        bytes_size: 16,
-        bytes_sval: 32,
+        ..PY39
     },
     PyLayout {
         minor: 11,

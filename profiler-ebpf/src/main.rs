@@ -276,14 +276,14 @@ fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
 }
 
 /// Marks an entry-only runtime call in flight so the enclosed driver call is not recorded twice.
+/// `ret` is the call's return address (stack slot 0), still there while the call runs.
 #[inline(always)]
-fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie) {
+fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64) {
     let p = Pending {
         ts_ns: now,
         sp,
         cookie: c.pack(),
-        // the return address: still there while the call runs
-        v: [stack(sp, 0), 0, 0, 0, 0, 0],
+        v: [ret, 0, 0, 0, 0, 0],
         class: cls,
         kind: 0,
         state: PENDING_ENTRY_ONLY,
@@ -293,12 +293,17 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie) {
 }
 
 /// Entry bookkeeping shared by every recorded call. Returns `false` when the call is a nested
-/// driver call that must not be recorded.
+/// driver call that must not be recorded. `ret`: the return address when the probe has already
+/// read it (it is read here otherwise, and only when needed).
 #[inline(always)]
-fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64) -> bool {
+fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64>) -> bool {
     if c.has(cookie::F_RUNTIME) {
         if !c.has(cookie::F_RET) {
-            runtime_slot(pid_tgid, cls, sp, now, c);
+            let ret = match ret {
+                Some(v) => v,
+                None => stack(sp, 0),
+            };
+            runtime_slot(pid_tgid, cls, sp, now, c, ret);
         }
         true
     } else if nested_in_runtime(pid_tgid, cls, sp, now) {
@@ -321,7 +326,37 @@ fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
     let r = regs(ctx);
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, cls, r.rsp, now).then_some((pt, c, r, now))
+    enter(pt, &c, cls, r.rsp, now, None).then_some((pt, c, r, now))
+}
+
+/// [`begin`] for a probe that needs the first `N` 8-byte stack slots at entry (slot 0 is the
+/// return address): one user-memory read serves the probe and the runtime slot. Each read costs
+/// more than the rest of a launch probe's bookkeeping (the kernel checks the destination of
+/// every user copy), so a runtime probe reads once, before the slot is written, and a driver
+/// probe reads only once it knows the call is recorded.
+#[inline(always)]
+fn begin_stack<const N: usize>(
+    ctx: &ProbeContext,
+    cls: u32,
+) -> Option<(u64, Cookie, &pt_regs, u64, [u64; N])> {
+    let (pt, c) = start(ctx)?;
+    let r = regs(ctx);
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let read = || -> [u64; N] {
+        // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
+        unsafe { bpf_probe_read_user(r.rsp as *const [u64; N]) }.unwrap_or([0; N])
+    };
+    // A runtime probe is never nested: it always records, so it reads now.
+    let early = c.has(cookie::F_RUNTIME).then(read);
+    if !enter(pt, &c, cls, r.rsp, now, early.map(|s| s[0])) {
+        return None;
+    }
+    let s = match early {
+        Some(s) => s,
+        None => read(),
+    };
+    Some((pt, c, r, now, s))
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
@@ -619,11 +654,10 @@ fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody
 /// rdi=f, esi/edx/ecx=grid, r8d/r9d=blockX/Y, [sp+8]=blockZ, [sp+16]=smem, [sp+24]=stream.
 #[uprobe]
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+    // [ret, blockZ, smem, stream]
+    let Some((pt, c, r, now, s)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
     };
-    // [ret, blockZ, smem, stream]
-    let s: [u64; 4] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 4]) }.unwrap_or([0; 4]);
     let body = LaunchBody {
         func: r.rdi,
         stream: s[3],
@@ -645,7 +679,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
 ///  void **extra)` (+ `_ptsz`). config: grid@0/4/8, block@12/16/20, smem@24 (u32), hStream@32.
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
@@ -654,7 +688,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
     let body = LaunchBody {
         func: r.rsi,
         stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
-        caller: stack(r.rsp, 0),
+        caller: ret,
         grid: [cfg[0], cfg[1], cfg[2]],
         block: [cfg[3], cfg[4], cfg[5]],
         shared_bytes: cfg[6],
@@ -670,11 +704,10 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 /// rcx = block.x | block.y << 32, r8 = block.z; r9 = args; [sp+8] = sharedMem, [sp+16] = stream.
 #[uprobe]
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+    // [ret, sharedMem, stream]
+    let Some((pt, c, r, now, s)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
         return 0;
     };
-    // [ret, sharedMem, stream]
-    let s: [u64; 3] = unsafe { bpf_probe_read_user(r.rsp as *const [u64; 3]) }.unwrap_or([0; 3]);
     let body = LaunchBody {
         func: r.rdi,
         stream: s[2],
@@ -697,7 +730,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 ///  stream@32.
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now)) = begin(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
@@ -706,7 +739,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
     let body = LaunchBody {
         func: r.rsi,
         stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
-        caller: stack(r.rsp, 0),
+        caller: ret,
         grid: [cfg[0], cfg[1], cfg[2]],
         block: [cfg[3], cfg[4], cfg[5]],
         shared_bytes: cfg[6],

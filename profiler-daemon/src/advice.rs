@@ -2,14 +2,16 @@
 //! TensorBoard's "recommendation for next steps"), computed from a [`Report`] alone.
 //!
 //! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls); none
-//! knows how long kernels ran on the GPU. Thresholds are the constants below. A rule needs
-//! [`MIN_DURATION_NS`] of capture, so that a short run's start-up does not read as a pattern.
+//! knows how long kernels ran on the GPU. Thresholds are the constants below. Per-process rates
+//! and shares are over the time the process was active in the capture ([`active_ns`]), and need
+//! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
 use crate::output::{ProcessReport, Report, fmt};
 use crate::steps::{ProcessSteps, quantile};
 use serde::Serialize;
 
-/// Captures shorter than this get no per-process advice (start-up dominates them).
+/// Captures, and processes active for less than this, get no per-process advice (start-up
+/// dominates them).
 pub const MIN_DURATION_NS: u64 = 1_000_000_000;
 /// Sync-bound: CPU time blocked in synchronisation calls, as a share of the capture.
 pub const SYNC_BOUND_SHARE: f64 = 0.30;
@@ -91,11 +93,13 @@ fn is_sync_api(name: &str) -> bool {
 /// report order, then capture-wide.
 pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
     let mut out = Vec::new();
-    let secs = r.duration_ns as f64 / 1e9;
     if r.duration_ns >= MIN_DURATION_NS {
         let mut generation: std::collections::HashMap<u32, u32> = Default::default();
         for p in &r.processes {
-            process_advice(p, r.duration_ns, secs, &mut out);
+            let active = active_ns(p, r.duration_ns);
+            if active >= MIN_DURATION_NS {
+                process_advice(p, active, active as f64 / 1e9, &mut out);
+            }
             let g = generation.entry(p.tgid).or_default();
             if let Some(s) = steps
                 .iter()
@@ -123,6 +127,26 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
         });
     }
     out
+}
+
+/// How long `p` was active in a capture of `capture_ns`: from its first CUDA call the probes saw
+/// to the capture's end, or, once it has exited, to its last call (plus the time blocked in that
+/// call's stretch of the timeline, so a final long synchronisation is inside). Rates and shares
+/// are over this, not over the capture: under `--all-jobs` a job that ran ten minutes of an
+/// hour-long capture is judged on its ten minutes, not diluted six-fold. A process without a
+/// timeline (no call seen) counts the whole capture.
+pub fn active_ns(p: &ProcessReport, capture_ns: u64) -> u64 {
+    let Some(t) = &p.timeline else {
+        return capture_ns;
+    };
+    let end = if p.exited {
+        t.last_call_ns
+            .saturating_add(t.blocked_ns.last().copied().unwrap_or(0))
+            .min(capture_ns)
+    } else {
+        capture_ns
+    };
+    end.saturating_sub(t.first_call_ns)
 }
 
 /// What NVML says of the GPUs themselves: clocks held back, hardware or driver errors.
@@ -201,7 +225,7 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
         push(
             "sync_bound",
             format!(
-                "blocked {:.1} s of {secs:.1} s ({:.0}%) waiting for the GPU; most in {} \
+                "blocked {:.1} s of {secs:.1} s active ({:.0}%) waiting for the GPU; most in {} \
                  ({} calls, p50 {} ms)",
                 sync_ns as f64 / 1e9,
                 share(sync_ns) * 100.0,
@@ -226,8 +250,8 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
         push(
             "launch_bound",
             format!(
-                "{:.0} kernel launches per second ({} in {secs:.1} s); {:.0}% of them with \
-                 fewer than 132 blocks",
+                "{:.0} kernel launches per second ({} in {secs:.1} s active); {:.0}% of them \
+                 with fewer than 132 blocks",
                 rate,
                 p.launches,
                 small as f64 * 100.0 / p.launches.max(1) as f64
@@ -291,7 +315,7 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
         push(
             "blocking_copies",
             format!(
-                "blocked {:.1} s of {secs:.1} s ({:.0}%) inside synchronous copies",
+                "blocked {:.1} s of {secs:.1} s active ({:.0}%) inside synchronous copies",
                 sync_copy_ns as f64 / 1e9,
                 share(sync_copy_ns) * 100.0
             ),
@@ -327,7 +351,7 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
         push(
             "alloc_churn",
             format!(
-                "{alloc_rate:.0} device allocations per second ({allocs} in {secs:.1} s), \
+                "{alloc_rate:.0} device allocations per second ({allocs} in {secs:.1} s active), \
                  {} frees",
                 p.allocations.frees
             ),

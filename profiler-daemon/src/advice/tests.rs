@@ -85,7 +85,7 @@ fn sync_bound() {
     assert_eq!((a[0].rule, a[0].pid), ("sync_bound", Some(7)));
     assert_eq!(
         a[0].evidence,
-        "blocked 4.0 s of 10.0 s (40%) waiting for the GPU; most in cudaStreamSynchronize \
+        "blocked 4.0 s of 10.0 s active (40%) waiting for the GPU; most in cudaStreamSynchronize \
          (3000 calls, p50 1.200 ms)"
     );
 }
@@ -97,7 +97,7 @@ fn launch_bound() {
     assert_eq!(a[0].rule, "launch_bound");
     assert_eq!(
         a[0].evidence,
-        "15000 kernel launches per second (150000 in 10.0 s); 100% of them with fewer than 132 \
+        "15000 kernel launches per second (150000 in 10.0 s active); 100% of them with fewer than 132 \
          blocks"
     );
     assert!(a[0].suggestion.contains("CUDA graph"));
@@ -126,7 +126,7 @@ fn tiny_and_blocking_copies() {
             ),
             (
                 "blocking_copies",
-                "blocked 2.0 s of 10.0 s (20%) inside synchronous copies"
+                "blocked 2.0 s of 10.0 s active (20%) inside synchronous copies"
             ),
         ]
     );
@@ -142,7 +142,7 @@ fn alloc_churn_and_lost_records() {
     let a = advise_(&r);
     assert_eq!(
         a[0].evidence,
-        "500 device allocations per second (5000 in 10.0 s), 5000 frees"
+        "500 device allocations per second (5000 in 10.0 s active), 5000 frees"
     );
     assert!(a[1].evidence.starts_with("42 records were lost"));
     let text = render(&a);
@@ -180,6 +180,50 @@ fn a_short_capture_gets_no_per_process_advice() {
     let mut r = report(vec![process(8, 150_000, &[], &[], 0)], 0);
     r.duration_ns = MIN_DURATION_NS - 1;
     assert_eq!(advise_(&r), vec![]);
+}
+
+/// Under `--all-jobs` processes come and go within one long capture: each is judged over the
+/// time it was active, not the capture's.
+#[test]
+fn rates_are_over_each_process_s_active_time() {
+    let with_timeline = |tgid: u32, exited: bool, first_s: u64, last_s: u64, last_bin_blocked| {
+        let mut v = process(tgid, 150_000, &[], &[], 0);
+        v["exited"] = json!(exited);
+        v["timeline"] = json!({
+            "first_call_ns": first_s * 1_000_000_000, "last_call_ns": last_s * 1_000_000_000,
+            "bin_ns": 1_000_000_000u64, "calls": [1, 1], "launches": [1, 1],
+            "blocked_ns": [0, last_bin_blocked]
+        });
+        v
+    };
+    let mut r = report(
+        vec![
+            // exited: active from 20 s to its last call at 29 s, which blocked 1 s: 10 s
+            with_timeline(1, true, 20, 29, 1_000_000_000u64),
+            // still running: from 50 s to the capture's end at 100 s
+            with_timeline(2, false, 50, 60, 0),
+            // started half a second before the end: start-up, no advice
+            with_timeline(3, false, 99, 99, 0),
+        ],
+        0,
+    );
+    r.duration_ns = 100_000_000_000;
+    r.processes[2].timeline.as_mut().unwrap().first_call_ns = 99_500_000_000;
+    r.processes[2].timeline.as_mut().unwrap().last_call_ns = 99_500_000_000;
+    assert_eq!(active_ns(&r.processes[0], r.duration_ns), 10_000_000_000);
+    assert_eq!(active_ns(&r.processes[1], r.duration_ns), 50_000_000_000);
+    assert_eq!(active_ns(&r.processes[2], r.duration_ns), 500_000_000);
+    let a = advise_(&r);
+    assert_eq!(rules(&r), vec![("launch_bound", Some(1))]);
+    assert_eq!(
+        a[0].evidence,
+        "15000 kernel launches per second (150000 in 10.0 s active); 100% of them with fewer \
+         than 132 blocks"
+    );
+    // Without a timeline (no call seen), the whole capture.
+    r.processes[0].timeline = None;
+    assert_eq!(active_ns(&r.processes[0], r.duration_ns), 100_000_000_000);
+    assert_eq!(rules(&r), vec![]);
 }
 
 fn advise_(r: &Report) -> Vec<Advice> {

@@ -135,7 +135,7 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
 /// are over this, not over the capture: under `--all-jobs` a job that ran ten minutes of an
 /// hour-long capture is judged on its ten minutes, not diluted six-fold. A process without a
 /// timeline (no call seen) counts the whole capture.
-pub fn active_ns(p: &ProcessReport, capture_ns: u64) -> u64 {
+fn active_ns(p: &ProcessReport, capture_ns: u64) -> u64 {
     let Some(t) = &p.timeline else {
         return capture_ns;
     };

@@ -35,6 +35,13 @@ pub struct PyLayout {
     pub code_adaptive: u64,
     /// The thread-state match needs the calling thread's FS base (3.9, 3.10).
     pub match_fsbase: bool,
+    /// `str` and `bytes` objects.
+    pub obj: PyObjLayout,
+}
+
+/// Where `str` and `bytes` objects keep their length, state and characters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyObjLayout {
     pub unicode_length: u64,
     pub unicode_state: u64,
     /// `sizeof(PyASCIIObject)`: where a compact ASCII string's characters start.
@@ -47,6 +54,26 @@ pub struct PyLayout {
     pub bytes_size: u64,
     pub bytes_sval: u64,
 }
+
+/// 3.9–3.11: strings still carry the legacy `wstr` pointer (and `wstr_length` when compact).
+const OBJ_WSTR: PyObjLayout = PyObjLayout {
+    unicode_length: 16,
+    unicode_state: 32,
+    ascii_size: 48,
+    compact_size: 72,
+    state_kind_shift: 2,
+    state_compact_bit: 5,
+    state_ascii_bit: 6,
+    bytes_size: 16,
+    bytes_sval: 32,
+};
+
+/// 3.12+: `wstr` is gone, so the characters start 8 (ASCII) and 16 (compact) bytes earlier.
+const OBJ_312: PyObjLayout = PyObjLayout {
+    ascii_size: 40,
+    compact_size: 56,
+    ..OBJ_WSTR
+};
 
 const fn probe_offsets(
     runtime_interp_head: u32,
@@ -84,15 +111,7 @@ const PY39: PyLayout = PyLayout {
     code_linetable: 120,
     code_adaptive: 0,
     match_fsbase: true,
-    unicode_length: 16,
-    unicode_state: 32,
-    ascii_size: 48,
-    compact_size: 72,
-    state_kind_shift: 2,
-    state_compact_bit: 5,
-    state_ascii_bit: 6,
-    bytes_size: 16,
-    bytes_sval: 32,
+    obj: OBJ_WSTR,
 };
 
 /// The versions whose frames the probes can walk.
@@ -113,15 +132,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_linetable: 136,
         code_adaptive: 184,
         match_fsbase: false,
-        unicode_length: 16,
-        unicode_state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        state_kind_shift: 2,
-        state_compact_bit: 5,
-        state_ascii_bit: 6,
-        bytes_size: 16,
-        bytes_sval: 32,
+        obj: OBJ_WSTR,
     },
     // 3.12: the frame's code and link moved to the front; C-stack shim frames (owner 3).
     PyLayout {
@@ -133,15 +144,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_linetable: 136,
         code_adaptive: 192,
         match_fsbase: false,
-        unicode_length: 16,
-        unicode_state: 32,
-        ascii_size: 40,
-        compact_size: 56,
-        state_kind_shift: 2,
-        state_compact_bit: 5,
-        state_ascii_bit: 6,
-        bytes_size: 16,
-        bytes_sval: 32,
+        obj: OBJ_312,
     },
     // 3.13 (from 3.13.18's headers; `_PyRuntime` starts with the debug offsets table, and the
     // interpreter state has grown within the 3.13 series: earlier patch releases unchecked).
@@ -154,15 +157,7 @@ pub static LAYOUTS: &[PyLayout] = &[
         code_linetable: 136,
         code_adaptive: 200,
         match_fsbase: false,
-        unicode_length: 16,
-        unicode_state: 32,
-        ascii_size: 40,
-        compact_size: 56,
-        state_kind_shift: 2,
-        state_compact_bit: 5,
-        state_ascii_bit: 6,
-        bytes_size: 16,
-        bytes_sval: 32,
+        obj: OBJ_312,
     },
 ];
 
@@ -344,7 +339,7 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 }
 
 /// A `str` object's text (compact strings, which is all the interpreter makes for names).
-fn read_str(mem: &File, l: &PyLayout, obj: u64) -> Option<String> {
+fn read_str(mem: &File, l: &PyObjLayout, obj: u64) -> Option<String> {
     let len = read_u64(mem, obj + l.unicode_length)?.min(MAX_STR);
     let state = u32::from_le_bytes(read_mem(mem, obj + l.unicode_state, 4)?.try_into().ok()?);
     let kind = (state >> l.state_kind_shift) & 7;
@@ -379,13 +374,13 @@ fn read_str(mem: &File, l: &PyLayout, obj: u64) -> Option<String> {
 /// Reads the code object at `code` in `tgid`.
 pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Option<PyCode> {
     let mem = File::open(format!("/proc/{tgid}/mem")).ok()?;
-    let filename = read_str(&mem, l, read_u64(&mem, code + l.code_filename)?)?;
-    let qualname = read_str(&mem, l, read_u64(&mem, code + l.code_qualname)?)?;
+    let filename = read_str(&mem, &l.obj, read_u64(&mem, code + l.code_filename)?)?;
+    let qualname = read_str(&mem, &l.obj, read_u64(&mem, code + l.code_qualname)?)?;
     let first = read_mem(&mem, code + l.code_firstlineno, 4)?;
     let firstlineno = u32::from_le_bytes(first.try_into().ok()?);
     let lt = read_u64(&mem, code + l.code_linetable)?;
-    let lt_len = read_u64(&mem, lt + l.bytes_size)?.min(MAX_LINETABLE);
-    let linetable = read_mem(&mem, lt + l.bytes_sval, lt_len)?;
+    let lt_len = read_u64(&mem, lt + l.obj.bytes_size)?.min(MAX_LINETABLE);
+    let linetable = read_mem(&mem, lt + l.obj.bytes_sval, lt_len)?;
     Some(PyCode {
         filename,
         qualname,

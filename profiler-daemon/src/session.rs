@@ -266,6 +266,9 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     capture::set_filter(&mut ebpf, &filter)?;
     capture::set_stack_period(&mut ebpf, opts.stack_period)?;
     let mut attacher = Attacher::new();
+    // Now, while the eBPF object still holds every map (the ring and the counters are taken
+    // below): `uprobe_multi` programs are loaded against them.
+    attacher.load_programs(&mut ebpf)?;
     for lib in &initial {
         attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
     }
@@ -425,7 +428,12 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
     }
     eprintln!(
-        "gpuprofd: ready: {probes} probes on {libs} CUDA libraries; capturing ({})",
+        "gpuprofd: ready: {probes} probes on {libs} CUDA libraries ({}); capturing ({})",
+        if attacher.uses_multi() {
+            "uprobe_multi links"
+        } else {
+            "perf-event uprobes"
+        },
         describe(&opts)
     );
     // Service: the control socket answers from now on; systemd hears that we are ready.
@@ -718,6 +726,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         let _ = std::io::stdout().flush();
     }
 
+    attacher.release_links();
     let links = attacher.link_count();
     if links > 0 {
         eprintln!("gpuprofd: detaching {links} probes (the kernel takes about 0.1 s for each)");

@@ -2,6 +2,7 @@
 //!
 //! aya changes `UProbe::attach` between releases; this module is the only place that calls it.
 
+pub mod multi;
 pub mod placement;
 #[cfg(test)]
 mod placement_objdump;
@@ -14,7 +15,8 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope
 use aya::programs::{ProgramError, UProbe};
 use placement::Placement;
 use rules::{Prog, RET_PROGS, Rule};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::OwnedFd;
 
 /// Why attaching could not even start (a single symbol's failure is recorded, not raised).
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +77,11 @@ pub struct Attacher {
     api: ApiTable,
     libraries: HashMap<(u64, u64), LibraryAttach>,
     loaded: bool,
-    /// Probe links made (entry and return probes).
+    /// The uprobe programs loaded for `uprobe_multi` links, where the kernel has them.
+    multi: Option<multi::MultiProgs>,
+    /// `uprobe_multi` links made (one per program, library and direction).
+    multi_links: Vec<OwnedFd>,
+    /// Perf-event probe links made (entry and return probes), where `uprobe_multi` is missing.
     links: usize,
 }
 
@@ -124,12 +130,33 @@ impl Attacher {
         self.libraries.contains_key(&(lib.dev, lib.ino))
     }
 
-    /// Loads every uprobe program into the kernel (once).
+    /// Loads every uprobe program into the kernel (once): for `uprobe_multi` links where the
+    /// kernel has them (6.6+) unless `GPUPROFD_UPROBE_MULTI=0`, else into aya for one
+    /// perf-event uprobe per symbol.
     pub fn load_programs(&mut self, ebpf: &mut Ebpf) -> Result<(), AttachError> {
         if self.loaded {
             return Ok(());
         }
-        let names = Prog::ALL.iter().map(|p| p.name()).chain(RET_PROGS);
+        let names: Vec<&str> = Prog::ALL
+            .iter()
+            .map(|p| p.name())
+            .chain(RET_PROGS)
+            .collect();
+        if std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() != Ok("0") {
+            match multi::MultiProgs::load(ebpf, crate::capture::object(), &names) {
+                Ok(m) => {
+                    tracing::debug!("uprobe programs loaded for uprobe_multi links");
+                    self.multi = Some(m);
+                    self.loaded = true;
+                    return Ok(());
+                }
+                Err(e) => tracing::info!(
+                    "uprobe_multi links unavailable (kernels before 6.6 have none; {e}): one \
+                     perf-event uprobe per symbol instead (stopping then takes about 0.1 s \
+                     per probe)"
+                ),
+            }
+        }
         for name in names {
             let prog: &mut UProbe = ebpf
                 .program_mut(name)
@@ -176,6 +203,7 @@ impl Attacher {
             (info.exports, info.build_id)
         };
         let mut symbols = Vec::new();
+        let mut sites = Vec::new();
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
@@ -188,6 +216,10 @@ impl Attacher {
                      this function cannot be probed",
                     placement.site_insn
                 ))
+            } else if self.multi.is_some() {
+                // Attached below, all of the library's symbols at once.
+                sites.push((symbols.len(), rule, api, f.file_offset + placement.offset));
+                None
             } else {
                 attach_one(
                     ebpf,
@@ -209,6 +241,11 @@ impl Attacher {
                 error,
             });
         }
+        if let Some(m) = &self.multi {
+            for (i, e) in attach_multi(m, lib, &sites, &mut self.multi_links) {
+                symbols[i].error = Some(e);
+            }
+        }
         self.libraries.insert(
             key,
             LibraryAttach {
@@ -220,16 +257,81 @@ impl Attacher {
         Ok(&self.libraries[&key])
     }
 
-    /// How many probe links are attached now. They are released with the eBPF object, which
-    /// is slow by nature: the kernel waits for RCU grace periods on every perf-event uprobe
-    /// detach, under a global mutex (perf_event_detach_bpf_prog, perf_trace_event_unreg), about
-    /// 0.1 s per link (measured: 150 links in 15 s on 6.18; releasing them from 64 threads at
-    /// once took as long), so callers write their results first. The fix is one `uprobe_multi`
-    /// link per program and library (one grace period), which needs programs loaded with
-    /// `BPF_TRACE_UPROBE_MULTI`; aya 0.14 cannot.
+    /// How many perf-event probe links are attached now (none where `uprobe_multi` links are
+    /// used). They are released with the eBPF object, which is slow by nature: the kernel waits
+    /// for RCU grace periods on every perf-event uprobe detach, under a global mutex
+    /// (perf_event_detach_bpf_prog, perf_trace_event_unreg), about 0.1 s per link (measured:
+    /// 150 links in 15 s on 6.18; releasing them from 64 threads at once took as long), so
+    /// callers write their results first.
     pub fn link_count(&self) -> usize {
         self.links
     }
+
+    /// Whether probes go through `uprobe_multi` links (else one perf event per probe).
+    pub fn uses_multi(&self) -> bool {
+        self.multi.is_some()
+    }
+
+    /// Releases the `uprobe_multi` links, concurrently (each waits for its own grace periods;
+    /// concurrent waits overlap). The perf-event links go with the eBPF object.
+    pub fn release_links(&mut self) {
+        multi::release(std::mem::take(&mut self.multi_links));
+    }
+}
+
+/// Attaches `sites` (index into the library's symbol list, rule, API, file offset) with one
+/// `uprobe_multi` link per program and direction; returns the symbols that failed, with why.
+/// Return probes go first: a symbol whose return probe failed gets no entry probe, which would
+/// leave state that nobody clears. When a link fails, its symbols are tried one by one so the
+/// error names the symbol.
+fn attach_multi(
+    m: &multi::MultiProgs,
+    lib: &CudaLibrary,
+    sites: &[(usize, Rule, u16, u64)],
+    links: &mut Vec<OwnedFd>,
+) -> Vec<(usize, String)> {
+    let mut failed: Vec<(usize, String)> = Vec::new();
+    for ret in [true, false] {
+        // program name -> [(symbol index, offset, cookie)]
+        let mut groups: BTreeMap<&'static str, Vec<(usize, u64, u64)>> = BTreeMap::new();
+        for (i, rule, api, off) in sites {
+            if ret && !rule.has_return() || failed.iter().any(|(j, _)| j == i) {
+                continue;
+            }
+            let mut cookie = rule.cookie;
+            cookie.api = *api;
+            let name = if ret {
+                rule.prog.ret_name()
+            } else {
+                rule.prog.name()
+            };
+            groups
+                .entry(name)
+                .or_default()
+                .push((*i, *off, cookie.pack()));
+        }
+        for (name, g) in groups {
+            let Some(fd) = m.fd(name) else {
+                failed.extend(g.iter().map(|(i, ..)| (*i, format!("no program {name}"))));
+                continue;
+            };
+            let offs: Vec<u64> = g.iter().map(|(_, o, _)| *o).collect();
+            let cookies: Vec<u64> = g.iter().map(|(.., c)| *c).collect();
+            match multi::attach(fd, &lib.open_path, &offs, &cookies, ret) {
+                Ok(link) => links.push(link),
+                Err(e) => {
+                    tracing::debug!(name, error = %e, "uprobe_multi link failed; one by one");
+                    for (i, off, c) in g {
+                        match multi::attach(fd, &lib.open_path, &[off], &[c], ret) {
+                            Ok(link) => links.push(link),
+                            Err(e) => failed.push((i, format!("{name} at {off:#x}: {e}"))),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    failed
 }
 
 /// Attaches the entry program (and the return program when the rule has one) at `offset`.

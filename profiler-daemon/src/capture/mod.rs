@@ -58,6 +58,11 @@ pub enum CaptureError {
     Io(#[from] std::io::Error),
 }
 
+/// The embedded eBPF object's bytes.
+pub fn object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 /// Loads the eBPF object (programs are loaded and attached by `attach`).
 pub fn load(ring_bytes: u32) -> Result<Ebpf, CaptureError> {
     if EBPF_OBJECT.is_empty() {

@@ -785,7 +785,9 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx, sustain_secs: u64) -> Result
          The ratio column is gpuprofd's added time per call (default capture: a call stack on \
          every 64th call of each thread) divided by the floor's added time; the last two columns \
          are the same capture with `--stack-period 0` (no stacks) and `--stack-period 1` (a stack, \
-         frame-pointer walk and 576-byte record, on every call), each from its own daemon run.\n\
+         frame-pointer walk and 576-byte record, on every call), each from its own daemon run. \
+         gpuprofd and the empty probes are attached the same way: one `uprobe_multi` link per \
+         program and library where the kernel has them (6.6+), else a perf-event uprobe each.\n\
          * **Counted**: the same loop under `gpuprofd --all-jobs --count-launches 1s`, what \
          `gpuprofd serve` runs by default: launches are added to a counter in a BPF hash map \
          instead of a ring-buffer record each (stacks still sampled every 64th call).\n\

@@ -164,20 +164,33 @@ fn the_service_captures_with_only_the_units_capabilities() {
         caps,
         "+bpf,+perfmon,+sys_admin,+sys_resource,+sys_ptrace,+dac_read_search"
     );
-    // Why CAP_SYS_ADMIN is in the set: without it the kernel refuses the uprobe (doctor's real
-    // round trip fails). Should a kernel stop asking for it, this fails and the unit can drop it.
+    // Why CAP_SYS_ADMIN is in the set: without it the kernel's uprobe PMU refuses the
+    // perf-event uprobes gpuprofd falls back to before Linux 6.6 (doctor's real round trip
+    // fails). A uprobe_multi link (6.6+, this kernel) needs only CAP_BPF and CAP_PERFMON.
     let without = caps.replace("+sys_admin,", "");
-    let (rc, out) = output(
-        Command::new("setpriv")
-            .arg(format!("--bounding-set=-all,{without}"))
-            .args(["--inh-caps=-all", "--no-new-privs", "--"])
-            .arg(kit().join("bin/gpuprofd"))
-            .args(["doctor", "--no-system-libs"]),
-    );
+    let doctor = |multi: &str| {
+        output(
+            Command::new("setpriv")
+                .arg(format!("--bounding-set=-all,{without}"))
+                .args(["--inh-caps=-all", "--no-new-privs", "--"])
+                .arg(kit().join("bin/gpuprofd"))
+                .args(["doctor", "--no-system-libs"])
+                .env("GPUPROFD_UPROBE_MULTI", multi),
+        )
+    };
+    let (rc, out) = doctor("0");
     assert_eq!(rc, 9, "{out}");
     assert!(
         out.lines().any(|l| l.starts_with("FAIL bpf_round_trip")
             && l.contains("`perf_event_open` failed")),
+        "{out}"
+    );
+    let (rc, out) = doctor("1");
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   bpf_round_trip  3 calls, 3 records")
+                && l.contains("(uprobe_multi link at ")),
         "{out}"
     );
     let dir = TempDir::new("caps");

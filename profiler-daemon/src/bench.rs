@@ -12,17 +12,14 @@ use crate::capture;
 use crate::discovery::elf;
 use crate::enrich::names::NoSymbols;
 use crate::model::Aggregator;
-use aya::programs::UProbe;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
 use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
-/// Attaches the empty program to `symbols` of `lib`; returns how many probes. The probes are
-/// made the way the capture makes them: one `uprobe_multi` link where the kernel has them,
-/// else a perf-event uprobe each.
+/// Attaches the empty program to `symbols` of `lib` the way the capture attaches probes;
+/// returns how many probes.
 pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, String> {
     let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
     let info = elf::read_elf(lib).map_err(|e| format!("{e:#}"))?;
@@ -41,44 +38,11 @@ pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, St
         offsets.push(f.file_offset + off);
     }
     let n = offsets.len();
-    let multi = std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() != Ok("0");
-    let _link = match multi
-        .then(|| multi::MultiProgs::load(&ebpf, capture::object(), &["empty"]).ok())
-        .flatten()
-    {
-        Some(m) => {
-            let fd = m.fd("empty").ok_or("no program empty")?;
-            let link = multi::attach(fd, lib, &offsets, &vec![0; n], false)
-                .map_err(|e| format!("attaching to {}: {e}", lib.display()))?;
-            eprintln!(
-                "gpuprofd floor: ready: {n} empty probes (one uprobe_multi link); close stdin to stop"
-            );
-            Some((m, link))
-        }
-        None => {
-            let prog: &mut UProbe = ebpf
-                .program_mut("empty")
-                .ok_or("the eBPF object has no program \"empty\"")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            prog.load().map_err(|e| format!("loading empty: {e}"))?;
-            for (s, off) in symbols.iter().zip(&offsets) {
-                prog.attach(
-                    UProbeAttachPoint {
-                        location: UProbeAttachLocation::AbsoluteOffset(*off),
-                        cookie: None,
-                    },
-                    lib,
-                    UProbeScope::AllProcesses,
-                )
-                .map_err(|e| format!("attaching to {s}: {e}"))?;
-            }
-            eprintln!(
-                "gpuprofd floor: ready: {n} empty probes (perf-event uprobes); close stdin to stop"
-            );
-            None
-        }
-    };
+    let probes = multi::attach_program(&mut ebpf, "empty", lib, &offsets, 0)?;
+    eprintln!(
+        "gpuprofd floor: ready: {n} empty probes ({}); close stdin to stop",
+        probes.how
+    );
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
     Ok(n)

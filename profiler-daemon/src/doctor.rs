@@ -11,8 +11,6 @@
 use crate::attach::{multi, placement, rules};
 use crate::capture;
 use crate::discovery::{self, CudaLibrary, elf};
-use aya::programs::UProbe;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use profiler_common::cookie::Cookie;
 use profiler_common::kind;
 use serde_json::{Value, json};
@@ -141,43 +139,13 @@ fn round_trip() -> Result<String, String> {
     let (exe, off) = own_file_offset(target)
         .ok_or("could not find this binary's own code in /proc/self/maps")?;
     let cookie = Cookie::new(0).pack();
-    let name = rules::Prog::SyncEntry.name();
-    // The way the capture attaches: a uprobe_multi link where the kernel has them.
-    let multi = (std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() != Ok("0"))
-        .then(|| multi::MultiProgs::load(&ebpf, capture::object(), &[name]))
-        .and_then(Result::ok);
-    let _link;
-    let how = match &multi {
-        Some(m) => {
-            let fd = m.fd(name).ok_or("no sync_entry program")?;
-            _link = multi::attach(fd, &exe, &[off], &[cookie], false).map_err(|e| {
-                format!(
-                    "attaching a uprobe_multi link to {}+{off:#x}: {e}",
-                    exe.display()
-                )
-            })?;
-            "uprobe_multi link"
-        }
-        None => {
-            let prog: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or("the eBPF object has no sync_entry program")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            prog.load()
-                .map_err(|e| format!("loading sync_entry: {e}"))?;
-            prog.attach(
-                UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(off),
-                    cookie: Some(cookie),
-                },
-                &exe,
-                UProbeScope::AllProcesses,
-            )
-            .map_err(|e| format!("attaching a uprobe to {}+{off:#x}: {e}", exe.display()))?;
-            "perf-event uprobe"
-        }
-    };
+    let probes = multi::attach_program(
+        &mut ebpf,
+        rules::Prog::SyncEntry.name(),
+        &exe,
+        &[off],
+        cookie,
+    )?;
     for i in 0..3 {
         std::hint::black_box(gpuprofd_doctor_probe_target(std::hint::black_box(i)));
     }
@@ -188,7 +156,8 @@ fn round_trip() -> Result<String, String> {
     let n = sub.0[kind::SYNC as usize];
     if n == 3 {
         Ok(format!(
-            "3 calls, 3 records through the ring buffer ({how} at {}+{off:#x})",
+            "3 calls, 3 records through the ring buffer ({} at {}+{off:#x})",
+            probes.how,
             exe.display()
         ))
     } else {

@@ -142,20 +142,18 @@ impl Attacher {
             .map(|p| p.name())
             .chain(RET_PROGS)
             .collect();
-        if std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() != Ok("0") {
-            match multi::MultiProgs::load(ebpf, crate::capture::object(), &names) {
-                Ok(m) => {
-                    tracing::debug!("uprobe programs loaded for uprobe_multi links");
-                    self.multi = Some(m);
-                    self.loaded = true;
-                    return Ok(());
-                }
-                Err(e) => tracing::info!(
-                    "uprobe_multi links unavailable (kernels before 6.6 have none; {e}): one \
-                     perf-event uprobe per symbol instead (stopping then takes about 0.1 s \
-                     per probe)"
-                ),
+        match multi::MultiProgs::load(ebpf, &names) {
+            Ok(m) => {
+                tracing::debug!("uprobe programs loaded for uprobe_multi links");
+                self.multi = Some(m);
+                self.loaded = true;
+                return Ok(());
             }
+            Err(e) => tracing::info!(
+                "uprobe_multi links unavailable (kernels before 6.6 have none; {e}): one \
+                 perf-event uprobe per symbol instead (stopping then takes about 0.1 s per \
+                 probe)"
+            ),
         }
         for name in names {
             let prog: &mut UProbe = ebpf
@@ -298,8 +296,6 @@ fn attach_multi(
             if ret && !rule.has_return() || failed.iter().any(|(j, _)| j == i) {
                 continue;
             }
-            let mut cookie = rule.cookie;
-            cookie.api = *api;
             let name = if ret {
                 rule.prog.ret_name()
             } else {
@@ -308,7 +304,7 @@ fn attach_multi(
             groups
                 .entry(name)
                 .or_default()
-                .push((*i, *off, cookie.pack()));
+                .push((*i, *off, rule.packed_cookie(*api)));
         }
         for (name, g) in groups {
             let Some(fd) = m.fd(name) else {
@@ -346,9 +342,7 @@ fn attach_one(
     offset: u64,
     links: &mut usize,
 ) -> Result<(), String> {
-    let mut cookie = rule.cookie;
-    cookie.api = api;
-    let cookie = cookie.pack();
+    let cookie = rule.packed_cookie(api);
     // Return probe first: if it fails, no entry probe is left saving state nobody clears.
     let mut names = Vec::with_capacity(2);
     if rule.has_return() {

@@ -29,11 +29,16 @@ pub struct MultiProgs {
 }
 
 impl MultiProgs {
-    /// Loads the programs `names` of `object` (the object `ebpf` was loaded from), sharing
-    /// `ebpf`'s maps. Fails on a kernel without `uprobe_multi`, or if the object and `ebpf`
+    /// Loads the programs `names` of the embedded eBPF object (the one `ebpf` was loaded from),
+    /// sharing `ebpf`'s maps. Fails on a kernel without `uprobe_multi`, when
+    /// `GPUPROFD_UPROBE_MULTI=0` asks for perf-event uprobes, or if the object and `ebpf`
     /// disagree.
-    pub fn load(ebpf: &Ebpf, object: &[u8], names: &[&str]) -> Result<Self, String> {
-        let mut obj = aya_obj::Object::parse(object).map_err(|e| format!("parsing: {e}"))?;
+    pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Self, String> {
+        if std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() == Ok("0") {
+            return Err("GPUPROFD_UPROBE_MULTI=0".into());
+        }
+        let mut obj = aya_obj::Object::parse(crate::capture::object())
+            .map_err(|e| format!("parsing: {e}"))?;
         let mut fds: Vec<(String, i32)> = Vec::new();
         for name in obj.maps.keys() {
             let map = ebpf
@@ -184,4 +189,52 @@ pub fn release(links: Vec<OwnedFd>) {
             s.spawn(move || drop(chunk));
         }
     });
+}
+
+/// One program's probes at `offsets` of `path`, attached as the capture attaches them (a
+/// `uprobe_multi` link where it can, else a perf-event uprobe each, owned by `ebpf`); the
+/// benchmark's floor and doctor's round trip. Detached when this and `ebpf` are dropped.
+pub struct OneProgram {
+    _link: Option<(MultiProgs, OwnedFd)>,
+    /// "uprobe_multi link" or "perf-event uprobes".
+    pub how: &'static str,
+}
+
+pub fn attach_program(
+    ebpf: &mut Ebpf,
+    name: &str,
+    path: &Path,
+    offsets: &[u64],
+    cookie: u64,
+) -> Result<OneProgram, String> {
+    if let Ok(m) = MultiProgs::load(ebpf, &[name]) {
+        let fd = m.fd(name).ok_or_else(|| format!("no program {name}"))?;
+        let link = attach(fd, path, offsets, &vec![cookie; offsets.len()], false)
+            .map_err(|e| format!("attaching {name} to {}: {e}", path.display()))?;
+        return Ok(OneProgram {
+            _link: Some((m, link)),
+            how: "uprobe_multi link",
+        });
+    }
+    let prog: &mut aya::programs::UProbe = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("the eBPF object has no program \"{name}\""))?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    prog.load().map_err(|e| format!("loading {name}: {e}"))?;
+    for off in offsets {
+        prog.attach(
+            aya::programs::uprobe::UProbeAttachPoint {
+                location: aya::programs::uprobe::UProbeAttachLocation::AbsoluteOffset(*off),
+                cookie: Some(cookie),
+            },
+            path,
+            aya::programs::uprobe::UProbeScope::AllProcesses,
+        )
+        .map_err(|e| format!("attaching a uprobe to {}+{off:#x}: {e}", path.display()))?;
+    }
+    Ok(OneProgram {
+        _link: None,
+        how: "perf-event uprobes",
+    })
 }

@@ -88,6 +88,13 @@ impl Rule {
     pub fn has_return(&self) -> bool {
         self.cookie.has(F_RET)
     }
+
+    /// The packed attach cookie of this rule's probes (entry and return) on API `api`.
+    pub fn packed_cookie(&self, api: u16) -> u64 {
+        let mut c = self.cookie;
+        c.api = api;
+        c.pack()
+    }
 }
 
 /// Builder shorthand: argument indices a..e, p, q, flags.

@@ -396,7 +396,7 @@ fn render(
          write.\n\
          * Stopping or killing the daemon leaves the kernel to unregister its uprobes. With \
          `uprobe_multi` links (Linux 6.6+, the default) a stop takes about 0.5 s; a `kill -9` \
-         releases the links one after another at exit, one grace period each (200 probes in 32 \
+         releases the links one after another at exit, one grace period each (200 probes in 40 \
          links: 2.3 s measured by hand on 2026-11-25). With perf-event uprobes (older kernels, \
          or `GPUPROFD_UPROBE_MULTI=0`) it is about 0.1 s per probe (200 probes: 34 s to stop, \
          43 s after `kill -9`) before the process is gone."

@@ -28,7 +28,8 @@ pub mod maps {
     /// unselected process costs one lookup per hooked call. Userspace clears it whenever it
     /// adds a cgroup to `FILTER_CGROUPS`.
     pub const FILTER_VERDICT: &str = "FILTER_VERDICT";
-    /// Per-thread runtime call in flight (pairing runtime with driver, runtime return probes).
+    /// Per-thread runtime call in flight (pairing runtime with driver, runtime return probes),
+    /// and the thread's stack-sampling countdown (`Pending::stack_left`).
     pub const PEND_RT: &str = "PEND_RT";
     /// Per-thread driver call in flight (driver return probes).
     pub const PEND_DRV: &str = "PEND_DRV";
@@ -41,8 +42,6 @@ pub mod maps {
     /// `Array<u32>` of length 1: take a call stack at every Nth launch or blocking sync of each
     /// thread (0: never, 1: every one). See [`crate::StackBody`].
     pub const STACK_CONFIG: &str = "STACK_CONFIG";
-    /// `LruHashMap<u32 tid, u32>`: calls each thread has left until its next stack sample.
-    pub const STACK_COUNT: &str = "STACK_COUNT";
     /// `LruHashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
     pub const PY_PROCS: &str = "PY_PROCS";
     /// `Array<u32>` of length 1: where launches go, [`crate::LAUNCHES_TO_RING`] (a record each,
@@ -56,14 +55,13 @@ pub mod maps {
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it
     /// ends, so their entry counts follow the live processes, not the node's history.
-    pub const STATE: [&str; 8] = [
+    pub const STATE: [&str; 7] = [
         FILTER_TGIDS,
         FILTER_CGROUPS,
         FILTER_VERDICT,
         MMAP_PEND,
         PEND_RT,
         PEND_DRV,
-        STACK_COUNT,
         PY_PROCS,
     ];
 }
@@ -593,7 +591,10 @@ pub struct Pending {
     pub kind: u32,
     /// [`PENDING_HAS_RETURN`] when a return probe will clear this entry.
     pub state: u32,
-    pub _pad: u32,
+    /// In the thread's `PEND_RT` slot: calls it has left until its next stack sample (see
+    /// `STACK_CONFIG`). Kept in the slot the launch probes look up anyway, so counting costs
+    /// no map lookup of its own; writes of the rest of the slot leave it as it is.
+    pub stack_left: u32,
 }
 const _: () = assert!(core::mem::size_of::<Pending>() == 88);
 

@@ -73,8 +73,6 @@ static LAUNCH_COUNTS: HashMap<LaunchKey, LaunchCount> =
 
 #[map(name = "STACK_CONFIG")]
 static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
-#[map(name = "STACK_COUNT")]
-static STACK_COUNT: LruHashMap<u32, u32> = LruHashMap::with_max_entries(65536, 0);
 /// Per process, set by the daemon when it first sees a CPython process and never cleared at
 /// exit: LRU, so entries of ended processes make room instead of filling the map for good.
 #[map(name = "PY_PROCS")]
@@ -227,18 +225,20 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 ///   beneath its frame while it is still running — the return address it was called with is
 ///   still in its slot on the stack — consumes the slot (bounded by `PENDING_ENTRY_ONLY_MAX_NS`).
 ///   Once the runtime call has returned, whatever the caller calls next overwrites that slot.
+///
+/// `None` when the call is nested; else the thread's `PEND_RT` slot, when it has one.
 #[inline(always)]
-fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
+fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> Option<Home> {
     let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) else {
-        return false;
+        return Some(None);
     };
     // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
     let p = unsafe { &mut *slot };
     if sp >= p.sp {
-        return false;
+        return Some(Some(slot));
     }
     if p.state == PENDING_HAS_RETURN {
-        return true;
+        return None;
     }
     if p.state == PENDING_ENTRY_ONLY
         && p.class == cls
@@ -248,20 +248,33 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> bool {
         // Consumed in place: the thread keeps its slot (removed when it exits), which spares
         // the hot path an LRU delete and the next call an LRU insert.
         p.state = PENDING_NONE;
-        return true;
+        return None;
     }
-    false
+    Some(Some(slot))
 }
 
+/// The calling thread's `PEND_RT` slot when a probe has already looked it up (`None`: not
+/// looked up, or the thread has none yet). Its stack-sampling countdown lives there.
+type Home = Option<*mut Pending>;
+
 /// Writes a thread's slot in `map`: in place when the thread has one (an LRU insert allocates a
-/// new element every time), else a new entry.
+/// new element every time), else a new entry. The slot's stack-sampling countdown is kept.
+/// Returns the slot when it was written in place.
 #[inline(always)]
-fn put_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64, p: &Pending) {
+fn put_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64, p: &Pending) -> Home {
     match map.get_ptr_mut(&pid_tgid) {
-        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
-        Some(slot) => unsafe { *slot = *p },
+        Some(slot) => {
+            // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+            unsafe {
+                let left = (*slot).stack_left;
+                *slot = *p;
+                (*slot).stack_left = left;
+            }
+            Some(slot)
+        }
         None => {
             let _ = map.insert(&pid_tgid, p, 0);
+            None
         }
     }
 }
@@ -278,7 +291,7 @@ fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
 /// Marks an entry-only runtime call in flight so the enclosed driver call is not recorded twice.
 /// `ret` is the call's return address (stack slot 0), still there while the call runs.
 #[inline(always)]
-fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64) {
+fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64) -> Home {
     let p = Pending {
         ts_ns: now,
         sp,
@@ -287,33 +300,33 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64
         class: cls,
         kind: 0,
         state: PENDING_ENTRY_ONLY,
-        _pad: 0,
+        stack_left: 0,
     };
-    put_slot(&PEND_RT, pid_tgid, &p);
+    put_slot(&PEND_RT, pid_tgid, &p)
 }
 
-/// Entry bookkeeping shared by every recorded call. Returns `false` when the call is a nested
-/// driver call that must not be recorded. `ret`: the return address when the probe has already
-/// read it (it is read here otherwise, and only when needed).
+/// Entry bookkeeping shared by every recorded call. Returns `None` when the call is a nested
+/// driver call that must not be recorded, else the thread's `PEND_RT` slot when this looked it
+/// up. `ret`: the return address when the probe has already read it (it is read here
+/// otherwise, and only when needed).
 #[inline(always)]
-fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64>) -> bool {
+fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64>) -> Option<Home> {
     if c.has(cookie::F_RUNTIME) {
-        if !c.has(cookie::F_RET) {
-            let ret = match ret {
-                Some(v) => v,
-                None => stack(sp, 0),
-            };
-            runtime_slot(pid_tgid, cls, sp, now, c, ret);
-        }
-        true
-    } else if nested_in_runtime(pid_tgid, cls, sp, now) {
         if c.has(cookie::F_RET) {
+            return Some(None);
+        }
+        let ret = match ret {
+            Some(v) => v,
+            None => stack(sp, 0),
+        };
+        Some(runtime_slot(pid_tgid, cls, sp, now, c, ret))
+    } else {
+        let home = nested_in_runtime(pid_tgid, cls, sp, now);
+        if home.is_none() && c.has(cookie::F_RET) {
             // No stale entry may be picked up by this call's return probe.
             clear_slot(&PEND_DRV, pid_tgid);
         }
-        false
-    } else {
-        true
+        home
     }
 }
 
@@ -326,7 +339,8 @@ fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
     let r = regs(ctx);
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, cls, r.rsp, now, None).then_some((pt, c, r, now))
+    enter(pt, &c, cls, r.rsp, now, None)?;
+    Some((pt, c, r, now))
 }
 
 /// [`begin`] for a probe that needs the first `N` 8-byte stack slots at entry (slot 0 is the
@@ -338,7 +352,7 @@ fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
 fn begin_stack<const N: usize>(
     ctx: &ProbeContext,
     cls: u32,
-) -> Option<(u64, Cookie, &pt_regs, u64, [u64; N])> {
+) -> Option<(u64, Cookie, &pt_regs, u64, [u64; N], Home)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
     // SAFETY: plain helper call.
@@ -349,14 +363,12 @@ fn begin_stack<const N: usize>(
     };
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
-    if !enter(pt, &c, cls, r.rsp, now, early.map(|s| s[0])) {
-        return None;
-    }
+    let home = enter(pt, &c, cls, r.rsp, now, early.map(|s| s[0]))?;
     let s = match early {
         Some(s) => s,
         None => read(),
     };
-    Some((pt, c, r, now, s))
+    Some((pt, c, r, now, s, home))
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
@@ -370,7 +382,7 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
         class: cls,
         kind: k,
         state: PENDING_HAS_RETURN,
-        _pad: 0,
+        stack_left: 0,
     };
     let map = if c.has(cookie::F_RUNTIME) {
         &PEND_RT
@@ -383,11 +395,13 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
 // ---------------------------------------------------------------------------------------------
 // Call stacks (sampled)
 
-/// The sampling period in force when this call of thread `tid` is one whose stack is taken
-/// (every Nth per thread, the first included, so a thread's samples are the same whichever
-/// CPUs it ran on); `None` otherwise.
+/// The sampling period in force when this call of the calling thread is one whose stack is
+/// taken (every Nth per thread, the first included, so a thread's samples are the same
+/// whichever CPUs it ran on); `None` otherwise. The countdown is in the thread's `PEND_RT`
+/// slot: `home` when the probe has it, else looked up here (and made for a thread that has
+/// none: one that calls the driver directly).
 #[inline(always)]
-fn stack_due(tid: u32) -> Option<u32> {
+fn stack_due(pid_tgid: u64, home: Home) -> Option<u32> {
     let period = match STACK_CONFIG.get(0) {
         Some(&p) if p > 0 => p,
         _ => return None,
@@ -395,18 +409,25 @@ fn stack_due(tid: u32) -> Option<u32> {
     if period == 1 {
         return Some(1);
     }
-    match STACK_COUNT.get_ptr_mut(&tid) {
-        Some(left) => {
-            // SAFETY: our own map's value; a thread runs on one CPU at a time.
-            let n = unsafe { *left };
-            unsafe { *left = if n == 0 { period - 1 } else { n - 1 } };
-            (n == 0).then_some(period)
-        }
-        None => {
-            let _ = STACK_COUNT.insert(&tid, &(period - 1), 0);
-            Some(period)
-        }
-    }
+    let slot = match home {
+        Some(slot) => slot,
+        None => match PEND_RT.get_ptr_mut(&pid_tgid) {
+            Some(slot) => slot,
+            None => {
+                let p = Pending {
+                    stack_left: period - 1,
+                    ..Pending::default()
+                };
+                let _ = PEND_RT.insert(&pid_tgid, &p, 0);
+                return Some(period);
+            }
+        },
+    };
+    // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+    let left = unsafe { &mut (*slot).stack_left };
+    let n = *left;
+    *left = if n == 0 { period - 1 } else { n - 1 };
+    (n == 0).then_some(period)
 }
 
 #[inline(always)]
@@ -529,8 +550,9 @@ fn sample_stack<C: EbpfContext>(
     handle: u64,
     dur_ns: u64,
     caller: Option<u64>,
+    home: Home,
 ) {
-    let Some(period) = stack_due(pid_tgid as u32) else {
+    let Some(period) = stack_due(pid_tgid, home) else {
         return;
     };
     let Some(mut e) = EVENTS.reserve::<Record<StackBody>>(0) else {
@@ -630,7 +652,7 @@ fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
 /// Records a launch (or, in service mode, counts it), and its stack when the thread's sampling
 /// says so.
 #[inline(always)]
-fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody) {
+fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody, home: Home) {
     let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
         && count_launch(api, pt, now, &body);
     if !counted {
@@ -645,6 +667,7 @@ fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody
         body.func,
         0,
         Some(body.caller),
+        home,
     );
 }
 
@@ -655,7 +678,7 @@ fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody
 #[uprobe]
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
     // [ret, blockZ, smem, stream]
-    let Some((pt, c, r, now, s)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let body = LaunchBody {
@@ -671,7 +694,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, now, body);
+    emit_launch(&ctx, c.api, pt, now, body, home);
     0
 }
 
@@ -679,7 +702,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
 ///  void **extra)` (+ `_ptsz`). config: grid@0/4/8, block@12/16/20, smem@24 (u32), hStream@32.
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
@@ -694,7 +717,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, now, body);
+    emit_launch(&ctx, c.api, pt, now, body, home);
     0
 }
 
@@ -705,7 +728,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
     // [ret, sharedMem, stream]
-    let Some((pt, c, r, now, s)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, s, home)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let body = LaunchBody {
@@ -721,7 +744,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, now, body);
+    emit_launch(&ctx, c.api, pt, now, body, home);
     0
 }
 
@@ -730,7 +753,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 ///  stream@32.
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
-    let Some((pt, c, r, now, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
@@ -745,7 +768,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, now, body);
+    emit_launch(&ctx, c.api, pt, now, body, home);
     0
 }
 
@@ -1074,6 +1097,12 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     let Some(slot) = map.get_ptr_mut(&pid_tgid) else {
         return 0;
     };
+    // The thread's own PEND_RT slot holds its stack-sampling countdown.
+    let home = if c.has(cookie::F_RUNTIME) {
+        Some(slot)
+    } else {
+        None
+    };
     // SAFETY: our own map's value, copied out, then cleared in place (see `put_slot`).
     let p = unsafe { *slot };
     unsafe { (*slot).state = PENDING_NONE };
@@ -1107,6 +1136,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 p.v[2],
                 dur,
                 None,
+                home,
             );
         }
         kind::SYNC => {
@@ -1126,6 +1156,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 p.v[0],
                 dur,
                 None,
+                home,
             );
         }
         kind::MEM => {
@@ -1356,7 +1387,6 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
     // crowd out live ones, and a node's entry counts must come back when its jobs end.
     let _ = PEND_RT.remove(&pid_tgid);
     let _ = PEND_DRV.remove(&pid_tgid);
-    let _ = STACK_COUNT.remove(&tid);
     let _ = MMAP_PEND.remove(&tid);
     match EXIT_CONFIG.get(0) {
         Some(&off) if off != 0 => {

@@ -610,4 +610,9 @@ pub const PENDING_ENTRY_ONLY: u32 = 2;
 /// (a thread stopped for a long time). A thread preempted between the runtime's entry and its
 /// driver call on an oversubscribed node waits far longer than a time slice: 10 ms here once
 /// counted 2 of 4,000 launches of 8 threads on 2 CPUs twice.
-pub const PENDING_ENTRY_ONLY_MAX_NS: u64 = 5_000_000_000;
+///
+/// Counted in jiffies (`bpf_jiffies64`, which the verifier inlines as a load), not with the
+/// nanosecond clock: the driver probe that finds itself nested records nothing, so it need not
+/// read the clock at all. 5,000 jiffies are 5 s on a kernel with HZ=1000, 20 s with 250, 50 s
+/// with 100: a bound on staleness, not a measurement.
+pub const PENDING_ENTRY_ONLY_MAX_JIFFIES: u64 = 5_000;

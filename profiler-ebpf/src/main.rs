@@ -23,7 +23,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
@@ -34,8 +34,8 @@ use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
     GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey,
     MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY,
-    PENDING_ENTRY_ONLY_MAX_NS, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE, Pending,
-    PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
+    PENDING_ENTRY_ONLY_MAX_JIFFIES, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE,
+    Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
     dir, flags, kind, memkind, memop, stackflags,
 };
@@ -223,12 +223,12 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 ///   stack frame is nested until the return probe clears the slot.
 /// * Entry-only runtime call (launch, async copy): the first driver call of the same class,
 ///   beneath its frame while it is still running — the return address it was called with is
-///   still in its slot on the stack — consumes the slot (bounded by `PENDING_ENTRY_ONLY_MAX_NS`).
+///   still in its slot on the stack — consumes the slot (bounded by `PENDING_ENTRY_ONLY_MAX_JIFFIES`).
 ///   Once the runtime call has returned, whatever the caller calls next overwrites that slot.
 ///
 /// `None` when the call is nested; else the thread's `PEND_RT` slot, when it has one.
 #[inline(always)]
-fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> Option<Home> {
+fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64) -> Option<Home> {
     let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) else {
         return Some(None);
     };
@@ -242,7 +242,8 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> Option<Home>
     }
     if p.state == PENDING_ENTRY_ONLY
         && p.class == cls
-        && now.wrapping_sub(p.ts_ns) < PENDING_ENTRY_ONLY_MAX_NS
+        // SAFETY: plain helper call (inlined by the verifier).
+        && unsafe { bpf_jiffies64() }.wrapping_sub(p.v[1]) < PENDING_ENTRY_ONLY_MAX_JIFFIES
         && stack(p.sp, 0) == p.v[0]
     {
         // Consumed in place: the thread keeps its slot (removed when it exits), which spares
@@ -257,52 +258,50 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64, now: u64) -> Option<Home>
 /// looked up, or the thread has none yet). Its stack-sampling countdown lives there.
 type Home = Option<*mut Pending>;
 
-/// Writes a thread's slot in `map`: in place when the thread has one (an LRU insert allocates a
-/// new element every time), else a new entry. The slot's stack-sampling countdown is kept.
-/// Returns the slot when it was written in place.
-#[inline(always)]
-fn put_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64, p: &Pending) -> Home {
-    match map.get_ptr_mut(&pid_tgid) {
-        Some(slot) => {
-            // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
-            unsafe {
-                let left = (*slot).stack_left;
-                *slot = *p;
-                (*slot).stack_left = left;
-            }
-            Some(slot)
-        }
-        None => {
-            let _ = map.insert(&pid_tgid, p, 0);
-            None
-        }
-    }
-}
-
-/// Clears a thread's slot in place (see [`put_slot`]).
+/// Clears a thread's slot in place (see [`save`]).
 #[inline(always)]
 fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
     if let Some(slot) = map.get_ptr_mut(&pid_tgid) {
-        // SAFETY: as in `put_slot`.
+        // SAFETY: as in `save`.
         unsafe { (*slot).state = PENDING_NONE };
     }
 }
 
 /// Marks an entry-only runtime call in flight so the enclosed driver call is not recorded twice.
 /// `ret` is the call's return address (stack slot 0), still there while the call runs.
+/// `v[1]` holds `bpf_jiffies64()` at entry, for the staleness bound. Only the fields an
+/// entry-only slot is read by are written in place (the rest keeps whatever an earlier call
+/// left: nothing reads it while the slot is entry-only, and [`save`] writes all of it), which
+/// spares the launch path a whole-slot copy.
 #[inline(always)]
-fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64) -> Home {
+fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home {
+    // SAFETY: plain helper call (inlined by the verifier).
+    let jiffies = unsafe { bpf_jiffies64() };
+    if let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) {
+        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+        unsafe {
+            (*slot).sp = sp;
+            (*slot).cookie = c.pack();
+            (*slot).v[0] = ret;
+            (*slot).v[1] = jiffies;
+            (*slot).class = cls;
+            (*slot).kind = 0;
+            (*slot).state = PENDING_ENTRY_ONLY;
+        }
+        return Some(slot);
+    }
     let p = Pending {
-        ts_ns: now,
+        ts_ns: 0,
         sp,
         cookie: c.pack(),
-        v: [ret, 0, 0, 0, 0, 0],
+        v: [ret, jiffies, 0, 0, 0, 0],
         class: cls,
         kind: 0,
         state: PENDING_ENTRY_ONLY,
         stack_left: 0,
     };
-    put_slot(&PEND_RT, pid_tgid, &p)
+    let _ = PEND_RT.insert(&pid_tgid, &p, 0);
+    None
 }
 
 /// Entry bookkeeping shared by every recorded call. Returns `None` when the call is a nested
@@ -310,7 +309,7 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, now: u64, c: &Cookie, ret: u64
 /// up. `ret`: the return address when the probe has already read it (it is read here
 /// otherwise, and only when needed).
 #[inline(always)]
-fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64>) -> Option<Home> {
+fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Option<Home> {
     if c.has(cookie::F_RUNTIME) {
         if c.has(cookie::F_RET) {
             return Some(None);
@@ -319,9 +318,9 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64
             Some(v) => v,
             None => stack(sp, 0),
         };
-        Some(runtime_slot(pid_tgid, cls, sp, now, c, ret))
+        Some(runtime_slot(pid_tgid, cls, sp, c, ret))
     } else {
-        let home = nested_in_runtime(pid_tgid, cls, sp, now);
+        let home = nested_in_runtime(pid_tgid, cls, sp);
         if home.is_none() && c.has(cookie::F_RET) {
             // No stale entry may be picked up by this call's return probe.
             clear_slot(&PEND_DRV, pid_tgid);
@@ -337,9 +336,10 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, now: u64, ret: Option<u64
 fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
+    enter(pt, &c, cls, r.rsp, None)?;
+    // After the nesting check: a nested driver call needs no clock read.
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    enter(pt, &c, cls, r.rsp, now, None)?;
     Some((pt, c, r, now))
 }
 
@@ -355,15 +355,16 @@ fn begin_stack<const N: usize>(
 ) -> Option<(u64, Cookie, &pt_regs, u64, [u64; N], Home)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_ns() };
     let read = || -> [u64; N] {
         // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
         unsafe { bpf_probe_read_user(r.rsp as *const [u64; N]) }.unwrap_or([0; N])
     };
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
-    let home = enter(pt, &c, cls, r.rsp, now, early.map(|s| s[0]))?;
+    let home = enter(pt, &c, cls, r.rsp, early.map(|s| s[0]))?;
+    // After the nesting check: a nested driver call needs no clock read.
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
     let s = match early {
         Some(s) => s,
         None => read(),
@@ -372,8 +373,32 @@ fn begin_stack<const N: usize>(
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
+/// An existing slot is written in place (an LRU insert allocates a new element every time), one
+/// store per field: the stack-sampling countdown stays, and the zero words of `v` do not become
+/// a call to the BPF target's byte-wise `memset` (a subprogram call that cost a launch probe
+/// about as much as its ring-buffer record).
 #[inline(always)]
 fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
+    let map = if c.has(cookie::F_RUNTIME) {
+        &PEND_RT
+    } else {
+        &PEND_DRV
+    };
+    if let Some(slot) = map.get_ptr_mut(&pid_tgid) {
+        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+        unsafe {
+            (*slot).ts_ns = now;
+            (*slot).sp = sp;
+            (*slot).cookie = c.pack();
+            for (i, x) in v.iter().enumerate() {
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).v[i]), *x);
+            }
+            (*slot).class = cls;
+            (*slot).kind = k;
+            (*slot).state = PENDING_HAS_RETURN;
+        }
+        return;
+    }
     let p = Pending {
         ts_ns: now,
         sp,
@@ -384,12 +409,7 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
         state: PENDING_HAS_RETURN,
         stack_left: 0,
     };
-    let map = if c.has(cookie::F_RUNTIME) {
-        &PEND_RT
-    } else {
-        &PEND_DRV
-    };
-    put_slot(map, pid_tgid, &p);
+    let _ = map.insert(&pid_tgid, &p, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -570,8 +590,16 @@ fn sample_stack<C: EbpfContext>(
         b.of_kind = of_kind;
         b.period = period;
         b._pad = 0;
-        b.native = [0; STACK_NATIVE_MAX];
-        b.py = [profiler_common::PyFrameRaw::default(); STACK_PY_MAX];
+        // `native` needs no clearing: bpf_get_stack zero-fills what the walk leaves (and the
+        // whole buffer when it fails). `py` is cleared one word at a time: a plain assignment
+        // compiles to a call to the BPF target's byte-wise `memset`, which made a sampled
+        // call cost hundreds of nanoseconds more.
+        for i in 0..STACK_PY_MAX {
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!(b.py[i]),
+                profiler_common::PyFrameRaw::default(),
+            );
+        }
         let got = bpf_get_stack(
             ctx.as_ptr(),
             b.native.as_mut_ptr() as *mut core::ffi::c_void,
@@ -1103,7 +1131,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     } else {
         None
     };
-    // SAFETY: our own map's value, copied out, then cleared in place (see `put_slot`).
+    // SAFETY: our own map's value, copied out, then cleared in place (see `save`).
     let p = unsafe { *slot };
     unsafe { (*slot).state = PENDING_NONE };
     if p.state != PENDING_HAS_RETURN || p.cookie != c.pack() {

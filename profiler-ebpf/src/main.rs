@@ -223,8 +223,9 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 ///   stack frame is nested until the return probe clears the slot.
 /// * Entry-only runtime call (launch, async copy): the first driver call of the same class,
 ///   beneath its frame while it is still running — the return address it was called with is
-///   still in its slot on the stack — consumes the slot (bounded by `PENDING_ENTRY_ONLY_MAX_JIFFIES`).
-///   Once the runtime call has returned, whatever the caller calls next overwrites that slot.
+///   still in its slot on the stack — consumes the slot (bounded by
+///   `PENDING_ENTRY_ONLY_MAX_JIFFIES`). Once the runtime call has returned, whatever the caller
+///   calls next overwrites that slot.
 ///
 /// `None` when the call is nested; else the thread's `PEND_RT` slot, when it has one.
 #[inline(always)]

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod nvml;
 pub mod output;
+pub mod rlimit;
 pub mod service;
 pub mod session;
 pub mod stacks;

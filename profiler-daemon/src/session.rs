@@ -255,6 +255,18 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let mut scanner = Scanner::new();
     let initial = initial_libraries(&opts, &mut scanner).await?;
 
+    // Every attached library holds descriptors (links, or perf events before 6.6): a node with
+    // many runtime copies outgrows a shell's soft limit of 1,024 (see `rlimit`).
+    match crate::rlimit::raise_open_files() {
+        Ok(l) if l.after != l.before => {
+            tracing::debug!(before = l.before, after = l.after, "open-file limit raised")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            "could not raise the open-file limit ({e}); probes on many libraries may fail to \
+             attach with \"Too many open files\""
+        ),
+    }
     let mut ebpf = capture::load(opts.ring_bytes)?;
     let filter = match opts.target {
         Target::Pid(p) => capture::Filter::Tgids(vec![p]),

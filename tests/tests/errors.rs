@@ -197,3 +197,53 @@ fn a_metrics_address_in_use_is_refused_before_attaching() {
     );
     assert!(!err.contains("gpuprofd: ready"), "{err}");
 }
+
+/// Every attached library holds descriptors (links, or one perf event per site before 6.6). A
+/// shell's soft open-file limit must not cap the probes: the daemon raises it to the hard limit.
+/// Where the hard limit itself is too low, the error says so and what to change, not "check that
+/// the file exists".
+#[test]
+fn a_low_open_file_limit_is_raised_or_named() {
+    require_bpf();
+    let lib = fakecuda().join("lib");
+    let cet = fakecuda().join("lib-cet");
+    let dir = TempDir::new("rlimit");
+    let out = dir.path().join("report.json");
+    let run = |ulimit: &str| {
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit {ulimit}; exec \"$0\" \"$@\""))
+            .arg(daemon_bin())
+            .args(["--all-jobs", "--no-system-libs", "--no-live", "--no-nvml"])
+            .args([
+                "--lib",
+                lib.to_str().unwrap(),
+                "--lib",
+                cet.to_str().unwrap(),
+            ])
+            .args(["--duration", "1s", "-o", out.to_str().unwrap()])
+            .output()
+            .expect("run gpuprofd under sh");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    // Soft 48, hard as it was: 200 probes on the 4 libraries attach, none fails.
+    let (code, err) = run("-Sn 48");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("ready: 200 probes on 4 CUDA libraries"),
+        "{err}"
+    );
+    assert!(!err.contains("Too many open files"), "{err}");
+    // Hard 48 too: nothing can raise it; the failure names the cause and the remedy.
+    let (code, err) = run("-n 48");
+    assert_eq!(code, 7, "{err}");
+    assert!(err.contains("Too many open files"), "{err}");
+    assert!(
+        err.contains("the daemon has run out of file descriptors") && err.contains("LimitNOFILE="),
+        "{err}"
+    );
+    assert!(!err.contains("gpuprofd: ready"), "{err}");
+}

@@ -55,7 +55,7 @@ impl std::io::Write for Bounded {
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     /// Opening, inspecting or reading the file failed.
-    #[error("cannot read \"{}\": check that the file exists and that the daemon may read it", path.display())]
+    #[error("cannot read \"{}\": {source}; {}", path.display(), crate::rlimit::io_hint(source))]
     Io {
         path: PathBuf,
         #[source]

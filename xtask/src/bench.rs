@@ -392,6 +392,146 @@ fn daemon_args(ctx: &Ctx, out: &Path, extra: &[&str]) -> Vec<String> {
     a
 }
 
+/// The CPU shares (percent of one CPU) the loss-onset search holds the daemon to: small enough
+/// that one launching thread outruns it on a two-CPU machine, two of them to show how the
+/// onset scales with the share.
+const ONSET_SHARES: [u32; 2] = [1, 2];
+/// Seconds per paced run of the loss-onset search.
+const ONSET_SECS: u64 = 15;
+/// Launches/s the loss-onset search starts from (the top is within what one thread launches
+/// through two probes per call on this machine kind).
+const ONSET_RANGE: (u64, u64) = (10_000, 250_000);
+/// A launch record's bytes in the ring buffer (24-byte record header, 56-byte body, the
+/// ring's own 8-byte header), to say how large a backlog the 16 MiB ring absorbs.
+const LAUNCH_RING_BYTES: u64 = 88;
+const RING_BYTES: u64 = 16 << 20;
+
+/// One run with the daemon held to `share` percent of one CPU.
+struct Capped {
+    share: u32,
+    /// "full capture" or "counted" (`--count-launches`: no record per launch).
+    mode: &'static str,
+    /// Launches per second asked of the paced workload (0 for a storm, which goes as fast as
+    /// the probes let it).
+    rate: u64,
+    secs: f64,
+    achieved: f64,
+    made: u64,
+    counted: u64,
+    /// Launch records dropped (every one counted by the probe that could not reserve it).
+    dropped_launch: u64,
+    /// Records of every kind dropped (stacks, exits, ...).
+    dropped_all: u64,
+    cpu_s: f64,
+}
+
+impl Capped {
+    fn lossy(&self) -> bool {
+        self.dropped_all > 0 || self.counted != self.made
+    }
+    /// Every launch made is either in the report or counted as dropped.
+    fn accounted(&self) -> bool {
+        self.counted + self.dropped_launch == self.made
+    }
+}
+
+/// Runs the workload command `line` (which makes `made` launches) under full capture, or with
+/// launches counted in the kernel when `counted`, the daemon moved into a cgroup that holds it
+/// to `share` percent of one CPU once its probes are in.
+fn capped_run(
+    ctx: &Ctx,
+    tmp: &Path,
+    (share, counted): (u32, bool),
+    rate: u64,
+    line: String,
+    made: u64,
+) -> Result<Capped> {
+    let cap = crate::cpucap::CpuCap::new(&format!("gpuprofd-bench-{}", std::process::id()), share)?;
+    let out = tmp.join("capped.json");
+    let extra: &[&str] = if counted {
+        &["--count-launches", "1s"]
+    } else {
+        &[]
+    };
+    let d = Bg::start(&ctx.bin, &daemon_args(ctx, &out, extra))?;
+    let pid = d.pid();
+    if let Err(e) = cap.add(pid) {
+        let _ = d.stop();
+        return Err(e);
+    }
+    let (c0, _, _) = usage(pid);
+    let t = Instant::now();
+    let achieved = workload(ctx, "workload", &[], &[line]);
+    let secs = t.elapsed().as_secs_f64();
+    // The daemon is still held to its share while it drains what the ring buffer holds.
+    std::thread::sleep(Duration::from_secs(1));
+    let (c1, _, _) = usage(pid);
+    d.stop()?;
+    drop(cap);
+    let achieved = achieved?;
+    let r = report(&out)?;
+    Ok(Capped {
+        share,
+        mode: if counted { "counted" } else { "full capture" },
+        rate,
+        secs,
+        achieved: achieved.first().copied().unwrap_or(f64::NAN),
+        made,
+        counted: launches_in(&r),
+        dropped_launch: r["drops"]["launch"].as_u64().unwrap_or(0),
+        dropped_all: drops_in(&r),
+        cpu_s: (c1 - c0) as f64 / ticks_per_second() as f64,
+    })
+}
+
+/// Where a daemon held to `share` percent of one CPU starts to lose records: paced runs of
+/// `secs` seconds, first at `hi` and `lo` launches/s, then bisecting between the highest
+/// loss-free and the lowest lossy rate `steps` times (rates in whole thousands, as `pace`
+/// makes them exactly). Every run is returned, in the order run.
+fn loss_onset(
+    ctx: &Ctx,
+    tmp: &Path,
+    share: u32,
+    secs: u64,
+    (lo, hi): (u64, u64),
+    steps: u32,
+) -> Result<Vec<Capped>> {
+    let run = |rate: u64| -> Result<Capped> {
+        eprintln!("bench: daemon held to {share}% of a CPU, {rate} launches/s for {secs} s");
+        capped_run(
+            ctx,
+            tmp,
+            (share, false),
+            rate,
+            format!("pace {rate} {secs}"),
+            rate * secs,
+        )
+    };
+    let mut runs = vec![run(hi)?];
+    if !runs[0].lossy() {
+        return Ok(runs);
+    }
+    runs.push(run(lo)?);
+    if runs[1].lossy() {
+        return Ok(runs);
+    }
+    let (mut ok, mut bad) = (lo, hi);
+    for _ in 0..steps {
+        let mid = (ok + bad) / 2 / 1000 * 1000;
+        if mid <= ok || mid >= bad {
+            break;
+        }
+        let r = run(mid)?;
+        if r.lossy() {
+            bad = mid;
+        } else {
+            ok = mid;
+        }
+        runs.push(r);
+    }
+    Ok(runs)
+}
+
 fn report(path: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
 }
@@ -585,7 +725,65 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         }
     }
 
-    // 5. Churn of short non-CUDA processes.
+    // 5. Where loss starts. The storm above cannot outrun a daemon with a core of its own on a
+    // small machine, so the daemon is held to a small share of one CPU (as an operator's
+    // `CPUQuota=` would) and the paced rate is bisected for the first loss. Quick mode runs one
+    // storm at 1 % to check that everything lost is counted.
+    let onset: std::result::Result<(&str, Vec<Capped>), String> =
+        match crate::cpucap::CpuCap::new(&format!("gpuprofd-bench-{}", std::process::id()), 1) {
+            Err(e) => Err(format!("{e:#}")),
+            Ok(cap) => {
+                let kind = cap.kind;
+                drop(cap);
+                let mut runs = Vec::new();
+                if quick {
+                    eprintln!("bench: storms with the daemon held to 1% of a CPU");
+                    for counted in [false, true] {
+                        runs.push(capped_run(
+                            &ctx,
+                            &tmp,
+                            (1, counted),
+                            0,
+                            "storm 2 300000".into(),
+                            600_000,
+                        )?);
+                    }
+                } else {
+                    for share in ONSET_SHARES {
+                        runs.extend(loss_onset(&ctx, &tmp, share, ONSET_SECS, ONSET_RANGE, 5)?);
+                    }
+                    // The service's default, at the top of the range and the smallest share:
+                    // launches are counted in a map, so no launch records wait for the daemon.
+                    let (share, rate) = (ONSET_SHARES[0], ONSET_RANGE.1);
+                    eprintln!("bench: daemon held to {share}% of a CPU, counted, {rate}/s");
+                    runs.push(capped_run(
+                        &ctx,
+                        &tmp,
+                        (share, true),
+                        rate,
+                        format!("pace {rate} {ONSET_SECS}"),
+                        rate * ONSET_SECS,
+                    )?);
+                }
+                Ok((kind, runs))
+            }
+        };
+    let unaccounted: Vec<String> = onset
+        .as_ref()
+        .map(|(_, runs)| {
+            runs.iter()
+                .filter(|c| !c.accounted())
+                .map(|c| {
+                    format!(
+                        "{} held to {}% at {}/s: {} launches counted + {} dropped != {} made",
+                        c.mode, c.share, c.rate, c.counted, c.dropped_launch, c.made
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    // 6. Churn of short non-CUDA processes.
     let churn_n = if quick { 100 } else { 2000 };
     eprintln!("bench: {churn_n} short non-CUDA processes, without and with the daemon");
     let spawn_loop = || -> Result<f64> {
@@ -670,6 +868,99 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
             p.rss.3.map_or("-".into(), |v| v.to_string()),
         ));
     }
+    match &onset {
+        Err(why) => md.push_str(&format!(
+            "\nWhere loss starts: not measured (the daemon could not be held to a CPU share: \
+             {why}).\n"
+        )),
+        Ok((kind, runs)) => {
+            let how = if runs.iter().all(|c| c.rate == 0) {
+                "a storm of launches from two threads, under full capture and counted"
+            } else {
+                "one thread launching at a paced rate, the rate bisected between the highest run \
+                 that lost nothing and the lowest that lost records; then the service's default, \
+                 launches counted in the kernel, at the top rate"
+            };
+            md.push_str(&format!(
+                "\nWhere loss starts: the daemon held to a share of one CPU \
+                 ({kind} CPU bandwidth control, 100 ms period, joined once its probes are in), \
+                 {how}. Every run's launches made = counted + dropped is checked.\n\n\
+                 | daemon's CPU share | mode | launches/s asked | achieved | seconds | launches made | \
+                 launches counted | launch records dropped | other records dropped | counted + \
+                 dropped = made | daemon CPU s |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+            ));
+            for c in runs {
+                md.push_str(&format!(
+                    "| {} % | {} | {} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {:.2} |\n",
+                    c.share,
+                    c.mode,
+                    if c.rate == 0 {
+                        "storm".to_owned()
+                    } else {
+                        c.rate.to_string()
+                    },
+                    c.achieved,
+                    c.secs,
+                    c.made,
+                    c.counted,
+                    c.dropped_launch,
+                    c.dropped_all.saturating_sub(c.dropped_launch),
+                    if c.accounted() { "yes" } else { "**no**" },
+                    c.cpu_s,
+                ));
+            }
+            let mut shares: Vec<u32> = runs.iter().map(|c| c.share).collect();
+            shares.sort_unstable();
+            shares.dedup();
+            for share in shares {
+                let of = || {
+                    runs.iter()
+                        .filter(|c| c.share == share && c.rate > 0 && c.mode == "full capture")
+                };
+                let ok = of().filter(|c| !c.lossy()).map(|c| c.rate).max();
+                let bad = of().filter(|c| c.lossy()).map(|c| c.rate).min();
+                let per_core = |r: u64| r as f64 * 100.0 / f64::from(share) / 1e6;
+                md.push_str(&match (ok, bad) {
+                    (Some(ok), Some(bad)) => format!(
+                        "\nHeld to {share} % of one CPU: nothing lost at {ok} launches/s, records \
+                         lost from {bad} launches/s. *Derived*, assuming the drain rate scales \
+                         with the share: a daemon with a whole core starts to lose records \
+                         between {:.1} and {:.1} M launches/s.\n",
+                        per_core(ok),
+                        per_core(bad),
+                    ),
+                    (None, Some(bad)) => format!(
+                        "\nHeld to {share} % of one CPU: records lost already at {bad} \
+                         launches/s, the lowest rate tried.\n"
+                    ),
+                    (Some(ok), None) => format!(
+                        "\nHeld to {share} % of one CPU: nothing lost up to {ok} launches/s, the \
+                         highest rate tried.\n"
+                    ),
+                    (None, None) => String::new(),
+                });
+            }
+            for c in runs.iter().filter(|c| c.mode == "counted" && c.rate > 0) {
+                md.push_str(&format!(
+                    "\nLaunches counted in the kernel (the service's default), the daemon held to \
+                     {} % of one CPU, {} launches/s: {} of {} launches counted, {} records \
+                     dropped.\n",
+                    c.share, c.rate, c.counted, c.made, c.dropped_all
+                ));
+            }
+            if runs.iter().any(|c| c.rate > 0) {
+                md.push_str(&format!(
+                    "\nA rate just above the daemon's drain rate fills the {} MiB ring buffer \
+                     (about {} k launch records of {LAUNCH_RING_BYTES} bytes) before anything is \
+                     lost: over {ONSET_SECS} s that hides an excess of up to about {} launches/s, \
+                     so the onset of a longer run lies at most that much lower.\n",
+                    RING_BYTES >> 20,
+                    RING_BYTES / LAUNCH_RING_BYTES / 1000,
+                    RING_BYTES / LAUNCH_RING_BYTES / ONSET_SECS,
+                ));
+            }
+        }
+    }
     let storm_rate = rate.first().copied().unwrap_or(f64::NAN);
     let summary = format!(
         "{md}\nPipeline (decode + aggregate, one thread, synthetic launches): {:.1} M events/s; \
@@ -705,6 +996,13 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
             )
         })
         .collect();
+    if !unaccounted.is_empty() {
+        // A loss the daemon cannot see is a bug whatever the rate: no document is written.
+        bail!(
+            "records lost without being counted: {}",
+            unaccounted.join("; ")
+        );
+    }
     if storm_launches != asked || storm_drops != 0 || full_drops != 0 || !paced_lost.is_empty() {
         if quick {
             bail!(
@@ -803,15 +1101,21 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx, sustain_secs: u64) -> Result
          RATE/1000 launches per 1 ms slice) under full capture and under counting: launches \
          counted against launches made, records dropped, the daemon's CPU time and its RSS \
          sampled every second.\n\
+         * **Where loss starts**: the storm cannot outrun a daemon that has a core to itself on \
+         this machine, so the daemon is held to a small share of one CPU in a cgroup (what an \
+         operator's `CPUQuota=` does) and one thread launches at paced rates, bisected between \
+         the highest that lost nothing and the lowest that lost records. The onset for a whole \
+         core is derived from it, not measured.\n\
          * **Churn**: short `/bin/true` processes next to the daemon: what the late-load watcher \
          costs a node where other jobs start processes.\n\
          * All of this is CPU-side: uprobes cost time on the calling thread; GPU time is not \
          involved (there is no GPU here).\n\n\
          ## Results\n\n{summary}\n\
          ## Not measured here\n\n\
-         The rate at which records start to be lost: at the highest rate the probes let this \
-         machine's threads launch (the storm above) nothing is lost, so the onset lies beyond what \
-         can be produced here. {rss_note} GPU figures: docs/VALIDATION.md.\n",
+         Where a daemon with a whole core starts to lose records: at the highest rate the probes \
+         let this machine's threads launch (the storm above) nothing is lost; the figure above is \
+         derived from a daemon held to a share of a core. {rss_note} GPU figures: \
+         docs/VALIDATION.md.\n",
         kernel.trim(),
         ctx.reps,
         ctx.calls,

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bpfstats;
+mod cpucap;
 mod reliability;
 
 use anyhow::{Context as _, Result, bail};

@@ -27,7 +27,7 @@ use aya_ebpf::{
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use profiler_common::{
@@ -89,9 +89,41 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 #[inline(always)]
 fn bump(map: &PerCpuArray<u64>, k: u32) {
     if let Some(p) = map.get_ptr_mut(k) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
-        unsafe { *p += 1 };
+        // An atomic add even on this CPU's own slot: a uprobe program can be preempted (it runs
+        // under RCU, not with preemption off; see `kernel_stack`), and another task's probe on
+        // this CPU may bump the same counter between a plain load and store.
+        // SAFETY: a valid pointer into the map's value for this CPU.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                p, 1,
+            )
+        };
     }
+}
+
+/// Program arrays that stay empty. Every program below starts with a tail call into one of
+/// them, which fails at once and returns, so that the verifier never gives the program a
+/// per-CPU *private stack*: Linux 6.13+ puts the frame of a KPROBE- or TRACEPOINT-type
+/// program of 64 bytes or more on a per-CPU stack, assuming it cannot be preempted. Uprobe
+/// programs can be (since 6.0 they run under RCU, not with preemption disabled; any kernel
+/// booted with `preempt=full` or `lazy`): a second task running the same program on the same
+/// CPU then overwrites the first one's frame, spilled pointers included, which means wrong
+/// records or a kernel oops (reported by other uprobe-based tools on 6.13+ kernels). The
+/// verifier keeps any program that contains a tail call on the task's own kernel stack. That
+/// stack also makes user-memory reads cheaper: the kernel's hardened-usercopy check of a
+/// destination there is a few compares, against a walk through its heap-object checks for
+/// per-CPU memory. One array per program type (the kernel ties an array to one).
+#[map(name = "NO_PRIV_STACK")]
+static NO_PRIV_STACK: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "NO_PRIV_STACK_TP")]
+static NO_PRIV_STACK_TP: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// See [`NO_PRIV_STACK`]: call first in every program (uprobes with `NO_PRIV_STACK`,
+/// tracepoints with `NO_PRIV_STACK_TP`).
+#[inline(always)]
+fn kernel_stack<C: EbpfContext>(ctx: &C, empty: &ProgramArray) {
+    // SAFETY: the array is never filled, so the tail call fails and control comes back here.
+    unsafe { empty.tail_call(ctx, 0) };
 }
 
 /// Whether the current task's cgroup (v2) is a selected cgroup or lies below one. Decided once
@@ -706,6 +738,7 @@ fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody
 /// rdi=f, esi/edx/ecx=grid, r8d/r9d=blockX/Y, [sp+8]=blockZ, [sp+16]=smem, [sp+24]=stream.
 #[uprobe]
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, blockZ, smem, stream]
     let Some((pt, c, r, now, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
@@ -731,6 +764,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
 ///  void **extra)` (+ `_ptsz`). config: grid@0/4/8, block@12/16/20, smem@24 (u32), hStream@32.
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
@@ -756,6 +790,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 /// rcx = block.x | block.y << 32, r8 = block.z; r9 = args; [sp+8] = sharedMem, [sp+16] = stream.
 #[uprobe]
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, sharedMem, stream]
     let Some((pt, c, r, now, s, home)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
         return 0;
@@ -782,6 +817,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 ///  stream@32.
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
@@ -805,6 +841,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
 /// (+ `_ptsz`): rdi = exec, rsi = stream.
 #[uprobe]
 pub fn graph_launch(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::GRAPH) else {
         return 0;
     };
@@ -910,6 +947,7 @@ fn finish_copy(
 /// p = fixed direction.
 #[uprobe]
 pub fn copy_linear(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
@@ -942,6 +980,7 @@ pub fn copy_linear(ctx: ProbeContext) -> u32 {
 /// WidthInBytes@112, Height@120. Cookie: d = stream.
 #[uprobe]
 pub fn copy_2d(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
@@ -968,6 +1007,7 @@ pub fn copy_2d(ctx: ProbeContext) -> u32 {
 /// Depth@192. Cookie: d = stream, p = PEER for the peer variants (else from memory types).
 #[uprobe]
 pub fn copy_3d(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
@@ -1002,6 +1042,7 @@ pub fn copy_3d(ctx: ProbeContext) -> u32 {
 /// kind@152. Cookie: d = stream.
 #[uprobe]
 pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
@@ -1031,6 +1072,7 @@ pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
 /// / `cudaStreamWaitEvent` (entry only). Cookie: a = handle (NONE for context/device).
 #[uprobe]
 pub fn sync_entry(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::SYNC) else {
         return 0;
     };
@@ -1082,6 +1124,7 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
 /// b = pitch out-pointer (pitched), c = bytes (or height when pitched), d = stream.
 #[uprobe]
 pub fn mem_entry(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c, r, now)) = begin(&ctx, class::MEM) else {
         return 0;
     };
@@ -1115,6 +1158,7 @@ pub fn mem_entry(ctx: ProbeContext) -> u32 {
 /// Return probe of every call saved with [`save`]: measures the blocked time, reads results.
 #[uretprobe]
 pub fn api_ret(ctx: RetProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the context pointer is the program's own.
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
@@ -1239,6 +1283,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
 ///   const void *hostFun)`: a = out, b = what `*out` stands for (source 0: alias).
 #[uprobe]
 pub fn name_entry(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c)) = start(&ctx) else { return 0 };
     let r = regs(&ctx);
     let now = unsafe { bpf_ktime_get_ns() };
@@ -1286,6 +1331,7 @@ fn emit_name(pt: u64, api: u16, ts: u64, handle: u64, scope: u64, source: u32, n
 
 #[uretprobe]
 pub fn name_ret(ctx: RetProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let pid_tgid = bpf_get_current_pid_tgid();
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
     let map = if c.has(cookie::F_RUNTIME) {
@@ -1329,6 +1375,7 @@ pub fn name_ret(ctx: RetProbeContext) -> u32 {
 /// rdx = mangled device name. Entry only; fires at module registration.
 #[uprobe]
 pub fn register_function(ctx: ProbeContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK);
     let Some((pt, c)) = start(&ctx) else { return 0 };
     let r = regs(&ctx);
     let now = unsafe { bpf_ktime_get_ns() };
@@ -1354,6 +1401,7 @@ const PROT_EXEC: u64 = 4;
 
 #[tracepoint]
 pub fn mmap_enter(ctx: TracePointContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK_TP);
     // SAFETY: reads inside the tracepoint's own record.
     let prot: u64 = unsafe { ctx.read_at(32) }.unwrap_or(0);
     // SAFETY: as above.
@@ -1373,6 +1421,7 @@ pub fn mmap_enter(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn mmap_exit(ctx: TracePointContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK_TP);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // SAFETY: read-only lookup of a plain value.
@@ -1408,6 +1457,7 @@ pub fn mmap_exit(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn proc_exit(ctx: TracePointContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK_TP);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
@@ -1467,7 +1517,8 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
 // process for the old program goes now.
 
 #[tracepoint]
-pub fn proc_exec(_ctx: TracePointContext) -> u32 {
+pub fn proc_exec(ctx: TracePointContext) -> u32 {
+    kernel_stack(&ctx, &NO_PRIV_STACK_TP);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let _ = PY_PROCS.remove(&tgid);

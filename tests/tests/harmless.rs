@@ -310,3 +310,174 @@ fn a_thousand_threads_launching_at_once_are_counted_exactly() {
     }
     w.exit();
 }
+
+// ---- No probe on a per-CPU private stack.
+//
+// Linux 6.13+ gives a KPROBE- or TRACEPOINT-type program whose frame is 64 bytes or more a
+// per-CPU stack, assuming it cannot be preempted; uprobe programs can be (on kernels booted
+// with `preempt=full` or `lazy`), and then a second task running the same program on the same
+// CPU overwrites the first one's frame. The probes make a tail call into an empty program
+// array, which keeps the verifier from giving them one. On x86-64 the JIT sets a private stack
+// up in the prologue as `movabs $stack, %r9; add %gs:this_cpu_off, %r9`: the bytes of that
+// `add` are what this looks for, and a control program shows the kernel does it.
+
+/// `bpf(2)` with a zeroed, 128-byte attribute block that starts with `attr`.
+fn bpf(cmd: i32, attr: &[u8]) -> std::io::Result<i64> {
+    let mut a = [0u8; 128];
+    a[..attr.len()].copy_from_slice(attr);
+    // SAFETY: the kernel reads at most 128 bytes of `a` (the size passed) and writes into
+    // the buffers whose addresses `attr` carries, which the callers keep alive.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, a.as_mut_ptr(), a.len()) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+const BPF_PROG_LOAD: i32 = 5;
+const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+
+/// A program's name and its JIT image (closes `fd`).
+fn jited(fd: i32) -> (String, Vec<u8>) {
+    let info_of = |info: &mut [u8; 256]| {
+        let mut attr = Vec::new();
+        attr.extend_from_slice(&(fd as u32).to_ne_bytes());
+        attr.extend_from_slice(&256u32.to_ne_bytes());
+        attr.extend_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
+        bpf(BPF_OBJ_GET_INFO_BY_FD, &attr).expect("BPF_OBJ_GET_INFO_BY_FD");
+    };
+    let mut info = [0u8; 256];
+    info_of(&mut info);
+    let len = u32::from_ne_bytes(info[16..20].try_into().unwrap()) as usize;
+    let name = String::from_utf8_lossy(&info[64..80])
+        .trim_end_matches('\0')
+        .to_owned();
+    let mut image = vec![0u8; len];
+    let mut info = [0u8; 256];
+    info[16..20].copy_from_slice(&(len as u32).to_ne_bytes());
+    info[24..32].copy_from_slice(&(image.as_mut_ptr() as u64).to_ne_bytes());
+    info_of(&mut info);
+    // SAFETY: closing a descriptor we own.
+    unsafe { libc::close(fd) };
+    (name, image)
+}
+
+/// `add %gs:disp32, %r9`: the per-CPU base added to a private stack's address.
+fn sets_up_a_private_stack(image: &[u8]) -> bool {
+    image
+        .windows(5)
+        .any(|w| w == [0x65, 0x4c, 0x03, 0x0c, 0x25])
+}
+
+/// The ids of the BPF programs whose descriptors (programs or links) process `pid` holds.
+fn programs_held_by(pid: u32) -> Vec<u32> {
+    let mut ids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("the daemon's fdinfo")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[test]
+fn no_probe_runs_on_a_per_cpu_private_stack() {
+    require_bpf();
+    // Control: a KPROBE-type program with a 64-byte frame and no tail call.
+    // *(u64 *)(r10 - 64) = 0; r0 = *(u64 *)(r10 - 64); r0 = 0; exit
+    let insns: [[u8; 8]; 4] = [
+        [0x7a, 0x0a, 0xc0, 0xff, 0, 0, 0, 0],
+        [0x79, 0xa0, 0xc0, 0xff, 0, 0, 0, 0],
+        [0xb7, 0x00, 0, 0, 0, 0, 0, 0],
+        [0x95, 0, 0, 0, 0, 0, 0, 0],
+    ];
+    let license = b"GPL\0";
+    let mut attr = Vec::new();
+    attr.extend_from_slice(&2u32.to_ne_bytes()); // BPF_PROG_TYPE_KPROBE
+    attr.extend_from_slice(&(insns.len() as u32).to_ne_bytes());
+    attr.extend_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+    attr.extend_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    let fd = bpf(BPF_PROG_LOAD, &attr).expect("load the control program") as i32;
+    let (_, control) = jited(fd);
+    assert!(
+        !control.is_empty(),
+        "the kernel shows no JIT image of a program (bpf_jit_enable=0, or kptr_restrict=2 \
+         hides it): this test cannot look at the probes' code here"
+    );
+    let kernel_does_it = sets_up_a_private_stack(&control);
+    eprintln!(
+        "control program (64-byte frame, no tail call): {}",
+        if kernel_does_it {
+            "on a per-CPU private stack"
+        } else {
+            "on the kernel stack (this kernel has no private stacks: nothing to guard against)"
+        }
+    );
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let (major, minor) = {
+        let mut v = release
+            .trim()
+            .split(['.', '-'])
+            .map(|x| x.parse::<u32>().unwrap_or(0));
+        (v.next().unwrap_or(0), v.next().unwrap_or(0))
+    };
+    if (major, minor) >= (6, 13) {
+        assert!(
+            kernel_does_it,
+            "Linux {release} should put the control program on a private stack: the JIT's \
+             prologue changed, and this test must learn its new shape"
+        );
+    }
+
+    let d = Daemon::all_jobs();
+    let ids = programs_held_by(d.pid());
+    let mut names = Vec::new();
+    for id in ids {
+        let Ok(fd) = bpf(BPF_PROG_GET_FD_BY_ID, &id.to_ne_bytes()) else {
+            continue; // unloaded since
+        };
+        let (name, image) = jited(fd as i32);
+        assert!(!image.is_empty(), "no JIT image for {name}");
+        assert!(
+            !sets_up_a_private_stack(&image),
+            "{name} runs on a per-CPU private stack: a preempted probe's frame can be overwritten"
+        );
+        names.push(name);
+    }
+    names.sort();
+    // Names are cut at 15 bytes by the kernel.
+    let expected = [
+        "api_ret",
+        "copy_2d",
+        "copy_3d",
+        "copy_linear",
+        "copy_rt3d",
+        "drv_launch",
+        "drv_launch_ex",
+        "graph_launch",
+        "mem_entry",
+        "mmap_enter",
+        "mmap_exit",
+        "name_entry",
+        "name_ret",
+        "proc_exec",
+        "proc_exit",
+        "register_functi",
+        "rt_launch",
+        "rt_launch_ex",
+        "sync_entry",
+    ];
+    assert_eq!(names, expected, "the daemon's programs");
+    eprintln!(
+        "reliability: {} probe programs checked, none on a per-CPU private stack",
+        names.len()
+    );
+    drop(d.stop());
+}

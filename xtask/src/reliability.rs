@@ -35,6 +35,10 @@ const PROMISES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "No probe runs on a per-CPU private stack (Linux 6.13+ gives one to large uprobe frames although a uprobe can be preempted, and a second task on that CPU would overwrite the first one's frame); a control program shows the kernel's JIT does it to a program without the guard",
+        &[("harmless", "no_probe_runs_on_a_per_cpu_private_stack")],
+    ),
+    (
         "A probe is placed only where an independent decoder (objdump) agrees it sits on an instruction boundary of the entry path after instructions that leave arguments and the stack alone",
         &[(
             "unit",

@@ -16,7 +16,8 @@
 use aya::Ebpf;
 use aya::maps::Map;
 use aya_obj::generated::{
-    BPF_F_UPROBE_MULTI_RETURN, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type,
+    BPF_F_UPROBE_MULTI_RETURN, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_map_type,
+    bpf_prog_type,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -26,6 +27,8 @@ use std::path::Path;
 /// Uprobe programs loaded for `uprobe_multi` links, by program name.
 pub struct MultiProgs {
     progs: HashMap<String, OwnedFd>,
+    /// Their own empty program arrays (see [`empty_prog_array`]).
+    _arrays: Vec<OwnedFd>,
 }
 
 impl MultiProgs {
@@ -40,11 +43,24 @@ impl MultiProgs {
         let mut obj = aya_obj::Object::parse(crate::capture::object())
             .map_err(|e| format!("parsing: {e}"))?;
         let mut fds: Vec<(String, i32)> = Vec::new();
+        let mut arrays = Vec::new();
         for name in obj.maps.keys() {
             let map = ebpf
                 .map(name)
                 .ok_or_else(|| format!("map {name} was not created"))?;
-            fds.push((name.clone(), map_fd(map).ok_or("unexpected map type")?));
+            let fd = match map {
+                // The always-empty arrays that keep the programs off a private stack: the
+                // kernel ties a program array to the attach type of its first program (6.17+),
+                // and aya's programs have none, so these programs get arrays of their own.
+                Map::ProgramArray(_) => {
+                    let a = empty_prog_array().map_err(|e| format!("program array {name}: {e}"))?;
+                    let fd = a.as_raw_fd();
+                    arrays.push(a);
+                    fd
+                }
+                m => map_fd(m).ok_or("unexpected map type")?,
+            };
+            fds.push((name.clone(), fd));
         }
         let text: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         let defs = obj.maps.clone();
@@ -63,7 +79,10 @@ impl MultiProgs {
                 .map_err(|e| format!("loading {name}: {e}"))?;
             progs.insert(name.to_owned(), fd);
         }
-        Ok(Self { progs })
+        Ok(Self {
+            progs,
+            _arrays: arrays,
+        })
     }
 
     pub fn fd(&self, name: &str) -> Option<BorrowedFd<'_>> {
@@ -83,6 +102,19 @@ fn map_fd(m: &Map) -> Option<i32> {
         _ => return None,
     };
     Some(d.fd().as_fd().as_raw_fd())
+}
+
+/// A new, empty `BPF_MAP_TYPE_PROG_ARRAY` of one slot.
+fn empty_prog_array() -> std::io::Result<OwnedFd> {
+    // SAFETY: bpf_attr is plain data; all zero is its documented empty state.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing the union member BPF_MAP_CREATE reads.
+    let m = unsafe { &mut attr.__bindgen_anon_1 };
+    m.map_type = bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY as u32;
+    m.key_size = 4;
+    m.value_size = 4;
+    m.max_entries = 1;
+    sys_bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
 }
 
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {

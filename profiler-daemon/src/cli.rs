@@ -802,7 +802,9 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
                 .is_some_and(crate::store::is_capture_path) =>
         {
             return Err(
-                "--count-launches cannot write a capture file: a capture keeps every call, and                  counted launches are only totals. Drop --count-launches (a record per launch),                  or write a JSON report (-o FILE.json) instead"
+                "--count-launches cannot write a capture file: a capture keeps every call, and \
+                 counted launches are only totals. Drop --count-launches (a record per launch), \
+                 or write a JSON report (-o FILE.json) instead"
                     .into(),
             );
         }

@@ -177,7 +177,10 @@ fn counting_refuses_a_capture_file() {
     let (code, _, err) = run_all_jobs(&["--count-launches", "1s", "-o", "/tmp/x.gpuprof"]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("--count-launches cannot write a capture file"),
+        err.contains(
+            "--count-launches cannot write a capture file: a capture keeps every call, and \
+             counted launches are only totals. Drop --count-launches"
+        ),
         "{err}"
     );
     let (code, _, err) = run_all_jobs(&["--count-launches", "5ms"]);

@@ -254,13 +254,17 @@ const _: () = assert!(core::mem::size_of::<LaunchKey>() == 56);
 pub struct LaunchCount {
     /// Launches since the entry was made (added atomically).
     pub count: u64,
-    /// `bpf_ktime_get_ns()` of a recent launch (last writer wins).
+    /// `bpf_ktime_get_ns()` of the entry's first launch in the kernel tick of its latest one
+    /// (the precise clock is read once per tick per entry, not per launch): at most a tick
+    /// (1–10 ms by the kernel's HZ) before the latest launch. Last writer wins.
     pub last_ns: u64,
     /// `bpf_ktime_get_ns()` of the launch that made the entry (tells an exec's old program's
     /// launches from the new one's).
     pub first_ns: u64,
+    /// `bpf_jiffies64()` when `last_ns` was stamped.
+    pub last_jiffies: u64,
 }
-const _: () = assert!(core::mem::size_of::<LaunchCount>() == 24);
+const _: () = assert!(core::mem::size_of::<LaunchCount>() == 32);
 
 /// `count` launches of one configuration ([`kind::LAUNCHES`]): a [`LaunchBody`] whose `caller`
 /// slot holds the count.

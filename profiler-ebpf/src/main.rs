@@ -376,16 +376,17 @@ fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
     Some((pt, c, r, now))
 }
 
-/// [`begin`] for a probe that needs the first `N` 8-byte stack slots at entry (slot 0 is the
-/// return address): one user-memory read serves the probe and the runtime slot. Each read costs
-/// more than the rest of a launch probe's bookkeeping (the kernel checks the destination of
-/// every user copy), so a runtime probe reads once, before the slot is written, and a driver
-/// probe reads only once it knows the call is recorded.
+/// [`begin`] for a launch probe, which needs the first `N` 8-byte stack slots at entry (slot 0
+/// is the return address): one user-memory read serves the probe and the runtime slot. Each
+/// read costs more than the rest of a launch probe's bookkeeping (the kernel checks the
+/// destination of every user copy), so a runtime probe reads once, before the slot is written,
+/// and a driver probe reads only once it knows the call is recorded. It reads no clock:
+/// [`emit_launch`] reads one only where a time is kept.
 #[inline(always)]
 fn begin_stack<const N: usize>(
     ctx: &ProbeContext,
     cls: u32,
-) -> Option<(u64, Cookie, &pt_regs, u64, [u64; N], Home)> {
+) -> Option<(u64, Cookie, &pt_regs, [u64; N], Home)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
     let read = || -> [u64; N] {
@@ -395,14 +396,11 @@ fn begin_stack<const N: usize>(
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
     let home = enter(pt, &c, cls, r.rsp, early.map(|s| s[0]))?;
-    // After the nesting check: a nested driver call needs no clock read.
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_ns() };
     let s = match early {
         Some(s) => s,
         None => read(),
     };
-    Some((pt, c, r, now, s, home))
+    Some((pt, c, r, s, home))
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
@@ -588,8 +586,9 @@ fn python_frames(
     )
 }
 
-/// Emits the stack record of the call just recorded (same thread, same `ts`) when this call
-/// is one of the thread's sampled ones ([`stack_due`]). At an entry probe, `caller` is the
+/// Emits the stack record of the call just recorded (same thread, same `ts`; 0 for a counted
+/// launch, which kept no precise time: the clock is read here then) when this call is one of
+/// the thread's sampled ones ([`stack_due`]). At an entry probe, `caller` is the
 /// return address read off the stack: the frame-pointer walk cannot see the caller there (the
 /// callee has not pushed its frame yet), so it replaces the walk's first entry, which is the
 /// probed function itself.
@@ -607,6 +606,12 @@ fn sample_stack<C: EbpfContext>(
 ) {
     let Some(period) = stack_due(pid_tgid, home) else {
         return;
+    };
+    let ts = if ts == 0 {
+        // SAFETY: plain helper call.
+        unsafe { bpf_ktime_get_ns() }
+    } else {
+        ts
     };
     let Some(mut e) = EVENTS.reserve::<Record<StackBody>>(0) else {
         bump(&DROPS, kind::STACK);
@@ -665,8 +670,15 @@ fn sample_stack<C: EbpfContext>(
 
 /// Adds one launch to its process's counter for this configuration (service mode). `false`
 /// when the counters are full: the launch must then be recorded instead.
+///
+/// The precise clock is read into `now` when this makes the entry (its `first_ns` orders it
+/// against an exec), and after that once per kernel tick per entry (`last_ns`, stamped when
+/// `bpf_jiffies64()`, a plain load, has moved on): a launch into an entry stamped this tick
+/// reads no clock at all. The clock read is a tenth of a counted launch's program time here
+/// (the TSC through an indirect call); `last_ns` only places the counts on the timeline,
+/// whose resolution is the read period.
 #[inline(always)]
-fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
+fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> bool {
     let key = LaunchKey {
         tgid: (pt >> 32) as u32,
         api: api as u32,
@@ -679,23 +691,35 @@ fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
     };
     let add = |v: *mut LaunchCount| {
         // SAFETY: `v` points at a value of our own map; the count is shared by every CPU, so it
-        // is added atomically; `last_ns` is a hint and the last writer wins.
+        // is added atomically; the stamp is a hint and the last writer wins (two CPUs that both
+        // see a new tick both stamp it).
         unsafe {
             core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
                 core::ptr::addr_of_mut!((*v).count),
                 1,
             );
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*v).last_ns), now);
+            let jiffies = bpf_jiffies64();
+            if core::ptr::read_volatile(core::ptr::addr_of!((*v).last_jiffies)) != jiffies {
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*v).last_jiffies), jiffies);
+                core::ptr::write_volatile(
+                    core::ptr::addr_of_mut!((*v).last_ns),
+                    bpf_ktime_get_ns(),
+                );
+            }
         }
     };
     if let Some(v) = LAUNCH_COUNTS.get_ptr_mut(&key) {
         add(v);
         return true;
     }
+    // SAFETY: plain helper calls (jiffies is inlined by the verifier).
+    let (t, jiffies) = unsafe { (bpf_ktime_get_ns(), bpf_jiffies64()) };
+    *now = t;
     let first = LaunchCount {
         count: 1,
-        last_ns: now,
-        first_ns: now,
+        last_ns: t,
+        first_ns: t,
+        last_jiffies: jiffies,
     };
     // BPF_NOEXIST: another CPU may have made the entry since the lookup; then add to it.
     if LAUNCH_COUNTS.insert(&key, &first, 1).is_ok() {
@@ -711,12 +735,18 @@ fn count_launch(api: u16, pt: u64, now: u64, b: &LaunchBody) -> bool {
 }
 
 /// Records a launch (or, in service mode, counts it), and its stack when the thread's sampling
-/// says so.
+/// says so. The precise clock is read only where a time is kept: a record, a counter's first
+/// launch, a stack sample (0 in `now`: not read yet).
 #[inline(always)]
-fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody, home: Home) {
+fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBody, home: Home) {
+    let mut now = 0;
     let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
-        && count_launch(api, pt, now, &body);
+        && count_launch(api, pt, &mut now, &body);
     if !counted {
+        if now == 0 {
+            // SAFETY: plain helper call.
+            now = unsafe { bpf_ktime_get_ns() };
+        }
         emit(kind::LAUNCH, api, pt, now, body);
     }
     sample_stack(
@@ -740,7 +770,7 @@ fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, now: u64, body: LaunchBody
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, blockZ, smem, stream]
-    let Some((pt, c, r, now, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let body = LaunchBody {
@@ -756,7 +786,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, now, body, home);
+    emit_launch(&ctx, c.api, pt, body, home);
     0
 }
 
@@ -765,7 +795,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
-    let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
@@ -780,7 +810,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, now, body, home);
+    emit_launch(&ctx, c.api, pt, body, home);
     0
 }
 
@@ -792,7 +822,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, sharedMem, stream]
-    let Some((pt, c, r, now, s, home)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, s, home)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let body = LaunchBody {
@@ -808,7 +838,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, now, body, home);
+    emit_launch(&ctx, c.api, pt, body, home);
     0
 }
 
@@ -818,7 +848,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
-    let Some((pt, c, r, now, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
@@ -833,7 +863,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, now, body, home);
+    emit_launch(&ctx, c.api, pt, body, home);
     0
 }
 

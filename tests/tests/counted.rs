@@ -187,3 +187,46 @@ fn counting_refuses_a_capture_file() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("between 10ms and 60s"), "{err}");
 }
+
+/// Counted launches keep the time of the latest ones without a clock read per launch: the
+/// probes read the precise clock when they make an entry and once per kernel tick after that.
+/// A process that launches, sleeps 1.5 s and launches the same configuration three times is
+/// active over the 1.5 s, counted as recorded (a stamp that stayed at the entry's first launch
+/// would put all four launches at the first).
+#[test]
+fn counted_launches_keep_the_time_of_the_latest_ones() {
+    let lib = fakecuda().join("lib");
+    for count in [None, Some("100ms")] {
+        let mut args = all_jobs_args(&lib).to_vec();
+        if let Some(interval) = count {
+            args.extend(["--count-launches", interval]);
+        }
+        let d = Daemon::start(&args);
+        let mut w = Workload::start();
+        w.script(&[
+            "rt_launch gemm 1 4 1 1 32 1 1 0 0",
+            "sleep_ms 1500",
+            "rt_launch gemm 3 4 1 1 32 1 1 0 0",
+        ]);
+        let tgid = w.tgid;
+        w.exit();
+        let r = d.stop().report;
+        let p = process(&r, tgid);
+        assert_eq!(p["launches"], 4, "{count:?}: {p}");
+        let t = &p["timeline"];
+        let launches: u64 = t["launches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(launches, 4, "{count:?}: {t}");
+        let span = t["last_call_ns"].as_u64().unwrap() - t["first_call_ns"].as_u64().unwrap();
+        assert!(
+            (1_500_000_000..2_500_000_000).contains(&span),
+            "{count:?}: first to last launch {span} ns, slept 1.5 s between them: {t}"
+        );
+        let submitted = if count.is_some() { 0 } else { 4 };
+        assert_eq!(r["submitted"]["launch"], submitted, "{count:?}: {r}");
+    }
+}

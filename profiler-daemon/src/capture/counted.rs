@@ -168,7 +168,9 @@ impl LaunchCounts {
                     api: k.api,
                     tgid: k.tgid,
                     tid: 0,
-                    ts_ns: v.last_ns,
+                    // Stamped once per kernel tick (a tick at most before the latest
+                    // launch); two CPUs racing a new entry can leave it before `first_ns`.
+                    ts_ns: v.last_ns.max(v.first_ns),
                 },
                 body: LaunchesBody {
                     func: k.func,

@@ -80,7 +80,7 @@ const PROMISES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
-        "Overload: every record is in the report or counted as dropped, per kind, exactly",
+        "Overload: every record is in the report or counted as dropped, per kind, exactly; a daemon that falls behind is woken once per 512 KiB of backlog, not at every record (each wakeup is a self-interrupt that the profiled thread pays for)",
         &[(
             "overload",
             "a_storm_past_the_ring_buffer_is_captured_or_counted_per_kind",

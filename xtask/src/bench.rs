@@ -10,14 +10,14 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-struct Ctx {
-    bin: PathBuf,
-    fake: PathBuf,
-    calls: u64,
-    reps: usize,
+pub(crate) struct Ctx {
+    pub bin: PathBuf,
+    pub fake: PathBuf,
+    pub calls: u64,
+    pub reps: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         return f64::NAN;
@@ -62,7 +62,7 @@ fn workload(ctx: &Ctx, name: &str, env: &[(&str, &Path)], lines: &[String]) -> R
 }
 
 /// A background process that is ready once a line on its stderr contains `ready`.
-struct Bg {
+pub(crate) struct Bg {
     daemon: bool,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -70,7 +70,7 @@ struct Bg {
 }
 
 impl Bg {
-    fn start(bin: &Path, args: &[String]) -> Result<Bg> {
+    pub fn start(bin: &Path, args: &[String]) -> Result<Bg> {
         let mut child = Command::new(bin)
             .args(args)
             .stdin(Stdio::piped())
@@ -107,7 +107,7 @@ impl Bg {
     }
 
     /// Closes stdin (which stops a floor) and, for the daemon, sends SIGINT; waits.
-    fn stop(mut self) -> Result<()> {
+    pub fn stop(mut self) -> Result<()> {
         drop(self.stdin.take());
         if self.daemon {
             // SAFETY: signalling our own child.
@@ -140,8 +140,8 @@ fn usage(pid: u32) -> (u64, u64, u64) {
     (ticks, kib("VmRSS:"), kib("VmHWM:"))
 }
 
-struct Shape {
-    name: &'static str,
+pub(crate) struct Shape {
+    pub name: &'static str,
     /// What the kernel does at the probe site gpuprofd picks.
     site: &'static str,
     lib_dir: &'static str,
@@ -149,7 +149,7 @@ struct Shape {
     floor_symbols: &'static [(&'static str, &'static str)],
 }
 
-const SHAPES: [Shape; 3] = [
+pub(crate) const SHAPES: [Shape; 3] = [
     Shape {
         name: "driver trampoline (cuLaunchKernel)",
         site: "je after cmpl: emulated",
@@ -179,7 +179,7 @@ const SHAPES: [Shape; 3] = [
     },
 ];
 
-fn time_calls(ctx: &Ctx, shape: &Shape) -> Result<f64> {
+pub(crate) fn time_calls(ctx: &Ctx, shape: &Shape) -> Result<f64> {
     let dir = ctx.fake.join(shape.lib_dir);
     let lines: Vec<String> = (0..ctx.reps)
         .map(|_| format!("time_launch {} {}", shape.mode, ctx.calls))
@@ -209,7 +209,7 @@ fn program_time(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
     ))
 }
 
-fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
+pub(crate) fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
     let Ok(on) = crate::bpfstats::Enabled::new() else {
         return Ok((f64::NAN, Vec::new()));
     };
@@ -376,7 +376,7 @@ fn which(name: &str) -> Result<PathBuf> {
         .with_context(|| format!("{name} not found"))
 }
 
-fn daemon_args(ctx: &Ctx, out: &Path, extra: &[&str]) -> Vec<String> {
+pub(crate) fn daemon_args(ctx: &Ctx, out: &Path, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--all-jobs".into(),
         "--no-system-libs".into(),

@@ -1,6 +1,7 @@
 //! Build, run, test and benchmark driver: `cargo xtask <command>`. Each command installs what it
 //! needs first (scripts/setup.sh is idempotent), so a fresh machine needs nothing by hand.
 
+mod against;
 mod bench;
 mod bpfstats;
 mod cpucap;
@@ -71,6 +72,14 @@ enum Cmd {
         /// daemon's RSS for ten minutes).
         #[arg(long, default_value_t = 60)]
         sustain_seconds: u64,
+        /// Instead: this build's probes against another gpuprofd binary's, per hooked call, in
+        /// interleaved rounds (timed and program time; full capture and counted). Prints a
+        /// table; writes nothing.
+        #[arg(long, value_name = "GPUPROFD")]
+        against: Option<PathBuf>,
+        /// Rounds of `--against` (each: both builds, both modes, every entry shape).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
 }
 
@@ -319,6 +328,8 @@ fn main() -> Result<()> {
         Cmd::Bench {
             quick,
             sustain_seconds,
+            against,
+            rounds,
         } => {
             let bin = build()?;
             if !is_root() {
@@ -326,7 +337,20 @@ fn main() -> Result<()> {
                     "the benchmark attaches uprobes and must run as root: `sudo -E cargo xtask bench`"
                 );
             }
-            bench::run(&root(), &bin, &fakecuda_dir(), quick, sustain_seconds)
+            match against {
+                Some(other) => {
+                    if !other.is_file() {
+                        bail!(
+                            "--against {}: no such file (give the path of another gpuprofd \
+                             binary, e.g. one built from an earlier commit)",
+                            other.display()
+                        );
+                    }
+                    let calls = if quick { 20_000 } else { 1_000_000 };
+                    against::run(&bin, &other, &fakecuda_dir(), rounds.max(1), calls)
+                }
+                None => bench::run(&root(), &bin, &fakecuda_dir(), quick, sustain_seconds),
+            }
         }
     }
 }

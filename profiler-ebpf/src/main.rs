@@ -599,8 +599,9 @@ fn python_frames(
     )
 }
 
-/// Emits the stack record of the call just recorded (same thread, same `ts`; 0 for a counted
-/// launch, which kept no precise time: the clock is read here then) when this call is one of
+/// Emits the stack record of the call just recorded (same thread, same `ts`; 0 when the call
+/// read no precise time, as a launch counted into an existing counter: the clock is read here
+/// then) when this call is one of
 /// the thread's sampled ones ([`stack_due`]). At an entry probe, `caller` is the
 /// return address read off the stack: the frame-pointer walk cannot see the caller there (the
 /// callee has not pushed its frame yet), so it replaces the walk's first entry, which is the

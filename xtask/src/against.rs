@@ -72,14 +72,20 @@ pub fn run(this: &Path, other: &Path, fake: &Path, rounds: usize, calls: u64) ->
             // Column `i` of each pair (0 timed, 1 program): this build's median, the other's,
             // and the rounds in which this build's was the lower.
             let col = |v: &Series, i: usize| median(v.iter().map(|p| [p.0, p.1][i]).collect());
+            // "-" where the kernel kept no program statistics (NaN), rather than "0/N".
             let lower = |i: usize| {
-                a.iter()
+                if a.iter().chain(b).any(|p| [p.0, p.1][i].is_nan()) {
+                    return "-".to_owned();
+                }
+                let n = a
+                    .iter()
                     .zip(b)
                     .filter(|(x, y)| [x.0, x.1][i] < [y.0, y.1][i])
-                    .count()
+                    .count();
+                format!("{n}/{rounds}")
             };
             println!(
-                "| {mode} | {} | {:.0} | {:.0} | {}/{rounds} | {:.0} | {:.0} | {}/{rounds} |",
+                "| {mode} | {} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {} |",
                 shape.name,
                 col(a, 0),
                 col(b, 0),

@@ -85,21 +85,21 @@ impl Bg {
                 let _ = tx.send(l);
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(l) if l.contains("ready") => break,
-                Ok(_) => {}
-                Err(_) => bail!("{} {args:?} never became ready", bin.display()),
-            }
-        }
-        Ok(Bg {
+        let bg = Bg {
             daemon: args.first().is_none_or(|a| a != "floor"),
             stdin: child.stdin.take(),
             child,
             lines: rx,
-        })
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match bg.lines.recv_timeout(left) {
+                Ok(l) if l.contains("ready") => return Ok(bg),
+                Ok(_) => {}
+                Err(_) => bail!("{} {args:?} never became ready", bin.display()),
+            }
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -119,6 +119,19 @@ impl Bg {
             bail!("background process exited with {st}");
         }
         Ok(())
+    }
+}
+
+impl Drop for Bg {
+    /// A step that failed half-way (or a process that never became ready) stops its process
+    /// too, rather than leave a root daemon with its probes attached behind the benchmark.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            drop(self.stdin.take());
+            // SAFETY: signalling our own child, which has not been reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let _ = self.child.wait();
+        }
     }
 }
 

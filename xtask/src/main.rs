@@ -78,7 +78,7 @@ enum Cmd {
         #[arg(long, value_name = "GPUPROFD")]
         against: Option<PathBuf>,
         /// Rounds of `--against` (each: both builds, both modes, every entry shape).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, requires = "against")]
         rounds: usize,
     },
 }

@@ -168,8 +168,8 @@ impl LaunchCounts {
                     api: k.api,
                     tgid: k.tgid,
                     tid: 0,
-                    // Stamped once per kernel tick (a tick at most before the latest
-                    // launch); two CPUs racing a new entry can leave it before `first_ns`.
+                    // Stamped once per kernel tick per entry: at most a tick before the
+                    // latest launch, and never put before the entry's first.
                     ts_ns: v.last_ns.max(v.first_ns),
                 },
                 body: LaunchesBody {

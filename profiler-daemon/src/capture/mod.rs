@@ -511,8 +511,8 @@ pub async fn run_reader(
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| CaptureError::Io(std::io::Error::other(e.to_string())))?;
-    // The probes wake the reader only when the ring fills up (see WAKEUP_BYTES in the eBPF
-    // object); a timer drains it at least every 10 ms.
+    // The probes wake the reader once per 512 KiB added to the backlog (see WAKEUP_BYTES in
+    // the eBPF object); a timer drains it at least every 10 ms.
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

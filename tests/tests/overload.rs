@@ -61,7 +61,7 @@ fn a_storm_past_the_ring_buffer_is_captured_or_counted_per_kind() {
     // record while the backlog is above that: each wakeup is an irq_work, a self-interrupt (a VM
     // exit in a guest), and one per record slowed the profiled threads threefold whenever the
     // daemon fell behind. The 16 MiB ring fills once: 32 wakeups at most, and the machine's own
-    // irq_work besides (a few per second here; the storm lasts well under a second).
+    // irq_work besides (none in 2 s of idle here; the storm lasts well under a second).
     eprintln!("reliability: overload: irq_work interrupts during the storm: {iwi}");
     assert!(
         iwi <= 32 + 200,

@@ -76,7 +76,6 @@ impl NotifySocket {
     }
 }
 
-/// Open descriptors and resident KiB of process `pid`.
 /// What each of a process's descriptors points at (`socket:[…]`, `anon_inode:bpf-map`, a path).
 fn fd_targets(pid: u32) -> Vec<String> {
     let mut targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -13,9 +13,9 @@ const MODES: [(&str, &[&str]); 2] = [
     ("counted", &["--count-launches", "1s"]),
 ];
 
-/// One build's figures for one shape and mode, a pair per round: (timed ns per call, probe
-/// program ns per call).
-type Series = Vec<(f64, f64)>;
+/// One build's figures for one shape and mode, a pair per round: [timed ns per call, probe
+/// program ns per call].
+type Series = Vec<[f64; 2]>;
 
 pub fn run(this: &Path, other: &Path, fake: &Path, rounds: usize, calls: u64) -> Result<()> {
     let builds = [("this", this), ("other", other)];
@@ -46,7 +46,7 @@ pub fn run(this: &Path, other: &Path, fake: &Path, rounds: usize, calls: u64) ->
                 for (s, shape) in SHAPES.iter().enumerate() {
                     let timed = time_calls(&ctx, shape)?;
                     let (prog, _) = program_time_once(&ctx, shape)?;
-                    got[m][s][b].push((timed, prog));
+                    got[m][s][b].push([timed, prog]);
                 }
                 d.stop()?;
             }
@@ -71,17 +71,13 @@ pub fn run(this: &Path, other: &Path, fake: &Path, rounds: usize, calls: u64) ->
             let [a, b] = &got[m][s];
             // Column `i` of each pair (0 timed, 1 program): this build's median, the other's,
             // and the rounds in which this build's was the lower.
-            let col = |v: &Series, i: usize| median(v.iter().map(|p| [p.0, p.1][i]).collect());
+            let col = |v: &Series, i: usize| median(v.iter().map(|p| p[i]).collect());
             // "-" where the kernel kept no program statistics (NaN), rather than "0/N".
             let lower = |i: usize| {
-                if a.iter().chain(b).any(|p| [p.0, p.1][i].is_nan()) {
+                if a.iter().chain(b).any(|p| p[i].is_nan()) {
                     return "-".to_owned();
                 }
-                let n = a
-                    .iter()
-                    .zip(b)
-                    .filter(|(x, y)| [x.0, x.1][i] < [y.0, y.1][i])
-                    .count();
+                let n = a.iter().zip(b).filter(|(x, y)| x[i] < y[i]).count();
                 format!("{n}/{rounds}")
             };
             println!(

@@ -108,17 +108,21 @@ impl Bg {
 
     /// Closes stdin (which stops a floor) and, for the daemon, sends SIGINT; waits.
     pub fn stop(mut self) -> Result<()> {
-        drop(self.stdin.take());
-        if self.daemon {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        }
-        let st = self.child.wait()?;
+        let st = self.end()?;
         while self.lines.try_recv().is_ok() {}
         if !st.success() {
             bail!("background process exited with {st}");
         }
         Ok(())
+    }
+
+    fn end(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        if self.daemon {
+            // SAFETY: signalling our own child, not yet reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        }
+        self.child.wait()
     }
 }
 
@@ -127,10 +131,7 @@ impl Drop for Bg {
     /// too, rather than leave a root daemon with its probes attached behind the benchmark.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            drop(self.stdin.take());
-            // SAFETY: signalling our own child, which has not been reaped.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-            let _ = self.child.wait();
+            let _ = self.end();
         }
     }
 }

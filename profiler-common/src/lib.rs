@@ -28,10 +28,12 @@ pub mod maps {
     /// unselected process costs one lookup per hooked call. Userspace clears it whenever it
     /// adds a cgroup to `FILTER_CGROUPS`.
     pub const FILTER_VERDICT: &str = "FILTER_VERDICT";
-    /// Per-thread runtime call in flight (pairing runtime with driver, runtime return probes),
-    /// and the thread's stack-sampling countdown (`Pending::stack_left`).
+    /// Task-local storage (`BPF_MAP_TYPE_TASK_STORAGE`, one [`crate::Pending`] per thread, freed
+    /// with the thread; no userspace access): the runtime call in flight (pairing runtime with
+    /// driver, runtime return probes), and the thread's stack-sampling countdown
+    /// (`Pending::stack_left`).
     pub const PEND_RT: &str = "PEND_RT";
-    /// Per-thread driver call in flight (driver return probes).
+    /// Task-local storage like [`PEND_RT`]: the driver call in flight (driver return probes).
     pub const PEND_DRV: &str = "PEND_DRV";
     /// Per-thread `mmap(PROT_EXEC, fd)` in flight (`u32 tid` → length).
     pub const MMAP_PEND: &str = "MMAP_PEND";
@@ -55,13 +57,13 @@ pub mod maps {
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it
     /// ends, so their entry counts follow the live processes, not the node's history.
-    pub const STATE: [&str; 7] = [
+    /// (The per-thread call slots, [`PEND_RT`] and [`PEND_DRV`], are task storage: no capacity
+    /// to fill, and nothing userspace can count.)
+    pub const STATE: [&str; 5] = [
         FILTER_TGIDS,
         FILTER_CGROUPS,
         FILTER_VERDICT,
         MMAP_PEND,
-        PEND_RT,
-        PEND_DRV,
         PY_PROCS,
     ];
 }

@@ -22,9 +22,10 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_stack,
-        bpf_jiffies64, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
+        bpf_get_current_uid_gid, bpf_get_stack, bpf_jiffies64, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_task_storage_get,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
@@ -58,10 +59,68 @@ static FILTER_VERDICT: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536,
 static MMAP_PEND: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 #[map(name = "EXIT_CONFIG")]
 static EXIT_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
-#[map(name = "PEND_RT")]
-static PEND_RT: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
-#[map(name = "PEND_DRV")]
-static PEND_DRV: LruHashMap<u64, Pending> = LruHashMap::with_max_entries(65536, 0);
+#[unsafe(link_section = ".maps")]
+#[unsafe(export_name = "PEND_RT")]
+static PEND_RT: TaskStorage<Pending> = TaskStorage::new();
+#[unsafe(link_section = ".maps")]
+#[unsafe(export_name = "PEND_DRV")]
+static PEND_DRV: TaskStorage<Pending> = TaskStorage::new();
+
+/// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`, defined in BTF as the kernel
+/// requires; aya-ebpf 0.2 has the other local storages but not this one): one value per
+/// thread, hung off its `task_struct`. A lookup is a load from the task's storage cache, where a
+/// hash map keyed by pid/tid hashes and compares the key in a bucket; the kernel frees a
+/// thread's value with the thread, and there is no capacity that a node's threads can fill.
+#[repr(C)]
+pub struct TaskStorage<T> {
+    r#type: *const [i32; aya_ebpf::bindings::bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; aya_ebpf::bindings::BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholder pointers the loader reads from BTF; never dereferenced.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    const fn new() -> Self {
+        Self {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    #[inline(always)]
+    fn lookup(&self, flags: u64) -> Option<*mut T> {
+        // SAFETY: plain helper calls; the task pointer is the kernel's own current task.
+        let p = unsafe {
+            bpf_task_storage_get(
+                self as *const Self as *mut core::ffi::c_void,
+                bpf_get_current_task_btf(),
+                core::ptr::null_mut(),
+                flags,
+            )
+        } as *mut T;
+        (!p.is_null()).then_some(p)
+    }
+
+    /// The calling thread's value, if it has one.
+    #[inline(always)]
+    fn get_ptr_mut(&self) -> Option<*mut T> {
+        self.lookup(0)
+    }
+
+    /// The calling thread's value, made (zeroed) if it has none. `None` only when the kernel
+    /// cannot make one (out of memory, or the storage busy on this CPU in a nested program).
+    #[inline(always)]
+    fn get_or_create(&self) -> Option<*mut T> {
+        self.lookup(aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64)
+    }
+}
 
 #[map(name = "LAUNCH_MODE")]
 static LAUNCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
@@ -274,8 +333,8 @@ fn emit<B: Copy + 'static>(k: u32, api: u16, pid_tgid: u64, ts: u64, body: B) {
 ///
 /// `None` when the call is nested; else the thread's `PEND_RT` slot, when it has one.
 #[inline(always)]
-fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64) -> Option<Home> {
-    let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) else {
+fn nested_in_runtime(cls: u32, sp: u64) -> Option<Home> {
+    let Some(slot) = PEND_RT.get_ptr_mut() else {
         return Some(None);
     };
     // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
@@ -292,8 +351,7 @@ fn nested_in_runtime(pid_tgid: u64, cls: u32, sp: u64) -> Option<Home> {
         && unsafe { bpf_jiffies64() }.wrapping_sub(p.v[1]) < PENDING_ENTRY_ONLY_MAX_JIFFIES
         && stack(p.sp, 0) == p.v[0]
     {
-        // Consumed in place: the thread keeps its slot (removed when it exits), which spares
-        // the hot path an LRU delete and the next call an LRU insert.
+        // Consumed in place: the thread keeps its slot (freed with the thread).
         p.state = PENDING_NONE;
         return None;
     }
@@ -306,8 +364,8 @@ type Home = Option<*mut Pending>;
 
 /// Clears a thread's slot in place (see [`save`]).
 #[inline(always)]
-fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
-    if let Some(slot) = map.get_ptr_mut(&pid_tgid) {
+fn clear_slot(map: &TaskStorage<Pending>) {
+    if let Some(slot) = map.get_ptr_mut() {
         // SAFETY: as in `save`.
         unsafe { (*slot).state = PENDING_NONE };
     }
@@ -320,34 +378,21 @@ fn clear_slot(map: &LruHashMap<u64, Pending>, pid_tgid: u64) {
 /// left: nothing reads it while the slot is entry-only, and [`save`] writes all of it), which
 /// spares the launch path a whole-slot copy.
 #[inline(always)]
-fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home {
+fn runtime_slot(cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home {
     // SAFETY: plain helper call (inlined by the verifier).
     let jiffies = unsafe { bpf_jiffies64() };
-    if let Some(slot) = PEND_RT.get_ptr_mut(&pid_tgid) {
-        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
-        unsafe {
-            (*slot).sp = sp;
-            (*slot).cookie = c.pack();
-            (*slot).v[0] = ret;
-            (*slot).v[1] = jiffies;
-            (*slot).class = cls;
-            (*slot).kind = 0;
-            (*slot).state = PENDING_ENTRY_ONLY;
-        }
-        return Some(slot);
+    let slot = PEND_RT.get_or_create()?;
+    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
+    unsafe {
+        (*slot).sp = sp;
+        (*slot).cookie = c.pack();
+        (*slot).v[0] = ret;
+        (*slot).v[1] = jiffies;
+        (*slot).class = cls;
+        (*slot).kind = 0;
+        (*slot).state = PENDING_ENTRY_ONLY;
     }
-    let p = Pending {
-        ts_ns: 0,
-        sp,
-        cookie: c.pack(),
-        v: [ret, jiffies, 0, 0, 0, 0],
-        class: cls,
-        kind: 0,
-        state: PENDING_ENTRY_ONLY,
-        stack_left: 0,
-    };
-    let _ = PEND_RT.insert(&pid_tgid, &p, 0);
-    None
+    Some(slot)
 }
 
 /// Entry bookkeeping shared by every recorded call. Returns `None` when the call is a nested
@@ -355,7 +400,7 @@ fn runtime_slot(pid_tgid: u64, cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home 
 /// up. `ret`: the return address when the probe has already read it (it is read here
 /// otherwise, and only when needed).
 #[inline(always)]
-fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Option<Home> {
+fn enter(c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Option<Home> {
     if c.has(cookie::F_RUNTIME) {
         if c.has(cookie::F_RET) {
             return Some(None);
@@ -364,12 +409,12 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Opti
             Some(v) => v,
             None => stack(sp, 0),
         };
-        Some(runtime_slot(pid_tgid, cls, sp, c, ret))
+        Some(runtime_slot(cls, sp, c, ret))
     } else {
-        let home = nested_in_runtime(pid_tgid, cls, sp);
+        let home = nested_in_runtime(cls, sp);
         if home.is_none() && c.has(cookie::F_RET) {
             // No stale entry may be picked up by this call's return probe.
-            clear_slot(&PEND_DRV, pid_tgid);
+            clear_slot(&PEND_DRV);
         }
         home
     }
@@ -382,7 +427,7 @@ fn enter(pid_tgid: u64, c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Opti
 fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_regs, u64)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
-    enter(pt, &c, cls, r.rsp, None)?;
+    enter(&c, cls, r.rsp, None)?;
     // After the nesting check: a nested driver call needs no clock read.
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -408,7 +453,7 @@ fn begin_stack<const N: usize>(
     };
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
-    let home = enter(pt, &c, cls, r.rsp, early.map(|s| s[0]))?;
+    let home = enter(&c, cls, r.rsp, early.map(|s| s[0]))?;
     let s = match early {
         Some(s) => s,
         None => read(),
@@ -417,43 +462,34 @@ fn begin_stack<const N: usize>(
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
-/// An existing slot is written in place (an LRU insert allocates a new element every time), one
-/// store per field: the stack-sampling countdown stays, and the zero words of `v` do not become
-/// a call to the BPF target's byte-wise `memset` (a subprogram call that cost a launch probe
-/// about as much as its ring-buffer record).
+/// The slot is written in place, one store per field: the stack-sampling countdown stays, and
+/// the zero words of `v` do not become a call to the BPF target's byte-wise `memset` (a
+/// subprogram call that cost a launch probe about as much as its ring-buffer record). A thread
+/// whose slot the kernel cannot make (out of memory) loses this call's record: it is counted
+/// as dropped.
 #[inline(always)]
-fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
+fn save(c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
     let map = if c.has(cookie::F_RUNTIME) {
         &PEND_RT
     } else {
         &PEND_DRV
     };
-    if let Some(slot) = map.get_ptr_mut(&pid_tgid) {
-        // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
-        unsafe {
-            (*slot).ts_ns = now;
-            (*slot).sp = sp;
-            (*slot).cookie = c.pack();
-            for (i, x) in v.iter().enumerate() {
-                core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).v[i]), *x);
-            }
-            (*slot).class = cls;
-            (*slot).kind = k;
-            (*slot).state = PENDING_HAS_RETURN;
-        }
+    let Some(slot) = map.get_or_create() else {
+        bump(&DROPS, k);
         return;
-    }
-    let p = Pending {
-        ts_ns: now,
-        sp,
-        cookie: c.pack(),
-        v,
-        class: cls,
-        kind: k,
-        state: PENDING_HAS_RETURN,
-        stack_left: 0,
     };
-    let _ = map.insert(&pid_tgid, &p, 0);
+    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
+    unsafe {
+        (*slot).ts_ns = now;
+        (*slot).sp = sp;
+        (*slot).cookie = c.pack();
+        for (i, x) in v.iter().enumerate() {
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).v[i]), *x);
+        }
+        (*slot).class = cls;
+        (*slot).kind = k;
+        (*slot).state = PENDING_HAS_RETURN;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,7 +501,7 @@ fn save(pid_tgid: u64, c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64;
 /// slot: `home` when the probe has it, else looked up here (and made for a thread that has
 /// none: one that calls the driver directly).
 #[inline(always)]
-fn stack_due(pid_tgid: u64, home: Home) -> Option<u32> {
+fn stack_due(home: Home) -> Option<u32> {
     let period = match STACK_CONFIG.get(0) {
         Some(&p) if p > 0 => p,
         _ => return None,
@@ -473,19 +509,10 @@ fn stack_due(pid_tgid: u64, home: Home) -> Option<u32> {
     if period == 1 {
         return Some(1);
     }
+    // A thread's new slot is zeroed: its first call is sampled.
     let slot = match home {
         Some(slot) => slot,
-        None => match PEND_RT.get_ptr_mut(&pid_tgid) {
-            Some(slot) => slot,
-            None => {
-                let p = Pending {
-                    stack_left: period - 1,
-                    ..Pending::default()
-                };
-                let _ = PEND_RT.insert(&pid_tgid, &p, 0);
-                return Some(period);
-            }
-        },
+        None => PEND_RT.get_or_create()?,
     };
     // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
     let left = unsafe { &mut (*slot).stack_left };
@@ -617,7 +644,7 @@ fn sample_stack<C: EbpfContext>(
     caller: Option<u64>,
     home: Home,
 ) {
-    let Some(period) = stack_due(pid_tgid, home) else {
+    let Some(period) = stack_due(home) else {
         return;
     };
     let ts = if ts == 0 {
@@ -949,7 +976,6 @@ fn finish_copy(
     };
     if c.has(cookie::F_RET) {
         save(
-            pt,
             c,
             class::COPY,
             kind::COPY,
@@ -1123,7 +1149,6 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
     let handle = arg(r, c.a);
     if c.has(cookie::F_RET) {
         save(
-            pt,
             &c,
             class::SYNC,
             kind::SYNC,
@@ -1175,7 +1200,7 @@ pub fn mem_entry(ctx: ProbeContext) -> u32 {
     let op = c.q as u32;
     let v = [arg(r, c.a), arg(r, c.c), arg(r, c.d), arg(r, c.b), 0, 0];
     if c.has(cookie::F_RET) {
-        save(pt, &c, class::MEM, kind::MEM, r.rsp, now, v);
+        save(&c, class::MEM, kind::MEM, r.rsp, now, v);
     } else {
         let body = MemBody {
             ptr: v[0],
@@ -1211,7 +1236,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     } else {
         &PEND_DRV
     };
-    let Some(slot) = map.get_ptr_mut(&pid_tgid) else {
+    let Some(slot) = map.get_ptr_mut() else {
         return 0;
     };
     // The thread's own PEND_RT slot holds its stack-sampling countdown.
@@ -1328,11 +1353,10 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn name_entry(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
-    let Some((pt, c)) = start(&ctx) else { return 0 };
+    let Some((_, c)) = start(&ctx) else { return 0 };
     let r = regs(&ctx);
     let now = unsafe { bpf_ktime_get_ns() };
     save(
-        pt,
         &c,
         class::NAME,
         kind::NAME,
@@ -1383,10 +1407,12 @@ pub fn name_ret(ctx: RetProbeContext) -> u32 {
     } else {
         &PEND_DRV
     };
-    let Some(p) = (unsafe { map.get(&pid_tgid) }).copied() else {
+    let Some(slot) = map.get_ptr_mut() else {
         return 0;
     };
-    let _ = map.remove(&pid_tgid);
+    // SAFETY: our own map's value, copied out, then cleared in place (see `save`).
+    let p = unsafe { *slot };
+    unsafe { (*slot).state = PENDING_NONE };
     let ret: i64 = ctx.ret();
     if p.kind != kind::NAME || p.cookie != c.pack() || ret as i32 != 0 {
         return 0;
@@ -1505,11 +1531,10 @@ pub fn proc_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    // What this thread left in the per-thread maps goes with it, whether or not its process is
-    // selected: LRU eviction would make room eventually, but entries of ended threads must not
-    // crowd out live ones, and a node's entry counts must come back when its jobs end.
-    let _ = PEND_RT.remove(&pid_tgid);
-    let _ = PEND_DRV.remove(&pid_tgid);
+    // What this thread left in MMAP_PEND goes with it, whether or not its process is selected:
+    // LRU eviction would make room eventually, but entries of ended threads must not crowd out
+    // live ones, and a node's entry counts must come back when its jobs end. (Its PEND_RT and
+    // PEND_DRV slots are task storage: the kernel frees them with the thread.)
     let _ = MMAP_PEND.remove(&tid);
     match EXIT_CONFIG.get(0) {
         Some(&off) if off != 0 => {

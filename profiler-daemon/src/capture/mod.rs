@@ -71,6 +71,9 @@ pub fn load(ring_bytes: u32) -> Result<Ebpf, CaptureError> {
     raise_memlock_rlimit();
     EbpfLoader::new()
         .map_max_entries(maps::EVENTS, ring_bytes)
+        // PEND_RT and PEND_DRV are task-local storage, which aya creates but has no userspace
+        // type for; only the probes use them.
+        .allow_unsupported_maps()
         .load(EBPF_OBJECT)
         .map_err(|source| {
             if is_permission_error(&source) {

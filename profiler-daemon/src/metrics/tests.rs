@@ -64,9 +64,9 @@ fn extra() -> Extra {
         probes: 95,
         bpf_maps: vec![
             crate::capture::MapFill {
-                map: "PEND_RT",
+                map: "MMAP_PEND",
                 entries: 3,
-                capacity: 65536,
+                capacity: 16384,
             },
             crate::capture::MapFill {
                 map: "PY_PROCS",
@@ -142,7 +142,7 @@ fn exposition_has_exact_values() {
     assert_eq!(
         sorted(samples(&t, "gpuprofd_bpf_map_entries")),
         [
-            "gpuprofd_bpf_map_entries{map=\"PEND_RT\"} 3",
+            "gpuprofd_bpf_map_entries{map=\"MMAP_PEND\"} 3",
             "gpuprofd_bpf_map_entries{map=\"PY_PROCS\"} 0"
         ]
     );
@@ -153,7 +153,7 @@ fn exposition_has_exact_values() {
     assert_eq!(
         sorted(samples(&t, "gpuprofd_bpf_map_capacity")),
         [
-            "gpuprofd_bpf_map_capacity{map=\"PEND_RT\"} 65536",
+            "gpuprofd_bpf_map_capacity{map=\"MMAP_PEND\"} 16384",
             "gpuprofd_bpf_map_capacity{map=\"PY_PROCS\"} 4096"
         ]
     );

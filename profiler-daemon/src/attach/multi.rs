@@ -98,7 +98,9 @@ fn map_fd(m: &Map) -> Option<i32> {
         | Map::HashMap(d)
         | Map::LruHashMap(d)
         | Map::PerCpuHashMap(d)
-        | Map::RingBuf(d) => d,
+        | Map::RingBuf(d)
+        // Task-local storage (PEND_RT, PEND_DRV), which aya creates but has no type for.
+        | Map::Unsupported(d) => d,
         _ => return None,
     };
     Some(d.fd().as_fd().as_raw_fd())

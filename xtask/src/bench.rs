@@ -92,11 +92,30 @@ impl Bg {
             lines: rx,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut why = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match bg.lines.recv_timeout(left) {
-                Ok(l) if l.contains("ready") => return Ok(bg),
-                Ok(_) => {}
+                Ok(l) if l.contains("ready") => {
+                    // The floor attaches through uprobe_multi links where the kernel has them;
+                    // a daemon that fell back to perf-event uprobes there would be measured
+                    // against a floor attached another way (it happened once, silently: a map
+                    // type the link loader did not know).
+                    if bg.daemon && l.contains("perf-event uprobes") && kernel_has_uprobe_multi() {
+                        bail!(
+                            "{} attached perf-event uprobes on a kernel with uprobe_multi links \
+                             (6.6+), so its figures would not compare with the floor's: {}",
+                            bin.display(),
+                            why.join(" / ")
+                        );
+                    }
+                    return Ok(bg);
+                }
+                Ok(l) => {
+                    if l.contains("uprobe_multi") {
+                        why.push(l);
+                    }
+                }
                 Err(_) => bail!("{} {args:?} never became ready", bin.display()),
             }
         }
@@ -134,6 +153,17 @@ impl Drop for Bg {
             let _ = self.end();
         }
     }
+}
+
+/// Whether the running kernel is 6.6 or later, where `uprobe_multi` links exist.
+fn kernel_has_uprobe_multi() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = rel
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|v| v.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (major, minor) >= (6, 6)
 }
 
 /// CPU ticks (utime + stime) and resident set (KiB, now and peak) of `pid`.

@@ -68,8 +68,8 @@ static PEND_DRV: TaskStorage<Pending> = TaskStorage::new();
 
 /// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`, defined in BTF as the kernel
 /// requires; aya-ebpf 0.2 has the other local storages but not this one): one value per
-/// thread, hung off its `task_struct`. A lookup is a load from the task's storage cache, where a
-/// hash map keyed by pid/tid hashes and compares the key in a bucket; the kernel frees a
+/// thread, hung off its `task_struct`. A lookup finds the value in the task's storage cache,
+/// where a hash map keyed by pid/tid hashes and compares the key in a bucket; the kernel frees a
 /// thread's value with the thread, and there is no capacity that a node's threads can fill.
 #[repr(C)]
 pub struct TaskStorage<T> {
@@ -337,7 +337,7 @@ fn nested_in_runtime(cls: u32, sp: u64) -> Option<Home> {
     let Some(slot) = PEND_RT.get_ptr_mut() else {
         return Some(None);
     };
-    // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
     let p = unsafe { &mut *slot };
     if sp >= p.sp {
         return Some(Some(slot));
@@ -361,6 +361,28 @@ fn nested_in_runtime(cls: u32, sp: u64) -> Option<Home> {
 /// The calling thread's `PEND_RT` slot when a probe has already looked it up (`None`: not
 /// looked up, or the thread has none yet). Its stack-sampling countdown lives there.
 type Home = Option<*mut Pending>;
+
+/// The slots of a call of this cookie's layer: runtime calls in `PEND_RT`, driver calls in
+/// `PEND_DRV`.
+#[inline(always)]
+fn slots(c: &Cookie) -> &'static TaskStorage<Pending> {
+    if c.has(cookie::F_RUNTIME) {
+        &PEND_RT
+    } else {
+        &PEND_DRV
+    }
+}
+
+/// For a return probe: the thread's slot and a copy of what [`save`] left in it, the slot
+/// cleared in place (it stays the thread's).
+#[inline(always)]
+fn take(map: &TaskStorage<Pending>) -> Option<(*mut Pending, Pending)> {
+    let slot = map.get_ptr_mut()?;
+    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
+    let p = unsafe { *slot };
+    unsafe { (*slot).state = PENDING_NONE };
+    Some((slot, p))
+}
 
 /// Clears a thread's slot in place (see [`save`]).
 #[inline(always)]
@@ -469,12 +491,7 @@ fn begin_stack<const N: usize>(
 /// as dropped.
 #[inline(always)]
 fn save(c: &Cookie, cls: u32, k: u32, sp: u64, now: u64, v: [u64; 6]) {
-    let map = if c.has(cookie::F_RUNTIME) {
-        &PEND_RT
-    } else {
-        &PEND_DRV
-    };
-    let Some(slot) = map.get_or_create() else {
+    let Some(slot) = slots(c).get_or_create() else {
         bump(&DROPS, k);
         return;
     };
@@ -514,7 +531,7 @@ fn stack_due(home: Home) -> Option<u32> {
         Some(slot) => slot,
         None => PEND_RT.get_or_create()?,
     };
-    // SAFETY: our own map's value; only this thread (the key) touches it while it runs.
+    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
     let left = unsafe { &mut (*slot).stack_left };
     let n = *left;
     *left = if n == 0 { period - 1 } else { n - 1 };
@@ -1231,12 +1248,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the context pointer is the program's own.
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let map = if c.has(cookie::F_RUNTIME) {
-        &PEND_RT
-    } else {
-        &PEND_DRV
-    };
-    let Some(slot) = map.get_ptr_mut() else {
+    let Some((slot, p)) = take(slots(&c)) else {
         return 0;
     };
     // The thread's own PEND_RT slot holds its stack-sampling countdown.
@@ -1245,9 +1257,6 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     } else {
         None
     };
-    // SAFETY: our own map's value, copied out, then cleared in place (see `save`).
-    let p = unsafe { *slot };
-    unsafe { (*slot).state = PENDING_NONE };
     if p.state != PENDING_HAS_RETURN || p.cookie != c.pack() {
         return 0; // a slot left by another call: not ours to finish
     }
@@ -1402,17 +1411,9 @@ pub fn name_ret(ctx: RetProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     let pid_tgid = bpf_get_current_pid_tgid();
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let map = if c.has(cookie::F_RUNTIME) {
-        &PEND_RT
-    } else {
-        &PEND_DRV
-    };
-    let Some(slot) = map.get_ptr_mut() else {
+    let Some((_, p)) = take(slots(&c)) else {
         return 0;
     };
-    // SAFETY: our own map's value, copied out, then cleared in place (see `save`).
-    let p = unsafe { *slot };
-    unsafe { (*slot).state = PENDING_NONE };
     let ret: i64 = ctx.ret();
     if p.kind != kind::NAME || p.cookie != c.pack() || ret as i32 != 0 {
         return 0;

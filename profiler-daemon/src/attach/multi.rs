@@ -58,7 +58,7 @@ impl MultiProgs {
                     arrays.push(a);
                     fd
                 }
-                m => map_fd(m).ok_or("unexpected map type")?,
+                m => map_fd(m).ok_or_else(|| format!("map {name}: no fd for its type"))?,
             };
             fds.push((name.clone(), fd));
         }

@@ -8,6 +8,7 @@
 #   --bin PATH   the gpuprofd binary (default: ./gpuprofd, else target/release/gpuprofd)
 #   --out DIR    where to write (default: gpu-validation-<UTC date>)
 #   --steps N    measured steps per workload (default 20)
+#   --rounds N   overhead: N rounds, each running every mode once in turn (default 1)
 #   --only LIST  comma-separated step names (see the plan) to run a subset
 #   --lib PATH   also give this CUDA library file or directory to the doctor step (repeatable)
 #   --dry-run    check prerequisites and print the plan; run nothing on the GPU
@@ -25,7 +26,8 @@
 #   code         the code view on a PyTorch model (--stack-period 1): launches attributed to
 #                the known lines of its forward()
 #   attribution  two jobs at once in different cgroups, each job's totals against its own count
-#   overhead     median step time with no profiler / gpuprofd / torch.profiler
+#   overhead     median step time with no profiler / gpuprofd service mode (launches counted
+#                in the kernel) / gpuprofd full capture / torch.profiler
 #                (launch-bound and compute-bound loops)
 #   nvml         nvidia-smi --query-gpu / --query-compute-apps during a run
 # Without BPF (doctor fails) only doctor, procaddr and nvml run; the rest is recorded blocked.
@@ -37,6 +39,7 @@ WL="$HERE/gpu-workloads"
 BIN=""
 OUT=""
 STEPS=20
+ROUNDS=1
 ONLY=""
 DRY=0
 EXTRA_LIBS=()
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --bin) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --lib) EXTRA_LIBS+=(--lib "$2"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
@@ -57,6 +61,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$STEPS" in '' | *[!0-9]*) echo "gpu-validate: --steps needs a number" >&2; exit 2 ;; esac
+case "$ROUNDS" in '' | 0 | *[!0-9]*) echo "gpu-validate: --rounds needs a number above 0" >&2; exit 2 ;; esac
 if [ -z "$BIN" ]; then
     if [ -x ./gpuprofd ]; then BIN=./gpuprofd; else BIN="$ROOT/target/release/gpuprofd"; fi
 fi
@@ -398,31 +403,48 @@ if wanted attribution; then
 fi
 
 # ---- overhead --------------------------------------------------------------------------------
-overhead_run() { # NAME SCRIPT [args...]
-    local name=$1 script=$2
-    shift 2
-    local n=$((STEPS * 3))
+overhead_run() { # NAME STEPS SCRIPT [args...]: ROUNDS rounds, the modes interleaved in each
+    local name=$1 n=$2 script=$3
+    shift 3
+    local round
+    for round in $(seq 1 "$ROUNDS"); do
+        overhead_round "$name" "$n" "$script" "$round" "$@"
+    done
+}
+overhead_round() { # NAME STEPS SCRIPT ROUND [args...]
+    local base=$1 n=$2 script=$3 round=$4
+    shift 4
+    local name=$base
+    [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
     echo "  $name: none"
     "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_none.json" --steps "$n" "$@" 2>/dev/null &&
         record "oh_${name}_none" overhead none "" "" "$OUT/runs/oh_${name}_none.json"
-    echo "  $name: torch.profiler"
-    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
-        record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
     if [ "$BPF_OK" = 1 ]; then
-        echo "  $name: gpuprofd"
+        # The service's default: launches counted in the kernel, no record per launch.
+        echo "  $name: gpuprofd service mode (--count-launches)"
+        "$BIN" --all-jobs --no-live --count-launches 1s --output "$OUT/runs/oh_${name}_counted.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_counted.err" &&
+            record "oh_${name}_counted" overhead gpuprofd-counted "" "" "$OUT/runs/oh_${name}_counted.json"
+        echo "  $name: gpuprofd full capture"
         "$BIN" --all-jobs --no-live --output "$OUT/runs/oh_${name}_gpuprofd.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
             record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
     else
+        blocked "oh_${name}_counted" overhead
         blocked "oh_${name}_gpuprofd" overhead
     fi
+    echo "  $name: torch.profiler"
+    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
+        record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
 }
 if wanted overhead; then
     echo "gpu-validate: overhead"
     if have_py_mod torch; then
-        overhead_run launch_bound launch_bound.py
-        overhead_run compute_bound torch_cnn.py --mode eager --batch 512
+        # A launch-bound step is ~200 launches (about a millisecond): many steps for a stable median.
+        overhead_run launch_bound $((STEPS * 25)) launch_bound.py
+        overhead_run compute_bound $((STEPS * 3)) torch_cnn.py --mode eager --batch 512
     else
         record overhead overhead "" "" "torch is not importable"
     fi

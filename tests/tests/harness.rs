@@ -115,7 +115,8 @@ fn compare_reports_every_mismatch() {
             {"tgid": 100, "launches": 10, "unnamed_launches": 1, "graphs": {"launches": 0},
              "kernels": [{"name": "k1(int)", "calls": 10}],
              "copies": [{"direction": "h2d", "calls": 2, "bytes": 200}],
-             "api": [{"name": "cudaLaunchKernel", "calls": 10}]},
+             "api": [{"name": "cudaLaunchKernel", "calls": 10}, {"name": "cudaMalloc", "calls": 1},
+                     {"name": "cuMemAlloc_v2", "calls": 2}, {"name": "cudaFree", "calls": 1}]},
             {"tgid": 200, "launches": 4, "unnamed_launches": 0, "graphs": {"launches": 5},
              "kernels": [{"name": "k3", "calls": 4}], "copies": [],
              "api": [{"name": "cudaGraphLaunch", "calls": 5}]}]}),
@@ -125,7 +126,7 @@ fn compare_reports_every_mismatch() {
         json!({"workload": "a", "pid": 100, "steps": 1, "step_times_s": [0.1],
           "profiler": {"kernels": 11, "kernel_names": {"k1(int)": 10, "k2": 1},
                        "memcpy": {"h2d": {"calls": 2, "bytes": 200}, "d2h": {"calls": 1, "bytes": 4}},
-                       "api": {"cudaLaunchKernel": 11}},
+                       "api": {"cudaLaunchKernel": 11, "cudaMalloc": 3, "cudaFree": 2}},
           "known": {}}),
     );
     write(
@@ -142,14 +143,18 @@ fn compare_reports_every_mismatch() {
         "gp.json",
         json!({"workload": "lb", "pid": 2, "steps": 3, "step_times_s": [2.0, 2.2, 9.0], "profiler": null, "known": {}}),
     );
-    // The code view: launches whose stack holds `FILE:LINE forward`, per marked line.
+    // The code view: launches whose stack holds `FILE:LINE forward`, per marked line. CPython
+    // 3.11+ names the frame `Net.forward` (its qualified name); `Net.forward_pre` is not it.
     let fwd = |l: u32| format!("/w/code_view.py:{l} forward");
+    let qual = |l: u32| format!("/w/code_view.py:{l} Net.forward");
     write(
         "code.json",
         json!({"schema": "gpuprofd.report/1", "drops": {},
           "processes": [{"tgid": 300, "launches": 9, "code": [
               {"stack": ["/w/code_view.py:50 main", fwd(24)], "launches": 5},
               {"stack": ["/w/code_view.py:50 main", fwd(25)], "launches": 3},
+              {"stack": ["/w/code_view.py:50 main", qual(25)], "launches": 2},
+              {"stack": ["/w/code_view.py:50 main", "/w/code_view.py:26 Net.forward_pre"], "launches": 7},
               {"stack": ["/w/code_view.py:50 main", fwd(26), "x (libc.so.6)"], "launches": 1}],
             "stacks": {"samples": 9, "python": "CPython 3.11 (/usr/bin/python3.11)", "python_no_thread": 0}}]}),
     );
@@ -188,14 +193,17 @@ fn compare_reports_every_mismatch() {
             "run1: gpuprofd counted 10 kernel launches, torch.profiler 11 (-1)",
             "run1: 1 kernel names differ from torch.profiler's, e.g. ['k2']",
             "run1: d2h copies gpuprofd 0 calls / 0 B, torch.profiler 1 / 4 B",
-            "run1: cudaLaunchKernel gpuprofd 10 calls, torch.profiler 11",
+            // A family's total, whatever the split between runtime and driver names (a
+            // statically linked runtime's cudaMalloc reaches gpuprofd as cuMemAlloc_v2).
+            "run1: device frees: gpuprofd 1 calls, torch.profiler 2",
+            "run1: kernel launches: gpuprofd 10 calls, torch.profiler 11",
             "jax_jit: did not run: jax is not importable",
             "code_view: /w/code_view.py:26 forward: 1 launches attributed, expected at least 3",
         ])
     );
     assert_eq!(
         r["code_view"][0]["lines"],
-        json!({"fc1": {"line": 24, "launches": 5}, "relu": {"line": 25, "launches": 3},
+        json!({"fc1": {"line": 24, "launches": 5}, "relu": {"line": 25, "launches": 5},
                "fc2": {"line": 26, "launches": 1}})
     );
     let p = &r["processes"];

@@ -30,13 +30,60 @@ pub fn demangle(mangled: &str) -> String {
         let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
         let sym = cpp_demangle::Symbol::new_with_options(mangled.as_bytes(), &parse).ok()?;
         let opts = cpp_demangle::DemangleOptions::new().recursion_limit(RECURSION_LIMIT);
-        sym.demangle(&opts).ok()
+        let full = sym.demangle(&opts).ok()?;
+        // c++filt (and CUPTI, Nsight, torch.profiler) print the return type of the outermost
+        // function only; the demangler also prints it for a function that encloses a local
+        // entity (`void f<T>(…)::{lambda(int)#1}`), as in every TensorIterator kernel of
+        // PyTorch. A kernel returns void, so where the two differ inside, the name is `void `
+        // and the rest without return types.
+        let bare = sym.demangle(&opts.no_return_type()).ok()?;
+        let name = if full.ends_with(bare.as_str()) || !full.starts_with("void ") {
+            full
+        } else {
+            format!("void {bare}")
+        };
+        Some(literal_suffixes(&name))
     };
     // The demangler has had panics on hostile input in the past; a name is not worth a crash.
     match std::panic::catch_unwind(work) {
         Ok(Some(s)) if !s.is_empty() => s,
         _ => mangled.to_owned(),
     }
+}
+
+/// Integer literals of template arguments as c++filt writes them: `1ul`, `1u`, `-2l`, not the
+/// demangler's `(unsigned long)1` (`std::array<char*, 1ul>`).
+fn literal_suffixes(name: &str) -> String {
+    const CASTS: [(&str, &str); 5] = [
+        ("(unsigned long long)", "ull"),
+        ("(unsigned long)", "ul"),
+        ("(unsigned int)", "u"),
+        ("(long long)", "ll"),
+        ("(long)", "l"),
+    ];
+    if !name.contains(")") {
+        return name.to_owned();
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    'scan: while !rest.is_empty() {
+        for (cast, suffix) in CASTS {
+            if let Some(after) = rest.strip_prefix(cast) {
+                let sign = usize::from(after.starts_with('-'));
+                let digits = after[sign..].bytes().take_while(u8::is_ascii_digit).count();
+                if digits > 0 {
+                    out.push_str(&after[..sign + digits]);
+                    out.push_str(suffix);
+                    rest = &after[sign + digits..];
+                    continue 'scan;
+                }
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// Demangles a native function symbol of a stack frame: Rust (legacy and v0 manglings, hash
@@ -243,6 +290,35 @@ mod tests {
             "void demo::reduce<256>(float const*, float*, int)"
         );
         assert_eq!(demangle("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+    }
+
+    /// PyTorch kernel names as torch.profiler (CUPTI) named them on an H200 (2026-11-26,
+    /// torch 2.11.0+cu130), from the mangled names gpuprofd read in the same run.
+    #[test]
+    fn pytorch_kernels_demangle_as_the_cuda_tools_name_them() {
+        assert_eq!(
+            demangle(
+                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+            ),
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+        );
+        assert_eq!(
+            demangle(
+                "_Z15fft2d_r2c_32x32IfLb0ELj1ELb0EEvP6float2PKT_iiiiiiiiiN5cudnn15reduced_divisorEb4int2ii"
+            ),
+            "void fft2d_r2c_32x32<float, false, 1u, false>(float2*, float const*, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)"
+        );
+        assert_eq!(
+            demangle(
+                "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastINS0_15CUDAFunctor_addIfEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_"
+            ),
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1})"
+        );
+        // Negative and wide literals; casts that are parameter lists stay.
+        assert_eq!(
+            literal_suffixes("k<(long)-2, (unsigned long long)7>(long)"),
+            "k<-2l, 7ull>(long)"
+        );
     }
 
     #[test]

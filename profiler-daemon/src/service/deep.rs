@@ -118,6 +118,8 @@ pub struct DeepCapture {
     /// Ticks the pid has been missing from procfs (the fallback when no exit record comes).
     missing: u32,
     started: Instant,
+    /// The capture's start on the records' clock (CLOCK_MONOTONIC, the file header's origin).
+    from_ns: u64,
     drops_at_start: std::collections::BTreeMap<String, u64>,
 }
 
@@ -139,6 +141,7 @@ impl DeepCapture {
         } = req;
         let header = store::header_now(host, format!("deep capture of {}", target.describe()));
         let label = format!("(deep capture {id} of {})", target.describe());
+        let from_ns = header.started_at_monotonic_ns;
         let mut writer = Writer::to_sink(Box::new(sink), Path::new(&label), header);
         writer.frame(&Frame::Api(api.to_vec()));
         DeepCapture {
@@ -153,8 +156,16 @@ impl DeepCapture {
             ended: false,
             missing: 0,
             started: Instant::now(),
+            from_ns,
             drops_at_start,
         }
+    }
+
+    /// Starts the capture's window at `ns` instead of its creation (tests).
+    #[cfg(test)]
+    pub fn from_ns(mut self, ns: u64) -> Self {
+        self.from_ns = ns;
+        self
     }
 
     /// Whether `tgid`'s records go into this capture; at a process's first one, what the
@@ -198,7 +209,14 @@ impl DeepCapture {
         m
     }
 
+    /// A record of the process. The capture is of what happened from its start: a call made
+    /// before it is left out even when its record arrives after it (the reader hands records
+    /// over in batches, and one can still be on its way when the capture is granted). Name and
+    /// alias records are kept whenever they were made: they name the calls that follow.
     pub fn record(&mut self, tgid: u32, rec: &[u8], exit: bool) {
+        if made_before(rec, self.from_ns) {
+            return;
+        }
         self.writer.record(rec);
         if exit && self.target == Target::Pid(tgid) {
             self.ended = true;
@@ -290,6 +308,21 @@ impl DeepCapture {
             "deep capture finished"
         );
     }
+}
+
+/// Whether `rec` is a call's record (a launch, copy, sync, allocation, graph launch or stack)
+/// made before `from_ns`.
+fn made_before(rec: &[u8], from_ns: u64) -> bool {
+    let field = |at: usize, n: usize| rec.get(at..at + n);
+    let (Some(k), Some(ts)) = (field(0, 4), field(16, 8)) else {
+        return false;
+    };
+    let k = u32::from_le_bytes(k.try_into().expect("4 bytes"));
+    let ts = u64::from_le_bytes(ts.try_into().expect("8 bytes"));
+    matches!(
+        k,
+        kind::LAUNCH | kind::COPY | kind::SYNC | kind::MEM | kind::GRAPH | kind::STACK
+    ) && ts < from_ns
 }
 
 /// The name and alias records that rebuild `names` for `tgid` in a reader.

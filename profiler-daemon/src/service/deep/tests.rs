@@ -76,6 +76,21 @@ fn read_back(
     (r, samples)
 }
 
+/// A sync record (under API 0, the test table's cudaLaunchKernel: its kind is what counts).
+fn sync_rec(tgid: u32, ts_ns: u64) -> Vec<u8> {
+    encode(&Record {
+        header: Header {
+            kind: kind::SYNC,
+            api: 0,
+            tgid,
+            tid: tgid,
+            ts_ns,
+        },
+        body: profiler_common::SyncBody::default(),
+    })
+    .to_vec()
+}
+
 fn meta(comm: &str) -> ProcessMeta {
     ProcessMeta {
         comm: comm.into(),
@@ -107,7 +122,13 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
         stop: stop.clone(),
     };
     let drops = std::collections::BTreeMap::from([("launch".to_string(), 7)]);
-    let mut d = DeepCapture::new(1, req, Some(42), api().list(), drops, "node1".into());
+    let mut d =
+        DeepCapture::new(1, req, Some(42), api().list(), drops, "node1".into()).from_ns(100);
+    // Made before the capture started (at 100), read after it: the process's last launch and
+    // sync before it, and a name; the calls are not the capture's, the name is needed.
+    feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 99));
+    feed(&mut agg, &mut d, &sync_rec(10, 99));
+    feed(&mut agg, &mut d, &name(10, 0x2000, "_Z4axpyPf"));
     // During: 3 runtime launches and 2 driver launches of the aliased handle in 10; 4 in 20.
     for i in 0..3 {
         feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 100 + i));
@@ -118,6 +139,7 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
     for i in 0..4 {
         feed(&mut agg, &mut d, &launch(20, 0, 0x1000, 300 + i));
     }
+    feed(&mut agg, &mut d, &launch(10, 0, 0x2000, 400));
     assert_eq!(d.tick(), None, "still running");
     stop.store(true, Ordering::Relaxed);
     assert_eq!(d.tick().as_deref(), Some("stopped by the client"));
@@ -131,7 +153,10 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
     let pids: Vec<u32> = r.report.processes.iter().map(|p| p.tgid).collect();
     assert_eq!(pids, [10], "only the process asked for");
     let p = &r.report.processes[0];
-    assert_eq!((p.comm.as_str(), p.launches), ("python3", 5));
+    assert_eq!((p.comm.as_str(), p.launches), ("python3", 6));
+    let calls = |n: &str| p.api.iter().find(|a| a.name == n).map(|a| a.calls);
+    // 3 + 1 launches; the launch and the sync made before the start are not in it.
+    assert_eq!(calls("cudaLaunchKernel"), Some(4), "{:?}", p.api);
     let mut k: Vec<(String, u64, String)> = p
         .kernels
         .iter()
@@ -141,6 +166,7 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
     assert_eq!(
         k,
         [
+            ("axpy(float*)".into(), 1, "cudaLaunchKernel".into()),
             ("gemm(float*, int)".into(), 2, "cuLaunchKernel".into()),
             ("gemm(float*, int)".into(), 3, "cudaLaunchKernel".into()),
         ]
@@ -165,7 +191,8 @@ fn a_client_that_stops_reading_ends_its_capture() {
         api().list(),
         Default::default(),
         "n".into(),
-    );
+    )
+    .from_ns(0);
     let mut agg = agg;
     agg.set_process_meta(10, meta("python3"));
     let mut why = None;
@@ -204,7 +231,8 @@ fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_their
         api().list(),
         Default::default(),
         "n".into(),
-    );
+    )
+    .from_ns(0);
     feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 1));
     // NVML lists both processes; the user's capture keeps their own.
     let sample = crate::nvml::Sample {
@@ -258,7 +286,8 @@ fn a_capture_ends_when_its_duration_is_over() {
         sink: ChannelSink::new(tx),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let mut d = DeepCapture::new(1, req, None, api().list(), Default::default(), "n".into());
+    let mut d =
+        DeepCapture::new(1, req, None, api().list(), Default::default(), "n".into()).from_ns(0);
     let why = d.tick().expect("over at once");
     assert_eq!(why, "duration reached");
     d.finish(&why, &Default::default());

@@ -1,7 +1,7 @@
 //! One capture session: check the target, load and attach, run reader and aggregator, report.
 //!
-//! Tasks: the ring-buffer reader (capture) and the single-owner aggregator (model) run on the
-//! runtime; this task keeps the eBPF object (attach, counters) and the once-a-second chores
+//! The ring-buffer reader (capture) runs on a thread of its own; the single-owner aggregator
+//! (model) runs on the runtime; this task keeps the eBPF object (attach, counters) and the once-a-second chores
 //! (live lines, new libraries, exited processes). Stopping drains the ring buffer before the
 //! report is written, so nothing captured is lost.
 
@@ -332,13 +332,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         }
         _ => None,
     };
-    let reader = tokio::spawn(capture::run_reader(
-        ring,
-        tx,
-        cancel.clone(),
-        stats.clone(),
-        counting,
-    ));
+    let reader = capture::spawn_reader(ring, tx, cancel.clone(), stats.clone(), counting)?;
     let (maps_tx, mut maps_rx) = mpsc::unbounded_channel::<Sighting>();
     let seen = Seen {
         known: HashSet::new(),
@@ -660,7 +654,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     cancel.cancel();
     reader
         .await
-        .map_err(|e| SessionError::Internal(format!("reader task: {e}")))??;
+        .map_err(|_| SessionError::Internal("the ring-buffer reader thread died".into()))??;
 
     let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
     let submitted = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)?;

@@ -503,8 +503,37 @@ fn is_live_process(tgid: u32) -> bool {
     })
 }
 
+/// [`run_reader`] on a thread of its own, with a single-threaded runtime, so that nothing else
+/// the daemon does can keep it from draining every 10 ms. As a task on the shared two-worker
+/// runtime it was held off: on a GPU node a deep capture received records made 430 ms before it
+/// started (blocking work on both workers is the likeliest cause: a new process's libraries
+/// read for symbols, probes attached). A ring buffer that is not read fills and loses records.
+/// The receiver says how the reader ended.
+pub fn spawn_reader(
+    ring: RingBuf<MapData>,
+    tx: mpsc::Sender<Batch>,
+    cancel: CancellationToken,
+    stats: Arc<ReaderStats>,
+    counting: Option<Counting>,
+) -> Result<tokio::sync::oneshot::Receiver<Result<(), CaptureError>>, CaptureError> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("gpuprofd-ring".into())
+        .spawn(move || {
+            let ended = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(CaptureError::Io)
+                .and_then(|rt| rt.block_on(run_reader(ring, tx, cancel, stats, counting)));
+            let _ = done_tx.send(ended);
+        })
+        .map_err(CaptureError::Io)?;
+    Ok(done_rx)
+}
+
 /// Reads the ring buffer until `cancel`, then drains it one last time and returns.
-pub async fn run_reader(
+async fn run_reader(
     ring: RingBuf<MapData>,
     tx: mpsc::Sender<Batch>,
     cancel: CancellationToken,

@@ -111,11 +111,18 @@ struct Interp {
 /// still looked up but no longer kept.
 const MAX_CACHED: usize = 1 << 20;
 
+/// Reads of one code object before its frames stay unnamed. A read can fail while the process
+/// runs (on an H200 node four code objects of a live PyTorch process failed at first sight,
+/// which left every forward() frame unnamed); the next stack through it tries again.
+const PY_READ_TRIES: u8 = 4;
+
 /// Names the frames of stacks: live (from the processes) or from a capture file's records.
 pub struct StackResolver {
     live: Option<Arc<ProcSymbols>>,
     native: HashMap<(u32, u64), Option<Arc<NativeFrame>>>,
     py: HashMap<(u32, u64), Option<Arc<PyCode>>>,
+    /// Code objects whose read failed, with the attempts so far (see [`PY_READ_TRIES`]).
+    py_failed: HashMap<(u32, u64), u8>,
     interp: HashMap<u32, Option<Interp>>,
     /// Names looked up since the last [`Self::take_log`] (for the capture file).
     log: Vec<StackSym>,
@@ -136,6 +143,7 @@ impl StackResolver {
             live: None,
             native: HashMap::new(),
             py: HashMap::new(),
+            py_failed: HashMap::new(),
             interp: HashMap::new(),
             log: Vec::new(),
         }
@@ -179,6 +187,7 @@ impl StackResolver {
     pub fn forget(&mut self, tgid: u32) {
         self.native.retain(|k, _| k.0 != tgid);
         self.py.retain(|k, _| k.0 != tgid);
+        self.py_failed.retain(|k, _| k.0 != tgid);
         self.interp.remove(&tgid);
     }
 
@@ -235,20 +244,37 @@ impl StackResolver {
     }
 
     fn py(&mut self, tgid: u32, code: u64) -> Option<Arc<PyCode>> {
-        if let Some(c) = self.py.get(&(tgid, code)) {
-            return c.clone();
+        let key = (tgid, code);
+        match self.py.get(&key) {
+            Some(Some(c)) => return Some(c.clone()),
+            // Replay, or a code object given up on: unnamed.
+            Some(None) if self.py_failed.get(&key).is_none_or(|&n| n >= PY_READ_TRIES) => {
+                return None;
+            }
+            _ => {}
         }
         self.live.as_ref()?;
         let layout = self.interp(tgid)?.layout?;
-        let info = python::read_code(tgid, layout, code);
+        let info = match python::read_code(tgid, layout, code) {
+            Ok(c) => {
+                self.py_failed.remove(&key);
+                Some(c)
+            }
+            Err(why) => {
+                let n = self.py_failed.entry(key).or_insert(0);
+                *n += 1;
+                tracing::debug!(tgid, attempt = *n, %why, "cannot read a Python code object");
+                None
+            }
+        };
         self.log.push(StackSym::PyCode {
             tgid,
             code,
             info: info.clone(),
         });
         let info = info.map(Arc::new);
-        if self.room() {
-            self.py.insert((tgid, code), info.clone());
+        if self.room() || self.py.contains_key(&key) {
+            self.py.insert(key, info.clone());
         }
         info
     }
@@ -567,6 +593,79 @@ mod tests {
             offset: 0x40,
             source: Vec::new(),
         })
+    }
+
+    /// A code object whose first read fails (its file name is not there yet) is read again at
+    /// its next sighting, and named; one that never reads is given up after
+    /// [`PY_READ_TRIES`]. The "process" is this one, its code objects built in its memory with
+    /// CPython 3.12's layout.
+    #[test]
+    fn a_code_object_that_fails_to_read_is_tried_again() {
+        let l = python::layout(12).expect("3.12 layout");
+        let tgid = std::process::id();
+        // A compact ASCII str: length, state (compact + ascii, kind 1), then its characters.
+        let ascii = |text: &str| {
+            let mut o = vec![0u8; l.obj.ascii_size as usize + text.len() + 1];
+            o[l.obj.unicode_length as usize..][..8]
+                .copy_from_slice(&(text.len() as u64).to_le_bytes());
+            let state: u32 = (1 << l.obj.state_kind_shift)
+                | (1 << l.obj.state_compact_bit)
+                | (1 << l.obj.state_ascii_bit);
+            o[l.obj.unicode_state as usize..][..4].copy_from_slice(&state.to_le_bytes());
+            o[l.obj.ascii_size as usize..][..text.len()].copy_from_slice(text.as_bytes());
+            o
+        };
+        let filename = ascii("train.py");
+        let qualname = ascii("Net.forward");
+        let mut linetable = vec![0u8; l.obj.bytes_sval as usize];
+        linetable[l.obj.bytes_size as usize..][..8].copy_from_slice(&0u64.to_le_bytes());
+        let mut code = vec![0u8; 512];
+        let put = |code: &mut Vec<u8>, at: u64, v: u64| {
+            code[at as usize..][..8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(&mut code, l.code_qualname, qualname.as_ptr() as u64);
+        put(&mut code, l.code_linetable, linetable.as_ptr() as u64);
+        code[l.code_firstlineno as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+        // Not there yet: a file name pointer into the unmapped first page.
+        put(&mut code, l.code_filename, 8);
+        let addr = code.as_ptr() as u64;
+        let mut r = StackResolver::live(Arc::new(crate::enrich::process::ProcSymbols::new()));
+        r.learn(vec![StackSym::Python {
+            tgid,
+            module: "python3.12".into(),
+            minor: 12,
+            frames: true,
+        }]);
+        assert!(r.py(tgid, addr).is_none(), "the first read fails");
+        put(&mut code, l.code_filename, filename.as_ptr() as u64);
+        let c = r
+            .py(tgid, std::hint::black_box(code.as_ptr() as u64))
+            .expect("read again");
+        assert_eq!(
+            (c.filename.as_str(), c.qualname.as_str(), c.firstlineno),
+            ("train.py", "Net.forward", 7)
+        );
+        let logged: Vec<bool> = r
+            .take_log()
+            .iter()
+            .filter_map(|s| match s {
+                StackSym::PyCode { info, .. } => Some(info.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            logged,
+            [false, true],
+            "both reads go to the capture file, the last wins"
+        );
+        // A code object that never reads: PY_READ_TRIES attempts, then no more.
+        let mut bad = vec![0u8; 512];
+        put(&mut bad, l.code_filename, 8);
+        let bad_addr = bad.as_ptr() as u64;
+        for _ in 0..10 {
+            assert!(r.py(tgid, bad_addr).is_none());
+        }
+        assert_eq!(r.take_log().len(), PY_READ_TRIES as usize);
     }
 
     #[test]

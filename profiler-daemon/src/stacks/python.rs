@@ -372,16 +372,26 @@ fn read_str(mem: &File, l: &PyObjLayout, obj: u64) -> Option<String> {
 }
 
 /// Reads the code object at `code` in `tgid`.
-pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Option<PyCode> {
-    let mem = File::open(format!("/proc/{tgid}/mem")).ok()?;
-    let filename = read_str(&mem, &l.obj, read_u64(&mem, code + l.code_filename)?)?;
-    let qualname = read_str(&mem, &l.obj, read_u64(&mem, code + l.code_qualname)?)?;
-    let first = read_mem(&mem, code + l.code_firstlineno, 4)?;
-    let firstlineno = u32::from_le_bytes(first.try_into().ok()?);
-    let lt = read_u64(&mem, code + l.code_linetable)?;
-    let lt_len = read_u64(&mem, lt + l.obj.bytes_size)?.min(MAX_LINETABLE);
-    let linetable = read_mem(&mem, lt + l.obj.bytes_sval, lt_len)?;
-    Some(PyCode {
+pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Result<PyCode, String> {
+    let mem =
+        File::open(format!("/proc/{tgid}/mem")).map_err(|e| format!("/proc/{tgid}/mem: {e}"))?;
+    let field = |what: &str| format!("code object 0x{code:x}: {what} unreadable");
+    let filename = read_u64(&mem, code + l.code_filename)
+        .and_then(|s| read_str(&mem, &l.obj, s))
+        .ok_or_else(|| field("co_filename"))?;
+    let qualname = read_u64(&mem, code + l.code_qualname)
+        .and_then(|s| read_str(&mem, &l.obj, s))
+        .ok_or_else(|| field("co_qualname"))?;
+    let firstlineno = read_mem(&mem, code + l.code_firstlineno, 4)
+        .and_then(|b| Some(u32::from_le_bytes(b.try_into().ok()?)))
+        .ok_or_else(|| field("co_firstlineno"))?;
+    let linetable = read_u64(&mem, code + l.code_linetable)
+        .and_then(|lt| {
+            let len = read_u64(&mem, lt + l.obj.bytes_size)?.min(MAX_LINETABLE);
+            read_mem(&mem, lt + l.obj.bytes_sval, len)
+        })
+        .ok_or_else(|| field("co_linetable"))?;
+    Ok(PyCode {
         filename,
         qualname,
         firstlineno,

@@ -411,33 +411,48 @@ overhead_run() { # NAME STEPS SCRIPT [args...]: ROUNDS rounds, the modes interle
         overhead_round "$name" "$n" "$script" "$round" "$@"
     done
 }
-overhead_round() { # NAME STEPS SCRIPT ROUND [args...]
+overhead_round() { # NAME STEPS SCRIPT ROUND [args...]: the modes in an order rotated by ROUND
     local base=$1 n=$2 script=$3 round=$4
     shift 4
     local name=$base
     [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
-    echo "  $name: none"
-    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_none.json" --steps "$n" "$@" 2>/dev/null &&
-        record "oh_${name}_none" overhead none "" "" "$OUT/runs/oh_${name}_none.json"
-    if [ "$BPF_OK" = 1 ]; then
+    local modes=(none counted gpuprofd prof) i
+    for i in 0 1 2 3; do
+        overhead_mode "${modes[$(((i + round - 1) % 4))]}" "$name" "$n" "$script" "$@"
+    done
+}
+overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
+    local mode=$1 name=$2 n=$3 script=$4
+    shift 4
+    case "$mode" in
+    none)
+        echo "  $name: none"
+        "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_none.json" --steps "$n" "$@" 2>/dev/null &&
+            record "oh_${name}_none" overhead none "" "" "$OUT/runs/oh_${name}_none.json"
+        ;;
+    counted)
         # The service's default: launches counted in the kernel, no record per launch.
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted" overhead; return; fi
         echo "  $name: gpuprofd service mode (--count-launches)"
         "$BIN" --all-jobs --no-live --count-launches 1s --output "$OUT/runs/oh_${name}_counted.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_counted.err" &&
             record "oh_${name}_counted" overhead gpuprofd-counted "" "" "$OUT/runs/oh_${name}_counted.json"
+        ;;
+    gpuprofd)
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_gpuprofd" overhead; return; fi
         echo "  $name: gpuprofd full capture"
         "$BIN" --all-jobs --no-live --output "$OUT/runs/oh_${name}_gpuprofd.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
             record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
-    else
-        blocked "oh_${name}_counted" overhead
-        blocked "oh_${name}_gpuprofd" overhead
-    fi
-    echo "  $name: torch.profiler"
-    "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
-        record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
+        ;;
+    prof)
+        echo "  $name: torch.profiler"
+        "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
+            record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
+        ;;
+    esac
 }
 if wanted overhead; then
     echo "gpu-validate: overhead"

@@ -124,7 +124,7 @@ fn capabilities() -> (bool, String) {
     (ok, detail)
 }
 
-fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "unknown".into())

@@ -151,7 +151,7 @@ impl Attacher {
             }
             // Expected before 6.6; on a kernel that has them it is a fault worth seeing (a
             // map the loader could not hand over once made every start fall back silently).
-            Err(e) if release_at_least(&kernel_release(), (6, 6)) => tracing::warn!(
+            Err(e) if release_at_least(&crate::doctor::kernel_release(), (6, 6)) => tracing::warn!(
                 "uprobe_multi links failed on a kernel that has them ({e}): one perf-event \
                  uprobe per symbol instead (each probe hit costs a little more; stopping takes \
                  about 0.1 s per probe)"
@@ -468,10 +468,6 @@ mod version_tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default()
 }
 
 /// Whether a kernel release (`6.18.44-fc-v657-gpu`, `5.15.0-91-generic`) is at least

@@ -36,11 +36,11 @@ pub fn demangle(mangled: &str) -> String {
         // entity (`void f<T>(…)::{lambda(int)#1}`), as in every TensorIterator kernel of
         // PyTorch. A kernel returns void, so where the two differ inside, the name is `void `
         // and the rest without return types.
-        let bare = sym.demangle(&opts.no_return_type()).ok()?;
-        let name = if full.ends_with(bare.as_str()) || !full.starts_with("void ") {
-            full
-        } else {
-            format!("void {bare}")
+        let name = match sym.demangle(&opts.no_return_type()) {
+            Ok(bare) if full.starts_with("void ") && !full.ends_with(bare.as_str()) => {
+                format!("void {bare}")
+            }
+            _ => full,
         };
         Some(literal_suffixes(&name))
     };

@@ -852,16 +852,30 @@ pub fn ctl_json(bin: &Path, socket: &Path, args: &[&str], user: Option<&str>) ->
 /// Polls the service's live snapshot until process `tgid` shows `launches` (bounded); returns
 /// that snapshot.
 pub fn snapshot_when(bin: &Path, socket: &Path, tgid: u32, launches: u64) -> Value {
+    snapshot_until(
+        bin,
+        socket,
+        &format!("process {tgid} at {launches} launches"),
+        |snap| has_process(snap, tgid) && process(snap, tgid)["launches"] == launches,
+    )
+}
+
+/// The service's snapshot once `done` holds of it (bounded wait). Counted launches and ring
+/// records reach the service on their own schedules (the counters are read every period, the
+/// ring every 10 ms), so a test that needs both waits for both.
+pub fn snapshot_until(
+    bin: &Path,
+    socket: &Path,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
         let snap = ctl_json(bin, socket, &["snapshot"], None);
-        if has_process(&snap, tgid) && process(&snap, tgid)["launches"] == launches {
+        if done(&snap) {
             return snap;
         }
-        assert!(
-            Instant::now() < deadline,
-            "process {tgid} never reached {launches} launches: {snap}"
-        );
+        assert!(Instant::now() < deadline, "never: {what}: {snap}");
         thread::sleep(Duration::from_millis(100));
     }
 }

@@ -241,7 +241,17 @@ fn the_service_captures_with_only_the_units_capabilities() {
     );
     let mut w = Workload::start();
     w.script(&["rt_launch gemm 6 1 1 1 32 1 1 0 0", "rt_memcpy h2d 1024 3"]);
-    let snap = snapshot_when(&daemon_bin(), &socket, w.tgid, 6);
+    // The launches are counted in the kernel, the copies come through the ring: both, then.
+    let snap = snapshot_until(
+        &daemon_bin(),
+        &socket,
+        "6 launches and the copies",
+        |snap| {
+            has_process(snap, w.tgid)
+                && process(snap, w.tgid)["launches"] == 6
+                && copies(process(snap, w.tgid), "h2d").is_some_and(|c| c["calls"] == 3)
+        },
+    );
     let p = process(&snap, w.tgid);
     assert_eq!(kernel_calls(p, GEMM), 6);
     assert_eq!(copies(p, "h2d").unwrap()["bytes"], 3072);

@@ -211,7 +211,12 @@ fn service_readiness_watchdog_reload_and_stop() {
 
     let mut w = Workload::start();
     w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 2"]);
-    let snap = snapshot_when(&bin, &socket, w.tgid, 7);
+    // The launches are counted in the kernel, the copies come through the ring: both, then.
+    let snap = snapshot_until(&bin, &socket, "7 launches and the copies", |snap| {
+        has_process(snap, w.tgid)
+            && process(snap, w.tgid)["launches"] == 7
+            && copies(process(snap, w.tgid), "h2d").is_some_and(|c| c["calls"] == 2)
+    });
     let p = process(&snap, w.tgid);
     assert_eq!(kernel_calls(p, GEMM), 7);
     assert_eq!(copies(p, "h2d").unwrap()["bytes"], 8192);
@@ -826,7 +831,14 @@ fn ten_thousand_short_processes_leave_nothing_behind() {
 
     // The long processes' counters are whole and nothing was lost.
     let launches = 3 + CHURN_ROUNDS as u64;
-    let snap = snapshot_when(&bin, &socket, long.tgid, launches);
+    let rounds = CHURN_ROUNDS as u64;
+    let snap = snapshot_until(&bin, &socket, "both long processes' last round", |snap| {
+        has_process(snap, long.tgid)
+            && has_process(snap, threads.tgid)
+            && process(snap, long.tgid)["launches"] == launches
+            && process(snap, threads.tgid)["launches"] == 2 * (1 + rounds)
+            && copies(process(snap, threads.tgid), "h2d").is_some_and(|c| c["calls"] == 1 + rounds)
+    });
     assert_eq!(kernel_calls(process(&snap, long.tgid), GEMM), launches);
     let t = process(&snap, threads.tgid);
     assert_eq!(t["launches"], 2 * (1 + CHURN_ROUNDS as u64));

@@ -504,10 +504,11 @@ fn is_live_process(tgid: u32) -> bool {
 }
 
 /// [`run_reader`] on a thread of its own, with a single-threaded runtime, so that nothing else
-/// the daemon does can keep it from draining every 10 ms. As a task on the shared two-worker
-/// runtime it was held off: on a GPU node a deep capture received records made 430 ms before it
-/// started (blocking work on both workers is the likeliest cause: a new process's libraries
-/// read for symbols, probes attached). A ring buffer that is not read fills and loses records.
+/// the daemon does can keep it from draining every 10 ms. It was a task on the shared
+/// two-worker runtime; on a GPU node a deep capture received records made 430 ms before it
+/// started, which points at the reader having been held off (blocking work on both workers
+/// would do it: a new process's libraries read for symbols, probes attached; not confirmed).
+/// A ring buffer that is not read fills and loses records.
 /// The receiver says how the reader ended.
 pub fn spawn_reader(
     ring: RingBuf<MapData>,
@@ -630,7 +631,7 @@ pub fn drain(
 }
 
 /// A record's kind, tgid and time, from its header's bytes.
-fn peek(rec: &[u8]) -> Option<(u32, u32, u64)> {
+pub(crate) fn peek(rec: &[u8]) -> Option<(u32, u32, u64)> {
     let k = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?);
     let tgid = u32::from_le_bytes(rec.get(8..12)?.try_into().ok()?);
     let ts = u64::from_le_bytes(rec.get(16..24)?.try_into().ok()?);

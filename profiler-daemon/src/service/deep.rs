@@ -313,16 +313,12 @@ impl DeepCapture {
 /// Whether `rec` is a call's record (a launch, copy, sync, allocation, graph launch or stack)
 /// made before `from_ns`.
 fn made_before(rec: &[u8], from_ns: u64) -> bool {
-    let field = |at: usize, n: usize| rec.get(at..at + n);
-    let (Some(k), Some(ts)) = (field(0, 4), field(16, 8)) else {
-        return false;
-    };
-    let k = u32::from_le_bytes(k.try_into().expect("4 bytes"));
-    let ts = u64::from_le_bytes(ts.try_into().expect("8 bytes"));
-    matches!(
-        k,
-        kind::LAUNCH | kind::COPY | kind::SYNC | kind::MEM | kind::GRAPH | kind::STACK
-    ) && ts < from_ns
+    crate::capture::peek(rec).is_some_and(|(k, _, ts)| {
+        matches!(
+            k,
+            kind::LAUNCH | kind::COPY | kind::SYNC | kind::MEM | kind::GRAPH | kind::STACK
+        ) && ts < from_ns
+    })
 }
 
 /// The name and alias records that rebuild `names` for `tgid` in a reader.

@@ -313,6 +313,182 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
     Ok(data)
 }
 
+/// The parts of `path` a [`SymbolIndex`] reads, at their offsets in a buffer the file's size:
+/// the ELF, program and section headers, every symbol and string table and `.gnu_debugdata`.
+/// The rest stays unread and, in a buffer of more than a few pages, unbacked (zeroed pages the
+/// kernel has not handed out): a PyTorch process's stack goes through libraries of 0.5–1 GiB,
+/// of which the symbol tables are a tenth; reading them whole took about 0.5 s each, and as
+/// much memory, while the records behind the stack waited. A file whose headers do not
+/// describe it is read whole, for the parser to say what is wrong with it.
+fn read_symbol_parts(path: &Path) -> Result<FileBytes, ElfError> {
+    use std::os::unix::fs::FileExt;
+    let io = |source| ElfError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(ElfError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    if meta.len() > MAX_ELF_BYTES {
+        return Err(ElfError::TooLarge {
+            path: path.to_path_buf(),
+            size: meta.len(),
+            limit: MAX_ELF_BYTES,
+        });
+    }
+    let len = meta.len() as usize;
+    let whole = || read_limited(path).map(FileBytes::Whole);
+    let Some(mut data) = ZeroMap::new(len) else {
+        return whole();
+    };
+    // [start, end) of the file, read into place; false when it does not lie inside the file
+    // or cannot be read (the file changed since its size was taken).
+    fn fill(file: &File, data: &mut ZeroMap, start: u64, size: u64) -> bool {
+        let Some(end) = start.checked_add(size).filter(|&e| e <= data.len as u64) else {
+            return false;
+        };
+        file.read_exact_at(&mut data.bytes_mut()[start as usize..end as usize], start)
+            .is_ok()
+    }
+    let header_len = std::mem::size_of::<FileHeader64<LE>>() as u64;
+    if !fill(&file, &mut data, 0, header_len.min(len as u64)) {
+        return whole();
+    }
+    let Ok(&header) = FileHeader64::<LE>::parse(data.bytes()) else {
+        return whole();
+    };
+    let table = |off: u64, num: u16, size: u16| (off, u64::from(num) * u64::from(size));
+    let phdrs = table(
+        header.e_phoff(LE),
+        header.e_phnum(LE),
+        header.e_phentsize(LE),
+    );
+    let shdrs = table(
+        header.e_shoff(LE),
+        header.e_shnum(LE),
+        header.e_shentsize(LE),
+    );
+    // e_shnum 0 with sections present (more than 0xff00 of them) keeps the count elsewhere:
+    // rare enough to read such a file whole.
+    if shdrs.0 == 0
+        || shdrs.1 == 0
+        || !fill(&file, &mut data, phdrs.0, phdrs.1)
+        || !fill(&file, &mut data, shdrs.0, shdrs.1)
+    {
+        return whole();
+    }
+    // (type, offset, size, name) of every section.
+    let parts: Vec<(u32, u64, u64, u32)> = match header.section_headers(LE, data.bytes()) {
+        Ok(sections) => sections
+            .iter()
+            .map(|s| (s.sh_type(LE), s.sh_offset(LE), s.sh_size(LE), s.sh_name(LE)))
+            .collect(),
+        Err(_) => return whole(),
+    };
+    let shstrndx = usize::from(header.e_shstrndx(LE));
+    let wanted = |t: u32| matches!(t, elf::SHT_SYMTAB | elf::SHT_DYNSYM | elf::SHT_STRTAB);
+    for (i, &(t, off, size, _)) in parts.iter().enumerate() {
+        if (wanted(t) || i == shstrndx)
+            && t != elf::SHT_NOBITS
+            && !fill(&file, &mut data, off, size)
+        {
+            return whole();
+        }
+    }
+    // Section names are readable now: `.gnu_debugdata` (MiniDebugInfo) is found by name.
+    let debugdata: Vec<(u64, u64)> = match parts.get(shstrndx) {
+        Some(&(_, off, size, _)) => {
+            let names = bytes_at(data.bytes(), off, size);
+            parts
+                .iter()
+                .filter(|&&(t, _, size, name)| {
+                    t == elf::SHT_PROGBITS
+                        && size <= MAX_DEBUGDATA_PACKED
+                        && name_at(names, u64::from(name)) == Some(".gnu_debugdata")
+                })
+                .map(|&(_, off, size, _)| (off, size))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    for (off, size) in debugdata {
+        if !fill(&file, &mut data, off, size) {
+            return whole();
+        }
+    }
+    Ok(FileBytes::Sparse(data))
+}
+
+/// A file's bytes: read whole, or the parts an index needs ([`read_symbol_parts`]).
+enum FileBytes {
+    Whole(Vec<u8>),
+    Sparse(ZeroMap),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Whole(v) => v,
+            FileBytes::Sparse(m) => m.bytes(),
+        }
+    }
+}
+
+/// Zeroed, page-aligned anonymous memory that the kernel backs only where it is written.
+struct ZeroMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone.
+unsafe impl Send for ZeroMap {}
+
+impl ZeroMap {
+    /// `None` for an empty length or when the kernel refuses the mapping.
+    fn new(len: usize) -> Option<ZeroMap> {
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a new private anonymous mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then_some(ZeroMap {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes from `ptr` for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for ZeroMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 /// A `PT_LOAD` segment: how virtual addresses map to file offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LoadSegment {
@@ -834,9 +1010,10 @@ impl SymbolIndex {
         Ok(index)
     }
 
-    /// Reads `path` (at most [`MAX_ELF_BYTES`]) and builds the index with [`SymbolIndex::from_elf`].
+    /// Reads what the index needs of `path` (at most [`MAX_ELF_BYTES`]; see
+    /// [`read_symbol_parts`]) and builds it with [`SymbolIndex::from_elf`].
     pub fn load(path: &Path) -> Result<SymbolIndex, ElfError> {
-        let data = read_limited(path)?;
+        let data = read_symbol_parts(path)?;
         SymbolIndex::from_elf(&data).map_err(|e| in_file(path, e))
     }
 
@@ -1296,6 +1473,63 @@ mod tests {
         let info = read_elf(&stripped).unwrap();
         assert!(info.exports.iter().any(|e| e.name == "global_fn"));
         assert!(info.exports.iter().all(|e| e.name != "local_stub"));
+    }
+
+    /// What an index holds, comparable: (vaddr, size, rank, name) of every entry, and the
+    /// load segments.
+    type Contents = (Vec<(u64, u64, u8, String)>, Vec<LoadSegment>);
+    fn index_contents(index: &SymbolIndex) -> Contents {
+        let entries = index
+            .entries
+            .iter()
+            .map(|e| (e.vaddr, e.size, e.rank, index.name(e).unwrap().to_owned()))
+            .collect();
+        (entries, index.loads.clone())
+    }
+
+    #[test]
+    fn symbol_index_from_the_parts_read_equals_the_whole_file_index() {
+        let dir = TempDir::new("parts");
+        let mut files = vec![PathBuf::from(LIBC), std::env::current_exe().unwrap()];
+        if let Some(lib) = compile(&dir.0, "libfull.so", &["-shared", "-fPIC"]) {
+            files.push(lib);
+            files.push(compile(&dir.0, "libstripped.so", &["-shared", "-fPIC", "-s"]).unwrap());
+        }
+        for f in &files {
+            let whole = SymbolIndex::from_elf(&std::fs::read(f).unwrap()).unwrap();
+            let parts = read_symbol_parts(f).unwrap();
+            assert!(
+                matches!(parts, FileBytes::Sparse(_)),
+                "{} was read whole",
+                f.display()
+            );
+            let loaded = SymbolIndex::from_elf(&parts).unwrap();
+            assert!(!whole.is_empty(), "{}", f.display());
+            assert_eq!(
+                index_contents(&loaded),
+                index_contents(&whole),
+                "{}",
+                f.display()
+            );
+        }
+        // What is not ELF, or is cut short, is refused as the whole file would be.
+        let junk = dir.0.join("junk");
+        std::fs::write(&junk, b"#!/bin/sh\necho not an elf\n").unwrap();
+        assert!(matches!(
+            SymbolIndex::load(&junk),
+            Err(ElfError::InFile { source, .. }) if matches!(*source, ElfError::NotElf { .. })
+        ));
+        let cut = dir.0.join("cut.so");
+        let bytes = std::fs::read(LIBC).unwrap();
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let err = SymbolIndex::load(&cut).err().map(|e| e.to_string());
+        let whole_err = SymbolIndex::from_elf(&bytes[..bytes.len() / 2])
+            .err()
+            .map(|e| in_file(&cut, e).to_string());
+        assert_eq!(err, whole_err);
+        let empty = dir.0.join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(SymbolIndex::load(&empty).is_err());
     }
 
     #[test]

@@ -234,14 +234,18 @@ impl ProcSymbols {
         let Some(key) = file_key(path) else {
             return Some((module, file_off, None));
         };
-        if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
-            inner.files.clear();
+        if !inner.files.contains_key(&key) {
+            // Read without the lock: a large library takes a fifth of a second, and the
+            // session takes the lock to remember a new process's mappings.
+            drop(inner);
+            let loaded = SymbolIndex::load(path).ok();
+            inner = self.inner.lock().expect("symbol cache poisoned");
+            if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
+                inner.files.clear();
+            }
+            inner.files.entry(key).or_insert(loaded);
         }
-        let idx = inner
-            .files
-            .entry(key)
-            .or_insert_with(|| SymbolIndex::load(path).ok());
-        let Some(idx) = idx.as_ref() else {
+        let Some(Some(idx)) = inner.files.get(&key) else {
             return Some((module, file_off, None));
         };
         let found = idx

@@ -1378,7 +1378,12 @@ async fn aggregate(
                 }
                 Some(Ctl::Tick { interval, drops, forget_after }) => {
                     seen.mark_gone(&mut agg);
+                    names_out(&mut agg, &mut seen.journal, &mut seen.deep, None);
                     if let Some(grace) = forget_after {
+                        // Their names are settled first (see `names_out`).
+                        for t in agg.exited_for(grace) {
+                            names_out(&mut agg, &mut seen.journal, &mut seen.deep, Some(t));
+                        }
                         for t in agg.forget_exited(grace) {
                             seen.forget(t);
                         }
@@ -1391,7 +1396,11 @@ async fn aggregate(
                     let mut i = 0;
                     while i < seen.deep.len() {
                         match seen.deep[i].tick() {
-                            Some(why) => seen.deep.swap_remove(i).finish(&why, &drops_now),
+                            Some(why) => {
+                                // Every name its stacks need, before its file ends.
+                                names_out(&mut agg, &mut seen.journal, &mut seen.deep, Some(SETTLE_ALL));
+                                seen.deep.swap_remove(i).finish(&why, &drops_now)
+                            }
                             None => i += 1,
                         }
                     }
@@ -1422,6 +1431,8 @@ async fn aggregate(
                         }
                     }
                     finished = true;
+                    // Every name the stacks need, for the report, the deep captures and the file.
+                    names_out(&mut agg, &mut seen.journal, &mut seen.deep, Some(SETTLE_ALL));
                     for d in seen.deep.drain(..) {
                         d.finish("the daemon stopped", &meta.drops);
                     }
@@ -1455,6 +1466,48 @@ async fn aggregate(
         }
     }
 }
+
+/// The names the stack resolver learned since last time, into the capture file and to the deep
+/// captures of their processes. With `settle_for`, first waits for the native frames of that
+/// process still being named: before it is retired, runs another program or is forgotten (its
+/// names would otherwise arrive after, as the next program's).
+fn names_out(
+    agg: &mut Aggregator,
+    journal: &mut Option<store::Writer>,
+    deep: &mut [crate::service::deep::DeepCapture],
+    settle_for: Option<u32>,
+) {
+    use crate::stacks::StackSym;
+    let stacks = agg.stacks_mut();
+    match settle_for {
+        Some(t) if t == u32::MAX || stacks.naming(t) => stacks.settle(),
+        _ => stacks.poll(),
+    }
+    let learned = stacks.take_log();
+    if learned.is_empty() {
+        return;
+    }
+    if !deep.is_empty() {
+        let mut by_process: BTreeMap<u32, Vec<StackSym>> = BTreeMap::new();
+        for s in &learned {
+            by_process.entry(s.tgid()).or_default().push(s.clone());
+        }
+        for (tgid, names) in by_process {
+            let f = Frame::StackSyms(names);
+            for d in deep.iter_mut() {
+                if d.wants(tgid, agg) {
+                    d.frame_for(tgid, &f);
+                }
+            }
+        }
+    }
+    if let Some(j) = journal.as_mut() {
+        j.frame(&Frame::StackSyms(learned));
+    }
+}
+
+/// [`names_out`]'s `settle_for` for every process.
+const SETTLE_ALL: u32 = u32::MAX;
 
 /// What the aggregator task knows about processes besides their counters.
 struct Seen {
@@ -1528,6 +1581,7 @@ impl Seen {
                     // program's, and its next record starts the new one (read afresh).
                     let tgid = h.tgid;
                     if known.contains(&tgid) && !ended.contains(&tgid) {
+                        names_out(agg, journal, deep, Some(tgid));
                         let renamed = agg.exec(tgid, h.ts_ns);
                         if let Some(j) = journal.as_mut() {
                             j.record(rec);
@@ -1560,6 +1614,7 @@ impl Seen {
                             now.is_some_and(|st| st != agg.start_time(tgid))
                         };
                         if reused {
+                            names_out(agg, journal, deep, Some(tgid));
                             if let Some(j) = journal.as_mut() {
                                 j.frame(&Frame::Retire { tgid });
                             }
@@ -1595,21 +1650,10 @@ impl Seen {
                         agg.set_process_meta_read_at(tgid, meta, read_at);
                     }
                     if let Event::Stack(_, st) = &ev {
-                        // Names first, while the process is there; a capture gets them
-                        // before the stack that needs them.
+                        // Names while the process is there: a capture gets its Python names
+                        // before the stack that needs them, native ones as they are found.
                         agg.stacks_mut().prepare(tgid, st);
-                        let learned = agg.stacks_mut().take_log();
-                        if !learned.is_empty() {
-                            let f = Frame::StackSyms(learned);
-                            if let Some(j) = journal.as_mut() {
-                                j.frame(&f);
-                            }
-                            for d in deep.iter_mut() {
-                                if d.wants(tgid, agg) {
-                                    d.frame_for(tgid, &f);
-                                }
-                            }
-                        }
+                        names_out(agg, journal, deep, None);
                     }
                     if let Some(j) = journal.as_mut() {
                         j.record(rec);
@@ -1637,6 +1681,8 @@ impl Seen {
                 }
             }
         }
+        // Native names found while the batch was applied, of any process.
+        names_out(agg, journal, deep, None);
     }
 
     /// Sets the probes' launch mode for the deep captures running (or `starting` one): a

@@ -326,6 +326,9 @@ impl Aggregator {
     /// marked exited) and the tgid starts afresh.
     pub fn retire(&mut self, tgid: u32) {
         self.exited_at.remove(&tgid);
+        if self.stacks.naming(tgid) {
+            self.stacks.settle();
+        }
         if let Some(mut p) = self.procs.remove(&tgid) {
             // Its stacks are named now: the names are the old process's and are forgotten.
             p.frozen_code = Some(report::code(
@@ -344,16 +347,20 @@ impl Aggregator {
         }
     }
 
+    /// The processes [`Self::forget_exited`] would forget now.
+    pub fn exited_for(&self, grace: std::time::Duration) -> Vec<u32> {
+        self.exited_at
+            .iter()
+            .filter(|(_, at)| at.elapsed() > grace)
+            .map(|(&t, _)| t)
+            .collect()
+    }
+
     /// Drops the processes that ended more than `grace` ago, counters and all (the service's
     /// memory bound under process churn: what stays is the live processes and the recently
     /// ended). Returns the tgids dropped (not those of set-aside processes whose tgid lives on).
     pub fn forget_exited(&mut self, grace: std::time::Duration) -> Vec<u32> {
-        let old: Vec<u32> = self
-            .exited_at
-            .iter()
-            .filter(|(_, at)| at.elapsed() > grace)
-            .map(|(&t, _)| t)
-            .collect();
+        let old = self.exited_for(grace);
         for t in &old {
             self.exited_at.remove(t);
             self.procs.remove(t);

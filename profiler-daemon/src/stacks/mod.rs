@@ -5,9 +5,12 @@
 //! interpreter's frames (code object, instruction). Here they are named: native addresses
 //! through the ELF symbol tables of the files the process maps, Python frames by reading the
 //! code object from the process (file, function, line table). Names are looked up when the
-//! stack arrives, while the process and its files are there, and cached; with a capture file
-//! every new name is written to it before the stack that needs it ([`StackSym`]), so a replay
-//! names the same stacks without the processes.
+//! stack arrives, while the process and its files are there, and cached: Python code objects
+//! at once, native frames on a thread of their own (a large library's symbol tables take a
+//! while to read), from the mappings remembered at the process's first sight. With a capture
+//! file every new name is written to it ([`StackSym`]), Python names before the stack that
+//! needs them, native ones as they are found and all of them before the process is retired
+//! and before the file ends, so a replay names the same stacks without the processes.
 //!
 //! [`STACK_CONFIG`]: profiler_common::maps::STACK_CONFIG
 
@@ -99,6 +102,17 @@ pub enum StackSym {
     },
 }
 
+impl StackSym {
+    /// The process the name is of.
+    pub fn tgid(&self) -> u32 {
+        match self {
+            StackSym::Native { tgid, .. }
+            | StackSym::PyCode { tgid, .. }
+            | StackSym::Python { tgid, .. } => *tgid,
+        }
+    }
+}
+
 /// What is known of a process's interpreter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Interp {
@@ -126,12 +140,87 @@ pub struct StackResolver {
     interp: HashMap<u32, Option<Interp>>,
     /// Names looked up since the last [`Self::take_log`] (for the capture file).
     log: Vec<StackSym>,
+    /// Live: the thread that names native frames.
+    namer: Option<Namer>,
+    /// Native addresses handed to the namer and not yet named.
+    requested: std::collections::HashSet<(u32, u64)>,
+}
+
+/// Native frames are named on a thread of their own: the first frame in a large library waits
+/// for the file's symbol tables to be read (a fifth of a second for each of PyTorch's largest,
+/// on a cold page cache more), and the records behind the stack (among them other stacks,
+/// whose Python code objects must be read while their process lives) do not wait with it.
+struct Namer {
+    jobs: std::sync::mpsc::Sender<NamerJob>,
+    named: std::sync::mpsc::Receiver<Vec<(u32, u64, Option<NativeFrame>)>>,
+}
+
+enum NamerJob {
+    /// Name these return addresses of a process, in order, up to the first no file maps.
+    Walk(u32, Vec<u64>),
+    /// Answer once every job before this one has been answered.
+    Flush(std::sync::mpsc::SyncSender<()>),
+    /// Tests: wait for a word before the next job (a namer slow to read a file).
+    #[cfg(test)]
+    Hold(std::sync::mpsc::Receiver<()>),
+}
+
+impl Namer {
+    fn spawn(symbols: Arc<ProcSymbols>) -> Option<Namer> {
+        let (jobs, todo) = std::sync::mpsc::channel::<NamerJob>();
+        let (done, named) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("gpuprofd-names".into())
+            .spawn(move || {
+                while let Ok(job) = todo.recv() {
+                    match job {
+                        NamerJob::Walk(tgid, addrs) => {
+                            let mut out = Vec::with_capacity(addrs.len());
+                            for a in addrs {
+                                let frame = native_frame(&symbols, tgid, a);
+                                let end = frame.is_none();
+                                out.push((tgid, a, frame));
+                                if end {
+                                    break; // the walk ends there (see `labels`)
+                                }
+                            }
+                            if done.send(out).is_err() {
+                                return;
+                            }
+                        }
+                        NamerJob::Flush(ack) => {
+                            let _ = ack.send(());
+                        }
+                        #[cfg(test)]
+                        NamerJob::Hold(until) => {
+                            let _ = until.recv();
+                        }
+                    }
+                }
+            })
+            .map_err(|e| tracing::warn!("cannot start the native frame namer: {e}"))
+            .ok()?;
+        Some(Namer { jobs, named })
+    }
+}
+
+/// Names a return address of `tgid` (the call instruction is just before it).
+fn native_frame(symbols: &ProcSymbols, tgid: u32, addr: u64) -> Option<NativeFrame> {
+    symbols
+        .frame_at(tgid, addr.saturating_sub(1))
+        .map(|f| NativeFrame {
+            module: f.module,
+            symbol: f.symbol.map(|s| demangle_symbol(&s)),
+            offset: f.file_offset,
+            source: f.source,
+        })
 }
 
 impl StackResolver {
     /// Names from the running processes (what is looked up is kept for [`Self::take_log`]).
     pub fn live(symbols: Arc<ProcSymbols>) -> Self {
         Self {
+            namer: Namer::spawn(symbols.clone()),
             live: Some(symbols),
             ..Self::replay()
         }
@@ -146,6 +235,8 @@ impl StackResolver {
             py_failed: HashMap::new(),
             interp: HashMap::new(),
             log: Vec::new(),
+            namer: None,
+            requested: Default::default(),
         }
     }
 
@@ -183,8 +274,14 @@ impl StackResolver {
         std::mem::take(&mut self.log)
     }
 
-    /// Forgets a process's names (its tgid now belongs to another process).
+    /// Forgets a process's names (its tgid now belongs to another process). Its frames still
+    /// being named are waited for first: their names would otherwise arrive after this, as the
+    /// names of the next process given the tgid. (The session settles them before it retires
+    /// a process, so that a capture file has them before the process's end.)
     pub fn forget(&mut self, tgid: u32) {
+        if self.naming(tgid) {
+            self.settle();
+        }
         self.native.retain(|k, _| k.0 != tgid);
         self.py.retain(|k, _| k.0 != tgid);
         self.py_failed.retain(|k, _| k.0 != tgid);
@@ -195,30 +292,76 @@ impl StackResolver {
         self.native.len() + self.py.len() < MAX_CACHED
     }
 
-    fn native(&mut self, tgid: u32, addr: u64) -> Option<Arc<NativeFrame>> {
-        if let Some(f) = self.native.get(&(tgid, addr)) {
-            return f.clone();
-        }
-        let syms = self.live.as_ref()?;
-        // A return address: the call instruction is just before it.
-        let frame = syms
-            .frame_at(tgid, addr.saturating_sub(1))
-            .map(|f| NativeFrame {
-                module: f.module,
-                symbol: f.symbol.map(|s| demangle_symbol(&s)),
-                offset: f.file_offset,
-                source: f.source,
+    /// Takes in the native frames the namer has named so far (they join [`Self::take_log`]).
+    pub fn poll(&mut self) {
+        let Some(n) = &self.namer else {
+            return;
+        };
+        let named: Vec<_> = n.named.try_iter().collect();
+        for (tgid, addr, frame) in named.into_iter().flatten() {
+            self.requested.remove(&(tgid, addr));
+            self.log.push(StackSym::Native {
+                tgid,
+                addr,
+                frame: frame.clone(),
             });
-        self.log.push(StackSym::Native {
-            tgid,
-            addr,
-            frame: frame.clone(),
-        });
-        let frame = frame.map(Arc::new);
-        if self.room() {
-            self.native.insert((tgid, addr), frame.clone());
+            if self.room() {
+                self.native.insert((tgid, addr), frame.map(Arc::new));
+            }
         }
-        frame
+    }
+
+    /// Waits until every native frame asked for so far is named and takes the names in: before
+    /// a report, the end of a capture, or forgetting a process.
+    pub fn settle(&mut self) {
+        if let Some(n) = &self.namer {
+            if self.requested.is_empty() {
+                return self.poll();
+            }
+            let (ack, answer) = std::sync::mpsc::sync_channel(1);
+            if n.jobs.send(NamerJob::Flush(ack)).is_ok() {
+                let _ = answer.recv();
+            }
+        }
+        self.poll();
+    }
+
+    /// Whether native frames of `tgid` are still being named.
+    pub fn naming(&self, tgid: u32) -> bool {
+        self.requested.iter().any(|k| k.0 == tgid)
+    }
+
+    /// Hands the native frames of a stack not named yet to the namer, from the first one the
+    /// cache lacks (the walk ends at an address no file maps: see `labels`).
+    fn request_native(&mut self, tgid: u32, frames: &[u64]) {
+        let Some(n) = &self.namer else {
+            return;
+        };
+        for (i, &a) in frames.iter().enumerate() {
+            match self.native.get(&(tgid, a)) {
+                Some(Some(_)) => continue,
+                Some(None) => return,
+                None if self.requested.contains(&(tgid, a)) => continue,
+                None => {
+                    // Past the cache's bound names are no longer kept: none is asked for.
+                    if !self.room() {
+                        return;
+                    }
+                    let rest: Vec<u64> = frames[i..]
+                        .iter()
+                        .copied()
+                        .filter(|&b| {
+                            !self.native.contains_key(&(tgid, b))
+                                && !self.requested.contains(&(tgid, b))
+                        })
+                        .collect();
+                    if n.jobs.send(NamerJob::Walk(tgid, rest.clone())).is_ok() {
+                        self.requested.extend(rest.into_iter().map(|b| (tgid, b)));
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     fn interp(&mut self, tgid: u32) -> Option<Interp> {
@@ -279,13 +422,12 @@ impl StackResolver {
         info
     }
 
-    /// Looks up every name `st` needs now (while its process is there).
+    /// Looks up the names `st` needs while its process is there: Python code objects now, from
+    /// the process's memory; native frames on the namer's thread, from the files the process
+    /// mapped (remembered at its first sight), taken in by [`Self::poll`]. With both read here,
+    /// in turn, a short PyTorch run on an H200 ended while the first stack's native frames were
+    /// named (its libraries' symbol tables read), and none of its Python frames was named.
     pub fn prepare(&mut self, tgid: u32, st: &StackBody) {
-        for &a in st.native_frames() {
-            if self.native(tgid, a).is_none() {
-                break; // the walk ends there (see `labels`)
-            }
-        }
         if st.py_len > 0 || st.flags & (stackflags::PY_NO_THREAD | stackflags::PY_FAULT) != 0 {
             self.interp(tgid);
         }
@@ -294,6 +436,8 @@ impl StackResolver {
                 self.py(tgid, f.code);
             }
         }
+        self.request_native(tgid, st.native_frames());
+        self.poll();
     }
 
     /// The stack's frames, named, outermost first, from the names looked up by
@@ -595,6 +739,64 @@ mod tests {
         })
     }
 
+    /// A CPython 3.12 code object built in this process's memory (the buffers it points
+    /// into live as long as it does).
+    struct FakeCode {
+        code: Vec<u8>,
+        filename: Vec<u8>,
+        _qualname: Vec<u8>,
+        _linetable: Vec<u8>,
+    }
+
+    impl FakeCode {
+        fn new(filename: &str, qualname: &str, firstlineno: u32) -> FakeCode {
+            let l = python::layout(12).expect("3.12 layout");
+            // A compact ASCII str: length, state (compact + ascii, kind 1), then its characters.
+            let ascii = |text: &str| {
+                let mut o = vec![0u8; l.obj.ascii_size as usize + text.len() + 1];
+                o[l.obj.unicode_length as usize..][..8]
+                    .copy_from_slice(&(text.len() as u64).to_le_bytes());
+                let state: u32 = (1 << l.obj.state_kind_shift)
+                    | (1 << l.obj.state_compact_bit)
+                    | (1 << l.obj.state_ascii_bit);
+                o[l.obj.unicode_state as usize..][..4].copy_from_slice(&state.to_le_bytes());
+                o[l.obj.ascii_size as usize..][..text.len()].copy_from_slice(text.as_bytes());
+                o
+            };
+            let mut c = FakeCode {
+                code: vec![0u8; 512],
+                filename: ascii(filename),
+                _qualname: ascii(qualname),
+                _linetable: vec![0u8; l.obj.bytes_sval as usize],
+            };
+            c.put(l.code_qualname, c._qualname.as_ptr() as u64);
+            c.put(l.code_linetable, c._linetable.as_ptr() as u64);
+            c.code[l.code_firstlineno as usize..][..4].copy_from_slice(&firstlineno.to_le_bytes());
+            c.put(l.code_filename, c.filename.as_ptr() as u64);
+            c
+        }
+
+        fn put(&mut self, at: u64, v: u64) {
+            self.code[at as usize..][..8].copy_from_slice(&v.to_le_bytes());
+        }
+
+        fn addr(&self) -> u64 {
+            std::hint::black_box(self.code.as_ptr() as u64)
+        }
+    }
+
+    /// A resolver for this process, which it takes to be CPython 3.12.
+    fn resolver_of_this_process() -> StackResolver {
+        let mut r = StackResolver::live(Arc::new(crate::enrich::process::ProcSymbols::new()));
+        r.learn(vec![StackSym::Python {
+            tgid: std::process::id(),
+            module: "python3.12".into(),
+            minor: 12,
+            frames: true,
+        }]);
+        r
+    }
+
     /// A code object whose first read fails (its file name is not there yet) is read again at
     /// its next sighting, and named; one that never reads is given up after
     /// [`PY_READ_TRIES`]. The "process" is this one, its code objects built in its memory with
@@ -603,44 +805,15 @@ mod tests {
     fn a_code_object_that_fails_to_read_is_tried_again() {
         let l = python::layout(12).expect("3.12 layout");
         let tgid = std::process::id();
-        // A compact ASCII str: length, state (compact + ascii, kind 1), then its characters.
-        let ascii = |text: &str| {
-            let mut o = vec![0u8; l.obj.ascii_size as usize + text.len() + 1];
-            o[l.obj.unicode_length as usize..][..8]
-                .copy_from_slice(&(text.len() as u64).to_le_bytes());
-            let state: u32 = (1 << l.obj.state_kind_shift)
-                | (1 << l.obj.state_compact_bit)
-                | (1 << l.obj.state_ascii_bit);
-            o[l.obj.unicode_state as usize..][..4].copy_from_slice(&state.to_le_bytes());
-            o[l.obj.ascii_size as usize..][..text.len()].copy_from_slice(text.as_bytes());
-            o
-        };
-        let filename = ascii("train.py");
-        let qualname = ascii("Net.forward");
-        let mut linetable = vec![0u8; l.obj.bytes_sval as usize];
-        linetable[l.obj.bytes_size as usize..][..8].copy_from_slice(&0u64.to_le_bytes());
-        let mut code = vec![0u8; 512];
-        let put = |code: &mut Vec<u8>, at: u64, v: u64| {
-            code[at as usize..][..8].copy_from_slice(&v.to_le_bytes());
-        };
-        put(&mut code, l.code_qualname, qualname.as_ptr() as u64);
-        put(&mut code, l.code_linetable, linetable.as_ptr() as u64);
-        code[l.code_firstlineno as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+        let mut code = FakeCode::new("train.py", "Net.forward", 7);
         // Not there yet: a file name pointer into the unmapped first page.
-        put(&mut code, l.code_filename, 8);
-        let addr = code.as_ptr() as u64;
-        let mut r = StackResolver::live(Arc::new(crate::enrich::process::ProcSymbols::new()));
-        r.learn(vec![StackSym::Python {
-            tgid,
-            module: "python3.12".into(),
-            minor: 12,
-            frames: true,
-        }]);
+        code.put(l.code_filename, 8);
+        let addr = code.addr();
+        let mut r = resolver_of_this_process();
         assert!(r.py(tgid, addr).is_none(), "the first read fails");
-        put(&mut code, l.code_filename, filename.as_ptr() as u64);
-        let c = r
-            .py(tgid, std::hint::black_box(code.as_ptr() as u64))
-            .expect("read again");
+        let filename = code.filename.as_ptr() as u64;
+        code.put(l.code_filename, filename);
+        let c = r.py(tgid, code.addr()).expect("read again");
         assert_eq!(
             (c.filename.as_str(), c.qualname.as_str(), c.firstlineno),
             ("train.py", "Net.forward", 7)
@@ -659,13 +832,90 @@ mod tests {
             "both reads go to the capture file, the last wins"
         );
         // A code object that never reads: PY_READ_TRIES attempts, then no more.
-        let mut bad = vec![0u8; 512];
-        put(&mut bad, l.code_filename, 8);
-        let bad_addr = bad.as_ptr() as u64;
+        let mut bad = FakeCode::new("bad.py", "bad", 1);
+        bad.put(l.code_filename, 8);
+        let bad_addr = bad.addr();
         for _ in 0..10 {
             assert!(r.py(tgid, bad_addr).is_none());
         }
         assert_eq!(r.take_log().len(), PY_READ_TRIES as usize);
+    }
+
+    /// A stack's Python code objects are read when it arrives, whatever its native frames
+    /// wait for: the process may be gone by the time a large library's symbol tables are read.
+    /// The native frames are named on the namer's thread, held here until the Python frames
+    /// are named; `settle` then waits for them.
+    #[test]
+    fn python_frames_are_named_while_native_ones_wait() {
+        let tgid = std::process::id();
+        let code = FakeCode::new("train.py", "Net.forward", 7);
+        let mut r = resolver_of_this_process();
+        let (release, held) = std::sync::mpsc::channel();
+        r.namer
+            .as_ref()
+            .expect("a live resolver has a namer")
+            .jobs
+            .send(NamerJob::Hold(held))
+            .unwrap();
+        // Return addresses inside two of this test binary's functions.
+        let native = [
+            native_frame as *const () as u64 + 1,
+            resolver_of_this_process as *const () as u64 + 1,
+        ];
+        let st = stack(&native, &[(code.addr(), 0x10)], kind::LAUNCH, 1);
+        r.prepare(tgid, &st);
+        let py: Vec<_> = r
+            .take_log()
+            .into_iter()
+            .filter_map(|s| match s {
+                StackSym::PyCode { info, .. } => info.map(|c| (c.filename, c.qualname)),
+                StackSym::Native { .. } => panic!("a native frame named while the namer waits"),
+                StackSym::Python { .. } => None,
+            })
+            .collect();
+        assert_eq!(py, [("train.py".to_string(), "Net.forward".to_string())]);
+        assert!(r.naming(tgid));
+        let key = StackKey::of(&st);
+        assert_eq!(
+            r.labels(tgid, &key),
+            [
+                "train.py Net.forward".to_string(),
+                format!("0x{:x}", native[0])
+            ]
+        );
+        release.send(()).unwrap();
+        r.settle();
+        assert!(!r.naming(tgid));
+        let named: Vec<(u64, Option<String>)> = r
+            .take_log()
+            .into_iter()
+            .filter_map(|s| match s {
+                StackSym::Native { addr, frame, .. } => Some((addr, frame?.symbol)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert_eq!(named[0].0, native[0]);
+        assert!(
+            named[0].1.as_deref().unwrap().ends_with("native_frame"),
+            "{named:?}"
+        );
+        assert!(
+            named[1]
+                .1
+                .as_deref()
+                .unwrap()
+                .ends_with("resolver_of_this_process"),
+            "{named:?}"
+        );
+        // Known now: the same stack again asks the namer for nothing.
+        r.prepare(tgid, &st);
+        assert!(!r.naming(tgid));
+        let labels = r.labels(tgid, &key);
+        assert!(
+            labels.iter().any(|l| l.contains("native_frame")),
+            "{labels:?}"
+        );
     }
 
     #[test]

@@ -510,7 +510,10 @@ pub fn for_each_record(
     for_each_record_named(path, |api, g, ev, _| each(api, g, ev))
 }
 
-/// [`for_each_record`], with the stack frame names the file holds so far (to name stacks).
+/// [`for_each_record`], with the names of every stack frame of the record's process (to name
+/// stacks). The file is read twice: a native frame's name is written when the daemon has
+/// found it, which may be after the stack that needs it (but always before the process's
+/// [`Frame::Retire`]).
 pub fn for_each_record_named(
     path: &Path,
     mut each: impl FnMut(
@@ -520,17 +523,41 @@ pub fn for_each_record_named(
         &crate::stacks::StackResolver,
     ) -> Result<(), String>,
 ) -> Result<Option<String>, String> {
+    // The names of each process, by (tgid, generation): a tgid's generation goes up at each
+    // Retire (a reused pid, an exec).
+    let mut names: HashMap<(u32, u32), Vec<crate::stacks::StackSym>> = HashMap::new();
+    {
+        let mut r = Reader::open(path).map_err(|e| e.to_string())?;
+        let mut generation: HashMap<u32, u32> = HashMap::new();
+        while let Some(frame) = r.next_frame() {
+            match frame {
+                Frame::StackSyms(v) => {
+                    for s in v {
+                        let g = generation.get(&s.tgid()).copied().unwrap_or(0);
+                        names.entry((s.tgid(), g)).or_default().push(s);
+                    }
+                }
+                Frame::Retire { tgid } => *generation.entry(tgid).or_insert(0) += 1,
+                _ => {}
+            }
+        }
+    }
     let mut r = Reader::open(path).map_err(|e| e.to_string())?;
     let mut api = ApiTable::new();
     let mut generation: HashMap<u32, u32> = HashMap::new();
     let mut stacks = crate::stacks::StackResolver::replay();
+    let first: Vec<(u32, u32)> = names.keys().copied().filter(|k| k.1 == 0).collect();
+    for k in first {
+        stacks.learn(names.remove(&k).unwrap_or_default());
+    }
     while let Some(frame) = r.next_frame() {
         match frame {
             Frame::Api(list) => api = ApiTable::from_list(list),
-            Frame::StackSyms(v) => stacks.learn(v),
             Frame::Retire { tgid } => {
-                *generation.entry(tgid).or_insert(0) += 1;
+                let g = generation.entry(tgid).or_insert(0);
+                *g += 1;
                 stacks.forget(tgid);
+                stacks.learn(names.remove(&(tgid, *g)).unwrap_or_default());
             }
             Frame::Records(bytes) => {
                 for rec in records(&bytes) {

@@ -405,3 +405,74 @@ fn the_libraries_frame_names_what_was_attached_and_the_last_list_wins() {
     }
     assert_eq!(replay(&t.0).unwrap().report.libraries, [driver, runtime]);
 }
+
+/// A native frame's name may be written after the stack that needs it (the daemon names native
+/// frames on a thread of its own); a reader that names stacks (export) still names it, with
+/// the names of the process that made the stack, not those of a later one given its pid.
+#[test]
+fn stacks_named_by_names_written_after_them_and_per_process() {
+    use crate::stacks::{NativeFrame, StackKey, StackSym};
+    use profiler_common::StackBody;
+    let stack = |ts_ns| {
+        let mut body = StackBody {
+            of_kind: kind::LAUNCH,
+            native_len: 1,
+            period: 1,
+            ..Default::default()
+        };
+        body.native[0] = 0x7000;
+        encode(&Record {
+            header: Header {
+                kind: kind::STACK,
+                api: 0,
+                tgid: 200,
+                tid: 200,
+                ts_ns,
+            },
+            body,
+        })
+        .to_vec()
+    };
+    let named = |symbol: &str| {
+        Frame::StackSyms(vec![StackSym::Native {
+            tgid: 200,
+            addr: 0x7000,
+            frame: Some(NativeFrame {
+                module: "trainer".into(),
+                symbol: Some(symbol.into()),
+                offset: 0x7000,
+                source: Vec::new(),
+            }),
+        }])
+    };
+    let t = Tmp::new("late-names");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.record(&stack(2_000));
+    w.flush();
+    w.frame(&named("old_program_fn"));
+    w.frame(&Frame::Retire { tgid: 200 });
+    w.record(&stack(3_000));
+    w.flush();
+    w.frame(&named("new_program_fn"));
+    w.flush();
+    assert_eq!(w.failure(), None);
+    drop(w);
+    let mut seen = Vec::new();
+    let damage = for_each_record_named(&t.0, |_, g, ev, stacks| {
+        if let profiler_common::decode::Event::Stack(h, st) = ev {
+            seen.push((g, stacks.labels(h.tgid, &StackKey::of(st))));
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(damage, None);
+    assert_eq!(
+        seen,
+        [
+            (0, vec!["old_program_fn (trainer)".to_string()]),
+            (1, vec!["new_program_fn (trainer)".to_string()])
+        ]
+    );
+}

@@ -152,7 +152,15 @@ pub struct StackResolver {
 /// whose Python code objects must be read while their process lives) do not wait with it.
 struct Namer {
     jobs: std::sync::mpsc::Sender<NamerJob>,
-    named: std::sync::mpsc::Receiver<Vec<(u32, u64, Option<NativeFrame>)>>,
+    named: std::sync::mpsc::Receiver<Walked>,
+}
+
+/// A [`NamerJob::Walk`] answered: the addresses named, in order, and those past the end of
+/// the walk (left unnamed).
+struct Walked {
+    tgid: u32,
+    named: Vec<(u64, Option<NativeFrame>)>,
+    past_end: Vec<u64>,
 }
 
 enum NamerJob {
@@ -174,17 +182,25 @@ impl Namer {
             .spawn(move || {
                 while let Ok(job) = todo.recv() {
                     match job {
-                        NamerJob::Walk(tgid, addrs) => {
-                            let mut out = Vec::with_capacity(addrs.len());
-                            for a in addrs {
+                        NamerJob::Walk(tgid, mut addrs) => {
+                            let mut named = Vec::with_capacity(addrs.len());
+                            let mut past_end = Vec::new();
+                            for (i, &a) in addrs.iter().enumerate() {
                                 let frame = native_frame(&symbols, tgid, a);
                                 let end = frame.is_none();
-                                out.push((tgid, a, frame));
+                                named.push((a, frame));
                                 if end {
-                                    break; // the walk ends there (see `labels`)
+                                    // The walk ends there (see `labels`).
+                                    past_end = addrs.split_off(i + 1);
+                                    break;
                                 }
                             }
-                            if done.send(out).is_err() {
+                            let walked = Walked {
+                                tgid,
+                                named,
+                                past_end,
+                            };
+                            if done.send(walked).is_err() {
                                 return;
                             }
                         }
@@ -297,17 +313,27 @@ impl StackResolver {
         let Some(n) = &self.namer else {
             return;
         };
-        let named: Vec<_> = n.named.try_iter().collect();
-        for (tgid, addr, frame) in named.into_iter().flatten() {
-            self.requested.remove(&(tgid, addr));
-            self.log.push(StackSym::Native {
-                tgid,
-                addr,
-                frame: frame.clone(),
-            });
-            if self.room() {
-                self.native.insert((tgid, addr), frame.map(Arc::new));
+        let walks: Vec<Walked> = n.named.try_iter().collect();
+        for w in walks {
+            let tgid = w.tgid;
+            for a in w.past_end {
+                self.requested.remove(&(tgid, a));
             }
+            for (addr, frame) in w.named {
+                self.take_named(tgid, addr, frame);
+            }
+        }
+    }
+
+    fn take_named(&mut self, tgid: u32, addr: u64, frame: Option<NativeFrame>) {
+        self.requested.remove(&(tgid, addr));
+        self.log.push(StackSym::Native {
+            tgid,
+            addr,
+            frame: frame.clone(),
+        });
+        if self.room() {
+            self.native.insert((tgid, addr), frame.map(Arc::new));
         }
     }
 
@@ -916,6 +942,39 @@ mod tests {
             labels.iter().any(|l| l.contains("native_frame")),
             "{labels:?}"
         );
+    }
+
+    /// A walk ends at an address no file maps: what lies past it is not named, nor waited
+    /// for (each such address once stayed "being named" for good, a leak per process).
+    #[test]
+    fn a_walk_ends_at_an_unmapped_address() {
+        let tgid = std::process::id();
+        let mut r = resolver_of_this_process();
+        let native = [
+            native_frame as *const () as u64 + 1,
+            0x10,
+            resolver_of_this_process as *const () as u64 + 1,
+        ];
+        let st = stack(&native, &[], kind::LAUNCH, 1);
+        r.prepare(tgid, &st);
+        r.settle();
+        assert!(!r.naming(tgid));
+        assert!(r.requested.is_empty(), "{:?}", r.requested);
+        let named: Vec<(u64, bool)> = r
+            .take_log()
+            .into_iter()
+            .filter_map(|s| match s {
+                StackSym::Native { addr, frame, .. } => Some((addr, frame.is_some())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named, [(native[0], true), (0x10, false)]);
+        let labels = r.labels(tgid, &StackKey::of(&st));
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        assert!(labels[0].contains("native_frame"), "{labels:?}");
+        // Seen again: nothing more to name.
+        r.prepare(tgid, &st);
+        assert!(!r.naming(tgid));
     }
 
     #[test]

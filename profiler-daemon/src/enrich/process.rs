@@ -238,7 +238,14 @@ impl ProcSymbols {
             // Read without the lock: a large library takes a fifth of a second, and the
             // session takes the lock to remember a new process's mappings.
             drop(inner);
+            let t0 = std::time::Instant::now();
             let loaded = SymbolIndex::load(path).ok();
+            tracing::debug!(
+                file = %m.path,
+                ms = t0.elapsed().as_millis() as u64,
+                functions = loaded.as_ref().map_or(0, |i| i.len()),
+                "symbol tables read"
+            );
             inner = self.inner.lock().expect("symbol cache poisoned");
             if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
                 inner.files.clear();

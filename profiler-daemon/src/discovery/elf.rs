@@ -320,7 +320,7 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
 /// of which the symbol tables are a tenth; reading them whole took about 0.5 s each, and as
 /// much memory, while the records behind the stack waited. A file whose headers do not
 /// describe it is read whole, for the parser to say what is wrong with it.
-fn read_symbol_parts(path: &Path) -> Result<FileBytes, ElfError> {
+fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError> {
     use std::os::unix::fs::FileExt;
     let io = |source| ElfError::Io {
         path: path.to_path_buf(),
@@ -341,7 +341,7 @@ fn read_symbol_parts(path: &Path) -> Result<FileBytes, ElfError> {
         });
     }
     let len = meta.len() as usize;
-    let whole = || read_limited(path).map(FileBytes::Whole);
+    let whole = || read_limited(path).map(|d| (FileBytes::Whole(d), None));
     let Some(mut data) = ZeroMap::new(len) else {
         return whole();
     };
@@ -420,7 +420,7 @@ fn read_symbol_parts(path: &Path) -> Result<FileBytes, ElfError> {
             return whole();
         }
     }
-    Ok(FileBytes::Sparse(data))
+    Ok((FileBytes::Sparse(data), Some(file)))
 }
 
 /// A file's bytes: read whole, or the parts an index needs ([`read_symbol_parts`]).
@@ -899,11 +899,24 @@ pub fn load_segments(data: &[u8]) -> Result<Vec<(u64, u64, u64)>, ElfError> {
 /// only in `.symtab`. Names are kept in copies of the string tables, so memory is bounded by the
 /// file's size whatever the symbols point at.
 pub struct SymbolIndex {
-    /// Copies of the string tables the entries point into.
-    strtabs: Vec<Box<[u8]>>,
+    /// The string tables the entries point into.
+    strtabs: Vec<Strtab>,
+    /// The file [`Strtab::InFile`] tables are read from (kept open: a file replaced on disk
+    /// since is still this one).
+    file: Option<File>,
     /// Sorted by `(vaddr, preference, name)`; one entry per distinct `(vaddr, name)`.
     entries: Vec<SymEntry>,
     loads: Vec<LoadSegment>,
+}
+
+/// Where a string table's bytes are.
+enum Strtab {
+    /// A copy (an index built from bytes in memory; MiniDebugInfo's table).
+    Mem(Box<[u8]>),
+    /// In the index's file, at this offset: the names of an index loaded from a file are read
+    /// from it when asked for. PyTorch's two largest libraries hold 150 MB of string tables,
+    /// which the daemon would otherwise keep for as long as it names their frames.
+    InFile { offset: u64, len: u64 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -923,8 +936,16 @@ const CONTAINING_LOOKBACK: usize = 64;
 impl SymbolIndex {
     /// Builds the index from a file in memory. A file without symbol tables gives an empty index.
     pub fn from_elf(data: &[u8]) -> Result<SymbolIndex, ElfError> {
+        SymbolIndex::build(data, None)
+    }
+
+    /// [`SymbolIndex::from_elf`]; with `source`, the file `data` was read from, whose string
+    /// tables are then read from it when a name is asked for instead of being copied.
+    fn build(data: &[u8], source: Option<File>) -> Result<SymbolIndex, ElfError> {
         let file = RawElf::parse(data)?;
-        let mut strtabs: Vec<Box<[u8]>> = Vec::new();
+        // The tables' bytes while the index is built, and how the index keeps them.
+        let mut tables: Vec<&[u8]> = Vec::new();
+        let mut strtabs: Vec<Strtab> = Vec::new();
         let mut strtab_links: Vec<u32> = Vec::new();
         let mut entries = Vec::new();
         let mut add = |syms: &[Sym64<LE>], strtab: &[u8], strtab_id: usize, source_rank: u8| {
@@ -976,7 +997,15 @@ impl SymbolIndex {
                 Some(id) => id,
                 None => {
                     strtab_links.push(link);
-                    strtabs.push(strtab.into());
+                    tables.push(strtab);
+                    let offset = file.sections.get(link as usize).map(|s| s.sh_offset(LE));
+                    strtabs.push(match (&source, offset) {
+                        (Some(_), Some(offset)) => Strtab::InFile {
+                            offset,
+                            len: strtab.len() as u64,
+                        },
+                        _ => Strtab::Mem(strtab.into()),
+                    });
                     strtabs.len() - 1
                 }
             };
@@ -984,53 +1013,72 @@ impl SymbolIndex {
         }
         // A stripped file's local functions, from its MiniDebugInfo (same addresses); a damaged
         // one is ignored.
-        if file.first_section(elf::SHT_SYMTAB).is_none()
-            && let Some(mini) = file.mini_debuginfo()
-            && let Ok(inner) = RawElf::parse(&mini)
+        let mini = if file.first_section(elf::SHT_SYMTAB).is_none() {
+            file.mini_debuginfo()
+        } else {
+            None
+        };
+        if let Some(mini) = &mini
+            && let Ok(inner) = RawElf::parse(mini)
             && let Some(section) = inner.first_section(elf::SHT_SYMTAB)
             && let Ok((syms, strtab)) = inner.symbols(section, ".gnu_debugdata .symtab")
         {
-            strtabs.push(strtab.into());
+            tables.push(strtab);
+            strtabs.push(Strtab::Mem(strtab.into()));
             add(syms, strtab, strtabs.len() - 1, 0);
         }
-        let mut index = SymbolIndex {
-            strtabs,
-            entries: Vec::new(),
-            loads: file.loads,
+        let name_of = |e: &SymEntry| {
+            let start = e.name_off as usize;
+            &tables[usize::from(e.strtab)][start..start + usize::from(e.name_len)]
         };
         entries.sort_by(|a, b| {
             (a.vaddr, a.rank)
                 .cmp(&(b.vaddr, b.rank))
-                .then_with(|| index.name_bytes(a).cmp(index.name_bytes(b)))
+                .then_with(|| name_of(a).cmp(name_of(b)))
         });
         entries.dedup_by(|later, first| {
-            later.vaddr == first.vaddr && index.name_bytes(later) == index.name_bytes(first)
+            later.vaddr == first.vaddr && name_of(later) == name_of(first)
         });
-        index.entries = entries;
-        Ok(index)
+        let file_backed = strtabs.iter().any(|t| matches!(t, Strtab::InFile { .. }));
+        Ok(SymbolIndex {
+            strtabs,
+            file: if file_backed { source } else { None },
+            entries,
+            loads: file.loads,
+        })
     }
 
     /// Reads what the index needs of `path` (at most [`MAX_ELF_BYTES`]; see
-    /// [`read_symbol_parts`]) and builds it with [`SymbolIndex::from_elf`].
+    /// [`read_symbol_parts`]) and builds it with [`SymbolIndex::from_elf`], keeping the file
+    /// open to read names from when asked for.
     pub fn load(path: &Path) -> Result<SymbolIndex, ElfError> {
-        let data = read_symbol_parts(path)?;
-        SymbolIndex::from_elf(&data).map_err(|e| in_file(path, e))
+        let (data, source) = read_symbol_parts(path)?;
+        SymbolIndex::build(&data, source).map_err(|e| in_file(path, e))
     }
 
-    fn name_bytes(&self, e: &SymEntry) -> &[u8] {
-        let strtab = &self.strtabs[usize::from(e.strtab)];
-        let start = e.name_off as usize;
-        &strtab[start..start + usize::from(e.name_len)]
-    }
-
-    fn name(&self, e: &SymEntry) -> Option<&str> {
-        // Validated when the entry was made; this cannot fail.
-        std::str::from_utf8(self.name_bytes(e)).ok()
+    fn name(&self, e: &SymEntry) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let len = usize::from(e.name_len);
+        let bytes = match self.strtabs.get(usize::from(e.strtab))? {
+            Strtab::Mem(t) => t.get(e.name_off as usize..)?.get(..len)?.to_vec(),
+            Strtab::InFile { offset, len: size } => {
+                if u64::from(e.name_off) + len as u64 > *size {
+                    return None;
+                }
+                let mut buf = vec![0u8; len];
+                self.file
+                    .as_ref()?
+                    .read_exact_at(&mut buf, offset + u64::from(e.name_off))
+                    .ok()?;
+                buf
+            }
+        };
+        String::from_utf8(bytes).ok()
     }
 
     /// The preferred function symbol whose value is exactly `vaddr` (FUNC over IFUNC, then
     /// GLOBAL over WEAK over LOCAL, then `.symtab` over `.dynsym`, then the smaller name).
-    pub fn lookup_exact(&self, vaddr: u64) -> Option<&str> {
+    pub fn lookup_exact(&self, vaddr: u64) -> Option<String> {
         let first = self.entries.partition_point(|e| e.vaddr < vaddr);
         let entry = self.entries.get(first).filter(|e| e.vaddr == vaddr)?;
         self.name(entry)
@@ -1038,7 +1086,7 @@ impl SymbolIndex {
 
     /// The function symbol containing `vaddr` (`st_value <= vaddr < st_value + max(st_size, 1)`)
     /// with the nearest start, and the offset of `vaddr` into it.
-    pub fn lookup_containing(&self, vaddr: u64) -> Option<(&str, u64)> {
+    pub fn lookup_containing(&self, vaddr: u64) -> Option<(String, u64)> {
         let end = self.entries.partition_point(|e| e.vaddr <= vaddr);
         let start = end.saturating_sub(CONTAINING_LOOKBACK);
         let candidates = &self.entries[start..end];
@@ -1433,10 +1481,16 @@ mod tests {
         assert!(!index.is_empty());
         let local = symtab_address(&exe, "local_stub");
         let global = symtab_address(&exe, "global_fn");
-        assert_eq!(index.lookup_exact(local), Some("local_stub"));
-        assert_eq!(index.lookup_exact(global), Some("global_fn"));
-        assert_eq!(index.lookup_containing(local + 1), Some(("local_stub", 1)));
-        assert_eq!(index.lookup_containing(global), Some(("global_fn", 0)));
+        assert_eq!(index.lookup_exact(local).as_deref(), Some("local_stub"));
+        assert_eq!(index.lookup_exact(global).as_deref(), Some("global_fn"));
+        assert_eq!(
+            index.lookup_containing(local + 1),
+            Some(("local_stub".into(), 1))
+        );
+        assert_eq!(
+            index.lookup_containing(global),
+            Some(("global_fn".into(), 0))
+        );
         assert_eq!(index.lookup_exact(local + 1), None);
 
         // File offset ↔ vaddr through PT_LOAD agrees with the export-side computation.
@@ -1457,7 +1511,7 @@ mod tests {
         let global = symtab_address(&full, "global_fn");
         assert_eq!(
             SymbolIndex::load(&full).unwrap().lookup_exact(local),
-            Some("local_stub")
+            Some("local_stub".into())
         );
 
         let index = SymbolIndex::load(&stripped).unwrap();
@@ -1465,10 +1519,10 @@ mod tests {
             index
                 .entries
                 .iter()
-                .all(|e| index.name(e) != Some("local_stub"))
+                .all(|e| index.name(e).as_deref() != Some("local_stub"))
         );
-        assert_ne!(index.lookup_exact(local), Some("local_stub"));
-        assert_eq!(index.lookup_exact(global), Some("global_fn"));
+        assert_ne!(index.lookup_exact(local).as_deref(), Some("local_stub"));
+        assert_eq!(index.lookup_exact(global).as_deref(), Some("global_fn"));
 
         let info = read_elf(&stripped).unwrap();
         assert!(info.exports.iter().any(|e| e.name == "global_fn"));
@@ -1497,13 +1551,24 @@ mod tests {
         }
         for f in &files {
             let whole = SymbolIndex::from_elf(&std::fs::read(f).unwrap()).unwrap();
-            let parts = read_symbol_parts(f).unwrap();
+            let (parts, source) = read_symbol_parts(f).unwrap();
             assert!(
-                matches!(parts, FileBytes::Sparse(_)),
+                matches!(parts, FileBytes::Sparse(_)) && source.is_some(),
                 "{} was read whole",
                 f.display()
             );
-            let loaded = SymbolIndex::from_elf(&parts).unwrap();
+            let loaded = SymbolIndex::build(&parts, source).unwrap();
+            // Its names are read from the file, not kept: only MiniDebugInfo's are copies.
+            assert!(loaded.file.is_some(), "{}", f.display());
+            assert!(
+                loaded
+                    .strtabs
+                    .iter()
+                    .all(|t| matches!(t, Strtab::InFile { .. })),
+                "{}",
+                f.display()
+            );
+            drop(parts);
             assert!(!whole.is_empty(), "{}", f.display());
             assert_eq!(
                 index_contents(&loaded),

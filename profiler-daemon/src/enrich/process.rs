@@ -168,10 +168,8 @@ impl ProcSymbols {
 
     /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.
     pub fn symbol_at(&self, tgid: u32, addr: u64) -> Option<String> {
-        self.lookup(tgid, addr, |idx, vaddr, _| {
-            idx.lookup_exact(vaddr).map(str::to_owned)
-        })?
-        .2
+        self.lookup(tgid, addr, |idx, vaddr, _| idx.lookup_exact(vaddr))?
+            .2
     }
 
     /// What names a code address of `tgid` (`None`: no executable file mapping holds it).
@@ -181,7 +179,7 @@ impl ProcSymbols {
         let mut source = Vec::new();
         let (module, file_offset, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
             source = crate::stacks::lines::frames_at(path, vaddr);
-            idx.lookup_containing(vaddr).map(|(n, _)| n.to_owned())
+            idx.lookup_containing(vaddr).map(|(n, _)| n)
         })?;
         Some(FrameAt {
             module,

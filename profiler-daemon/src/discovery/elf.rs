@@ -282,7 +282,8 @@ fn in_file(path: &Path, source: ElfError) -> ElfError {
     }
 }
 
-fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
+/// Opens `path`, a regular file of at most [`MAX_ELF_BYTES`]; with its size.
+fn open_limited(path: &Path) -> Result<(File, u64), ElfError> {
     let io = |source| ElfError::Io {
         path: path.to_path_buf(),
         source,
@@ -294,21 +295,32 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
             path: path.to_path_buf(),
         });
     }
-    let too_large = |size| ElfError::TooLarge {
+    if meta.len() > MAX_ELF_BYTES {
+        return Err(too_large(path, meta.len()));
+    }
+    Ok((file, meta.len()))
+}
+
+fn too_large(path: &Path, size: u64) -> ElfError {
+    ElfError::TooLarge {
         path: path.to_path_buf(),
         size,
         limit: MAX_ELF_BYTES,
-    };
-    if meta.len() > MAX_ELF_BYTES {
-        return Err(too_large(meta.len()));
     }
+}
+
+fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
+    let (file, len) = open_limited(path)?;
     // The file may grow between stat and read: never read more than the limit + 1.
-    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.take(MAX_ELF_BYTES + 1)
         .read_to_end(&mut data)
-        .map_err(io)?;
+        .map_err(|source| ElfError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if data.len() as u64 > MAX_ELF_BYTES {
-        return Err(too_large(data.len() as u64));
+        return Err(too_large(path, data.len() as u64));
     }
     Ok(data)
 }
@@ -316,31 +328,14 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, ElfError> {
 /// The parts of `path` a [`SymbolIndex`] reads, at their offsets in a buffer the file's size:
 /// the ELF, program and section headers, every symbol and string table and `.gnu_debugdata`.
 /// The rest stays unread and, in a buffer of more than a few pages, unbacked (zeroed pages the
-/// kernel has not handed out): a PyTorch process's stack goes through libraries of 0.5–1 GiB,
-/// of which the symbol tables are a tenth; reading them whole took about 0.5 s each, and as
+/// kernel has not handed out): a PyTorch process's stack goes through libraries of 0.45 GB,
+/// of which the symbol tables are a sixth; reading them whole took 0.5–1.6 s each, and as
 /// much memory, while the records behind the stack waited. A file whose headers do not
 /// describe it is read whole, for the parser to say what is wrong with it.
 fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError> {
     use std::os::unix::fs::FileExt;
-    let io = |source| ElfError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(ElfError::NotAFile {
-            path: path.to_path_buf(),
-        });
-    }
-    if meta.len() > MAX_ELF_BYTES {
-        return Err(ElfError::TooLarge {
-            path: path.to_path_buf(),
-            size: meta.len(),
-            limit: MAX_ELF_BYTES,
-        });
-    }
-    let len = meta.len() as usize;
+    let (file, len) = open_limited(path)?;
+    let len = len as usize;
     let whole = || read_limited(path).map(|d| (FileBytes::Whole(d), None));
     let Some(mut data) = ZeroMap::new(len) else {
         return whole();

@@ -116,6 +116,11 @@ pub fn start_time(tgid: u32) -> Option<u64> {
 #[derive(Default)]
 pub struct ProcSymbols {
     inner: Mutex<Inner>,
+    /// Signalled when a file's index is in (see [`Inner::loading`]).
+    loaded: std::sync::Condvar,
+    /// Files read so far.
+    #[cfg(test)]
+    reads: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -124,6 +129,25 @@ struct Inner {
     /// Symbol index per file (None: unreadable or not ELF), by identity rather than path: the
     /// same library seen through every container's `/proc/PID/root` is read once.
     files: HashMap<FileKey, Option<SymbolIndex>>,
+    /// Files whose index a thread is reading now: another thread that needs one waits for it
+    /// rather than reading the file too (the stack namer and the kernel namer both meet
+    /// PyTorch's libraries first thing).
+    loading: std::collections::HashSet<FileKey>,
+}
+
+/// Takes a file off [`Inner::loading`] and wakes the waiters, however the read ended.
+struct Loading<'a> {
+    symbols: &'a ProcSymbols,
+    key: FileKey,
+}
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.symbols.inner.lock() {
+            inner.loading.remove(&self.key);
+        }
+        self.symbols.loaded.notify_all();
+    }
 }
 
 /// A file's identity: device, inode, size and modification time (a file replaced in place
@@ -232,11 +256,20 @@ impl ProcSymbols {
         let Some(key) = file_key(path) else {
             return Some((module, file_off, None));
         };
+        while inner.loading.contains(&key) {
+            inner = self.loaded.wait(inner).expect("symbol cache poisoned");
+        }
         if !inner.files.contains_key(&key) {
             // Read without the lock: a large library takes a fifth of a second, and the
             // session takes the lock to remember a new process's mappings.
+            inner.loading.insert(key);
             drop(inner);
+            // Should the read panic, the guard takes the file off the list as it unwinds.
+            let loading = Loading { symbols: self, key };
             let t0 = std::time::Instant::now();
+            #[cfg(test)]
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let loaded = SymbolIndex::load(path).ok();
             tracing::debug!(
                 file = %m.path,
@@ -249,6 +282,10 @@ impl ProcSymbols {
                 inner.files.clear();
             }
             inner.files.entry(key).or_insert(loaded);
+            inner.loading.remove(&key);
+            // Done here, under the lock the guard would take.
+            std::mem::forget(loading);
+            self.loaded.notify_all();
         }
         let Some(Some(idx)) = inner.files.get(&key) else {
             return Some((module, file_off, None));
@@ -276,6 +313,36 @@ pub struct FrameAt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Threads that need the same file's symbols at once read it once: the others wait.
+    #[test]
+    fn a_file_wanted_by_several_threads_is_read_once() {
+        let symbols = ProcSymbols::new();
+        let pid = std::process::id();
+        // Inside this function, in this (large, unstripped) test binary.
+        let here = a_file_wanted_by_several_threads_is_read_once as *const () as u64 + 1;
+        let start = std::sync::Barrier::new(4);
+        let names: Vec<Option<String>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        symbols.frame_at(pid, here).and_then(|f| f.symbol)
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for n in &names {
+            assert!(
+                n.as_deref()
+                    .is_some_and(|n| n.contains("a_file_wanted_by_several_threads_is_read_once")),
+                "{names:?}"
+            );
+        }
+        assert_eq!(symbols.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(symbols.inner.lock().unwrap().loading.is_empty());
+    }
 
     #[test]
     fn start_time_of_this_process() {

@@ -361,6 +361,23 @@ impl StackResolver {
     /// cache lacks (the walk ends at an address no file maps: see `labels`).
     fn request_native(&mut self, tgid: u32, frames: &[u64]) {
         let Some(n) = &self.namer else {
+            // Live without a namer (its thread could not start): named here, in turn.
+            if let Some(symbols) = self.live.clone() {
+                for &a in frames {
+                    let end = match self.native.get(&(tgid, a)) {
+                        Some(f) => f.is_none(),
+                        None => {
+                            let frame = native_frame(&symbols, tgid, a);
+                            let end = frame.is_none();
+                            self.take_named(tgid, a, frame);
+                            end
+                        }
+                    };
+                    if end {
+                        return; // the walk ends there (see `labels`)
+                    }
+                }
+            }
             return;
         };
         for (i, &a) in frames.iter().enumerate() {
@@ -975,6 +992,27 @@ mod tests {
         // Seen again: nothing more to name.
         r.prepare(tgid, &st);
         assert!(!r.naming(tgid));
+    }
+
+    /// Without a namer thread (it could not start), native frames are named in `prepare`.
+    #[test]
+    fn without_a_namer_native_frames_are_named_in_turn() {
+        let tgid = std::process::id();
+        let mut r = resolver_of_this_process();
+        r.namer = None;
+        let native = [native_frame as *const () as u64 + 1, 0x10, 0x20];
+        let st = stack(&native, &[], kind::LAUNCH, 1);
+        r.prepare(tgid, &st);
+        assert!(!r.naming(tgid));
+        let named: Vec<(u64, bool)> = r
+            .take_log()
+            .into_iter()
+            .filter_map(|s| match s {
+                StackSym::Native { addr, frame, .. } => Some((addr, frame.is_some())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named, [(native[0], true), (0x10, false)]);
     }
 
     #[test]

@@ -1480,7 +1480,7 @@ fn names_out(
     use crate::stacks::StackSym;
     let stacks = agg.stacks_mut();
     match settle_for {
-        Some(t) if t == u32::MAX || stacks.naming(t) => stacks.settle(),
+        Some(t) if t == SETTLE_ALL || stacks.naming(t) => stacks.settle(),
         _ => stacks.poll(),
     }
     let learned = stacks.take_log();

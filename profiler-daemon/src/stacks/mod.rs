@@ -828,6 +828,17 @@ mod tests {
         }
     }
 
+    /// The native frames named since the last look: (address, whether a file named it).
+    fn natives_logged(r: &mut StackResolver) -> Vec<(u64, bool)> {
+        r.take_log()
+            .into_iter()
+            .filter_map(|s| match s {
+                StackSym::Native { addr, frame, .. } => Some((addr, frame.is_some())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A resolver for this process, which it takes to be CPython 3.12.
     fn resolver_of_this_process() -> StackResolver {
         let mut r = StackResolver::live(Arc::new(crate::enrich::process::ProcSymbols::new()));
@@ -977,15 +988,7 @@ mod tests {
         r.settle();
         assert!(!r.naming(tgid));
         assert!(r.requested.is_empty(), "{:?}", r.requested);
-        let named: Vec<(u64, bool)> = r
-            .take_log()
-            .into_iter()
-            .filter_map(|s| match s {
-                StackSym::Native { addr, frame, .. } => Some((addr, frame.is_some())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(named, [(native[0], true), (0x10, false)]);
+        assert_eq!(natives_logged(&mut r), [(native[0], true), (0x10, false)]);
         let labels = r.labels(tgid, &StackKey::of(&st));
         assert_eq!(labels.len(), 1, "{labels:?}");
         assert!(labels[0].contains("native_frame"), "{labels:?}");
@@ -1004,15 +1007,7 @@ mod tests {
         let st = stack(&native, &[], kind::LAUNCH, 1);
         r.prepare(tgid, &st);
         assert!(!r.naming(tgid));
-        let named: Vec<(u64, bool)> = r
-            .take_log()
-            .into_iter()
-            .filter_map(|s| match s {
-                StackSym::Native { addr, frame, .. } => Some((addr, frame.is_some())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(named, [(native[0], true), (0x10, false)]);
+        assert_eq!(natives_logged(&mut r), [(native[0], true), (0x10, false)]);
     }
 
     #[test]

@@ -337,23 +337,28 @@ fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError>
     let (file, len) = open_limited(path)?;
     let len = len as usize;
     let whole = || read_limited(path).map(|d| (FileBytes::Whole(d), None));
-    let Some(mut data) = ZeroMap::new(len) else {
+    // Zeroed pages the kernel backs only where written (and charges no swap for).
+    let Ok(mut data) = memmap2::MmapOptions::new()
+        .len(len)
+        .no_reserve_swap()
+        .map_anon()
+    else {
         return whole();
     };
     // [start, end) of the file, read into place; false when it does not lie inside the file
     // or cannot be read (the file changed since its size was taken).
-    fn fill(file: &File, data: &mut ZeroMap, start: u64, size: u64) -> bool {
-        let Some(end) = start.checked_add(size).filter(|&e| e <= data.len as u64) else {
+    fn fill(file: &File, data: &mut [u8], start: u64, size: u64) -> bool {
+        let Some(end) = start.checked_add(size).filter(|&e| e <= data.len() as u64) else {
             return false;
         };
-        file.read_exact_at(&mut data.bytes_mut()[start as usize..end as usize], start)
+        file.read_exact_at(&mut data[start as usize..end as usize], start)
             .is_ok()
     }
     let header_len = std::mem::size_of::<FileHeader64<LE>>() as u64;
     if !fill(&file, &mut data, 0, header_len.min(len as u64)) {
         return whole();
     }
-    let Ok(&header) = FileHeader64::<LE>::parse(data.bytes()) else {
+    let Ok(&header) = FileHeader64::<LE>::parse(&data[..]) else {
         return whole();
     };
     let table = |off: u64, num: u16, size: u16| (off, u64::from(num) * u64::from(size));
@@ -377,7 +382,7 @@ fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError>
         return whole();
     }
     // (type, offset, size, name) of every section.
-    let parts: Vec<(u32, u64, u64, u32)> = match header.section_headers(LE, data.bytes()) {
+    let parts: Vec<(u32, u64, u64, u32)> = match header.section_headers(LE, &data[..]) {
         Ok(sections) => sections
             .iter()
             .map(|s| (s.sh_type(LE), s.sh_offset(LE), s.sh_size(LE), s.sh_name(LE)))
@@ -397,7 +402,7 @@ fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError>
     // Section names are readable now: `.gnu_debugdata` (MiniDebugInfo) is found by name.
     let debugdata: Vec<(u64, u64)> = match parts.get(shstrndx) {
         Some(&(_, off, size, _)) => {
-            let names = bytes_at(data.bytes(), off, size);
+            let names = bytes_at(&data, off, size);
             parts
                 .iter()
                 .filter(|&&(t, _, size, name)| {
@@ -421,7 +426,7 @@ fn read_symbol_parts(path: &Path) -> Result<(FileBytes, Option<File>), ElfError>
 /// A file's bytes: read whole, or the parts an index needs ([`read_symbol_parts`]).
 enum FileBytes {
     Whole(Vec<u8>),
-    Sparse(ZeroMap),
+    Sparse(memmap2::MmapMut),
 }
 
 impl std::ops::Deref for FileBytes {
@@ -429,58 +434,8 @@ impl std::ops::Deref for FileBytes {
     fn deref(&self) -> &[u8] {
         match self {
             FileBytes::Whole(v) => v,
-            FileBytes::Sparse(m) => m.bytes(),
+            FileBytes::Sparse(m) => m,
         }
-    }
-}
-
-/// Zeroed, page-aligned anonymous memory that the kernel backs only where it is written.
-struct ZeroMap {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is owned by this value alone.
-unsafe impl Send for ZeroMap {}
-
-impl ZeroMap {
-    /// `None` for an empty length or when the kernel refuses the mapping.
-    fn new(len: usize) -> Option<ZeroMap> {
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: a new private anonymous mapping; no existing memory is touched.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then_some(ZeroMap {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes from `ptr` for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as `bytes`, and `&mut self` makes the borrow unique.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for ZeroMap {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` made.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 

@@ -182,25 +182,8 @@ impl Namer {
             .spawn(move || {
                 while let Ok(job) = todo.recv() {
                     match job {
-                        NamerJob::Walk(tgid, mut addrs) => {
-                            let mut named = Vec::with_capacity(addrs.len());
-                            let mut past_end = Vec::new();
-                            for (i, &a) in addrs.iter().enumerate() {
-                                let frame = native_frame(&symbols, tgid, a);
-                                let end = frame.is_none();
-                                named.push((a, frame));
-                                if end {
-                                    // The walk ends there (see `labels`).
-                                    past_end = addrs.split_off(i + 1);
-                                    break;
-                                }
-                            }
-                            let walked = Walked {
-                                tgid,
-                                named,
-                                past_end,
-                            };
-                            if done.send(walked).is_err() {
+                        NamerJob::Walk(tgid, addrs) => {
+                            if done.send(walk(&symbols, tgid, addrs)).is_err() {
                                 return;
                             }
                         }
@@ -217,6 +200,27 @@ impl Namer {
             .map_err(|e| tracing::warn!("cannot start the native frame namer: {e}"))
             .ok()?;
         Some(Namer { jobs, named })
+    }
+}
+
+/// Names return addresses of `tgid`, in order, up to the first no file maps.
+fn walk(symbols: &ProcSymbols, tgid: u32, mut addrs: Vec<u64>) -> Walked {
+    let mut named = Vec::with_capacity(addrs.len());
+    let mut past_end = Vec::new();
+    for (i, &a) in addrs.iter().enumerate() {
+        let frame = native_frame(symbols, tgid, a);
+        let end = frame.is_none();
+        named.push((a, frame));
+        if end {
+            // The walk ends there (see `labels`).
+            past_end = addrs.split_off(i + 1);
+            break;
+        }
+    }
+    Walked {
+        tgid,
+        named,
+        past_end,
     }
 }
 
@@ -315,25 +319,25 @@ impl StackResolver {
         };
         let walks: Vec<Walked> = n.named.try_iter().collect();
         for w in walks {
-            let tgid = w.tgid;
-            for a in w.past_end {
-                self.requested.remove(&(tgid, a));
-            }
-            for (addr, frame) in w.named {
-                self.take_named(tgid, addr, frame);
-            }
+            self.take_walk(w);
         }
     }
 
-    fn take_named(&mut self, tgid: u32, addr: u64, frame: Option<NativeFrame>) {
-        self.requested.remove(&(tgid, addr));
-        self.log.push(StackSym::Native {
-            tgid,
-            addr,
-            frame: frame.clone(),
-        });
-        if self.room() {
-            self.native.insert((tgid, addr), frame.map(Arc::new));
+    fn take_walk(&mut self, w: Walked) {
+        let tgid = w.tgid;
+        for a in w.past_end {
+            self.requested.remove(&(tgid, a));
+        }
+        for (addr, frame) in w.named {
+            self.requested.remove(&(tgid, addr));
+            self.log.push(StackSym::Native {
+                tgid,
+                addr,
+                frame: frame.clone(),
+            });
+            if self.room() {
+                self.native.insert((tgid, addr), frame.map(Arc::new));
+            }
         }
     }
 
@@ -360,50 +364,41 @@ impl StackResolver {
     /// Hands the native frames of a stack not named yet to the namer, from the first one the
     /// cache lacks (the walk ends at an address no file maps: see `labels`).
     fn request_native(&mut self, tgid: u32, frames: &[u64]) {
-        let Some(n) = &self.namer else {
-            // Live without a namer (its thread could not start): named here, in turn.
-            if let Some(symbols) = self.live.clone() {
-                for &a in frames {
-                    let end = match self.native.get(&(tgid, a)) {
-                        Some(f) => f.is_none(),
-                        None => {
-                            let frame = native_frame(&symbols, tgid, a);
-                            let end = frame.is_none();
-                            self.take_named(tgid, a, frame);
-                            end
-                        }
-                    };
-                    if end {
-                        return; // the walk ends there (see `labels`)
-                    }
-                }
-            }
-            return;
-        };
+        let mut first = None;
         for (i, &a) in frames.iter().enumerate() {
             match self.native.get(&(tgid, a)) {
                 Some(Some(_)) => continue,
                 Some(None) => return,
                 None if self.requested.contains(&(tgid, a)) => continue,
                 None => {
-                    // Past the cache's bound names are no longer kept: none is asked for.
-                    if !self.room() {
-                        return;
-                    }
-                    let rest: Vec<u64> = frames[i..]
-                        .iter()
-                        .copied()
-                        .filter(|&b| {
-                            !self.native.contains_key(&(tgid, b))
-                                && !self.requested.contains(&(tgid, b))
-                        })
-                        .collect();
-                    if n.jobs.send(NamerJob::Walk(tgid, rest.clone())).is_ok() {
-                        self.requested.extend(rest.into_iter().map(|b| (tgid, b)));
-                    }
-                    return;
+                    first = Some(i);
+                    break;
                 }
             }
+        }
+        // Past the cache's bound names are no longer kept: none is asked for.
+        let Some(i) = first.filter(|_| self.room()) else {
+            return;
+        };
+        let rest: Vec<u64> = frames[i..]
+            .iter()
+            .copied()
+            .filter(|&b| {
+                !self.native.contains_key(&(tgid, b)) && !self.requested.contains(&(tgid, b))
+            })
+            .collect();
+        match (&self.namer, &self.live) {
+            (Some(n), _) => {
+                if n.jobs.send(NamerJob::Walk(tgid, rest.clone())).is_ok() {
+                    self.requested.extend(rest.into_iter().map(|b| (tgid, b)));
+                }
+            }
+            // Live without a namer (its thread could not start): named here, in turn.
+            (None, Some(symbols)) => {
+                let w = walk(symbols, tgid, rest);
+                self.take_walk(w);
+            }
+            (None, None) => {}
         }
     }
 

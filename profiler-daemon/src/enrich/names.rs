@@ -26,6 +26,14 @@ pub fn demangle(mangled: &str) -> String {
     if !mangled.starts_with("_Z") {
         return mangled.to_owned();
     }
+    // Our own demangler prints what c++filt (and the CUDA tools) print; it declines the few
+    // constructs it does not cover, which go to the cpp_demangle crate. Neither can panic on
+    // any input by design; the guard is for a bug in either.
+    if let Ok(Some(s)) = std::panic::catch_unwind(|| super::itanium::demangle(mangled))
+        && !s.is_empty()
+    {
+        return s;
+    }
     let work = || {
         let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
         let sym = cpp_demangle::Symbol::new_with_options(mangled.as_bytes(), &parse).ok()?;

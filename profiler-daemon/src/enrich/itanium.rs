@@ -4,8 +4,9 @@
 //!
 //! Written for the names a GPU profiler meets: kernels (templates, lambdas, literals, packs) and
 //! the native frames of CUDA programs. It covers the grammar those use and says `None` for
-//! anything else (expressions in template arguments, `decltype`, floating literals, vendor
-//! qualifiers, …), where [`super::names::demangle`] falls back to the `cpp_demangle` crate. It
+//! anything else (expressions in template arguments other than `&function`, `decltype`,
+//! floating literals, `nullptr` arguments, vendor qualifiers, …), where
+//! [`super::names::demangle`] falls back to the `cpp_demangle` crate. It
 //! exists because that crate prints some common PyTorch kernel names wrongly (the `const&` of
 //! a lambda passed by reference lands inside the lambda's parameter list) and spells many
 //! others differently from every CUDA tool.
@@ -103,6 +104,8 @@ enum Node {
     PtrMem(Id, Id),
     /// A template argument pack.
     Pack(Vec<Id>),
+    /// `&name`: the address of a function or object as a template argument.
+    AddrOf(Id),
     /// `T_`, `T0_`, …: the argument of the template whose function is being printed (what a
     /// substitution of it means depends on where it is used, as c++filt resolves it).
     TParam(u32),
@@ -773,7 +776,18 @@ impl<'a> Parser<'a> {
 
     fn template_arg(&mut self) -> R<Id> {
         match self.peek() {
-            0 | b'X' => None,
+            // `X ad L _Z <encoding> E E`, the one expression we cover: a pointer to a function
+            // or object (`TORCH_FN(f)`, `&cudnnDestroyTensorDescriptor`).
+            b'X' => {
+                if !(self.eat_str(b"Xad") && self.peek() == b'L' && self.peek_at(1) == b'_') {
+                    return None;
+                }
+                let e = self.literal()?;
+                if !self.eat(b'E') {
+                    return None;
+                }
+                self.make(Node::AddrOf(e))
+            }
             b'L' => self.literal(),
             b'J' => {
                 self.i += 1;
@@ -787,10 +801,15 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `L <type> <value> E` for an integer or bool; `None` for the rest.
+    /// `L <type> <value> E` for an integer or bool, `L _Z <encoding> E` for a function or
+    /// object; `None` for the rest.
     fn literal(&mut self) -> R<Id> {
         if !self.eat(b'L') {
             return None;
+        }
+        if self.eat_str(b"_Z") {
+            let e = self.encoding()?;
+            return self.eat(b'E').then_some(e);
         }
         let c = self.peek();
         let suffix = match c {
@@ -1407,7 +1426,8 @@ impl<'n> Printer<'n> {
                     }
                     self.pack_index = outer;
                 }
-                Node::Pack(items) if shown == id && self.pack_index.is_none() => {
+                // A pack written out (`J…E`) is spread whatever is being expanded around it.
+                Node::Pack(items) if shown == id => {
                     for &item in items {
                         self.sep(&mut first)?;
                         self.ty(item)?;
@@ -1564,6 +1584,29 @@ impl<'n> Printer<'n> {
                 self.top(*inner)
             }
             Node::Encoding { .. } => self.encoding(id, true),
+            Node::AddrOf(e) => {
+                // As c++filt: a qualified function's parameters are left out (`&A::f`, read
+                // as a pointer to member); any other function is printed whole in parentheses
+                // (`&(f())`, `&(void g<int>(int))`); an object's name is printed bare.
+                let e = *e;
+                self.push("&")?;
+                match self.node(e)? {
+                    Node::Encoding { name, .. } => match self.node(*name)? {
+                        Node::Nested(..) => self.name(*name),
+                        _ => {
+                            self.push("(")?;
+                            self.encoding(e, true)?;
+                            self.push(")")
+                        }
+                    },
+                    Node::Text(_) | Node::Nested(..) => self.name(e),
+                    _ => {
+                        self.push("(")?;
+                        self.name(e)?;
+                        self.push(")")
+                    }
+                }
+            }
             // A type where a name is expected (a template parameter as a name's prefix).
             _ => self.ty(id),
         }
@@ -1725,6 +1768,26 @@ mod tests {
     #[test]
     fn prints_what_cxxfilt_prints() {
         for (mangled, want) in CXXFILT {
+            assert_eq!(demangle(mangled).as_deref(), Some(want), "{mangled}");
+        }
+    }
+
+    /// Functions and objects as template arguments, the way PyTorch's dispatcher names every
+    /// kernel wrapper (`TORCH_FN`): c++filt leaves a qualified function's parameters out.
+    #[test]
+    fn addresses_as_template_arguments() {
+        for (mangled, want) in [
+            ("_Z1fIXadL_Z1gvEEEvv", "void f<&(g())>()"),
+            ("_Z1fIXadL_ZN1A1gEvEEEvv", "void f<&A::g>()"),
+            ("_Z1fIXadL_Z1xEEEvv", "void f<&x>()"),
+            ("_Z1fIXadL_Z1gIiEvT_EEEvv", "void f<&(void g<int>(int))>()"),
+            ("_Z1fIL_Z1gvEEvv", "void f<g()>()"),
+            ("_Z1fIJ1AIiJEEEEvDpT_", "void f<A<int> >(A<int>)"),
+            (
+                "_ZN3c104impl6detail24WrapFunctionIntoFunctor_INS_26CompileTimeFunctionPointerIFN2at6TensorERKS5_EXadL_ZNS4_12_GLOBAL__N_115wrapper_CUDA_i0ES7_EEEES5_NS_4guts8typelist8typelistIJS7_EEEED0Ev",
+                "c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<at::Tensor (at::Tensor const&), &at::(anonymous namespace)::wrapper_CUDA_i0>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >::~WrapFunctionIntoFunctor_()",
+            ),
+        ] {
             assert_eq!(demangle(mangled).as_deref(), Some(want), "{mangled}");
         }
     }

@@ -5,7 +5,7 @@
 //! Written for the names a GPU profiler meets: kernels (templates, lambdas, literals, packs) and
 //! the native frames of CUDA programs. It covers the grammar those use and says `None` for
 //! anything else (expressions in template arguments other than `&function`, `decltype`,
-//! floating literals, `nullptr` arguments, vendor qualifiers, …), where
+//! floating literals, vendor qualifiers, …), where
 //! [`super::names::demangle`] falls back to the `cpp_demangle` crate. It
 //! exists because that crate prints some common PyTorch kernel names wrongly (the `const&` of
 //! a lambda passed by reference lands inside the lambda's parameter list) and spells many
@@ -811,6 +811,10 @@ impl<'a> Parser<'a> {
             let e = self.encoding()?;
             return self.eat(b'E').then_some(e);
         }
+        // `nullptr` as an argument: c++filt prints its type.
+        if self.eat_str(b"DnE") {
+            return self.text("decltype(nullptr)");
+        }
         let c = self.peek();
         let suffix = match c {
             b'i' => Some(""),
@@ -1118,6 +1122,10 @@ impl<'n> Printer<'n> {
 
     /// What a node is once template parameters are looked up, for deciding how to print it.
     fn deref(&self, mut id: Id) -> R<Id> {
+        // In a lambda's parameters a template parameter is `auto:N`, not its argument.
+        if self.in_lambda > 0 {
+            return Some(id);
+        }
         let mut level = 0;
         for _ in 0..32 {
             match self.node(id)? {
@@ -1790,6 +1798,21 @@ mod tests {
         ] {
             assert_eq!(demangle(mangled).as_deref(), Some(want), "{mangled}");
         }
+    }
+
+    /// Real names from PyTorch 2.11 against c++filt's text for them (testdata/cxxfilt.tsv).
+    #[test]
+    fn pytorch_names_read_as_cxxfilt_prints_them() {
+        let mut n = 0;
+        for line in include_str!("testdata/cxxfilt.tsv").lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            let (mangled, want) = line.split_once('\t').expect("two columns");
+            assert_eq!(demangle(mangled).as_deref(), Some(want), "{mangled}");
+            n += 1;
+        }
+        assert_eq!(n, 227);
     }
 
     /// A PyTorch kernel (torch 2.11) whose lambda is passed by `const&`: the qualifiers belong

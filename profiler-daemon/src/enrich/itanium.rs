@@ -1249,9 +1249,14 @@ impl<'n> Printer<'n> {
             Node::TParam(i) => self.param(*i, Part::Left),
             Node::Cv(t, q) => {
                 let (func, _) = self.is_fn_or_array(*t)?;
+                // `K T_` with `T_ = int const`: c++filt prints the qualifier once.
+                let has = match self.node(self.deref(*t)?)? {
+                    Node::Cv(_, q2) => *q2,
+                    _ => 0,
+                };
                 self.left(*t)?;
                 if !func {
-                    self.quals(*q)?;
+                    self.quals(*q & !has)?;
                 }
                 Some(())
             }
@@ -1405,9 +1410,21 @@ impl<'n> Printer<'n> {
     /// Comma-separated types or template arguments, packs and expansions spread out.
     fn list(&mut self, ids: &[Id]) -> R<()> {
         let mut first = true;
+        self.list_into(ids, &mut first)
+    }
+
+    /// [`Printer::list`] continuing a list (`first`: nothing printed in it yet).
+    fn list_into(&mut self, ids: &[Id], first: &mut bool) -> R<()> {
+        self.enter()?;
+        let r = self.list_items(ids, first);
+        self.depth -= 1;
+        r
+    }
+
+    fn list_items(&mut self, ids: &[Id], first: &mut bool) -> R<()> {
         for &id in ids {
             let before = self.out.len();
-            let had_one = !first;
+            let had_one = !*first;
             let shown = if self.in_lambda > 0 {
                 id
             } else {
@@ -1420,13 +1437,13 @@ impl<'n> Printer<'n> {
                     match self.pack_len(pattern, 0)? {
                         Some(n) => {
                             for k in 0..n {
-                                self.sep(&mut first)?;
+                                self.sep(first)?;
                                 self.pack_index = Some(k);
                                 self.ty(pattern)?;
                             }
                         }
                         None => {
-                            self.sep(&mut first)?;
+                            self.sep(first)?;
                             self.push("(")?;
                             self.ty(pattern)?;
                             self.push(")...")?;
@@ -1435,15 +1452,10 @@ impl<'n> Printer<'n> {
                     self.pack_index = outer;
                 }
                 // A pack written out (`J…E`) is spread whatever is being expanded around it.
-                Node::Pack(items) if shown == id => {
-                    for &item in items {
-                        self.sep(&mut first)?;
-                        self.ty(item)?;
-                    }
-                }
+                Node::Pack(items) if shown == id => self.list_into(items, first)?,
                 Node::Pack(items) if self.pack_index.is_none() && items.is_empty() => {}
                 _ => {
-                    self.sep(&mut first)?;
+                    self.sep(first)?;
                     self.ty(id)?;
                 }
             }
@@ -1594,19 +1606,23 @@ impl<'n> Printer<'n> {
             Node::Encoding { .. } => self.encoding(id, true),
             Node::AddrOf(e) => {
                 // As c++filt: a qualified function's parameters are left out (`&A::f`, read
-                // as a pointer to member); any other function is printed whole in parentheses
-                // (`&(f())`, `&(void g<int>(int))`); an object's name is printed bare.
+                // as a pointer to member) unless it has cv or ref qualifiers; any other
+                // function is printed whole in parentheses (`&(f())`, `&(void g<int>(int))`,
+                // `&(A::f() const)`); an object's name is printed bare.
                 let e = *e;
                 self.push("&")?;
                 match self.node(e)? {
-                    Node::Encoding { name, .. } => match self.node(*name)? {
-                        Node::Nested(..) => self.name(*name),
-                        _ => {
-                            self.push("(")?;
-                            self.encoding(e, true)?;
-                            self.push(")")
-                        }
-                    },
+                    Node::Encoding {
+                        name,
+                        cv: 0,
+                        refq: 0,
+                        ..
+                    } if matches!(self.node(*name)?, Node::Nested(..)) => self.name(*name),
+                    Node::Encoding { .. } => {
+                        self.push("(")?;
+                        self.encoding(e, true)?;
+                        self.push(")")
+                    }
                     Node::Text(_) | Node::Nested(..) => self.name(e),
                     _ => {
                         self.push("(")?;
@@ -1813,6 +1829,29 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 227);
+    }
+
+    /// From LLVM 22's symbols: an empty pack expanded inside a written-out pack, a `const`
+    /// template argument under `const` (printed once), and the address of a `const` member
+    /// function (printed whole, in parentheses).
+    #[test]
+    fn llvm_shapes() {
+        for (mangled, want) in [
+            (
+                "_ZN4llvm20getBestSimplifyQueryINS_8FunctionEJEEEKNS_13SimplifyQueryERNS_15AnalysisManagerIT_JDpT0_EEERS1_",
+                "llvm::SimplifyQuery const llvm::getBestSimplifyQuery<llvm::Function>(llvm::AnalysisManager<llvm::Function>&, llvm::Function&)",
+            ),
+            (
+                "_ZN4llvm22containsIrreducibleCFGIPKNS_10BasicBlockEKNS_25ReversePostOrderTraversalIPKNS_8FunctionENS_11GraphTraitsIS7_EEEEKNS_8LoopInfoENS8_IS3_EEEEbRT0_RKT1_",
+                "bool llvm::containsIrreducibleCFG<llvm::BasicBlock const*, llvm::ReversePostOrderTraversal<llvm::Function const*, llvm::GraphTraits<llvm::Function const*> > const, llvm::LoopInfo const, llvm::GraphTraits<llvm::BasicBlock const*> >(llvm::ReversePostOrderTraversal<llvm::Function const*, llvm::GraphTraits<llvm::Function const*> > const&, llvm::LoopInfo const&)",
+            ),
+            (
+                "_ZTIN4llvm9sandboxir13GenericSetterIXadL_ZNKS0_10SwitchInst12getConditionEvEEXadL_ZNS2_12setConditionEPNS0_5ValueEEEEE",
+                "typeinfo for llvm::sandboxir::GenericSetter<&(llvm::sandboxir::SwitchInst::getCondition() const), &llvm::sandboxir::SwitchInst::setCondition>",
+            ),
+        ] {
+            assert_eq!(demangle(mangled).as_deref(), Some(want), "{mangled}");
+        }
     }
 
     /// A PyTorch kernel (torch 2.11) whose lambda is passed by `const&`: the qualifiers belong

@@ -20,6 +20,10 @@ const MAX_DEPTH: u32 = 192;
 const MAX_NODES: usize = 1 << 14;
 /// Longest output: a name's substitutions can make its text grow exponentially.
 const MAX_OUT: usize = 1 << 16;
+/// Nodes a name's pack expansions may visit looking for their packs, all together: the nodes
+/// form a DAG (substitutions), which a walk that prints nothing could take exponential time
+/// to cover.
+const MAX_PACK_VISITS: u32 = 1 << 16;
 
 type Id = u32;
 
@@ -1068,6 +1072,8 @@ struct Printer<'n> {
     /// against then. c++filt reads it against them again wherever a substitution brings the
     /// same parameter back under a reference.
     scopes: std::collections::HashMap<Id, Vec<Id>>,
+    /// What is left of [`MAX_PACK_VISITS`].
+    pack_visits: std::cell::Cell<u32>,
 }
 
 impl<'n> Printer<'n> {
@@ -1081,6 +1087,7 @@ impl<'n> Printer<'n> {
             in_lambda: 0,
             ghost_space: false,
             scopes: std::collections::HashMap::new(),
+            pack_visits: std::cell::Cell::new(MAX_PACK_VISITS),
         }
     }
 
@@ -1226,15 +1233,18 @@ impl<'n> Printer<'n> {
     }
 
     /// (function, array): what a declarator around `id` must put in parentheses.
-    fn is_fn_or_array(&self, id: Id) -> R<(bool, bool)> {
-        let r = self.deref(id)?;
-        Some(match self.node(r)? {
-            Node::Function { .. } => (true, false),
-            Node::Cv(t, _) => self.is_fn_or_array(*t)?,
-            Node::Array(..) => (false, true),
-            Node::LRef(t) | Node::RRef(t) => self.is_fn_or_array(*t)?,
-            _ => (false, false),
-        })
+    fn is_fn_or_array(&self, mut id: Id) -> R<(bool, bool)> {
+        // A loop, not recursion: substitutions can chain qualifiers and references as long
+        // as the name allows.
+        for _ in 0..MAX_DEPTH {
+            match self.node(self.deref(id)?)? {
+                Node::Function { .. } => return Some((true, false)),
+                Node::Array(..) => return Some((false, true)),
+                Node::Cv(t, _) | Node::LRef(t) | Node::RRef(t) => id = *t,
+                _ => return Some((false, false)),
+            }
+        }
+        None
     }
 
     fn left(&mut self, id: Id) -> R<()> {
@@ -1476,6 +1486,8 @@ impl<'n> Printer<'n> {
 
     /// The length of the first pack a pattern refers to; `Some(None)` when it has none.
     fn pack_len(&self, id: Id, depth: u32) -> R<Option<usize>> {
+        let left = self.pack_visits.get().checked_sub(1)?;
+        self.pack_visits.set(left);
         if depth > MAX_DEPTH {
             return None;
         }
@@ -1537,15 +1549,16 @@ impl<'n> Printer<'n> {
     }
 
     /// The class's own name, for its constructor.
-    fn base_name(&mut self, id: Id) -> R<()> {
-        match self.node(self.deref(id)?)? {
-            Node::Nested(_, n) => self.base_name(*n),
-            Node::Template(n, _) => self.base_name(*n),
-            Node::AbiTag(n, _) => self.base_name(*n),
-            Node::Abbrev(k) => self.push(ABBREVS.get(*k)?.2),
-            Node::Text(s) => self.push(s),
-            _ => None,
+    fn base_name(&mut self, mut id: Id) -> R<()> {
+        for _ in 0..MAX_DEPTH {
+            match self.node(self.deref(id)?)? {
+                Node::Nested(_, n) | Node::Template(n, _) | Node::AbiTag(n, _) => id = *n,
+                Node::Abbrev(k) => return self.push(ABBREVS.get(*k)?.2),
+                Node::Text(s) => return self.push(s),
+                _ => return None,
+            }
         }
+        None
     }
 
     fn name(&mut self, id: Id) -> R<()> {
@@ -1934,5 +1947,34 @@ mod tests {
         if let Some(s) = demangle(&doubling) {
             assert!(s.len() <= super::MAX_OUT, "{} bytes", s.len());
         }
+        // A pack expansion whose pattern is a DAG of 2^60 paths and no pack: the search for
+        // the pack gives up (without the bound this does not return).
+        fn seq(k: u32) -> String {
+            // The substitution with index k: S_, S0_, …, S9_, SA_, …, SZ_, S10_, …
+            if k == 0 {
+                return "S_".into();
+            }
+            let (mut n, mut digits) = (k - 1, Vec::new());
+            loop {
+                digits.push(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"[(n % 36) as usize]);
+                n /= 36;
+                if n == 0 {
+                    break;
+                }
+            }
+            digits.reverse();
+            format!("S{}_", String::from_utf8(digits).unwrap())
+        }
+        // The DAG is built in the parameters of `&A::f`, which are parsed but not printed, so
+        // nothing stops the walk but its bound. S_ is g, S0_ A, S1_ C; each step adds B and
+        // B<last, last>.
+        let mut dag = String::from("_Z1gIXadL_ZN1A1fE1C");
+        let mut last = 2;
+        for _ in 0..60 {
+            dag.push_str(&format!("1BI{}{}E", seq(last), seq(last)));
+            last += 2;
+        }
+        dag.push_str(&format!("EEEvDp{}", seq(last)));
+        assert_eq!(demangle(&dag), None);
     }
 }

@@ -117,6 +117,9 @@ pub struct DeepCapture {
     ended: bool,
     /// Ticks the pid has been missing from procfs (the fallback when no exit record comes).
     missing: u32,
+    /// Whether a pid is in procfs now ([`crate::discovery::process_exists`]; tests stand in
+    /// for it, their pids being made up).
+    alive: fn(u32) -> bool,
     started: Instant,
     /// The capture's start on the records' clock (CLOCK_MONOTONIC, the file header's origin).
     from_ns: u64,
@@ -155,6 +158,7 @@ impl DeepCapture {
             matched: HashMap::new(),
             ended: false,
             missing: 0,
+            alive: crate::discovery::process_exists,
             started: Instant::now(),
             from_ns,
             drops_at_start,
@@ -165,6 +169,14 @@ impl DeepCapture {
     #[cfg(test)]
     pub fn from_ns(mut self, ns: u64) -> Self {
         self.from_ns = ns;
+        self
+    }
+
+    /// Takes every pid for a live process (tests: their pids are made up, and whether a real
+    /// process has one, say a kernel worker with pid 10, is up to the machine).
+    #[cfg(test)]
+    pub fn pids_alive(mut self) -> Self {
+        self.alive = |_| true;
         self
     }
 
@@ -267,11 +279,7 @@ impl DeepCapture {
             return Some(e.to_string());
         }
         if let Target::Pid(p) = self.target {
-            self.missing = if crate::discovery::process_exists(p) {
-                0
-            } else {
-                self.missing + 1
-            };
+            self.missing = if (self.alive)(p) { 0 } else { self.missing + 1 };
         }
         // Two ticks without the process: its last records have been read by now.
         if self.ended || self.missing >= 2 {

@@ -122,8 +122,9 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
         stop: stop.clone(),
     };
     let drops = std::collections::BTreeMap::from([("launch".to_string(), 7)]);
-    let mut d =
-        DeepCapture::new(1, req, Some(42), api().list(), drops, "node1".into()).from_ns(100);
+    let mut d = DeepCapture::new(1, req, Some(42), api().list(), drops, "node1".into())
+        .from_ns(100)
+        .pids_alive();
     // Made before the capture started (at 100), read after it: the process's last launch and
     // sync before it, and a name; the calls are not the capture's, the name is needed.
     feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 99));
@@ -192,7 +193,8 @@ fn a_client_that_stops_reading_ends_its_capture() {
         Default::default(),
         "n".into(),
     )
-    .from_ns(0);
+    .from_ns(0)
+    .pids_alive();
     let mut agg = agg;
     agg.set_process_meta(10, meta("python3"));
     let mut why = None;
@@ -232,7 +234,8 @@ fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_their
         Default::default(),
         "n".into(),
     )
-    .from_ns(0);
+    .from_ns(0)
+    .pids_alive();
     feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 1));
     // NVML lists both processes; the user's capture keeps their own.
     let sample = crate::nvml::Sample {

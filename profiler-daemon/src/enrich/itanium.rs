@@ -1904,6 +1904,30 @@ mod tests {
         );
     }
 
+    /// The deepest names it accepts, and deeper ones it declines, fit a 1 MiB stack in a debug
+    /// build (256 KiB in release, measured); the daemon's threads have 2 MiB.
+    #[test]
+    fn deep_names_fit_a_small_stack() {
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(|| {
+                for levels in [10, 40, 63, 64, 100] {
+                    let nested =
+                        format!("_Z1kI{}iEEvv", "1AI".repeat(levels) + &"E".repeat(levels));
+                    let _ = demangle(&nested);
+                }
+                for n in [50, 150, 189, 190, 400] {
+                    let ptrs = format!("_Z1fP{}i", "P".repeat(n));
+                    let _ = demangle(&ptrs);
+                    let refs = format!("_Z1fRK{}i", "PK".repeat(n));
+                    let _ = demangle(&refs);
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
     /// What this demangler does not cover is declined (the caller falls back), never guessed.
     #[test]
     fn declines_what_it_does_not_cover() {

@@ -174,13 +174,15 @@ impl<'a> Parser<'a> {
         self.make(Node::Text(s.into()))
     }
 
-    fn enter(&mut self) -> R<()> {
+    /// Runs `f` one level deeper; `None` past [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        if self.depth >= MAX_DEPTH {
+            return None;
+        }
         self.depth += 1;
-        (self.depth <= MAX_DEPTH).then_some(())
-    }
-
-    fn leave(&mut self) {
+        let r = f(self);
         self.depth -= 1;
+        r
     }
 
     fn number(&mut self) -> R<u64> {
@@ -271,10 +273,7 @@ impl<'a> Parser<'a> {
     }
 
     fn encoding(&mut self) -> R<Id> {
-        self.enter()?;
-        let r = self.encoding_inner();
-        self.leave();
-        r
+        self.nested(|p| p.encoding_inner())
     }
 
     fn encoding_inner(&mut self) -> R<Id> {
@@ -402,10 +401,7 @@ impl<'a> Parser<'a> {
 
     /// `<name>`.
     fn name(&mut self) -> R<NameInfo> {
-        self.enter()?;
-        let r = self.name_inner();
-        self.leave();
-        r
+        self.nested(|p| p.name_inner())
     }
 
     fn name_inner(&mut self) -> R<NameInfo> {
@@ -761,10 +757,7 @@ impl<'a> Parser<'a> {
     }
 
     fn template_args(&mut self) -> R<Vec<Id>> {
-        self.enter()?;
-        let r = self.template_args_inner();
-        self.leave();
-        r
+        self.nested(|p| p.template_args_inner())
     }
 
     fn template_args_inner(&mut self) -> R<Vec<Id>> {
@@ -855,10 +848,7 @@ impl<'a> Parser<'a> {
     // -- types -----------------------------------------------------------------------------
 
     fn ty(&mut self) -> R<Id> {
-        self.enter()?;
-        let r = self.ty_inner();
-        self.leave();
-        r
+        self.nested(|p| p.ty_inner())
     }
 
     fn ty_inner(&mut self) -> R<Id> {
@@ -1106,9 +1096,15 @@ impl<'n> Printer<'n> {
         Some(())
     }
 
-    fn enter(&mut self) -> R<()> {
+    /// Runs `f` one level deeper; `None` past [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        if self.depth >= MAX_DEPTH {
+            return None;
+        }
         self.depth += 1;
-        (self.depth <= MAX_DEPTH).then_some(())
+        let r = f(self);
+        self.depth -= 1;
+        r
     }
 
     /// The argument `T_<idx>` stands for where the innermost `level` templates are left out,
@@ -1248,10 +1244,7 @@ impl<'n> Printer<'n> {
     }
 
     fn left(&mut self, id: Id) -> R<()> {
-        self.enter()?;
-        let r = self.left_inner(id);
-        self.depth -= 1;
-        r
+        self.nested(|p| p.left_inner(id))
     }
 
     fn left_inner(&mut self, id: Id) -> R<()> {
@@ -1324,32 +1317,23 @@ impl<'n> Printer<'n> {
     }
 
     fn left_unref(&mut self, id: Id) -> R<()> {
-        self.enter()?;
-        let r = match self.node(id)? {
-            Node::TParam(i) => self.param(*i, Part::LeftUnref),
-            Node::LRef(t) | Node::RRef(t) => self.left_unref(*t),
-            _ => self.left(id),
-        };
-        self.depth -= 1;
-        r
+        self.nested(|p| match p.node(id)? {
+            Node::TParam(i) => p.param(*i, Part::LeftUnref),
+            Node::LRef(t) | Node::RRef(t) => p.left_unref(*t),
+            _ => p.left(id),
+        })
     }
 
     fn right_unref(&mut self, id: Id) -> R<()> {
-        self.enter()?;
-        let r = match self.node(id)? {
-            Node::TParam(i) => self.param(*i, Part::RightUnref),
-            Node::LRef(t) | Node::RRef(t) => self.right_unref(*t),
-            _ => self.right(id),
-        };
-        self.depth -= 1;
-        r
+        self.nested(|p| match p.node(id)? {
+            Node::TParam(i) => p.param(*i, Part::RightUnref),
+            Node::LRef(t) | Node::RRef(t) => p.right_unref(*t),
+            _ => p.right(id),
+        })
     }
 
     fn right(&mut self, id: Id) -> R<()> {
-        self.enter()?;
-        let r = self.right_inner(id);
-        self.depth -= 1;
-        r
+        self.nested(|p| p.right_inner(id))
     }
 
     fn right_inner(&mut self, id: Id) -> R<()> {
@@ -1425,10 +1409,7 @@ impl<'n> Printer<'n> {
 
     /// [`Printer::list`] continuing a list (`first`: nothing printed in it yet).
     fn list_into(&mut self, ids: &[Id], first: &mut bool) -> R<()> {
-        self.enter()?;
-        let r = self.list_items(ids, first);
-        self.depth -= 1;
-        r
+        self.nested(|p| p.list_items(ids, first))
     }
 
     fn list_items(&mut self, ids: &[Id], first: &mut bool) -> R<()> {
@@ -1562,10 +1543,7 @@ impl<'n> Printer<'n> {
     }
 
     fn name(&mut self, id: Id) -> R<()> {
-        self.enter()?;
-        let r = self.name_inner(id);
-        self.depth -= 1;
-        r
+        self.nested(|p| p.name_inner(id))
     }
 
     fn name_inner(&mut self, id: Id) -> R<()> {

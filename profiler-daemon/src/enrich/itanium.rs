@@ -1,6 +1,6 @@
 //! An Itanium C++ ABI demangler that prints names the way `c++filt` does (GNU libiberty with
-//! its default options `DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE`), which is also how CUPTI,
-//! Nsight Systems and torch.profiler show kernel names.
+//! its default options `DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE`), the form torch.profiler's
+//! kernel names (from CUPTI) took in our GPU runs.
 //!
 //! Written for the names a GPU profiler meets: kernels (templates, lambdas, literals, packs) and
 //! the native frames of CUDA programs. It covers the grammar those use and says `None` for
@@ -1729,7 +1729,7 @@ pub fn demangle(mangled: &str) -> Option<String> {
 mod tests {
     use super::demangle;
 
-    /// Each name as `c++filt` (binutils 2.44) prints it.
+    /// Each name as `c++filt` (GNU binutils 2.40, Debian) prints it.
     const CXXFILT: [(&str, &str); 17] = [
         (
             "_Z6vecAddPKfS0_Pfi",

@@ -134,7 +134,8 @@ impl SessionError {
             SessionError::ExitedBeforeCuda(_) => 3,
             SessionError::Output { .. } => 4,
             SessionError::NothingToAttach => 5,
-            SessionError::Capture(CaptureError::Permission { .. }) => 6,
+            SessionError::Capture(CaptureError::Permission { .. })
+            | SessionError::Attach(crate::attach::AttachError::Permission { .. }) => 6,
             SessionError::Capture(_) | SessionError::Attach(_) => 7,
             SessionError::Spawn { .. } => 8,
             SessionError::Selection(_) | SessionError::Metrics { .. } => 2,

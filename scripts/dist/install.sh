@@ -3,15 +3,26 @@
 #   sudo ./install.sh                      # /usr/local/bin, /etc/gpuprofd, /etc/systemd/system
 #   sudo ./install.sh --prefix /opt/gpuprofd
 #   DESTDIR=/tmp/root ./install.sh         # stage into a directory (packaging); no systemctl
+#   sudo ./install.sh --least-privilege auto|yes|no
 # An existing /etc/gpuprofd/config.toml is kept; the default is installed beside it as
 # config.toml.default. Then: systemctl enable --now gpuprofd
+# --least-privilege: the service without CAP_SYS_ADMIN (gpuprofd.service.d/least-privilege.conf),
+# which kernels with uprobe_multi links (Linux 6.6+) allow. auto (the default): installed when
+# gpuprofd's probe round trip passes on this node without CAP_SYS_ADMIN, removed when it fails;
+# with DESTDIR, not installed (the target node is not this one): say yes or no.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=/usr/local
+least=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --least-privilege)
+      case "${2:-}" in
+        auto|yes|no) least=$2; shift 2 ;;
+        *) echo "install.sh: --least-privilege takes auto, yes or no, not \"${2:-}\"" >&2; exit 2 ;;
+      esac ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +44,43 @@ else
   install -m 0644 "$here/config.toml" "$dest/etc/gpuprofd/config.toml"
 fi
 install -m 0644 "$here/README.md" "$dest$prefix/share/doc/gpuprofd/README.md"
+
+# The capabilities the unit keeps, less CAP_SYS_ADMIN: what the drop-in leaves the service.
+dropin_dir=$dest/etc/systemd/system/gpuprofd.service.d
+dropin=$dropin_dir/least-privilege.conf
+small=$(sed -n 's/^CapabilityBoundingSet=\(CAP_.*\)$/\1/p' "$here/least-privilege.conf" |
+  tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd, -)
+why=""
+if [ "$least" = auto ]; then
+  # (GPUPROFD_CHECK_UNDER_DESTDIR=1: check this machine anyway; the test suite's way in.)
+  if [ -n "$dest" ] && [ "${GPUPROFD_CHECK_UNDER_DESTDIR:-}" != 1 ]; then
+    least=no
+    why="staged under DESTDIR, so not checked on the target node (--least-privilege yes installs it)"
+  elif ! command -v setpriv >/dev/null; then
+    least=no
+    why="setpriv (util-linux) is missing, so it could not be checked"
+  elif round=$(setpriv --bounding-set=-all,"$small" --inh-caps=-all --no-new-privs -- \
+      "$here/bin/gpuprofd" doctor --no-system-libs 2>&1 | grep '^ok   bpf_round_trip.*uprobe_multi link'); then
+    least=yes
+    why="gpuprofd's probes attach without CAP_SYS_ADMIN here: ${round#ok   bpf_round_trip  }"
+  else
+    least=no
+    why="gpuprofd's probes do not attach here without CAP_SYS_ADMIN (no uprobe_multi links; \
+\`gpuprofd doctor\` says more)"
+  fi
+fi
+if [ "$least" = yes ]; then
+  install -d "$dropin_dir"
+  install -m 0644 "$here/least-privilege.conf" "$dropin"
+  echo "install.sh: least privilege: the service runs without CAP_SYS_ADMIN (${dropin#"$dest"})${why:+; $why}"
+else
+  if [ -e "$dropin" ]; then
+    rm -f "$dropin"
+    rmdir "$dropin_dir" 2>/dev/null || true
+    echo "install.sh: removed ${dropin#"$dest"}"
+  fi
+  echo "install.sh: the service keeps CAP_SYS_ADMIN${why:+: $why}"
+fi
 if [ -z "$dest" ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   echo "install.sh: installed; start it with: systemctl enable --now gpuprofd"

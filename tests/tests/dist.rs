@@ -50,7 +50,8 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "config.toml",
             "gpuprofd.service",
             "gpuprofd.socket",
-            "install.sh"
+            "install.sh",
+            "least-privilege.conf"
         ]
     );
     // The kit's configuration is the binary's default, and the binary accepts it.
@@ -94,6 +95,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
         "ProtectSystem=strict",
         "StateDirectory=gpuprofd",
         "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_RESOURCE CAP_SYS_PTRACE CAP_DAC_READ_SEARCH",
+        "RestartPreventExitStatus=6",
     ] {
         assert!(
             unit.lines().any(|l| l == line),
@@ -193,6 +195,15 @@ fn the_service_captures_with_only_the_units_capabilities() {
                 && l.contains("(uprobe_multi link at ")),
         "{out}"
     );
+    serve_under(&caps, &[2, 19, 21, 24, 38, 39]);
+}
+
+/// `gpuprofd serve` started as systemd starts it (root, every capability but `caps` out of the
+/// bounding set, no new privileges) captures launches (counted in the kernel), copies (through
+/// the ring) and synchronisations (entry and return probes) of a workload, exactly. `bits`:
+/// the capability numbers of `caps` (CAP_DAC_READ_SEARCH 2, SYS_PTRACE 19, SYS_ADMIN 21,
+/// SYS_RESOURCE 24, PERFMON 38, BPF 39).
+fn serve_under(caps: &str, bits: &[u32]) {
     let dir = TempDir::new("caps");
     let socket = dir.path().join("ctl.sock");
     let config = dir.path().join("config.toml");
@@ -231,30 +242,35 @@ fn the_service_captures_with_only_the_units_capabilities() {
             .unwrap();
         u64::from_str_radix(hex.trim(), 16).unwrap()
     };
-    // CAP_DAC_READ_SEARCH 2, SYS_PTRACE 19, SYS_ADMIN 21, SYS_RESOURCE 24, PERFMON 38, BPF 39
-    // (less whatever this machine withholds from the tests too: some lack CAP_SYS_RESOURCE).
-    let unit_set: u64 = [2, 19, 21, 24, 38, 39].iter().map(|b| 1u64 << b).sum();
+    // (Less whatever this machine withholds from the tests too: some lack CAP_SYS_RESOURCE.)
+    let unit_set: u64 = bits.iter().map(|b| 1u64 << b).sum();
     assert_eq!(
         bounding(child.id()),
         unit_set & bounding(std::process::id()),
         "the daemon runs with the unit's capabilities and no other"
     );
     let mut w = Workload::start();
-    w.script(&["rt_launch gemm 6 1 1 1 32 1 1 0 0", "rt_memcpy h2d 1024 3"]);
-    // The launches are counted in the kernel, the copies come through the ring: both, then.
+    w.script(&[
+        "rt_launch gemm 6 1 1 1 32 1 1 0 0",
+        "rt_memcpy h2d 1024 3",
+        "rt_sync_device 2",
+    ]);
+    // The launches are counted in the kernel, the copies and syncs come through the ring.
     let snap = snapshot_until(
         &daemon_bin(),
         &socket,
-        "6 launches and the copies",
+        "6 launches, the copies and the syncs",
         |snap| {
             has_process(snap, w.tgid)
                 && process(snap, w.tgid)["launches"] == 6
                 && copies(process(snap, w.tgid), "h2d").is_some_and(|c| c["calls"] == 3)
+                && api_calls(process(snap, w.tgid), "cudaDeviceSynchronize") == 2
         },
     );
     let p = process(&snap, w.tgid);
     assert_eq!(kernel_calls(p, GEMM), 6);
     assert_eq!(copies(p, "h2d").unwrap()["bytes"], 3072);
+    assert_eq!(api_calls(p, "cudaDeviceSynchronize"), 2);
     assert_eq!(
         p["comm"], "workload",
         "procfs readable under the bounding set"
@@ -264,4 +280,157 @@ fn the_service_captures_with_only_the_units_capabilities() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = wait_bounded(&mut child);
     assert!(st.success(), "{st}: {}", err.rest().join("\n"));
+}
+
+/// The drop-in's `CapabilityBoundingSet=` (after the line that empties it), as setpriv's list.
+fn drop_in_caps(conf: &str) -> String {
+    let sets: Vec<&str> = conf
+        .lines()
+        .filter_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .collect();
+    assert_eq!(sets.len(), 2, "an empty assignment, then the set: {conf}");
+    assert_eq!(
+        sets[0], "",
+        "the unit's set is reset first, not added to: {conf}"
+    );
+    unit_caps(&format!("CapabilityBoundingSet={}", sets[1]))
+}
+
+#[test]
+fn the_service_captures_without_cap_sys_admin_where_links_attach() {
+    require_bpf();
+    let unit = std::fs::read_to_string(kit().join("gpuprofd.service")).unwrap();
+    let conf = std::fs::read_to_string(kit().join("least-privilege.conf")).unwrap();
+    let small = drop_in_caps(&conf);
+    assert_eq!(small, unit_caps(&unit).replace("+sys_admin,", ""));
+    // With uprobe_multi links (6.6+, this kernel), the whole service runs without it.
+    serve_under(&small, &[2, 19, 24, 38, 39]);
+    // Without links (GPUPROFD_UPROBE_MULTI=0 stands in for a kernel before 6.6) the kernel
+    // refuses every probe: the service stops at once, says what to do, and exits 6, which the
+    // unit does not restart on (RestartPreventExitStatus=6), instead of reporting "ready" with
+    // no probe.
+    let dir = TempDir::new("nolinks");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\n[nvml]\nenabled = false\n\
+             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
+            fakecuda().join("lib").display(),
+            dir.path().join("ctl.sock").display()
+        ),
+    )
+    .unwrap();
+    // (Bounded: a daemon that went on instead would run until killed, exit 124.)
+    let (rc, out) = output(
+        Command::new("timeout")
+            .args(["60", "setpriv"])
+            .arg(format!("--bounding-set=-all,{small}"))
+            .args(["--inh-caps=-all", "--no-new-privs", "--"])
+            .arg(kit().join("bin/gpuprofd"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("GPUPROFD_UPROBE_MULTI", "0")
+            .stdin(Stdio::null()),
+    );
+    assert_eq!(rc, 6, "{out}");
+    assert!(!out.contains("gpuprofd: ready"), "{out}");
+    let lib = fakecuda().join("lib/libcuda.so.1");
+    let err = out
+        .lines()
+        .find(|l| l.starts_with("gpuprofd: error: "))
+        .unwrap_or_else(|| panic!("no error line: {out}"));
+    assert!(
+        err.starts_with(&format!(
+            "gpuprofd: error: cannot attach any uprobe to \"{}\": ",
+            lib.display()
+        )) && err.contains("Permission denied")
+            && err.contains("CAP_SYS_ADMIN")
+            && err.contains("/etc/systemd/system/gpuprofd.service.d/least-privilege.conf"),
+        "{err}"
+    );
+}
+
+#[test]
+fn install_adds_the_least_privilege_drop_in_only_where_it_works() {
+    require_bpf();
+    let conf = std::fs::read_to_string(kit().join("least-privilege.conf")).unwrap();
+    let dir = TempDir::new("least");
+    let root = dir.path();
+    let dropin = root.join("etc/systemd/system/gpuprofd.service.d/least-privilege.conf");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(kit().join("install.sh"));
+        c.args(args).env("DESTDIR", root);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        output(&mut c)
+    };
+    // Staged (DESTDIR) with the default, auto: the target node is not this one; not checked.
+    let (rc, out) = run(&[], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!dropin.exists(), "{out}");
+    assert!(
+        out.contains("the service keeps CAP_SYS_ADMIN: staged under DESTDIR"),
+        "{out}"
+    );
+    // Asked for.
+    let (rc, out) = run(&["--least-privilege", "yes"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&dropin).unwrap(), conf);
+    // Declined: a drop-in left by an earlier install goes.
+    let (rc, out) = run(&["--least-privilege", "no"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        !dropin.exists() && !dropin.parent().unwrap().exists(),
+        "{out}"
+    );
+    // auto, checked on this machine: doctor's probe round trip without CAP_SYS_ADMIN passes
+    // through a uprobe_multi link here ...
+    let check = ("GPUPROFD_CHECK_UNDER_DESTDIR", "1");
+    let (rc, out) = run(&["--least-privilege", "auto"], &[check]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&dropin).unwrap(), conf, "{out}");
+    assert!(
+        out.contains("gpuprofd's probes attach without CAP_SYS_ADMIN here: 3 calls, 3 records"),
+        "{out}"
+    );
+    // ... and fails without links (as before 6.6), which removes the drop-in again.
+    let (rc, out) = run(&[], &[check, ("GPUPROFD_UPROBE_MULTI", "0")]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!dropin.exists(), "{out}");
+    assert!(
+        out.contains("removed /etc/systemd/system/gpuprofd.service.d/least-privilege.conf"),
+        "{out}"
+    );
+    let (rc, out) = run(&["--least-privilege", "maybe"], &[]);
+    assert_eq!(
+        (rc, out.trim()),
+        (
+            2,
+            "install.sh: --least-privilege takes auto, yes or no, not \"maybe\""
+        )
+    );
+
+    // systemd reads the drop-in over the unit: CAP_SYS_ADMIN is out of the set.
+    run(&["--least-privilege", "yes"], &[]);
+    let sys_admin = |units: &Path| {
+        let (rc, out) = output(
+            Command::new("systemd-analyze")
+                .args(["security", "--offline=true", "--no-pager"])
+                .arg(units.join("gpuprofd.service")),
+        );
+        assert_eq!(rc, 0, "{out}");
+        out.lines()
+            .find(|l| l.contains("CapabilityBoundingSet=~CAP_SYS_ADMIN "))
+            .unwrap_or_else(|| panic!("{out}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let units = root.join("etc/systemd/system");
+    assert_eq!(sys_admin(&units), "✓");
+    std::fs::remove_file(&dropin).unwrap();
+    assert_eq!(sys_admin(&units), "✗");
 }

@@ -39,7 +39,8 @@ enum Cmd {
         no_lint: bool,
     },
     /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
-    /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, config.toml, install.sh, README.md) and
+    /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, least-privilege.conf, config.toml,
+    /// install.sh, README.md) and
     /// the same as a .tar.gz beside it.
     Dist,
     /// Run every fuzz target (fuzz/, cargo-fuzz on nightly) for SECONDS each, from the seeds in
@@ -139,7 +140,12 @@ fn dist() -> Result<PathBuf> {
         Ok(())
     };
     copy(bin.clone(), "bin/gpuprofd")?;
-    for f in ["gpuprofd.service", "gpuprofd.socket", "install.sh"] {
+    for f in [
+        "gpuprofd.service",
+        "gpuprofd.socket",
+        "least-privilege.conf",
+        "install.sh",
+    ] {
         copy(root().join("scripts/dist").join(f), f)?;
     }
     copy(root().join("README.md"), "README.md")?;

@@ -37,6 +37,27 @@ pub enum AttachError {
         #[source]
         source: elf::ElfError,
     },
+    #[error("cannot attach any uprobe to \"{path}\": {detail}. {hint}")]
+    Permission {
+        path: String,
+        detail: String,
+        hint: &'static str,
+    },
+}
+
+/// What to do when the kernel refused every probe of a library for want of privilege.
+const HINT_PERF_EVENT: &str = "Without uprobe_multi links (Linux 6.6+) gpuprofd attaches \
+    perf-event uprobes, and the kernel's uprobe PMU refuses those without CAP_SYS_ADMIN \
+    (CAP_PERFMON is not enough): run gpuprofd as root with CAP_SYS_ADMIN. For the systemd \
+    service, delete the least-privilege drop-in \
+    /etc/systemd/system/gpuprofd.service.d/least-privilege.conf and run `systemctl \
+    daemon-reload` (`gpuprofd doctor` checks this machine)";
+const HINT_MULTI: &str = "uprobe_multi links need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): \
+    run gpuprofd as root, or give it those capabilities (`gpuprofd doctor` checks this machine)";
+
+/// Whether an attach error says the kernel refused for want of privilege.
+fn is_permission(e: &str) -> bool {
+    e.contains("Permission denied") || e.contains("Operation not permitted")
 }
 
 /// One symbol of one library, and what became of it.
@@ -250,6 +271,23 @@ impl Attacher {
             for (i, e) in attach_multi(m, lib, &sites, &mut self.multi_links) {
                 symbols[i].error = Some(e);
             }
+        }
+        // Every probe refused for want of privilege: a daemon that went on would report
+        // "ready" and capture nothing. (Nothing is attached, so nothing is left behind.)
+        if !symbols.is_empty()
+            && symbols
+                .iter()
+                .all(|s| s.error.as_deref().is_some_and(is_permission))
+        {
+            return Err(AttachError::Permission {
+                path: lib.display.clone(),
+                detail: symbols[0].error.clone().unwrap_or_default(),
+                hint: if self.multi.is_some() {
+                    HINT_MULTI
+                } else {
+                    HINT_PERF_EVENT
+                },
+            });
         }
         self.libraries.insert(
             key,

@@ -1070,6 +1070,23 @@ impl SymbolIndex {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// The memory the index holds (its entries and any string table copied into memory; the
+    /// string tables of a file are read from it, not held).
+    pub fn heap_bytes(&self) -> usize {
+        let tables: usize = self
+            .strtabs
+            .iter()
+            .map(|t| match t {
+                Strtab::Mem(b) => b.len(),
+                Strtab::InFile { .. } => 0,
+            })
+            .sum();
+        self.entries.capacity() * std::mem::size_of::<SymEntry>()
+            + self.loads.capacity() * std::mem::size_of::<LoadSegment>()
+            + self.strtabs.capacity() * std::mem::size_of::<Strtab>()
+            + tables
+    }
 }
 
 impl fmt::Debug for SymbolIndex {

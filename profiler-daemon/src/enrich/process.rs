@@ -128,11 +128,66 @@ struct Inner {
     maps: HashMap<u32, Vec<ExecMapping>>,
     /// Symbol index per file (None: unreadable or not ELF), by identity rather than path: the
     /// same library seen through every container's `/proc/PID/root` is read once.
-    files: HashMap<FileKey, Option<SymbolIndex>>,
+    files: HashMap<FileKey, Cached>,
+    /// What the indexes in `files` hold, in bytes ([`SymbolIndex::heap_bytes`]).
+    bytes: usize,
+    /// Advances at every use of an index: the least recently used goes first.
+    clock: u64,
     /// Files whose index a thread is reading now: another thread that needs one waits for it
     /// rather than reading the file too (the stack namer and the kernel namer both meet
     /// PyTorch's libraries first thing).
     loading: std::collections::HashSet<FileKey>,
+}
+
+/// One file's symbol index (`None`: unreadable or not ELF) and when it was last used.
+struct Cached {
+    index: Option<SymbolIndex>,
+    bytes: usize,
+    used: u64,
+}
+
+impl Inner {
+    /// Keeps `index` for `key`, then gives up the least recently used indexes (never the new
+    /// one) until the cache is within [`MAX_SYMBOL_FILES`] files and `max_bytes`.
+    fn insert(&mut self, key: FileKey, index: Option<SymbolIndex>, max_bytes: usize) {
+        if self.files.contains_key(&key) {
+            return;
+        }
+        let bytes = index.as_ref().map_or(0, |i| i.heap_bytes());
+        self.clock += 1;
+        self.bytes += bytes;
+        self.files.insert(
+            key,
+            Cached {
+                index,
+                bytes,
+                used: self.clock,
+            },
+        );
+        while self.files.len() > 1
+            && (self.files.len() > MAX_SYMBOL_FILES || self.bytes > max_bytes)
+        {
+            let Some((&old, _)) = self
+                .files
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .min_by_key(|(_, c)| c.used)
+            else {
+                break;
+            };
+            if let Some(c) = self.files.remove(&old) {
+                self.bytes -= c.bytes;
+            }
+        }
+    }
+
+    /// The index of `key`, marked as used now.
+    fn get(&mut self, key: &FileKey) -> Option<&SymbolIndex> {
+        self.clock += 1;
+        let c = self.files.get_mut(key)?;
+        c.used = self.clock;
+        c.index.as_ref()
+    }
 }
 
 /// Takes a file off [`Inner::loading`] and wakes the waiters, however the read ended.
@@ -161,8 +216,14 @@ pub fn file_key(path: &std::path::Path) -> Option<FileKey> {
     Some((m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
 }
 
-/// Most files whose symbol index is kept at once; past it the cache starts again.
+/// Most files whose symbol index is kept at once (each keeps its file open); past it, or past
+/// [`MAX_SYMBOL_BYTES`], the least recently used index is given up (and read again if needed).
 const MAX_SYMBOL_FILES: usize = 256;
+
+/// Most memory the symbol indexes hold together. PyTorch's largest library makes an index of
+/// a few MiB (24 bytes per function symbol; names stay in the file): this keeps a few dozen
+/// such libraries, the distinct builds of a busy node's environments, however many there are.
+const MAX_SYMBOL_BYTES: usize = 128 << 20;
 
 impl ProcSymbols {
     pub fn new() -> Self {
@@ -278,16 +339,13 @@ impl ProcSymbols {
                 "symbol tables read"
             );
             inner = self.inner.lock().expect("symbol cache poisoned");
-            if !inner.files.contains_key(&key) && inner.files.len() >= MAX_SYMBOL_FILES {
-                inner.files.clear();
-            }
-            inner.files.entry(key).or_insert(loaded);
+            inner.insert(key, loaded, MAX_SYMBOL_BYTES);
             inner.loading.remove(&key);
             // Done here, under the lock the guard would take.
             std::mem::forget(loading);
             self.loaded.notify_all();
         }
-        let Some(Some(idx)) = inner.files.get(&key) else {
+        let Some(idx) = inner.get(&key) else {
             return Some((module, file_off, None));
         };
         let found = idx
@@ -313,6 +371,59 @@ pub struct FrameAt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real symbol index (of this test binary: thousands of function symbols).
+    fn index() -> SymbolIndex {
+        let data = fs::read("/proc/self/exe").unwrap();
+        let idx = SymbolIndex::from_elf(&data).unwrap();
+        assert!(idx.len() > 1000, "{}", idx.len());
+        idx
+    }
+
+    fn key(n: u64) -> FileKey {
+        (1, n, 0, 0, 0)
+    }
+
+    /// Past its byte bound the cache gives up the least recently used index, not all of them
+    /// and not the one just read; its byte count is what the kept indexes hold.
+    #[test]
+    fn the_cache_keeps_the_recently_used_indexes_within_its_bytes() {
+        let one = index().heap_bytes();
+        assert!(one >= 24 * 1000, "{one}");
+        let mut c = Inner::default();
+        let max = 2 * one + one / 2;
+        c.insert(key(1), Some(index()), max);
+        c.insert(key(2), Some(index()), max);
+        assert_eq!((c.files.len(), c.bytes), (2, 2 * one));
+        // 1 used after 2: 2 is the least recently used when 3 comes in.
+        assert!(c.get(&key(1)).is_some());
+        c.insert(key(3), Some(index()), max);
+        let mut kept: Vec<u64> = c.files.keys().map(|k| k.1).collect();
+        kept.sort();
+        assert_eq!((kept, c.bytes), (vec![1, 3], 2 * one));
+        assert!(c.get(&key(2)).is_none());
+        // An unreadable file holds nothing and pushes nothing out.
+        c.insert(key(4), None, max);
+        assert_eq!((c.files.len(), c.bytes), (3, 2 * one));
+        // One index larger than the whole bound is still kept (alone): the lookup that read it
+        // needs it.
+        c.insert(key(5), Some(index()), one / 2);
+        let kept: Vec<u64> = c.files.keys().map(|k| k.1).collect();
+        assert_eq!((kept, c.bytes), (vec![5], one));
+    }
+
+    /// The file bound holds too (each index keeps its file open).
+    #[test]
+    fn the_cache_keeps_at_most_its_files() {
+        let mut c = Inner::default();
+        for n in 0..(MAX_SYMBOL_FILES as u64 + 10) {
+            c.insert(key(n), None, usize::MAX);
+        }
+        assert_eq!(c.files.len(), MAX_SYMBOL_FILES);
+        // The first ten (least recently used) went.
+        assert!((0..10).all(|n| !c.files.contains_key(&key(n))));
+        assert!(c.files.contains_key(&key(10)));
+    }
 
     /// Threads that need the same file's symbols at once read it once: the others wait.
     #[test]

@@ -224,7 +224,7 @@ pub struct CaptureArgs {
     /// Do not print the per-second live lines on stderr.
     #[arg(long)]
     pub no_live: bool,
-    /// Take the call stack (native frames, and Python frames in CPython 3.11–3.13) of every Nth
+    /// Take the call stack (native frames, and Python frames in CPython 3.9–3.13) of every Nth
     /// launch, blocking sync and blocking copy of each thread, for the code and callers views.
     /// Default: 1 (every call) with --pid or a command, 64 with --all-jobs; 0: no stacks.
     #[arg(long, value_name = "N")]
@@ -250,7 +250,7 @@ pub struct CaptureArgs {
     /// Do not sample NVML.
     #[arg(long)]
     pub no_nvml: bool,
-    /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics while capturing,
+    /// Serve Prometheus metrics (text exposition format 0.0.4) at http://ADDR/metrics while capturing,
     /// e.g. 127.0.0.1:9400. Off unless given; an address other than loopback exposes the
     /// figures to the network.
     #[arg(long, value_name = "ADDR")]

@@ -99,17 +99,23 @@ fn own_file_offset(addr: u64) -> Option<(PathBuf, u64)> {
     Some((PathBuf::from(m.path), addr - m.start + m.offset))
 }
 
-fn capabilities() -> (bool, String) {
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Whether this process has capability `cap` in its effective set.
+pub(crate) fn has_capability(cap: u32) -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let has = |c: u32| eff & (1u64 << c) != 0;
+    eff & (1u64 << cap) != 0
+}
+
+fn capabilities() -> (bool, String) {
+    let has = has_capability;
     let names = [
         ("CAP_BPF", has(CAP_BPF)),
         ("CAP_PERFMON", has(CAP_PERFMON)),
@@ -260,6 +266,18 @@ pub fn run(opts: &DoctorOptions) -> u8 {
             "uprobe PMU present".into()
         } else {
             "no uprobe PMU in /sys/bus/event_source/devices (CONFIG_UPROBE_EVENTS off, or a sandbox such as gVisor)".into()
+        },
+    });
+    let maps = discovery::map_files_followable();
+    checks.push(Check {
+        name: "process_maps",
+        required: false,
+        ok: maps.is_ok(),
+        detail: match maps {
+            Ok(()) => "/proc/PID/map_files followed: the libraries running processes map are \
+                       found and opened by their inode (in containers too)"
+                .into(),
+            Err(e) => format!("{e}: {}", discovery::MAP_FILES_HINT),
         },
     });
     let rt = round_trip();

@@ -254,6 +254,13 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     // A bad --cgroup / --job is refused before anything is scanned or attached.
     let mut selection = Selection::new(&opts)?;
     let mut scanner = Scanner::new();
+    // Said before the search, which it cripples (and which may then find nothing).
+    if let Err(e) = crate::discovery::map_files_followable() {
+        eprintln!(
+            "gpuprofd: warning: {e}: {}",
+            crate::discovery::MAP_FILES_HINT
+        );
+    }
     let initial = initial_libraries(&opts, &mut scanner).await?;
 
     // Every attached library holds descriptors (links, or perf events before 6.6): a node with
@@ -282,8 +289,22 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     // Now, while the eBPF object still holds every map (the ring and the counters are taken
     // below): `uprobe_multi` programs are loaded against them.
     attacher.load_programs(&mut ebpf)?;
+    // A library the kernel refused every probe of for want of privilege is reported and
+    // skipped; the capture stops only when that left it no probe at all.
+    let mut denied = None;
     for lib in &initial {
-        attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose)?;
+        match attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose) {
+            Err(SessionError::Attach(e @ crate::attach::AttachError::Permission { .. })) => {
+                eprintln!("gpuprofd: warning: {e}");
+                denied.get_or_insert(e);
+            }
+            r => r?,
+        }
+    }
+    if let Some(e) = denied
+        && attacher.libraries().all(|l| l.attached() == 0)
+    {
+        return Err(e.into());
     }
     // Late loads: an mmap watcher in the kernel reports executable file mappings as they
     // happen; the /proc rescan is then only a slow safety net.

@@ -59,14 +59,21 @@ if [ "$least" = auto ]; then
   elif ! command -v setpriv >/dev/null; then
     least=no
     why="setpriv (util-linux) is missing, so it could not be checked"
-  elif round=$(setpriv --bounding-set=-all,"$small" --inh-caps=-all --no-new-privs -- \
-      "$here/bin/gpuprofd" doctor --no-system-libs 2>&1 | grep '^ok   bpf_round_trip.*uprobe_multi link'); then
-    least=yes
-    why="gpuprofd's probes attach without CAP_SYS_ADMIN here: ${round#ok   bpf_round_trip  }"
   else
-    least=no
-    why="gpuprofd's probes do not attach here without CAP_SYS_ADMIN (no uprobe_multi links; \
-\`gpuprofd doctor\` says more)"
+    # doctor under the drop-in's set: its probe round trip must pass through a uprobe_multi
+    # link, and /proc/PID/map_files must be followable.
+    doctor=$(setpriv --bounding-set=-all,"$small" --inh-caps=-all --no-new-privs -- \
+      "$here/bin/gpuprofd" doctor --no-system-libs 2>&1) || true
+    round=$(printf '%s\n' "$doctor" | grep -m1 '^ok   bpf_round_trip.*uprobe_multi link' || true)
+    maps=$(printf '%s\n' "$doctor" | grep -m1 '^ok   process_maps' || true)
+    if [ -n "$round" ] && [ -n "$maps" ]; then
+      least=yes
+      why="gpuprofd's probes attach without CAP_SYS_ADMIN here: ${round#ok   bpf_round_trip  }"
+    else
+      least=no
+      failed=$(printf '%s\n' "$doctor" | grep -m1 -E '^(FAIL|warn) +(bpf_round_trip|process_maps) ' || true)
+      why="gpuprofd doctor without CAP_SYS_ADMIN: ${failed:-its probe round trip went through no uprobe_multi link: ${doctor:-no output}}"
+    fi
   fi
 fi
 if [ "$least" = yes ]; then

@@ -203,6 +203,9 @@ fn the_service_captures_with_only_the_units_capabilities() {
 /// the ring) and synchronisations (entry and return probes) of a workload, exactly. `bits`:
 /// the capability numbers of `caps` (CAP_DAC_READ_SEARCH 2, SYS_PTRACE 19, SYS_ADMIN 21,
 /// SYS_RESOURCE 24, PERFMON 38, BPF 39).
+///
+/// No library is named in the configuration: the daemon finds the fake CUDA libraries in the
+/// running workload's memory maps, through /proc/PID/map_files, as it finds a job's on a node.
 fn serve_under(caps: &str, bits: &[u32]) {
     let dir = TempDir::new("caps");
     let socket = dir.path().join("ctl.sock");
@@ -210,13 +213,13 @@ fn serve_under(caps: &str, bits: &[u32]) {
     std::fs::write(
         &config,
         format!(
-            "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\n[nvml]\nenabled = false\n\
+            "[capture]\nlibs = []\nsystem_libs = false\n[nvml]\nenabled = false\n\
              [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
-            fakecuda().join("lib").display(),
             socket.display()
         ),
     )
     .unwrap();
+    let mut w = Workload::start();
     // As systemd starts it: root, every other capability out of the bounding set, no new
     // privileges.
     let mut child = Command::new("setpriv")
@@ -234,6 +237,11 @@ fn serve_under(caps: &str, bits: &[u32]) {
     err.wait_for("the ready line", |l| {
         l.contains("gpuprofd: ready: 100 probes")
     });
+    assert!(
+        !err.seen.iter().any(|l| l.contains("warning")),
+        "{}",
+        err.seen.join("\n")
+    );
     let bounding = |pid: u32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let hex = status
@@ -249,7 +257,6 @@ fn serve_under(caps: &str, bits: &[u32]) {
         unit_set & bounding(std::process::id()),
         "the daemon runs with the unit's capabilities and no other"
     );
-    let mut w = Workload::start();
     w.script(&[
         "rt_launch gemm 6 1 1 1 32 1 1 0 0",
         "rt_memcpy h2d 1024 3",
@@ -302,9 +309,67 @@ fn the_service_captures_without_cap_sys_admin_where_links_attach() {
     let unit = std::fs::read_to_string(kit().join("gpuprofd.service")).unwrap();
     let conf = std::fs::read_to_string(kit().join("least-privilege.conf")).unwrap();
     let small = drop_in_caps(&conf);
-    assert_eq!(small, unit_caps(&unit).replace("+sys_admin,", ""));
+    // CAP_CHECKPOINT_RESTORE in CAP_SYS_ADMIN's place: /proc/PID/map_files needs one of them.
+    assert_eq!(
+        small,
+        unit_caps(&unit).replace("+sys_admin,", "") + ",+checkpoint_restore"
+    );
     // With uprobe_multi links (6.6+, this kernel), the whole service runs without it.
-    serve_under(&small, &[2, 19, 24, 38, 39]);
+    serve_under(&small, &[2, 19, 24, 38, 39, 40]);
+    // Without CAP_CHECKPOINT_RESTORE as well, the workload's libraries cannot be found: the
+    // daemon says why at start (and, with nothing else to attach, stops).
+    let bare = small.replace(",+checkpoint_restore", "");
+    let (rc, out) = output(
+        Command::new("timeout")
+            .args(["60", "setpriv"])
+            .arg(format!("--bounding-set=-all,{bare}"))
+            .args(["--inh-caps=-all", "--no-new-privs", "--"])
+            .arg(kit().join("bin/gpuprofd"))
+            .args(["doctor", "--no-system-libs"]),
+    );
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("warn process_maps ")
+            && l.contains("Operation not permitted")
+            && l.contains("needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN")),
+        "{out}"
+    );
+    let w = Workload::start();
+    let dir = TempDir::new("nomaps");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nlibs = []\nsystem_libs = false\n[nvml]\nenabled = false\n\
+             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
+            dir.path().join("ctl.sock").display()
+        ),
+    )
+    .unwrap();
+    let (rc, out) = output(
+        Command::new("timeout")
+            .args(["60", "setpriv"])
+            .arg(format!("--bounding-set=-all,{bare}"))
+            .args(["--inh-caps=-all", "--no-new-privs", "--"])
+            .arg(kit().join("bin/gpuprofd"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null()),
+    );
+    assert_eq!(rc, 5, "{out}");
+    let warned = out
+        .lines()
+        .position(|l| {
+            l.starts_with("gpuprofd: warning: /proc/")
+                && l.contains("map_files needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN")
+        })
+        .unwrap_or_else(|| panic!("no map_files warning: {out}"));
+    let failed = out
+        .lines()
+        .position(|l| l.starts_with("gpuprofd: error: no CUDA library to attach to"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(warned < failed, "the cause comes first: {out}");
+    w.exit();
     // Without links (GPUPROFD_UPROBE_MULTI=0 stands in for a kernel before 6.6) the kernel
     // refuses every probe: the service stops at once, says what to do, and exits 6, which the
     // unit does not restart on (RestartPreventExitStatus=6), instead of reporting "ready" with

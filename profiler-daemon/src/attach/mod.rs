@@ -52,6 +52,9 @@ const HINT_PERF_EVENT: &str = "Without uprobe_multi links (Linux 6.6+) gpuprofd 
     service, delete the least-privilege drop-in \
     /etc/systemd/system/gpuprofd.service.d/least-privilege.conf and run `systemctl \
     daemon-reload` (`gpuprofd doctor` checks this machine)";
+const HINT_REFUSED_ANYWAY: &str = "The kernel refused perf-event uprobes although gpuprofd has \
+    CAP_SYS_ADMIN: a security policy (SELinux, AppArmor, kernel lockdown) or a sandbox forbids \
+    them here (`gpuprofd doctor` checks this machine)";
 const HINT_MULTI: &str = "uprobe_multi links need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): \
     run gpuprofd as root, or give it those capabilities (`gpuprofd doctor` checks this machine)";
 
@@ -272,23 +275,29 @@ impl Attacher {
                 symbols[i].error = Some(e);
             }
         }
-        // Every probe refused for want of privilege: a daemon that went on would report
-        // "ready" and capture nothing. (Nothing is attached, so nothing is left behind.)
-        if !symbols.is_empty()
-            && symbols
+        // Every probe the kernel was asked for refused for want of privilege: a daemon that
+        // went on would report "ready" and capture nothing. The library is recorded all the
+        // same (nothing is attached, so nothing is left behind), so that it is not tried again
+        // at every rescan.
+        let tried: Vec<&SymbolAttach> = symbols
+            .iter()
+            .filter(|s| s.placement.reason != placement::Reason::Refused)
+            .collect();
+        let denied = (!tried.is_empty()
+            && tried
                 .iter()
-                .all(|s| s.error.as_deref().is_some_and(is_permission))
-        {
-            return Err(AttachError::Permission {
-                path: lib.display.clone(),
-                detail: symbols[0].error.clone().unwrap_or_default(),
-                hint: if self.multi.is_some() {
-                    HINT_MULTI
-                } else {
-                    HINT_PERF_EVENT
-                },
-            });
-        }
+                .all(|s| s.error.as_deref().is_some_and(is_permission)))
+        .then(|| AttachError::Permission {
+            path: lib.display.clone(),
+            detail: tried[0].error.clone().unwrap_or_default(),
+            hint: if self.multi.is_some() {
+                HINT_MULTI
+            } else if crate::doctor::has_capability(crate::doctor::CAP_SYS_ADMIN) {
+                HINT_REFUSED_ANYWAY
+            } else {
+                HINT_PERF_EVENT
+            },
+        });
         self.libraries.insert(
             key,
             LibraryAttach {
@@ -297,7 +306,10 @@ impl Attacher {
                 build_id,
             },
         );
-        Ok(&self.libraries[&key])
+        match denied {
+            Some(e) => Err(e),
+            None => Ok(&self.libraries[&key]),
+        }
     }
 
     /// How many perf-event probe links are attached now (none where `uprobe_multi` links are

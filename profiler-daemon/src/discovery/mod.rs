@@ -130,6 +130,27 @@ pub fn mapped_file(tgid: u32, m: &ExecMapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
 }
 
+/// Whether this process can follow `/proc/PID/map_files` links ([`mapped_file`]): the kernel
+/// asks for CAP_CHECKPOINT_RESTORE (Linux 5.9+) or CAP_SYS_ADMIN, whatever the target. Without,
+/// the libraries running processes map cannot be found or opened by their inode. `Err`: why not.
+pub fn map_files_followable() -> Result<(), String> {
+    let text =
+        fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let m = parse_maps(&text)
+        .into_iter()
+        .find(|m| m.inode != 0)
+        .ok_or("no file mapping of its own to try")?;
+    let link = mapped_file(std::process::id(), &m);
+    fs::metadata(&link)
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", link.display()))
+}
+
+/// What to tell a user whose daemon cannot follow map_files links (see [`map_files_followable`]).
+pub const MAP_FILES_HINT: &str = "following /proc/PID/map_files needs CAP_CHECKPOINT_RESTORE or \
+    CAP_SYS_ADMIN; without either, the CUDA libraries that running processes load are not found \
+    (only --lib paths and the dynamic linker's cache are attached)";
+
 /// A file a process maps, opened for reading without trusting anything the process controls.
 /// `path` names exactly the mapped inode for as long as the value lives.
 #[derive(Debug)]

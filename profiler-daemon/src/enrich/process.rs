@@ -167,10 +167,12 @@ impl Inner {
         while self.files.len() > 1
             && (self.files.len() > MAX_SYMBOL_FILES || self.bytes > max_bytes)
         {
+            // Over the bytes only: an entry that holds none (an unreadable file) frees nothing.
+            let any = self.files.len() > MAX_SYMBOL_FILES;
             let Some((&old, _)) = self
                 .files
                 .iter()
-                .filter(|(k, _)| **k != key)
+                .filter(|(k, c)| **k != key && (any || c.bytes > 0))
                 .min_by_key(|(_, c)| c.used)
             else {
                 break;
@@ -402,14 +404,20 @@ mod tests {
         kept.sort();
         assert_eq!((kept, c.bytes), (vec![1, 3], 2 * one));
         assert!(c.get(&key(2)).is_none());
-        // An unreadable file holds nothing and pushes nothing out.
+        // An unreadable file holds nothing and pushes nothing out ...
         c.insert(key(4), None, max);
         assert_eq!((c.files.len(), c.bytes), (3, 2 * one));
+        // ... nor is it given up for bytes it does not hold, though the least recently used.
+        c.insert(key(6), Some(index()), max);
+        let mut kept: Vec<u64> = c.files.keys().map(|k| k.1).collect();
+        kept.sort();
+        assert_eq!((kept, c.bytes), (vec![3, 4, 6], 2 * one));
         // One index larger than the whole bound is still kept (alone): the lookup that read it
         // needs it.
         c.insert(key(5), Some(index()), one / 2);
-        let kept: Vec<u64> = c.files.keys().map(|k| k.1).collect();
-        assert_eq!((kept, c.bytes), (vec![5], one));
+        let mut kept: Vec<u64> = c.files.keys().map(|k| k.1).collect();
+        kept.sort();
+        assert_eq!((kept, c.bytes), (vec![4, 5], one));
     }
 
     /// The file bound holds too (each index keeps its file open).

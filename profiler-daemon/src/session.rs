@@ -953,7 +953,8 @@ impl Selection {
         if self.known.is_empty() && !self.announced_empty {
             self.announced_empty = true;
             eprintln!(
-                "gpuprofd: no cgroup of job {} exists yet; waiting for it (checked every second)",
+                "gpuprofd: no cgroup of job {} exists yet; waiting for it (checked every second; \
+                 a Slurm job confined in cgroup v1 controllers only never has one: use --pid)",
                 self.jobs.join(", ")
             );
         }

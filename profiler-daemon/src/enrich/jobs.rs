@@ -2,10 +2,14 @@
 //! else the launcher at the root of its process tree.
 //!
 //! The cgroup path decides first (it cannot be faked by the process and survives `setsid`); the
-//! environment (`SLURM_JOB_ID`) is the fallback for Slurm set-ups without cgroup confinement;
-//! the process tree is the last resort, so that the workers a `torchrun` started are one job.
-//! The cgroup path is the cgroup v2 one (`0::` in `/proc/PID/cgroup`) wherever v2 is mounted;
-//! on a v1-only host the `name=systemd` hierarchy's path, else the first listed.
+//! environment (`SLURM_JOB_ID`) is the fallback for Slurm set-ups without cgroup confinement
+//! (the tasks then stay in `slurmd.service`'s cgroup, or a login session's); the process tree
+//! is the last resort, so that the workers a `torchrun` started are one job. Every hierarchy
+//! listed in `/proc/PID/cgroup` is looked at: Slurm's cgroup/v1 plugin and some container
+//! set-ups confine a process in v1 controllers (memory, cpuset, freezer, devices) only, while
+//! its v2 and `name=systemd` paths still name the daemon that started it. A Slurm job, pod or
+//! container found in any of them wins; a systemd unit or session comes from the v2 path
+//! (`0::`), else `name=systemd`'s, else the first listed.
 
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -52,10 +56,18 @@ impl Job {
     pub fn label(&self) -> String {
         let short = |s: &str| s.chars().take(12).collect::<String>();
         match self.kind.as_str() {
-            "slurm" => match &self.step {
-                Some(s) => format!("slurm {}.{s}", self.id),
-                None => format!("slurm {}", self.id),
-            },
+            "slurm" => {
+                let step = self
+                    .step
+                    .as_ref()
+                    .map(|s| format!(".{s}"))
+                    .unwrap_or_default();
+                match &self.name {
+                    // An array task: Slurm's own name for it, then its job id.
+                    Some(n) => format!("slurm {n}{step} (job {})", self.id),
+                    None => format!("slurm {}{step}", self.id),
+                }
+            }
             "kubernetes" => match (&self.namespace, &self.name) {
                 (Some(ns), Some(n)) => format!("kubernetes {ns}/{n}"),
                 _ => format!("kubernetes pod {}", short(&self.id)),
@@ -92,6 +104,34 @@ pub fn cgroup_path(text: &str) -> Option<String> {
     systemd.or(first)
 }
 
+/// Every cgroup path of a process in the text of `/proc/PID/cgroup`, [`cgroup_path`]'s first
+/// (duplicates left out).
+pub fn cgroup_paths(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = cgroup_path(text).into_iter().collect();
+    for line in text.lines() {
+        if let Some(path) = line.splitn(3, ':').nth(2)
+            && !out.iter().any(|p| p == path)
+        {
+            out.push(path.to_owned());
+        }
+    }
+    out
+}
+
+/// The job the cgroup file text `/proc/PID/cgroup` names (see the module's comment), and the
+/// process's main cgroup path ([`cgroup_path`]).
+pub fn job_from_cgroup_file(text: &str) -> (Option<Job>, String) {
+    let paths = cgroup_paths(text);
+    let main = paths.first().cloned().unwrap_or_default();
+    let found: Vec<Job> = paths.iter().filter_map(|p| job_from_cgroup(p)).collect();
+    let strong = found
+        .iter()
+        .find(|j| !matches!(j.kind.as_str(), "systemd" | "session"))
+        .cloned();
+    let job = strong.or_else(|| job_from_cgroup(&main));
+    (job, main)
+}
+
 fn is_hex_id(s: &str) -> bool {
     s.len() >= 12 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -109,7 +149,9 @@ fn container_of(c: &str) -> Option<(&'static str, String)> {
         ("cri-containerd-", "containerd"),
         ("crio-", "crio"),
     ] {
-        if let Some(id) = between(c, prefix, ".scope")
+        // `.scope` under systemd's cgroup driver; none under cgroupfs (CRI-O: `crio-<id>`).
+        if let Some(id) = c.strip_prefix(prefix)
+            && let id = id.strip_suffix(".scope").unwrap_or(id)
             && is_hex_id(id)
         {
             return Some((kind, id.to_owned()));
@@ -120,6 +162,8 @@ fn container_of(c: &str) -> Option<(&'static str, String)> {
 
 /// The job that a cgroup path names, if any. Pure: unit-tested on real samples.
 pub fn job_from_cgroup(path: &str) -> Option<Job> {
+    // A cgroup removed while the process is still in it (rare) is shown with this suffix.
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
 
     // Slurm: .../job_<id>/step_<step>/... (cgroup v2: under slurmstepd.scope; v1: /slurm/uid_N/)
@@ -138,8 +182,9 @@ pub fn job_from_cgroup(path: &str) -> Option<Job> {
     // Kubernetes, systemd driver: kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/<ctr>.scope
     // cgroupfs driver: /kubepods/<qos>/pod<uid>/<container id>  (or /kubepods/pod<uid>/<id>)
     // (Anywhere in the path: a node agent that nests kubelet's hierarchy under its own cgroup
-    // still yields a kubepods subtree.)
-    if let Some(k) = comps.iter().position(|c| c.starts_with("kubepods")) {
+    // still yields a kubepods subtree; and with a cgroup root of its own, as kind gives
+    // kubelet, the slices are `kubelet-kubepods…`.)
+    if let Some(k) = comps.iter().position(|c| c.contains("kubepods")) {
         for (i, c) in comps.iter().enumerate().skip(k) {
             let uid = if let Some(rest) = c.strip_suffix(".slice") {
                 rest.rfind("-pod").map(|p| rest[p + 4..].replace('_', "-"))
@@ -232,16 +277,25 @@ pub fn pod_of_container(root: &std::path::Path, container: &str) -> Option<(Stri
 
 /// `SLURM_JOB_ID` / `SLURM_STEP_ID` from the NUL-separated text of `/proc/PID/environ`.
 pub fn slurm_from_environ(env: &[u8]) -> Option<(String, Option<String>)> {
-    let mut job = None;
-    let mut step = None;
-    for kv in env.split(|&b| b == 0) {
-        if let Some(v) = kv.strip_prefix(b"SLURM_JOB_ID=") {
-            job = Some(String::from_utf8_lossy(v).into_owned());
-        } else if let Some(v) = kv.strip_prefix(b"SLURM_STEP_ID=") {
-            step = Some(String::from_utf8_lossy(v).into_owned());
-        }
-    }
-    job.filter(|j| !j.is_empty()).map(|j| (j, step))
+    let job = environ_var(env, b"SLURM_JOB_ID")?;
+    Some((job, environ_var(env, b"SLURM_STEP_ID")))
+}
+
+/// An array job's name as Slurm shows it (`squeue`, `sacct`): `<array job id>_<task id>`, from
+/// `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID` (each task is a job of its own id).
+pub fn slurm_array_from_environ(env: &[u8]) -> Option<String> {
+    let a = environ_var(env, b"SLURM_ARRAY_JOB_ID")?;
+    let t = environ_var(env, b"SLURM_ARRAY_TASK_ID")?;
+    Some(format!("{a}_{t}"))
+}
+
+/// The non-empty value of `name` in NUL-separated environ text.
+fn environ_var(env: &[u8], name: &[u8]) -> Option<String> {
+    env.split(|&b| b == 0)
+        .filter_map(|kv| kv.strip_prefix(name)?.strip_prefix(b"="))
+        .next_back()
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Processes whose children are separate jobs (shells, terminal multiplexers, init, sshd).
@@ -299,11 +353,31 @@ pub fn process_tree_root(tgid: u32) -> Option<(u32, String)> {
 
 /// The job of a running process (`None` when it is gone).
 pub fn job_of(tgid: u32) -> Option<Job> {
-    let cg = fs::read_to_string(format!("/proc/{tgid}/cgroup"))
+    let (found, cg) = job_from_cgroup_file(
+        &fs::read_to_string(format!("/proc/{tgid}/cgroup")).unwrap_or_default(),
+    );
+    let environ = || {
+        super::process::read_head(
+            &format!("/proc/{tgid}/environ"),
+            super::process::MAX_ENVIRON,
+        )
         .ok()
-        .and_then(|t| cgroup_path(&t))
-        .unwrap_or_default();
-    if let Some(mut j) = job_from_cgroup(&cg) {
+    };
+    // Slurm without cgroup confinement leaves its tasks in slurmd's (or a session's) cgroup:
+    // there the environment knows better than the unit.
+    let found = match found {
+        Some(j) if matches!(j.kind.as_str(), "systemd" | "session") => {
+            match environ().as_deref().and_then(slurm_from_environ) {
+                Some(_) => None,
+                None => Some(j),
+            }
+        }
+        other => other,
+    };
+    if let Some(mut j) = found {
+        if j.kind == "slurm" {
+            j.name = environ().as_deref().and_then(slurm_array_from_environ);
+        }
         if j.kind == "kubernetes" {
             // The container runtime's bundle says the pod's namespace and name; else the
             // pod's hostname (its name by default), when the environment is readable.
@@ -326,13 +400,12 @@ pub fn job_of(tgid: u32) -> Option<Job> {
         }
         return Some(j);
     }
-    if let Ok(env) = super::process::read_head(
-        &format!("/proc/{tgid}/environ"),
-        super::process::MAX_ENVIRON,
-    ) && let Some((id, step)) = slurm_from_environ(&env)
+    if let Some(env) = environ()
+        && let Some((id, step)) = slurm_from_environ(&env)
     {
         let mut j = Job::new("slurm", id, &cg);
         j.step = step;
+        j.name = slurm_array_from_environ(&env);
         return Some(j);
     }
     let (root, comm) = process_tree_root(tgid)?;
@@ -394,6 +467,7 @@ pub fn resolve_cgroup_arg(root: &std::path::Path, arg: &str) -> Result<SelectedC
 /// least 12 characters (as `docker ps` shows it).
 pub fn job_matches(job: &Job, id: &str) -> bool {
     job.id == id
+        || (job.kind == "slurm" && job.name.as_deref() == Some(id))
         || (id.len() >= 12
             && matches!(
                 job.kind.as_str(),
@@ -415,11 +489,28 @@ pub fn job_cgroups(root: &std::path::Path, ids: &[String]) -> Vec<SelectedCgroup
         }
         if dir != root
             && let Some(sel) = selected(root, &dir)
-            && let Some(job) = job_from_cgroup(&sel.rel)
-            && ids.iter().any(|id| job_matches(&job, id))
+            && let Some(mut job) = job_from_cgroup(&sel.rel)
         {
-            out.push(sel); // the job's top: its sub-cgroups are covered in the kernel
-            continue;
+            // An array task asked for by Slurm's name for it (`1234_5`): its processes'
+            // environment says which task a `job_N` is.
+            if job.kind == "slurm" && ids.iter().any(|id| id.contains('_')) {
+                job.name = first_pid_below(&dir, 4)
+                    .and_then(|pid| {
+                        super::process::read_head(
+                            &format!("/proc/{pid}/environ"),
+                            super::process::MAX_ENVIRON,
+                        )
+                        .ok()
+                    })
+                    .and_then(|env| slurm_array_from_environ(&env));
+            }
+            if ids.iter().any(|id| job_matches(&job, id)) {
+                out.push(sel); // the job's top: its sub-cgroups are covered in the kernel
+                continue;
+            }
+            if job.kind == "slurm" {
+                continue; // below a job_N: the same job, not another one
+            }
         }
         if depth >= 16 {
             continue;
@@ -434,6 +525,23 @@ pub fn job_cgroups(root: &std::path::Path, ids: &[String]) -> Vec<SelectedCgroup
     }
     out.sort_by(|a, b| a.rel.cmp(&b.rel));
     out
+}
+
+/// A process in cgroup `dir` or below it (depth-first, at most `depth` levels down).
+fn first_pid_below(dir: &std::path::Path, depth: usize) -> Option<u32> {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs"))
+        && let Some(pid) = text.lines().find_map(|l| l.trim().parse().ok())
+    {
+        return Some(pid);
+    }
+    if depth == 0 {
+        return None;
+    }
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .find_map(|e| first_pid_below(&e.path(), depth - 1))
 }
 
 #[cfg(test)]
@@ -464,6 +572,71 @@ mod tests {
         let v1 = "11:memory:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/system.slice/slurmd.service\n";
         assert_eq!(cgroup_path(v1), Some(s("/system.slice/slurmd.service")));
         assert_eq!(cgroup_path("garbage"), None);
+    }
+
+    fn from_file(text: &str) -> (Option<(String, String, Option<String>)>, String) {
+        let (j, main) = job_from_cgroup_file(text);
+        (j.map(|j| (j.kind, j.id, j.step)), main)
+    }
+
+    /// Slurm's cgroup/v1 plugin confines tasks in v1 controllers only: their v2 and
+    /// `name=systemd` paths still name slurmd. The job is found in any hierarchy; a unit or
+    /// session only in the main one.
+    #[test]
+    fn every_hierarchy_is_looked_at() {
+        let v1 = "11:memory:/slurm/uid_1000/job_7/step_batch\n4:freezer:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/system.slice/slurmd.service\n";
+        assert_eq!(
+            from_file(v1),
+            (
+                Some((s("slurm"), s("7"), Some(s("batch")))),
+                s("/system.slice/slurmd.service")
+            )
+        );
+        let hybrid = "11:memory:/slurm/uid_1000/job_7/step_extern\n1:name=systemd:/user.slice/user-1000.slice/session-4.scope\n0::/user.slice/user-1000.slice/session-4.scope\n";
+        assert_eq!(
+            from_file(hybrid),
+            (
+                Some((s("slurm"), s("7"), Some(s("extern")))),
+                s("/user.slice/user-1000.slice/session-4.scope")
+            )
+        );
+        // Nothing stronger anywhere: the main path's session, not a v1 controller's unit.
+        let plain = "12:cpu,cpuacct:/system.slice/other.service\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/user.slice/user-0.slice/session-3.scope\n";
+        assert_eq!(
+            from_file(plain),
+            (
+                Some((s("session"), s("3"), None)),
+                s("/user.slice/user-0.slice/session-3.scope")
+            )
+        );
+        assert_eq!(
+            cgroup_paths(plain),
+            [
+                "/user.slice/user-0.slice/session-3.scope",
+                "/system.slice/other.service"
+            ]
+        );
+        assert_eq!(from_file("0::/\n"), (None, s("/")));
+        assert_eq!(from_file(""), (None, s("")));
+    }
+
+    #[test]
+    fn array_tasks_and_their_names() {
+        let env = b"PATH=/bin\0SLURM_JOB_ID=1240\0SLURM_ARRAY_JOB_ID=1234\0SLURM_ARRAY_TASK_ID=5\0";
+        assert_eq!(slurm_from_environ(env), Some((s("1240"), None)));
+        assert_eq!(slurm_array_from_environ(env), Some(s("1234_5")));
+        assert_eq!(slurm_array_from_environ(b"SLURM_ARRAY_JOB_ID=1234\0"), None);
+        // A variable whose name only starts like it is not it; an empty value is none.
+        assert_eq!(
+            slurm_from_environ(b"SLURM_JOB_ID_X=9\0SLURM_JOB_ID=\0"),
+            None
+        );
+        let mut j = job_from_cgroup("/system.slice/slurmstepd.scope/job_1240/step_0").unwrap();
+        assert_eq!(j.label(), "slurm 1240.0");
+        j.name = slurm_array_from_environ(env);
+        assert_eq!(j.label(), "slurm 1234_5.0 (job 1240)");
+        assert!(job_matches(&j, "1240") && job_matches(&j, "1234_5"));
+        assert!(!job_matches(&j, "1234") && !job_matches(&j, "1234_6"));
     }
 
     #[test]
@@ -519,6 +692,42 @@ mod tests {
                 None,
                 Some(s(cid))
             ))
+        );
+    }
+
+    /// kind (kubelet with a cgroup root of its own, inside a node container), CRI-O's cgroupfs
+    /// manager (no `.scope`), a cgroup removed under a live process.
+    #[test]
+    fn kubelet_cgroup_root_crio_cgroupfs_and_deleted_cgroups() {
+        let cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let node = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+        let uid = "5b1d2f3a-7c6e-4d2b-9a1e-0f2b3c4d5e6f";
+        let want = Some((s("kubernetes"), s(uid), None, Some(s(cid))));
+        assert_eq!(
+            j(&format!(
+                "/system.slice/docker-{node}.scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope",
+                uid.replace('-', "_")
+            )),
+            want
+        );
+        // The same seen from inside the node container (its own cgroup namespace).
+        assert_eq!(
+            j(&format!(
+                "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{}.slice/cri-containerd-{cid}.scope",
+                uid.replace('-', "_")
+            )),
+            want
+        );
+        assert_eq!(j(&format!("/kubepods/burstable/pod{uid}/crio-{cid}")), want);
+        assert_eq!(
+            j(&format!("/system.slice/crio-{cid}")),
+            Some((s("crio"), s(cid), None, None))
+        );
+        // conmon is not the container
+        assert_eq!(j(&format!("/system.slice/crio-conmon-{cid}.scope")), None);
+        assert_eq!(
+            j(&format!("/system.slice/docker-{cid}.scope (deleted)")),
+            Some((s("docker"), s(cid), None, None))
         );
     }
 

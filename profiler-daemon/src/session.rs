@@ -363,7 +363,6 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         symbols: symbols.clone(),
         maps_tx,
         journal,
-        owners: HashMap::new(),
         deep: Vec::new(),
         launch_mode,
     };
@@ -1377,7 +1376,6 @@ async fn aggregate(
                 Some(Ctl::Snapshot { meta, reply }) => {
                     let _ = reply.send(crate::service::ctl::Snapshot {
                         report: agg.report(meta),
-                        owners: seen.owners.clone(),
                     });
                 }
                 Some(Ctl::Api(t, libs)) => {
@@ -1546,9 +1544,6 @@ struct Seen {
     maps_tx: mpsc::UnboundedSender<Sighting>,
     /// The capture file, when one is written: every call on the aggregator, in order.
     journal: Option<store::Writer>,
-    /// Each known process's owner (real uid at first sight, or from its exit record): who may
-    /// see it through the control socket.
-    owners: HashMap<u32, u32>,
     /// Deep captures running (control socket).
     deep: Vec<crate::service::deep::DeepCapture>,
     /// The probes' launch mode, when launches are counted in the kernel (service mode): a
@@ -1565,7 +1560,6 @@ impl Seen {
             symbols,
             maps_tx,
             journal,
-            owners,
             deep,
             launch_mode: _,
         } = self;
@@ -1586,7 +1580,7 @@ impl Seen {
                         if let Event::Exit(_, x) = &ev
                             && x.uid != profiler_common::UID_UNKNOWN
                         {
-                            owners.entry(tgid).or_insert(x.uid);
+                            agg.set_owner_if_unknown(tgid, x.uid);
                         }
                         if let Some(j) = journal.as_mut() {
                             j.record(rec);
@@ -1618,7 +1612,6 @@ impl Seen {
                         }
                         symbols.forget(tgid);
                         known.remove(&tgid);
-                        owners.remove(&tgid);
                         for d in deep.iter_mut() {
                             d.retire(tgid);
                         }
@@ -1645,7 +1638,6 @@ impl Seen {
                             symbols.forget(tgid);
                             known.remove(&tgid);
                             ended.remove(&tgid);
-                            owners.remove(&tgid);
                             for d in deep.iter_mut() {
                                 d.retire(tgid);
                             }
@@ -1655,15 +1647,10 @@ impl Seen {
                         let _ = maps_tx.send(Sighting::New(tgid));
                         let owner = crate::service::peer::process_uid(tgid);
                         let read_at = store::monotonic_ns();
-                        let meta = first_sight(tgid, ev.header().ts_ns, symbols);
-                        match owner {
-                            Some(uid) if !meta.exited => {
-                                owners.insert(tgid, uid);
-                            }
-                            _ => {
-                                owners.remove(&tgid);
-                            }
-                        }
+                        let mut meta = first_sight(tgid, ev.header().ts_ns, symbols);
+                        // Who may see it through the control socket (real uid at first sight,
+                        // else the uid its end record carries).
+                        meta.owner = owner.filter(|_| !meta.exited);
                         if let Some(j) = journal.as_mut() {
                             j.frame(&Frame::Process {
                                 tgid,
@@ -1730,7 +1717,6 @@ impl Seen {
         }
         self.known.remove(&tgid);
         self.ended.remove(&tgid);
-        self.owners.remove(&tgid);
         self.symbols.forget(tgid);
         let _ = self.maps_tx.send(Sighting::Gone(tgid));
     }
@@ -1829,6 +1815,7 @@ fn first_sight(tgid: u32, ts_ns: u64, symbols: &ProcSymbols) -> ProcessMeta {
                 exited: false,
                 job: crate::enrich::jobs::job_of(tgid),
                 start_time,
+                owner: None,
             }
         }
         _ => ProcessMeta {
@@ -1837,6 +1824,7 @@ fn first_sight(tgid: u32, ts_ns: u64, symbols: &ProcSymbols) -> ProcessMeta {
             exited: true,
             job: None,
             start_time: 0,
+            owner: None,
         },
     }
 }

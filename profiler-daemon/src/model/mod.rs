@@ -40,6 +40,10 @@ pub struct ProcessMeta {
     /// Start time (`/proc/PID/stat` field 22, clock ticks since boot): tells a new process
     /// that reuses the tgid from the old one. 0 when unknown.
     pub start_time: u64,
+    /// The uid that owns the process (service mode: what an unprivileged client may see);
+    /// `None` when unknown. Kept with the counters of an ended process whose pid a process of
+    /// another user now has.
+    pub owner: Option<u32>,
 }
 
 /// The `comm` of a process that was gone before procfs could be read, until its end record
@@ -261,6 +265,11 @@ impl Aggregator {
                 ..meta
             },
         );
+    }
+
+    /// The owner of `tgid`, where it was not known (an end record's uid).
+    pub fn set_owner_if_unknown(&mut self, tgid: u32, uid: u32) {
+        self.meta.entry(tgid).or_default().owner.get_or_insert(uid);
     }
 
     /// Replaces the job of `tgid` (a live process re-read at report time).

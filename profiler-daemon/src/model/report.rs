@@ -240,6 +240,7 @@ pub(super) fn process(
     };
     ProcessReport {
         tgid,
+        owner: meta.and_then(|m| m.owner),
         comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
         cmdline: meta.map(|m| m.cmdline.clone()).unwrap_or_default(),
         exited: meta.is_some_and(|m| m.exited),

@@ -153,6 +153,9 @@ pub struct JobReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub tgid: u32,
+    /// Who owns the process (service mode: which client may see it); not in the JSON.
+    #[serde(skip)]
+    pub owner: Option<u32>,
     pub comm: String,
     pub cmdline: String,
     pub exited: bool,

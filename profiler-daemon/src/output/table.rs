@@ -356,6 +356,7 @@ mod tests {
 
     fn report(drops: &[(&str, u64)]) -> Report {
         let p = ProcessReport {
+            owner: None,
             tgid: 4242,
             comm: "python3".into(),
             cmdline: "python3 train.py --epochs 1".into(),

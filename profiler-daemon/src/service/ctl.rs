@@ -118,10 +118,9 @@ pub struct ProcessRow {
     pub exited: bool,
 }
 
-/// A snapshot of the live model and who owns each process in it.
+/// A snapshot of the live model (each process with its owner: `ProcessReport::owner`).
 pub struct Snapshot {
     pub report: Report,
-    pub owners: HashMap<u32, u32>,
 }
 
 pub type SnapshotFuture = Pin<Box<dyn Future<Output = Option<Snapshot>> + Send>>;
@@ -183,12 +182,14 @@ impl Handler {
                 };
                 let report = match role {
                     Role::Admin => snap.report,
-                    Role::User(uid) => restrict(snap.report, |t| snap.owners.get(&t) == Some(&uid)),
+                    // By each entry's own owner, not the pid's current one: the counters of an
+                    // ended process stay a while, and its pid may be another user's by now.
+                    Role::User(uid) => restrict(snap.report, |p| p.owner == Some(uid)),
                 };
                 if req == Request::Snapshot {
                     Response::ok(report)
                 } else {
-                    Response::ok(rows(&report, &snap.owners))
+                    Response::ok(rows(&report))
                 }
             }
             Request::Capture { .. } => {
@@ -228,8 +229,8 @@ impl Handler {
 /// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone). The libraries
 /// keep their SONAME, version and build id but lose their directory: a library's path can
 /// name another user's home or container.
-pub fn restrict(mut r: Report, keep: impl Fn(u32) -> bool) -> Report {
-    r.processes.retain(|p| keep(p.tgid));
+pub fn restrict(mut r: Report, keep: impl Fn(&crate::output::ProcessReport) -> bool) -> Report {
+    r.processes.retain(|p| keep(p));
     r.jobs = crate::model::report::jobs(&r.processes);
     for g in &mut r.gpus {
         g.unprofiled_pids.clear();
@@ -247,14 +248,14 @@ pub fn without_directories(libraries: &mut [crate::output::LibraryReport]) {
     }
 }
 
-fn rows(r: &Report, owners: &HashMap<u32, u32>) -> Vec<ProcessRow> {
+fn rows(r: &Report) -> Vec<ProcessRow> {
     r.processes
         .iter()
         .map(|p| ProcessRow {
             pid: p.tgid,
             comm: p.comm.clone(),
             job: p.job.as_ref().map(|j| j.key()),
-            owner: owners.get(&p.tgid).copied(),
+            owner: p.owner,
             launches: p.launches,
             copy_bytes: p.copies.iter().map(|c| c.bytes).sum(),
             blocked_ns: p.api.iter().map(|a| a.blocked_ns).sum(),

@@ -189,9 +189,12 @@ impl DeepCapture {
         let meta = agg.process_meta(tgid);
         let m = match &self.target {
             Target::Pid(p) if *p == tgid => {
+                // A process whose start time is unknown (gone before procfs was read) is
+                // not taken for the one asked for: it may be another user's that got the pid.
                 let same = match (self.pid_start, meta.map(|m| m.start_time)) {
-                    (Some(want), Some(st)) if st != 0 => st == want,
-                    _ => true,
+                    (Some(want), Some(st)) => st == want,
+                    (Some(_), None) => false,
+                    (None, _) => true,
                 };
                 if !same {
                     // Its pid went to another process: the capture is over.

@@ -636,6 +636,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
                     exited: process.exited,
                     job: process.job.map(Job::from),
                     start_time: process.start_time,
+                    owner: None,
                 },
             ),
             Frame::Retire { tgid } => agg.retire(tgid),

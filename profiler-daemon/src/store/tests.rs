@@ -108,6 +108,7 @@ fn live_equivalent() -> Report {
         a.set_process_meta(
             tgid,
             ProcessMeta {
+                owner: None,
                 comm: m.comm,
                 cmdline: m.cmdline,
                 exited: m.exited,

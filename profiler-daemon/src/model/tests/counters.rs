@@ -156,6 +156,7 @@ fn exited_process_kept_with_meta() {
     a.set_process_meta(
         7,
         ProcessMeta {
+            owner: None,
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
@@ -168,6 +169,7 @@ fn exited_process_kept_with_meta() {
     a.set_process_meta(
         7,
         ProcessMeta {
+            owner: None,
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,

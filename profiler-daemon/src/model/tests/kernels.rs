@@ -204,6 +204,7 @@ fn report_json_contract() {
     a.set_process_meta(
         42,
         ProcessMeta {
+            owner: None,
             comm: "demo".into(),
             cmdline: "./demo".into(),
             exited: false,

@@ -17,10 +17,10 @@ fn report() -> Report {
                "managed": z, "async": z, "pitched": z, "vmm": z}},
            "gpu": null})
     };
-    serde_json::from_value(json!({
+    let mut r: Report = serde_json::from_value(json!({
         "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
         "duration_ns": 1, "drops": {}, "submitted": {}, "decode_errors": 0, "jobs": [],
-        "processes": [proc_(10, "1", 5), proc_(11, "1", 7), proc_(12, "2", 9)],
+        "processes": [proc_(10, "1", 5), proc_(11, "1", 7), proc_(12, "2", 9), proc_(11, "3", 4)],
         "nvml": {"state": "off", "samples": 0},
         "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-1", "samples": 1,
                   "gpu_util_avg": null, "gpu_util_max": null, "mem_util_avg": null,
@@ -28,10 +28,18 @@ fn report() -> Report {
                   "sm_clock_avg_mhz": null, "power_avg_w": null, "temp_max_c": null,
                   "unprofiled_pids": [4242]}]
     }))
-    .unwrap()
+    .unwrap();
+    // The last is an ended process of uid 1000's whose pid 11 uid 2000's process has now:
+    // each entry keeps its own owner.
+    for (p, owner) in r.processes.iter_mut().zip([1000, 2000, 1000, 1000]) {
+        p.owner = Some(owner);
+    }
+    r.processes[3].exited = true;
+    r
 }
 
-/// Processes 10 and 12 belong to uid 1000, 11 to uid 2000; group 500 is the admin group.
+/// Processes 10 and 12 belong to uid 1000, 11 to uid 2000 (and an ended one that had pid 11 to
+/// uid 1000); group 500 is the admin group.
 fn handler() -> (
     Handler,
     mpsc::Receiver<oneshot::Sender<Result<serde_json::Value, String>>>,
@@ -39,14 +47,7 @@ fn handler() -> (
     let (tx, rx) = mpsc::channel(1);
     let h = Handler {
         status: Box::new(|| json!({"version": "t", "config": {"secret": 1}})),
-        snapshot: Box::new(|| {
-            Box::pin(async {
-                Some(Snapshot {
-                    report: report(),
-                    owners: HashMap::from([(10, 1000), (11, 2000), (12, 1000)]),
-                })
-            })
-        }),
+        snapshot: Box::new(|| Box::pin(async { Some(Snapshot { report: report() }) })),
         reload: tx,
         admin_gid: Box::new(|| Some(500)),
         admin_group: Box::new(|| "gpuops".into()),
@@ -109,7 +110,7 @@ async fn who_sees_what() {
         let r = h.answer(&p, Request::Snapshot).await;
         assert!(r.ok, "{p:?}");
         let v = r.result.unwrap();
-        assert_eq!(pids(&v), [10, 11, 12], "{p:?}");
+        assert_eq!(pids(&v), [10, 11, 12, 11], "{p:?}");
         assert_eq!(v["gpus"][0]["unprofiled_pids"], json!([4242]));
         let s = h.answer(&p, Request::Status).await.result.unwrap();
         assert_eq!(s["you"]["role"], "admin");
@@ -118,7 +119,16 @@ async fn who_sees_what() {
     // uid 1000 sees its two processes, and jobs made of them only.
     let u = peer(1000, 1000, &[]);
     let v = h.answer(&u, Request::Snapshot).await.result.unwrap();
-    assert_eq!(pids(&v), [10, 12]);
+    assert_eq!(pids(&v), [10, 12, 11]);
+    // uid 2000 sees its live pid 11, not the ended process of uid 1000 that had it before.
+    let other = h
+        .answer(&peer(2000, 2000, &[]), Request::Snapshot)
+        .await
+        .result
+        .unwrap();
+    assert_eq!(pids(&other), [11]);
+    assert_eq!(other["processes"][0]["exited"], false);
+    assert_eq!(other["processes"][0]["launches"], 7);
     let jobs: Vec<(String, Vec<u64>, u64)> = v["jobs"]
         .as_array()
         .unwrap()
@@ -136,7 +146,14 @@ async fn who_sees_what() {
             )
         })
         .collect();
-    assert_eq!(jobs, [("2".into(), vec![12], 9), ("1".into(), vec![10], 5)]);
+    assert_eq!(
+        jobs,
+        [
+            ("2".into(), vec![12], 9),
+            ("1".into(), vec![10], 5),
+            ("3".into(), vec![11], 4)
+        ]
+    );
     assert_eq!(v["gpus"][0]["unprofiled_pids"], json!([]));
     let rows: Vec<ProcessRow> =
         serde_json::from_value(h.answer(&u, Request::Processes).await.result.unwrap()).unwrap();
@@ -144,7 +161,11 @@ async fn who_sees_what() {
         rows.iter()
             .map(|r| (r.pid, r.owner, r.copy_bytes))
             .collect::<Vec<_>>(),
-        [(10, Some(1000), 1000), (12, Some(1000), 1200)]
+        [
+            (10, Some(1000), 1000),
+            (12, Some(1000), 1200),
+            (11, Some(1000), 1100)
+        ]
     );
     let s = h.answer(&u, Request::Status).await.result.unwrap();
     assert_eq!(s["you"]["role"], "user");
@@ -212,7 +233,7 @@ async fn over_a_real_socket() {
     let bad: Response = serde_json::from_str(&bad).unwrap();
     assert!(!bad.ok);
     assert!(bad.error.unwrap().contains("unknown variant `launch`"));
-    assert_eq!(pids(&snapshot), [10, 11, 12]);
+    assert_eq!(pids(&snapshot), [10, 11, 12, 11]);
     // A capture: its answer line, then the file's bytes until the daemon closes the connection.
     let p = path.clone();
     let streamed = tokio::task::spawn_blocking(move || {

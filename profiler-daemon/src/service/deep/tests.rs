@@ -93,6 +93,7 @@ fn sync_rec(tgid: u32, ts_ns: u64) -> Vec<u8> {
 
 fn meta(comm: &str) -> ProcessMeta {
     ProcessMeta {
+        owner: None,
         comm: comm.into(),
         cmdline: format!("{comm} train.py"),
         exited: false,
@@ -215,6 +216,14 @@ fn a_client_that_stops_reading_ends_its_capture() {
 
 #[test]
 fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_theirs() {
+    // The process that takes the pid over started later (43), or was gone before procfs could
+    // be read (start time unknown, 0): either way it is not the one asked for.
+    for intruder_start in [43, 0] {
+        pid_taken_over(intruder_start);
+    }
+}
+
+fn pid_taken_over(intruder_start: u64) {
     let mut agg = Aggregator::new(api(), Box::new(NoSymbols));
     agg.set_process_meta(10, meta("python3"));
     agg.set_process_meta(20, meta("other"));
@@ -258,7 +267,7 @@ fn a_pid_capture_ends_when_the_pid_is_another_process_and_a_user_sees_only_their
     agg.set_process_meta(
         10,
         ProcessMeta {
-            start_time: 43,
+            start_time: intruder_start,
             ..meta("intruder")
         },
     );

@@ -573,8 +573,12 @@ where
                 "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
+            // Bounded too: a client that stops reading would hold one of the few permits.
+            let _ = tokio::time::timeout(Duration::from_secs(30), async {
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            })
+            .await;
         });
     }
 }

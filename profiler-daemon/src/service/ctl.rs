@@ -335,6 +335,26 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_CONNECTIONS_PER_USER: usize = 8;
 /// A connection with no request for this long is closed (a capture's stream is exempt).
 pub const IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long one reply (or one chunk of a capture) may take to go out: a client that stops
+/// reading would otherwise hold its connection, its slot and the queued bytes for ever.
+#[cfg(not(test))]
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+#[cfg(test)]
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `write_all`, given up after [`WRITE_TIMEOUT`] (the connection is then closed).
+async fn write_bounded(
+    w: &mut tokio::net::unix::OwnedWriteHalf,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    match tokio::time::timeout(WRITE_TIMEOUT, w.write_all(bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its reply",
+        )),
+    }
+}
 
 /// Open connections per uid.
 #[derive(Default)]
@@ -500,7 +520,7 @@ async fn stream_capture(
     loop {
         tokio::select! {
             chunk = rx.recv() => match chunk {
-                Some(c) => wr.write_all(&c).await?,
+                Some(c) => write_bounded(wr, &c).await?,
                 None => break,
             },
             n = rd.read(&mut buf), if client_open => {
@@ -517,7 +537,7 @@ async fn stream_capture(
 async fn write(w: &mut tokio::net::unix::OwnedWriteHalf, r: &Response) -> std::io::Result<()> {
     let mut s = serde_json::to_vec(r).map_err(std::io::Error::other)?;
     s.push(b'\n');
-    w.write_all(&s).await
+    write_bounded(w, &s).await
 }
 
 /// The client side: one request, one answer (blocking; `gpuprofd ctl` and `top` use it).

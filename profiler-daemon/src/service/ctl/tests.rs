@@ -294,3 +294,58 @@ fn connections_are_bounded_per_user_and_in_all() {
         format!("{MAX_CONNECTIONS} connections are open; try again later")
     );
 }
+
+/// A client that asks and then stops reading loses its connection after the write timeout,
+/// rather than holding it (and its slot, and the reply's bytes) for ever.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off() {
+    let dir = std::env::temp_dir().join(format!("gpuprofd-ctl-w-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("ctl.sock");
+    let listener = bind(&path).unwrap();
+    let (mut h, _reloads) = handler();
+    // A reply of several MiB: more than the socket's buffers hold.
+    h.snapshot = Box::new(|| {
+        Box::pin(async {
+            let mut report = report();
+            let one = report.processes[0].clone();
+            report.processes = (0..4000)
+                .map(|i| {
+                    let mut p = one.clone();
+                    p.tgid = 100 + i;
+                    p.cmdline = "x".repeat(1000);
+                    p
+                })
+                .collect();
+            Some(Snapshot { report })
+        })
+    });
+    let server = tokio::spawn(serve(listener, Arc::new(h)));
+    let p = path.clone();
+    let (got, end) = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&p).unwrap();
+        s.write_all(b"{\"cmd\":\"snapshot\"}\n").unwrap();
+        // Not reading for longer than the write timeout (1 s in tests) ...
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        // ... then reading: what the socket held, then the end (not the rest of the reply).
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let end = s.read_to_end(&mut got).map(|_| ());
+        (got, end)
+    })
+    .await
+    .unwrap();
+    assert!(
+        end.is_ok(),
+        "closed by the daemon, not a read timeout: {end:?}"
+    );
+    assert!(
+        !got.is_empty() && got.len() < 4_000_000 && !got.ends_with(b"\n"),
+        "a part of the reply: {} bytes",
+        got.len()
+    );
+    server.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -157,6 +157,45 @@ fn unit_caps(unit: &str) -> String {
         .join(",")
 }
 
+/// A service configuration in `dir`: these libraries (none: the daemon finds them in the
+/// processes' memory maps), no NVML, no metrics, the control socket in `dir`.
+fn service_config(dir: &Path, libs: &[PathBuf]) -> PathBuf {
+    let config = dir.join("config.toml");
+    let libs: Vec<String> = libs
+        .iter()
+        .map(|l| format!("\"{}\"", l.display()))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nlibs = [{}]\nsystem_libs = false\n[nvml]\nenabled = false\n\
+             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
+            libs.join(", "),
+            dir.join("ctl.sock").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// The kit's gpuprofd with `args`, started as systemd starts the unit: root, every capability
+/// but `caps` out of the bounding set, no new privileges. `bounded`: under `timeout 60` (a
+/// daemon that should have stopped and did not then exits 124).
+fn as_unit(caps: &str, bounded: bool, args: &[&str]) -> Command {
+    let mut c = if bounded {
+        let mut c = Command::new("timeout");
+        c.args(["60", "setpriv"]);
+        c
+    } else {
+        Command::new("setpriv")
+    };
+    c.arg(format!("--bounding-set=-all,{caps}"))
+        .args(["--inh-caps=-all", "--no-new-privs", "--"])
+        .arg(kit().join("bin/gpuprofd"))
+        .args(args);
+    c
+}
+
 #[test]
 fn the_service_captures_with_only_the_units_capabilities() {
     require_bpf();
@@ -172,11 +211,7 @@ fn the_service_captures_with_only_the_units_capabilities() {
     let without = caps.replace("+sys_admin,", "");
     let doctor = |multi: &str| {
         output(
-            Command::new("setpriv")
-                .arg(format!("--bounding-set=-all,{without}"))
-                .args(["--inh-caps=-all", "--no-new-privs", "--"])
-                .arg(kit().join("bin/gpuprofd"))
-                .args(["doctor", "--no-system-libs"])
+            as_unit(&without, true, &["doctor", "--no-system-libs"])
                 .env("GPUPROFD_UPROBE_MULTI", multi),
         )
     };
@@ -209,30 +244,20 @@ fn the_service_captures_with_only_the_units_capabilities() {
 fn serve_under(caps: &str, bits: &[u32]) {
     let dir = TempDir::new("caps");
     let socket = dir.path().join("ctl.sock");
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[capture]\nlibs = []\nsystem_libs = false\n[nvml]\nenabled = false\n\
-             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
-            socket.display()
-        ),
-    )
-    .unwrap();
+    let config = service_config(dir.path(), &[]);
     let mut w = Workload::start();
     // As systemd starts it: root, every other capability out of the bounding set, no new
     // privileges.
-    let mut child = Command::new("setpriv")
-        .arg(format!("--bounding-set=-all,{caps}"))
-        .args(["--inh-caps=-all", "--no-new-privs", "--"])
-        .arg(kit().join("bin/gpuprofd"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = as_unit(
+        caps,
+        false,
+        &["serve", "--config", config.to_str().unwrap()],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut err = Lines::new(child.stderr.take().unwrap());
     err.wait_for("the ready line", |l| {
         l.contains("gpuprofd: ready: 100 probes")
@@ -319,14 +344,7 @@ fn the_service_captures_without_cap_sys_admin_where_links_attach() {
     // Without CAP_CHECKPOINT_RESTORE as well, the workload's libraries cannot be found: the
     // daemon says why at start (and, with nothing else to attach, stops).
     let bare = small.replace(",+checkpoint_restore", "");
-    let (rc, out) = output(
-        Command::new("timeout")
-            .args(["60", "setpriv"])
-            .arg(format!("--bounding-set=-all,{bare}"))
-            .args(["--inh-caps=-all", "--no-new-privs", "--"])
-            .arg(kit().join("bin/gpuprofd"))
-            .args(["doctor", "--no-system-libs"]),
-    );
+    let (rc, out) = output(&mut as_unit(&bare, true, &["doctor", "--no-system-libs"]));
     assert_eq!(rc, 0, "{out}");
     assert!(
         out.lines().any(|l| l.starts_with("warn process_maps ")
@@ -336,26 +354,9 @@ fn the_service_captures_without_cap_sys_admin_where_links_attach() {
     );
     let w = Workload::start();
     let dir = TempDir::new("nomaps");
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[capture]\nlibs = []\nsystem_libs = false\n[nvml]\nenabled = false\n\
-             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
-            dir.path().join("ctl.sock").display()
-        ),
-    )
-    .unwrap();
-    let (rc, out) = output(
-        Command::new("timeout")
-            .args(["60", "setpriv"])
-            .arg(format!("--bounding-set=-all,{bare}"))
-            .args(["--inh-caps=-all", "--no-new-privs", "--"])
-            .arg(kit().join("bin/gpuprofd"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null()),
-    );
+    let config = service_config(dir.path(), &[]);
+    let serve = ["serve", "--config", config.to_str().unwrap()];
+    let (rc, out) = output(as_unit(&bare, true, &serve).stdin(Stdio::null()));
     assert_eq!(rc, 5, "{out}");
     let warned = out
         .lines()
@@ -375,26 +376,11 @@ fn the_service_captures_without_cap_sys_admin_where_links_attach() {
     // unit does not restart on (RestartPreventExitStatus=6), instead of reporting "ready" with
     // no probe.
     let dir = TempDir::new("nolinks");
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\n[nvml]\nenabled = false\n\
-             [metrics]\nenabled = false\n[control]\nsocket = \"{}\"\n",
-            fakecuda().join("lib").display(),
-            dir.path().join("ctl.sock").display()
-        ),
-    )
-    .unwrap();
+    let config = service_config(dir.path(), &[fakecuda().join("lib")]);
     // (Bounded: a daemon that went on instead would run until killed, exit 124.)
+    let serve = ["serve", "--config", config.to_str().unwrap()];
     let (rc, out) = output(
-        Command::new("timeout")
-            .args(["60", "setpriv"])
-            .arg(format!("--bounding-set=-all,{small}"))
-            .args(["--inh-caps=-all", "--no-new-privs", "--"])
-            .arg(kit().join("bin/gpuprofd"))
-            .args(["serve", "--config"])
-            .arg(&config)
+        as_unit(&small, true, &serve)
             .env("GPUPROFD_UPROBE_MULTI", "0")
             .stdin(Stdio::null()),
     );

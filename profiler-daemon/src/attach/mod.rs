@@ -58,11 +58,6 @@ const HINT_REFUSED_ANYWAY: &str = "The kernel refused perf-event uprobes althoug
 const HINT_MULTI: &str = "uprobe_multi links need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): \
     run gpuprofd as root, or give it those capabilities (`gpuprofd doctor` checks this machine)";
 
-/// Whether an attach error says the kernel refused for want of privilege.
-fn is_permission(e: &str) -> bool {
-    e.contains("Permission denied") || e.contains("Operation not permitted")
-}
-
 /// One symbol of one library, and what became of it.
 #[derive(Clone, Debug)]
 pub struct SymbolAttach {
@@ -284,9 +279,11 @@ impl Attacher {
             .filter(|s| s.placement.reason != placement::Reason::Refused)
             .collect();
         let denied = (!tried.is_empty()
-            && tried
-                .iter()
-                .all(|s| s.error.as_deref().is_some_and(is_permission)))
+            && tried.iter().all(|s| {
+                s.error
+                    .as_deref()
+                    .is_some_and(crate::capture::says_permission_denied)
+            }))
         .then(|| AttachError::Permission {
             path: lib.display.clone(),
             detail: tried[0].error.clone().unwrap_or_default(),

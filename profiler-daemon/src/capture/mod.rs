@@ -87,13 +87,17 @@ pub fn load(ring_bytes: u32) -> Result<Ebpf, CaptureError> {
 fn is_permission_error(e: &aya::EbpfError) -> bool {
     let mut cur: Option<&dyn std::error::Error> = Some(e);
     while let Some(err) = cur {
-        let s = err.to_string();
-        if s.contains("Operation not permitted") || s.contains("Permission denied") {
+        if says_permission_denied(&err.to_string()) {
             return true;
         }
         cur = err.source();
     }
     false
+}
+
+/// Whether an error's text is the kernel refusing for want of privilege (EPERM or EACCES).
+pub(crate) fn says_permission_denied(s: &str) -> bool {
+    s.contains("Operation not permitted") || s.contains("Permission denied")
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it where we can.

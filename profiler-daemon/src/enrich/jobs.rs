@@ -122,14 +122,15 @@ pub fn cgroup_paths(text: &str) -> Vec<String> {
 /// process's main cgroup path ([`cgroup_path`]).
 pub fn job_from_cgroup_file(text: &str) -> (Option<Job>, String) {
     let paths = cgroup_paths(text);
-    let main = paths.first().cloned().unwrap_or_default();
-    let found: Vec<Job> = paths.iter().filter_map(|p| job_from_cgroup(p)).collect();
-    let strong = found
+    let jobs: Vec<Option<Job>> = paths.iter().map(|p| job_from_cgroup(p)).collect();
+    let strong = jobs
         .iter()
+        .flatten()
         .find(|j| !matches!(j.kind.as_str(), "systemd" | "session"))
         .cloned();
-    let job = strong.or_else(|| job_from_cgroup(&main));
-    (job, main)
+    // The strong one, else the main path's (the first).
+    let job = strong.or_else(|| jobs.into_iter().next().flatten());
+    (job, paths.into_iter().next().unwrap_or_default())
 }
 
 fn is_hex_id(s: &str) -> bool {
@@ -289,6 +290,11 @@ pub fn slurm_array_from_environ(env: &[u8]) -> Option<String> {
     Some(format!("{a}_{t}"))
 }
 
+/// The NUL-separated text of `/proc/PID/environ` (bounded), if readable.
+fn environ_of(pid: u32) -> Option<Vec<u8>> {
+    super::process::read_head(&format!("/proc/{pid}/environ"), super::process::MAX_ENVIRON).ok()
+}
+
 /// The non-empty value of `name` in NUL-separated environ text.
 fn environ_var(env: &[u8], name: &[u8]) -> Option<String> {
     env.split(|&b| b == 0)
@@ -356,27 +362,18 @@ pub fn job_of(tgid: u32) -> Option<Job> {
     let (found, cg) = job_from_cgroup_file(
         &fs::read_to_string(format!("/proc/{tgid}/cgroup")).unwrap_or_default(),
     );
-    let environ = || {
-        super::process::read_head(
-            &format!("/proc/{tgid}/environ"),
-            super::process::MAX_ENVIRON,
-        )
-        .ok()
-    };
+    // Read once, when first needed (most jobs are decided by the cgroup alone).
+    let env = std::cell::OnceCell::new();
+    let environ = || env.get_or_init(|| environ_of(tgid)).as_deref();
     // Slurm without cgroup confinement leaves its tasks in slurmd's (or a session's) cgroup:
     // there the environment knows better than the unit.
-    let found = match found {
-        Some(j) if matches!(j.kind.as_str(), "systemd" | "session") => {
-            match environ().as_deref().and_then(slurm_from_environ) {
-                Some(_) => None,
-                None => Some(j),
-            }
-        }
-        other => other,
-    };
+    let found = found.filter(|j| {
+        !matches!(j.kind.as_str(), "systemd" | "session")
+            || environ().and_then(slurm_from_environ).is_none()
+    });
     if let Some(mut j) = found {
         if j.kind == "slurm" {
-            j.name = environ().as_deref().and_then(slurm_array_from_environ);
+            j.name = environ().and_then(slurm_array_from_environ);
         }
         if j.kind == "kubernetes" {
             // The container runtime's bundle says the pod's namespace and name; else the
@@ -388,10 +385,7 @@ pub fn job_of(tgid: u32) -> Option<Job> {
             {
                 j.namespace = Some(ns);
                 j.name = Some(name);
-            } else if let Ok(env) = super::process::read_head(
-                &format!("/proc/{tgid}/environ"),
-                super::process::MAX_ENVIRON,
-            ) {
+            } else if let Some(env) = environ() {
                 j.name = env.split(|&b| b == 0).find_map(|kv| {
                     kv.strip_prefix(b"HOSTNAME=")
                         .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -401,11 +395,11 @@ pub fn job_of(tgid: u32) -> Option<Job> {
         return Some(j);
     }
     if let Some(env) = environ()
-        && let Some((id, step)) = slurm_from_environ(&env)
+        && let Some((id, step)) = slurm_from_environ(env)
     {
         let mut j = Job::new("slurm", id, &cg);
         j.step = step;
-        j.name = slurm_array_from_environ(&env);
+        j.name = slurm_array_from_environ(env);
         return Some(j);
     }
     let (root, comm) = process_tree_root(tgid)?;
@@ -495,13 +489,7 @@ pub fn job_cgroups(root: &std::path::Path, ids: &[String]) -> Vec<SelectedCgroup
             // environment says which task a `job_N` is.
             if job.kind == "slurm" && ids.iter().any(|id| id.contains('_')) {
                 job.name = first_pid_below(&dir, 4)
-                    .and_then(|pid| {
-                        super::process::read_head(
-                            &format!("/proc/{pid}/environ"),
-                            super::process::MAX_ENVIRON,
-                        )
-                        .ok()
-                    })
+                    .and_then(environ_of)
                     .and_then(|env| slurm_array_from_environ(&env));
             }
             if ids.iter().any(|id| job_matches(&job, id)) {

@@ -222,9 +222,9 @@ pub fn file_key(path: &std::path::Path) -> Option<FileKey> {
 /// [`MAX_SYMBOL_BYTES`], the least recently used index is given up (and read again if needed).
 const MAX_SYMBOL_FILES: usize = 256;
 
-/// Most memory the symbol indexes hold together. PyTorch's largest library makes an index of
-/// a few MiB (24 bytes per function symbol; names stay in the file): this keeps a few dozen
-/// such libraries, the distinct builds of a busy node's environments, however many there are.
+/// Most memory the symbol indexes hold together (24 bytes per function symbol; names stay in
+/// the file). PyTorch's three libraries made 17 MB of indexes (README): this keeps about seven
+/// distinct PyTorch builds, a busy node's environments, however many there are.
 const MAX_SYMBOL_BYTES: usize = 128 << 20;
 
 impl ProcSymbols {

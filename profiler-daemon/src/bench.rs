@@ -3,6 +3,9 @@
 //! * `gpuprofd floor --lib FILE --symbol NAME...`: an *empty* uprobe at the site gpuprofd's
 //!   placement would choose for each symbol (and, with `--entry`, at the symbol entry), held
 //!   until stdin closes. What the kernel's uprobe machinery costs with nothing of ours in it.
+//!   `--program record` puts the least a recording probe does there instead (one stack read,
+//!   one clock read, one ring record), and `read`, `clock`, `ring` each of those parts alone;
+//!   the records are read and counted, as the daemon would read them.
 //! * `gpuprofd bench-pipeline --events N`: synthetic records through decode and aggregation on
 //!   one thread: the userspace pipeline's ceiling in events per second.
 
@@ -16,12 +19,32 @@ use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-/// Attaches the empty program to `symbols` of `lib` the way the capture attaches probes;
-/// returns how many probes.
-pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, String> {
-    let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
+/// The programs `gpuprofd floor --program` attaches: the name on the command line, the eBPF
+/// program's, and whether it writes ring-buffer records.
+pub const FLOOR_PROGRAMS: [(&str, &str, bool); 5] = [
+    ("empty", "empty", false),
+    ("record", "bench_record", true),
+    ("read", "bench_read", false),
+    ("clock", "bench_clock", false),
+    ("ring", "bench_ring", true),
+];
+
+/// Attaches `program` (one of [`FLOOR_PROGRAMS`]) to `symbols` of `lib` the way the capture
+/// attaches probes, and holds it until stdin closes; returns how many records it read (0 for
+/// the programs that write none).
+pub fn floor(lib: &Path, symbols: &[String], at_entry: bool, program: &str) -> Result<u64, String> {
+    let &(_, prog, writes) = FLOOR_PROGRAMS
+        .iter()
+        .find(|(name, _, _)| *name == program)
+        .ok_or_else(|| {
+            let names: Vec<&str> = FLOOR_PROGRAMS.iter().map(|p| p.0).collect();
+            format!("no program \"{program}\": one of {}", names.join(", "))
+        })?;
+    let mut ebpf = capture::load(capture::DEFAULT_RING_BYTES).map_err(|e| format!("{e:#}"))?;
     let info = elf::read_elf(lib).map_err(|e| format!("{e:#}"))?;
     let mut offsets = Vec::new();
     for s in symbols {
@@ -38,14 +61,48 @@ pub fn floor(lib: &Path, symbols: &[String], at_entry: bool) -> Result<usize, St
         offsets.push(f.file_offset + off);
     }
     let n = offsets.len();
-    let probes = multi::attach_program(&mut ebpf, "empty", lib, &offsets, 0)?;
+    // The ring is taken out of the object only after the attach (the link loader finds the
+    // program's maps in it), and read from before "ready": a ring that nobody drains fills up,
+    // and a full ring's failed reserve is cheaper than a record.
+    let probes = multi::attach_program(&mut ebpf, prog, lib, &offsets, 0)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = if writes {
+        let ring = capture::take_ring(&mut ebpf).map_err(|e| format!("{e:#}"))?;
+        let stop = Arc::clone(&stop);
+        Some(std::thread::spawn(move || drain(ring, &stop)))
+    } else {
+        None
+    };
     eprintln!(
-        "gpuprofd floor: ready: {n} empty probes ({}); close stdin to stop",
+        "gpuprofd floor: ready: {n} {program} probes ({}); close stdin to stop",
         probes.how
     );
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
-    Ok(n)
+    drop(probes);
+    stop.store(true, Ordering::Relaxed);
+    let records = reader.map_or(0, |r| r.join().unwrap_or(0));
+    if writes {
+        eprintln!("gpuprofd floor: records {records}");
+    }
+    Ok(records)
+}
+
+/// Counts the ring's records until `stop`, reading every millisecond (the daemon reads on
+/// wakeups and a 10 ms timer; the bench programs ask for no wakeup), and then what is left.
+fn drain(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: &AtomicBool) -> u64 {
+    let mut n = 0u64;
+    loop {
+        let last = stop.load(Ordering::Relaxed);
+        while let Some(item) = ring.next() {
+            std::hint::black_box(&*item);
+            n += 1;
+        }
+        if last {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Decodes and aggregates `events` synthetic launch records (8 processes, 64 kernels, 4

@@ -40,6 +40,11 @@ pub enum Command {
         /// At the symbol entry instead of the placement's site.
         #[arg(long)]
         entry: bool,
+        /// What to attach: `empty` (the floor), `record` (the least a recording probe does: a
+        /// stack read, a clock read and a ring record), or one part of it: `read`, `clock`,
+        /// `ring`.
+        #[arg(long, default_value = "empty")]
+        program: String,
     },
     /// Benchmark helper: synthetic records through decode and aggregation; prints events/s.
     #[command(hide = true)]
@@ -678,8 +683,9 @@ pub fn main() -> ExitCode {
             lib,
             symbols,
             entry,
+            program,
         }) => {
-            return match crate::bench::floor(lib, symbols, *entry) {
+            return match crate::bench::floor(lib, symbols, *entry, program) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("gpuprofd floor: {e}");

@@ -125,14 +125,19 @@ impl Bg {
         self.child.id()
     }
 
-    /// Closes stdin (which stops a floor) and, for the daemon, sends SIGINT; waits.
-    pub fn stop(mut self) -> Result<()> {
+    /// Closes stdin (which stops a floor) and, for the daemon, sends SIGINT; waits. Returns
+    /// the lines it wrote to stderr after "ready".
+    pub fn stop(mut self) -> Result<Vec<String>> {
         let st = self.end()?;
-        while self.lines.try_recv().is_ok() {}
+        let mut rest = Vec::new();
+        // The reader thread ends at the pipe's end, which came with the exit.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            rest.push(l);
+        }
         if !st.success() {
             bail!("background process exited with {st}");
         }
-        Ok(())
+        Ok(rest)
     }
 
     fn end(&mut self) -> std::io::Result<std::process::ExitStatus> {
@@ -236,13 +241,16 @@ pub(crate) fn time_calls(ctx: &Ctx, shape: &Shape) -> Result<f64> {
     )?))
 }
 
+/// Runs of the loop that [`program_time`] makes.
+const PROGRAM_TIME_RUNS: usize = 3;
+
 /// The probes' own time per call of `shape` (every program that ran, summed), measured by the
 /// kernel (`BPF_ENABLE_STATS`): the median of 3 extra runs of the loop, and that run's time by
 /// program (programs under 1 ns per call left out). Statistics cost each program run two clock
 /// reads, so they are on only for these runs, never for the timed ones; NaN when the kernel
 /// cannot keep them.
 fn program_time(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(String, f64)>)> {
-    let mut runs = (0..3)
+    let mut runs = (0..PROGRAM_TIME_RUNS)
         .map(|_| program_time_once(ctx, shape))
         .collect::<Result<Vec<_>>>()?;
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -276,12 +284,22 @@ pub(crate) fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(S
 }
 
 fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
-    floor_with(ctx, shape, entry, &mut None)
+    floor_with(ctx, shape, entry, "empty", &mut None)
 }
 
-/// [`floor`], also measuring the empty programs' own time into `prog` when it is `Some`.
-fn floor_with(ctx: &Ctx, shape: &Shape, entry: bool, prog: &mut Option<f64>) -> Result<f64> {
+/// [`floor`] with `program` (`gpuprofd floor --program`) at the outermost call's probe and the
+/// empty program at the rest (the driver call that a runtime launch makes), also measuring the
+/// programs' own time into `prog` when it is `Some`. A program that writes records must have
+/// written one for every call: the floor process reads them, and its count is checked.
+fn floor_with(
+    ctx: &Ctx,
+    shape: &Shape,
+    entry: bool,
+    program: &str,
+    prog: &mut Option<f64>,
+) -> Result<f64> {
     let dir = ctx.fake.join(shape.lib_dir);
+    let outer = shape.floor_symbols[0].0;
     let mut bg_all = Vec::new();
     // one floor process per library file
     for lib in ["libcuda.so.1", "libcudart.so.12"] {
@@ -298,6 +316,8 @@ fn floor_with(ctx: &Ctx, shape: &Shape, entry: bool, prog: &mut Option<f64>) -> 
             "floor".to_string(),
             "--lib".into(),
             dir.join(lib).display().to_string(),
+            "--program".into(),
+            if lib == outer { program } else { "empty" }.into(),
         ];
         for s in syms {
             args.push("--symbol".into());
@@ -309,11 +329,24 @@ fn floor_with(ctx: &Ctx, shape: &Shape, entry: bool, prog: &mut Option<f64>) -> 
         bg_all.push(Bg::start(&ctx.bin, &args)?);
     }
     let t = time_calls(ctx, shape);
+    let mut runs = ctx.reps;
     if let Some(p) = prog.as_mut() {
         *p = program_time(ctx, shape)?.0;
+        runs += PROGRAM_TIME_RUNS;
     }
+    let made = runs as u64 * ctx.calls;
     for b in bg_all {
-        b.stop()?;
+        for l in b.stop()? {
+            if let Some(n) = l.strip_prefix("gpuprofd floor: records ") {
+                let n: u64 = n.trim().parse().context("floor's record count")?;
+                if n != made {
+                    bail!(
+                        "the {program} probe recorded {n} of {made} calls ({})",
+                        shape.name
+                    );
+                }
+            }
+        }
     }
     t
 }
@@ -354,7 +387,16 @@ struct Row {
     prog: [f64; 5],
     /// Default full capture's time per call by program.
     prog_split: Vec<(String, f64)>,
+    /// ns per call with `gpuprofd floor --program` [`LOWER_PARTS`] at the outermost probe
+    /// (NaN: not measured; quick mode measures the first only).
+    lower: [f64; 4],
+    /// The `record` program's own time per call (kernel statistics), with the empty driver
+    /// probe's in the runtime shapes.
+    prog_lower: f64,
 }
+
+/// The lower bound's program and its parts, in [`Row::lower`]'s order.
+const LOWER_PARTS: [&str; 4] = ["record", "read", "clock", "ring"];
 
 /// The launch probes of a shape as a bpftrace program: at the symbol entry (where bpftrace puts
 /// a uprobe), each call counted in a map keyed by process and the arguments gpuprofd's key
@@ -576,6 +618,78 @@ fn loss_onset(
     Ok(runs)
 }
 
+/// The goal the overhead issue set: gpuprofd's added time per call at most this many times the
+/// empty probe's.
+const GOAL_RATIO: f64 = 1.2;
+
+/// The lower-bound table and what it says about [`GOAL_RATIO`] on this host, from the figures
+/// measured in this run.
+fn lower_bound_section(rows: &[Row]) -> String {
+    let f = |v: f64| {
+        if v.is_nan() {
+            "not measured".to_owned()
+        } else {
+            format!("{v:+.0}")
+        }
+    };
+    let mut md = format!(
+        "\nWhat any recording probe costs on this host, measured at the same sites in this run \
+         (`gpuprofd floor --program`): the least a probe that records a launch must do is one \
+         user-memory read of the stack-passed arguments and the return address, one clock read \
+         and one launch-sized ring-buffer record with the thread's ids (no filter, attach cookie, \
+         pairing, counters or stack sampling; the empty tail call that keeps a program off the \
+         per-CPU stack is in it, see `NO_PRIV_STACK`). In the runtime shapes it sits on the \
+         runtime probe and the driver probe stays empty, as if pairing were free. The parts \
+         columns are each part alone, over the empty probe (a negative figure is noise). The \
+         goal of issue 7 is gpuprofd's added time at most {GOAL_RATIO}× the floor's.\n\n\
+         | entry shape | floor added ns | stack read alone, ns over the floor | clock read alone | ring record alone | all three: the lower bound, ns per call | lower bound added ÷ floor added | gpuprofd full capture added ÷ floor added | gpuprofd's own work above the lower bound, ns | program time ns: lower bound / gpuprofd full capture |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let (mut over, mut within) = (Vec::new(), Vec::new());
+    for r in rows {
+        let added = r.floor - r.none;
+        let ratio = |t: f64| (t - r.none) / added;
+        let lower = r.lower[0];
+        md.push_str(&format!(
+            "| {} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} / {:.0} |\n",
+            r.shape,
+            added,
+            f(r.lower[1] - r.floor),
+            f(r.lower[2] - r.floor),
+            f(r.lower[3] - r.floor),
+            lower,
+            ratio(lower),
+            ratio(r.full),
+            r.full - lower,
+            r.prog_lower,
+            r.prog[2],
+        ));
+        let line = format!("{} ({:.2}×)", r.shape, ratio(lower));
+        if ratio(lower) > GOAL_RATIO {
+            over.push(line);
+        } else {
+            within.push(line);
+        }
+    }
+    md.push('\n');
+    if !over.is_empty() {
+        md.push_str(&format!(
+            "On this host the lower bound alone is above {GOAL_RATIO}× the floor on {}: no full \
+             capture can meet the {GOAL_RATIO}× goal there, whatever its own bookkeeping costs. ",
+            over.join(", ")
+        ));
+    }
+    if !within.is_empty() {
+        md.push_str(&format!(
+            "The lower bound is within {GOAL_RATIO}× on {}: what gpuprofd adds above it there is \
+             its own work (filter, attach cookie, pairing, counters, stack sampling).",
+            within.join(", ")
+        ));
+    }
+    md.push('\n');
+    md
+}
+
 fn report(path: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
 }
@@ -622,7 +736,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
             site: s.site,
             none: time_calls(&ctx, s)?,
             floor_entry: floor(&ctx, s, true)?,
-            floor: floor_with(&ctx, s, false, &mut prog_floor)?,
+            floor: floor_with(&ctx, s, false, "empty", &mut prog_floor)?,
             full: f64::NAN,
             no_stacks: f64::NAN,
             all_stacks: f64::NAN,
@@ -636,7 +750,21 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
                 f64::NAN,
             ],
             prog_split: Vec::new(),
+            lower: [f64::NAN; 4],
+            prog_lower: f64::NAN,
         });
+    }
+    // The least any recording probe does, and its parts alone, at the same sites.
+    for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
+        let parts = if quick { 1 } else { LOWER_PARTS.len() };
+        for (i, part) in LOWER_PARTS.iter().enumerate().take(parts) {
+            eprintln!("bench: {}: lower bound, {part}", s.name);
+            let mut prog = (i == 0).then_some(f64::NAN);
+            r.lower[i] = floor_with(&ctx, s, false, part, &mut prog)?;
+            if let Some(p) = prog {
+                r.prog_lower = p;
+            }
+        }
     }
     // Call stacks cost a frame-pointer walk and a 576-byte record each: the same capture
     // without them, with the default sampling and with a stack on every call.
@@ -893,6 +1021,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
                 .join(", ")
         ));
     }
+    md.push_str(&lower_bound_section(&rows));
     md.push_str("\nSustained rates (one thread launching at a fixed rate through the runtime, in 1 ms slices; daemon CPU is utime + stime over the run):\n\n| launches/s asked | seconds | mode | launches/s achieved | launches made | launches counted | records dropped | daemon CPU s | daemon CPU per 1 M launches | RSS KiB start → end (min–max while running) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for p in &paced {
         md.push_str(&format!(
@@ -1135,6 +1264,12 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx, sustain_secs: u64) -> Result
          * **Counted**: the same loop under `gpuprofd --all-jobs --count-launches 1s`, what \
          `gpuprofd serve` runs by default: launches are added to a counter in a BPF hash map \
          instead of a ring-buffer record each (stacks still sampled every 64th call).\n\
+         * **Lower bound**: the same loop with `gpuprofd floor --program record` at gpuprofd's \
+         site of the outermost call: a program that does only what any probe recording a launch \
+         must do (one user-memory read of the stack-passed arguments, one clock read, one ring \
+         record, read and counted by the floor process, which checks it got one per call), and \
+         with each of those three parts alone. It separates what the host charges for a record \
+         from what gpuprofd's own bookkeeping adds.\n\
          * **bpftrace**: the same launch probes as a bpftrace program (Debian's bpftrace 0.17, \
          when installed: `apt-get install bpftrace`): a uprobe at each symbol's entry (where \
          bpftrace puts it) counting calls in a map keyed by pid and the first four arguments.\n\

@@ -645,7 +645,7 @@ fn lower_bound_section(rows: &[Row]) -> String {
          | entry shape | floor added ns | stack read alone, ns over the floor | clock read alone | ring record alone | all three: the lower bound, ns per call | lower bound added ÷ floor added | gpuprofd full capture added ÷ floor added | gpuprofd's own work above the lower bound, ns | program time ns: lower bound / gpuprofd full capture |\n\
          |---|---|---|---|---|---|---|---|---|---|\n"
     );
-    let (mut over, mut within) = (Vec::new(), Vec::new());
+    let mut verdict = Vec::new();
     for r in rows {
         let added = r.floor - r.none;
         let ratio = |t: f64| (t - r.none) / added;
@@ -664,28 +664,31 @@ fn lower_bound_section(rows: &[Row]) -> String {
             r.prog_lower,
             r.prog[2],
         ));
-        let line = format!("{} ({:.2}×)", r.shape, ratio(lower));
-        if ratio(lower) > GOAL_RATIO {
-            over.push(line);
+        // What the goal leaves above the empty probe, and the lower bound's share of it.
+        let budget = (GOAL_RATIO - 1.0) * added;
+        let taken = lower - r.floor;
+        let rest = if taken >= budget {
+            "none left".to_owned()
         } else {
-            within.push(line);
-        }
-    }
-    md.push('\n');
-    if !over.is_empty() {
-        md.push_str(&format!(
-            "On this host the lower bound alone is above {GOAL_RATIO}× the floor on {}: no full \
-             capture can meet the {GOAL_RATIO}× goal there, whatever its own bookkeeping costs. ",
-            over.join(", ")
+            format!("{:.0} ns left", budget - taken)
+        };
+        verdict.push(format!(
+            "* {}: {GOAL_RATIO}× leaves {budget:.0} ns per call above the empty probe; the lower \
+             bound takes {taken:.0} ns of it ({:.0} %): {rest}. gpuprofd's own work above the \
+             lower bound: {:.0} ns.\n",
+            r.shape,
+            100.0 * taken / budget,
+            r.full - lower,
         ));
     }
-    if !within.is_empty() {
-        md.push_str(&format!(
-            "The lower bound is within {GOAL_RATIO}× on {}: what gpuprofd adds above it there is \
-             its own work (filter, attach cookie, pairing, counters, stack sampling).",
-            within.join(", ")
-        ));
-    }
+    md.push_str(&format!(
+        "\nThe goal's budget against the lower bound. Where the lower bound takes all of it, no \
+         full capture can meet the goal on this host; where it leaves some, everything else a \
+         correct probe does (process filter, attach cookie, runtime/driver pairing) has to fit \
+         in what is left. One run does not tell a share near 100 % from 100 %: these figures \
+         move by about a tenth of the floor between runs.\n\n{}",
+        verdict.concat()
+    ));
     md.push('\n');
     md
 }
@@ -1326,7 +1329,78 @@ fn gpu_section(validation: &str) -> String {
 }
 
 #[cfg(test)]
-mod gpu_section_tests {
+mod tests {
+    use super::{Row, lower_bound_section};
+
+    fn row(shape: &'static str, none: f64, floor: f64, full: f64, lower: [f64; 4]) -> Row {
+        Row {
+            shape,
+            site: "",
+            none,
+            floor_entry: f64::NAN,
+            floor,
+            full,
+            no_stacks: f64::NAN,
+            all_stacks: f64::NAN,
+            counted: f64::NAN,
+            bpftrace: None,
+            prog: [69.0, f64::NAN, 571.0, f64::NAN, f64::NAN],
+            prog_split: Vec::new(),
+            lower,
+            prog_lower: 376.0,
+        }
+    }
+
+    #[test]
+    fn the_lower_bound_is_set_against_the_goals_budget() {
+        let text = lower_bound_section(&[
+            row(
+                "driver",
+                27.0,
+                973.0,
+                1415.0,
+                [1172.0, 1081.0, 978.0, 1040.0],
+            ),
+            row(
+                "runtime",
+                56.0,
+                1866.0,
+                2805.0,
+                [2183.0, f64::NAN, f64::NAN, f64::NAN],
+            ),
+        ]);
+        println!("{text}");
+        assert!(
+            text.contains(
+                "| driver | 946 | +108 | +5 | +67 | 1172 | 1.21 | 1.47 | 243 | 376 / 571 |\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| runtime | 1810 | not measured | not measured | not measured | 2183 | 1.18 | \
+                 1.52 | 622 | 376 / 571 |\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "* driver: 1.2× leaves 189 ns per call above the empty probe; the lower bound \
+                 takes 199 ns of it (105 %): none left. gpuprofd's own work above the lower \
+                 bound: 243 ns.\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "* runtime: 1.2× leaves 362 ns per call above the empty probe; the lower bound \
+                 takes 317 ns of it (88 %): 45 ns left. gpuprofd's own work above the lower \
+                 bound: 622 ns.\n"
+            ),
+            "{text}"
+        );
+    }
+
     #[test]
     fn the_gpu_overhead_section_is_carried_over() {
         let v = "# V\n\n### Code view\n\nx\n\n### Overhead (issue 7)\n\n| a |\n|---|\n\n## Next\n";

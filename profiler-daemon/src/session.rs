@@ -222,25 +222,45 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         })?),
         None => None,
     };
-    let metrics_listener = match opts.metrics_addr {
-        Some(addr) => Some(
+    // Sockets systemd holds for the service (socket activation): the control socket, and the
+    // metrics port when gpuprofd-metrics.socket is enabled. They stay systemd's when we stop.
+    let inherited = match &svc {
+        Some(_) => crate::service::activation::inherited(),
+        None => Default::default(),
+    };
+    use crate::service::activation::{MetricsSocket, metrics_socket};
+    let metrics_listener = match metrics_socket(inherited.metrics, opts.metrics_addr) {
+        MetricsSocket::Bind(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|source| SessionError::Metrics { addr, source })?,
         ),
-        None => None,
+        MetricsSocket::Passed(l) => {
+            let addr = l
+                .local_addr()
+                .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+            let l = l
+                .set_nonblocking(true)
+                .and_then(|_| tokio::net::TcpListener::from_std(l))
+                .map_err(|source| SessionError::Metrics { addr, source })?;
+            tracing::info!(%addr, "metrics on the socket systemd passed");
+            Some(l)
+        }
+        MetricsSocket::Off => None,
     };
     // The control socket: systemd's (socket activation; it stays when we stop) or our own.
     let mut owned_socket = None;
     let ctl_listener = match &svc {
         Some(s) => {
             let path = s.config().control.socket;
-            match crate::service::ctl::activated() {
+            match inherited.control {
                 Some(l) => Some((
-                    l.map_err(|source| crate::service::ctl::BindError::Io {
-                        path: "(socket passed by systemd)".into(),
-                        source,
-                    })?,
+                    l.set_nonblocking(true)
+                        .and_then(|_| tokio::net::UnixListener::from_std(l))
+                        .map_err(|source| crate::service::ctl::BindError::Io {
+                            path: "(socket passed by systemd)".into(),
+                            source,
+                        })?,
                     PathBuf::from("(socket passed by systemd)"),
                 )),
                 None => {
@@ -418,6 +438,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         started_mono,
     });
     if let Some(listener) = metrics_listener {
+        let served_at = listener.local_addr().ok();
         let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
         let snapshot = move |page: crate::metrics::Page| {
             let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
@@ -447,7 +468,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
             }
         };
         tokio::spawn(crate::metrics::serve(listener, snapshot));
-        if let Some(addr) = opts.metrics_addr {
+        if let Some(addr) = served_at {
             eprintln!(
                 "gpuprofd: serving Prometheus metrics on http://{addr}/metrics and the live \
                  dashboard on http://{addr}/"

@@ -36,6 +36,7 @@ install -d "$dest$bindir" "$dest/etc/gpuprofd" "$dest/etc/systemd/system" "$dest
 install -m 0755 "$here/bin/gpuprofd" "$dest$bindir/gpuprofd"
 sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$prefix/share/doc/gpuprofd|g" "$here/gpuprofd.service" > "$dest/etc/systemd/system/gpuprofd.service"
 install -m 0644 "$here/gpuprofd.socket" "$dest/etc/systemd/system/gpuprofd.socket"
+install -m 0644 "$here/gpuprofd-metrics.socket" "$dest/etc/systemd/system/gpuprofd-metrics.socket"
 chmod 0644 "$dest/etc/systemd/system/gpuprofd.service"
 if [ -e "$dest/etc/gpuprofd/config.toml" ]; then
   install -m 0644 "$here/config.toml" "$dest/etc/gpuprofd/config.toml.default"

@@ -83,6 +83,52 @@ impl Service {
         Service { child, stderr }
     }
 
+    /// `gpuprofd serve` as systemd starts it with sockets to hand over (socket activation):
+    /// `sockets` at fds 3, 4, … in this order, `$LISTEN_FDS` and `$LISTEN_PID` set (through a
+    /// shell that execs the daemon, so that the pid is the daemon's).
+    pub fn start_activated(config: &Path, sockets: &[std::os::fd::RawFd]) -> Service {
+        use std::os::unix::process::CommandExt;
+        require_bpf();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(format!(
+                "export LISTEN_PID=$$ LISTEN_FDS={}; exec \"$0\" serve --config \"$1\"",
+                sockets.len()
+            ))
+            .arg(daemon_bin())
+            .arg(config);
+        let fds = sockets.to_vec();
+        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Out of the way first, so that moving one to 3 + i cannot close another.
+                let mut high = Vec::with_capacity(fds.len());
+                for &fd in &fds {
+                    let h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
+                    if h < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    high.push(h);
+                }
+                for (i, &h) in high.iter().enumerate() {
+                    // dup2 leaves the new fd without close-on-exec: it is inherited.
+                    if libc::dup2(h, 3 + i as i32) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuprofd serve with sockets");
+        let stderr = Lines::new(child.stderr.take().unwrap());
+        Service { child, stderr }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

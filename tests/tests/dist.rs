@@ -48,6 +48,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "README.md",
             "bin",
             "config.toml",
+            "gpuprofd-metrics.socket",
             "gpuprofd.service",
             "gpuprofd.socket",
             "install.sh",
@@ -77,6 +78,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
     assert_eq!(mode("usr/local/bin/gpuprofd"), 0o755);
     assert_eq!(mode("etc/systemd/system/gpuprofd.service"), 0o644);
     assert_eq!(mode("etc/systemd/system/gpuprofd.socket"), 0o644);
+    assert_eq!(mode("etc/systemd/system/gpuprofd-metrics.socket"), 0o644);
     assert_eq!(mode("etc/gpuprofd/config.toml"), 0o644);
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/gpuprofd.service")).unwrap();
     assert!(!unit.contains('@'), "every placeholder filled: {unit}");
@@ -131,16 +133,19 @@ fn the_kit_installs_where_the_unit_expects_it() {
         unit.replace("/usr/local/bin/gpuprofd", staged.to_str().unwrap()),
     )
     .unwrap();
-    std::fs::copy(
-        root.join("etc/systemd/system/gpuprofd.socket"),
-        units.path().join("gpuprofd.socket"),
-    )
-    .unwrap();
+    for socket in ["gpuprofd.socket", "gpuprofd-metrics.socket"] {
+        std::fs::copy(
+            root.join("etc/systemd/system").join(socket),
+            units.path().join(socket),
+        )
+        .unwrap();
+    }
     let (rc, out) = output(
         Command::new("systemd-analyze")
             .arg("verify")
             .arg(units.path().join("gpuprofd.service"))
-            .arg(units.path().join("gpuprofd.socket")),
+            .arg(units.path().join("gpuprofd.socket"))
+            .arg(units.path().join("gpuprofd-metrics.socket")),
     );
     assert_eq!((rc, out.as_str()), (0, ""), "systemd-analyze verify");
 }

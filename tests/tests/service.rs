@@ -669,6 +669,73 @@ fn the_control_socket_answers_each_user_by_the_kernels_word() {
     drop(accounts);
 }
 
+/// Socket activation (`gpuprofd.socket`, `gpuprofd-metrics.socket`): systemd holds the control
+/// socket and the Prometheus port, so that the port stays the daemon's while it is down, and
+/// hands both over at start. The daemon tells them apart by family (here the TCP one comes
+/// first), serves on them and binds neither the configured socket path nor metrics.listen.
+#[test]
+fn sockets_handed_over_by_systemd_are_the_ones_served() {
+    use std::os::fd::AsRawFd;
+    let dir = TempDir::new("activated");
+    let bin = daemon_bin();
+    let lib = fakecuda().join("lib");
+    let configured_socket = dir.path().join("ctl.sock");
+    let passed_socket = dir.path().join("passed.sock");
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = metrics.local_addr().unwrap().to_string();
+    let control = std::os::unix::net::UnixListener::bind(&passed_socket).unwrap();
+    let configured_port = free_port();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        config_text(&lib, &configured_socket, "").replace(
+            "[metrics]\nenabled = false\n",
+            &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{configured_port}\"\n"),
+        ),
+    )
+    .unwrap();
+    let mut svc = Service::start_activated(&config, &[metrics.as_raw_fd(), control.as_raw_fd()]);
+    svc.stderr
+        .wait_for("ready", |l| l.contains("gpuprofd: ready:"));
+    let seen = svc.stderr.seen.join("\n");
+    assert!(
+        seen.contains(&format!(
+            "serving Prometheus metrics on http://{addr}/metrics"
+        )),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("metrics are served on the socket systemd passed, not on metrics.listen"),
+        "{seen}"
+    );
+
+    let mut w = Workload::start();
+    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0"]);
+    let snap = snapshot_until(&bin, &passed_socket, "7 launches", |snap| {
+        has_process(snap, w.tgid) && process(snap, w.tgid)["launches"] == 7
+    });
+    assert_eq!(kernel_calls(process(&snap, w.tgid), GEMM), 7);
+    let pid = format!("pid=\"{}\"", w.tgid);
+    let body = scrape(&addr);
+    let launches: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpuprofd_kernel_launches_total{") && l.contains(&pid))
+        .collect();
+    assert_eq!(launches.len(), 1, "{body}");
+    assert!(launches[0].ends_with(" 7"), "{}", launches[0]);
+    // Neither configured address was bound.
+    assert!(!configured_socket.exists());
+    assert_eq!(
+        std::net::TcpStream::connect(("127.0.0.1", configured_port))
+            .map_err(|e| e.kind())
+            .err(),
+        Some(std::io::ErrorKind::ConnectionRefused)
+    );
+    let (st, stderr) = svc.stop();
+    assert!(st.success(), "{}", stderr.join("\n"));
+    w.exit();
+}
+
 /// `GET /metrics`: the body.
 fn scrape(addr: &str) -> String {
     let (status, body) = http_get(addr, "/metrics").expect("an HTTP response from /metrics");

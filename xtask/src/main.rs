@@ -39,9 +39,9 @@ enum Cmd {
         no_lint: bool,
     },
     /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
-    /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, least-privilege.conf, config.toml,
-    /// install.sh, README.md) and
-    /// the same as a .tar.gz beside it.
+    /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, gpuprofd-metrics.socket,
+    /// least-privilege.conf, config.toml, install.sh, README.md) and the same as a .tar.gz
+    /// beside it.
     Dist,
     /// Run every fuzz target (fuzz/, cargo-fuzz on nightly) for SECONDS each, from the seeds in
     /// fuzz/corpus; a crash fails it and leaves its input in fuzz/artifacts/TARGET/.
@@ -143,6 +143,7 @@ fn dist() -> Result<PathBuf> {
     for f in [
         "gpuprofd.service",
         "gpuprofd.socket",
+        "gpuprofd-metrics.socket",
         "least-privilege.conf",
         "install.sh",
     ] {

@@ -52,7 +52,8 @@ interval = "1s"
 [metrics]
 # Serve Prometheus metrics at http://LISTEN/metrics.
 enabled = true
-# Address to listen on; loopback unless you mean to expose the figures to the network.
+# Address to listen on; loopback unless you mean to expose the figures to the network. Under
+# systemd, gpuprofd-metrics.socket holds the port: its ListenStream= is used instead.
 listen = "127.0.0.1:9400"
 # (reload) Kernel-name series per process: the most launched kernels only.
 top_kernels = 10

@@ -301,34 +301,6 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
     Ok(l)
 }
 
-/// The control socket systemd created and handed over (`gpuprofd.socket`: `$LISTEN_FDS`,
-/// `$LISTEN_PID`, the socket at fd 3), or `None` when not socket-activated.
-pub fn activated() -> Option<std::io::Result<UnixListener>> {
-    let for_us = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
-    let n: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
-    if !for_us || n == 0 {
-        return None;
-    }
-    if n > 1 {
-        tracing::warn!(
-            fds = n,
-            "systemd passed more than one socket; the first is the control socket"
-        );
-    }
-    // (The variables stay set: the service starts no programs, and changing the environment
-    // while other threads run is not sound.) Not inherited by anything we might start:
-    // SAFETY: fcntl on an fd number; a failure leaves it as it was.
-    unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
-    use std::os::fd::FromRawFd;
-    // SAFETY: see above; the fd is owned by the listener from here on.
-    let std_l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(3) };
-    Some(
-        std_l
-            .set_nonblocking(true)
-            .and_then(|_| UnixListener::from_std(std_l)),
-    )
-}
-
 /// Connections served at once, all users.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Connections one non-root user may hold at once.

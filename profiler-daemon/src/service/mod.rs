@@ -2,6 +2,7 @@
 //! file, reloaded on SIGHUP, with systemd readiness and watchdog, a control socket and
 //! Prometheus metrics on by default.
 
+pub mod activation;
 pub mod config;
 pub mod ctl;
 pub mod deep;

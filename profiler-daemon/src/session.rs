@@ -244,6 +244,13 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 .and_then(|_| tokio::net::TcpListener::from_std(l))
                 .map_err(|source| SessionError::Metrics { addr, source })?;
             tracing::info!(%addr, "metrics on the socket systemd passed");
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    %addr,
+                    "the metrics socket systemd passed is not on a loopback address: the \
+                     figures are exposed to the network"
+                );
+            }
             Some(l)
         }
         MetricsSocket::Off => None,

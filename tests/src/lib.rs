@@ -97,20 +97,24 @@ impl Service {
             ))
             .arg(daemon_bin())
             .arg(config);
-        let fds = sockets.to_vec();
-        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
+        const MAX: usize = 8;
+        assert!(sockets.len() <= MAX, "at most {MAX} sockets");
+        let n = sockets.len();
+        let mut fds = [-1; MAX];
+        fds[..n].copy_from_slice(sockets);
+        // SAFETY: between fork and exec only async-signal-safe calls (fcntl, dup2) and no
+        // allocation: the buffers are fixed arrays made before the fork.
         unsafe {
             cmd.pre_exec(move || {
                 // Out of the way first, so that moving one to 3 + i cannot close another.
-                let mut high = Vec::with_capacity(fds.len());
-                for &fd in &fds {
-                    let h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
-                    if h < 0 {
+                let mut high = [-1; MAX];
+                for (h, &fd) in high[..n].iter_mut().zip(&fds[..n]) {
+                    *h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
+                    if *h < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    high.push(h);
                 }
-                for (i, &h) in high.iter().enumerate() {
+                for (i, &h) in high[..n].iter().enumerate() {
                     // dup2 leaves the new fd without close-on-exec: it is inherited.
                     if libc::dup2(h, 3 + i as i32) < 0 {
                         return Err(std::io::Error::last_os_error());

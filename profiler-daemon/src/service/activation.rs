@@ -10,6 +10,8 @@ use std::os::fd::{FromRawFd, RawFd};
 
 /// The first fd systemd passes.
 const FIRST_FD: RawFd = 3;
+/// The most fds looked at (gpuprofd takes two).
+const MAX_FDS: i32 = 16;
 
 /// What systemd passed, by role.
 #[derive(Default)]
@@ -33,12 +35,29 @@ pub fn inherited() -> Inherited {
         Some(n) if for_us && n > 0 => n,
         _ => return got,
     };
+    if n > MAX_FDS {
+        tracing::warn!(
+            fds = n,
+            "systemd says it passed {n} sockets; gpuprofd looks at the first {MAX_FDS} only"
+        );
+    }
+    let n = n.min(MAX_FDS);
     // (The variables stay set: the service starts no programs, and changing the environment
     // while other threads run is not sound.)
     for fd in FIRST_FD..FIRST_FD.saturating_add(n) {
         // Not inherited by anything we might start.
         // SAFETY: fcntl on an fd number; a failure leaves it as it was.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // Only listening stream sockets: an fd past the ones passed (a wrong count) may be one
+        // of this process's own, which must not get a second owner.
+        if !listening_stream(fd) {
+            tracing::warn!(
+                fd,
+                "systemd was to pass a listening stream socket here, and this is none; it is \
+                 left alone"
+            );
+            continue;
+        }
         match family(fd) {
             Some(libc::AF_UNIX) if got.control.is_none() => {
                 // SAFETY: systemd passed this fd to us and nothing else owns it; the listener
@@ -58,6 +77,19 @@ pub fn inherited() -> Inherited {
         }
     }
     got
+}
+
+/// Whether `fd` is a stream socket that listens.
+fn listening_stream(fd: RawFd) -> bool {
+    let opt = |name: i32| -> Option<i32> {
+        let mut v: i32 = 0;
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `v`.
+        let rc =
+            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, name, (&raw mut v).cast(), &mut len) };
+        (rc == 0).then_some(v)
+    };
+    opt(libc::SO_TYPE) == Some(libc::SOCK_STREAM) && opt(libc::SO_ACCEPTCONN) == Some(1)
 }
 
 /// The address family of socket `fd`, `None` when it is not a socket.
@@ -143,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn sockets_are_told_apart_by_family() {
+    fn sockets_are_told_apart_by_family_and_only_listeners_taken() {
         let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dir = std::env::temp_dir().join(format!("gpuprofd-act-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -153,6 +185,13 @@ mod tests {
         assert_eq!(family(u.as_raw_fd()), Some(libc::AF_UNIX));
         let f = std::fs::File::open("/proc/self/stat").unwrap();
         assert_eq!(family(f.as_raw_fd()), None);
+        assert!(listening_stream(t.as_raw_fd()) && listening_stream(u.as_raw_fd()));
+        // Not listening, not a stream, not a socket.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let d = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(!listening_stream(a.as_raw_fd()));
+        assert!(!listening_stream(d.as_raw_fd()));
+        assert!(!listening_stream(f.as_raw_fd()));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -831,21 +831,28 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
     let Some((pt, c, r, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
     };
-    let body = LaunchBody {
+    let fl = if c.has(cookie::F_COOP) {
+        flags::COOPERATIVE
+    } else {
+        0
+    };
+    emit_launch(&ctx, c.api, pt, drv_launch_body(r, s, fl), home);
+    0
+}
+
+/// A `cuLaunchKernel` call's record from its registers and first four stack slots (see
+/// [`drv_launch`]); the benchmark's bare recording probe writes the same.
+#[inline(always)]
+fn drv_launch_body(r: &pt_regs, s: [u64; 4], flags: u32) -> LaunchBody {
+    LaunchBody {
         func: r.rdi,
         stream: s[3],
         caller: s[0],
         grid: [r.rsi as u32, r.rdx as u32, r.rcx as u32],
         block: [r.r8 as u32, r.r9 as u32, s[1] as u32],
         shared_bytes: s[2] as u32,
-        flags: if c.has(cookie::F_COOP) {
-            flags::COOPERATIVE
-        } else {
-            0
-        },
-    };
-    emit_launch(&ctx, c.api, pt, body, home);
-    0
+        flags,
+    }
 }
 
 /// `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
@@ -1646,15 +1653,7 @@ fn bench_emit(r: &pt_regs, s: [u64; 4], now: u64) {
     if let Some(mut e) = EVENTS.reserve::<Record<LaunchBody>>(0) {
         e.write(Record {
             header: header(kind::LAUNCH, 0, pt, now),
-            body: LaunchBody {
-                func: r.rdi,
-                stream: s[3],
-                caller: s[0],
-                grid: [r.rsi as u32, r.rdx as u32, r.rcx as u32],
-                block: [r.r8 as u32, r.r9 as u32, s[1] as u32],
-                shared_bytes: s[2] as u32,
-                flags: 0,
-            },
+            body: drv_launch_body(r, s, 0),
         });
         e.submit(BPF_RB_NO_WAKEUP as u64);
     }

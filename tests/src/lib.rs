@@ -73,6 +73,11 @@ impl Service {
         if let Some(n) = notify {
             cmd.env("NOTIFY_SOCKET", n).env("WATCHDOG_USEC", "1000000");
         }
+        Service::spawn(cmd)
+    }
+
+    /// Starts `cmd` with its stderr read line by line.
+    fn spawn(mut cmd: Command) -> Service {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -123,14 +128,7 @@ impl Service {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start gpuprofd serve with sockets");
-        let stderr = Lines::new(child.stderr.take().unwrap());
-        Service { child, stderr }
+        Service::spawn(cmd)
     }
 
     pub fn pid(&self) -> u32 {

@@ -13,5 +13,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = gpuprofd::enrich::jobs::job_from_cgroup(text);
     let _ = gpuprofd::service::peer::parse_uid(text);
-    let _ = gpuprofd::cli::parse_duration(text);
+    let _ = gpuprofd::sys::duration::parse_duration(text);
 });

@@ -112,7 +112,7 @@ pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> Result<f64, S
     let mut journal = match capture {
         Some(p) => {
             let f =
-                crate::session::create_output(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                crate::sys::files::create_output(p).map_err(|e| format!("{}: {e}", p.display()))?;
             Some(crate::store::Writer::new(
                 f,
                 p,

@@ -1,6 +1,7 @@
 //! Command line: parse, pick the mode, map errors to exit codes.
 
 use crate::session::{self, CaptureOptions, Target};
+use crate::sys::duration::{parse_duration, parse_duration_or_zero};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -238,7 +239,7 @@ pub struct CaptureArgs {
     /// counts every INTERVAL (e.g. 1s) instead of a record per launch: what `gpuprofd serve`
     /// does by default. Launch totals stay exact; per-launch times, threads and call sites are
     /// not kept. Not with a capture file (-o FILE.gpuprof).
-    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "INTERVAL",
+    #[arg(long, value_parser = crate::sys::duration::parse_duration, value_name = "INTERVAL",
           num_args = 0..=1, default_missing_value = "1s")]
     pub count_launches: Option<Duration>,
     /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
@@ -269,43 +270,6 @@ pub struct CaptureArgs {
     /// Run this command under the profiler and stop when it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
-}
-
-/// Like [`parse_duration`], but `0` is allowed (meaning "never").
-pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    if s.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    parse_duration(s)
-}
-
-/// Parses `30s`, `5m`, `1h`, `250ms`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a duration: use e.g. 30s, 5m, 1h, 500ms"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => {
-            return Err(format!(
-                "\"{s}\": unknown unit \"{unit}\"; use ms, s, m or h"
-            ));
-        }
-    };
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("\"{s}\": the duration must be positive"));
-    }
-    // Found by the fuzzer: a 34-digit number of seconds overflows Duration (a panic, and the
-    // control socket passes durations from any local user).
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("\"{s}\": too long"))
 }
 
 fn init_logging(verbose: bool) {
@@ -514,7 +478,7 @@ fn deep_capture(
             return ExitCode::from(e.exit_code());
         }
     };
-    let file = match crate::session::create_output(out) {
+    let file = match crate::sys::files::create_output(out) {
         Ok(f) => f,
         Err(e) => {
             eprintln!(
@@ -851,24 +815,6 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("ten").unwrap_err().contains("\"ten\""));
-        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
-        // fuzz/corpus/procfs/regression-duration-overflow: once a panic.
-        assert_eq!(
-            parse_duration("2777777777777777777777777777777777"),
-            Err("\"2777777777777777777777777777777777\": too long".into())
-        );
-        assert!(parse_duration("99999999999999999999999h").is_err());
-    }
 
     #[test]
     fn needs_a_target() {

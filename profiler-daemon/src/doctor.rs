@@ -99,23 +99,8 @@ fn own_file_offset(addr: u64) -> Option<(PathBuf, u64)> {
     Some((PathBuf::from(m.path), addr - m.start + m.offset))
 }
 
-pub(crate) const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-
-/// Whether this process has capability `cap` in its effective set.
-pub(crate) fn has_capability(cap: u32) -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    eff & (1u64 << cap) != 0
-}
-
 fn capabilities() -> (bool, String) {
-    let has = has_capability;
+    use crate::sys::kernel::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, has_capability as has};
     let names = [
         ("CAP_BPF", has(CAP_BPF)),
         ("CAP_PERFMON", has(CAP_PERFMON)),
@@ -128,12 +113,6 @@ fn capabilities() -> (bool, String) {
         .collect::<Vec<_>>()
         .join(" ");
     (ok, detail)
-}
-
-pub(crate) fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// Loads the object, probes `gpuprofd_doctor_probe_target`, calls it 3 times, and checks that
@@ -225,7 +204,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         name: "kernel",
         required: true,
         ok: true,
-        detail: kernel_release(),
+        detail: crate::sys::kernel::release().unwrap_or_else(|| "unknown".into()),
     });
     let (caps_ok, caps) = capabilities();
     checks.push(Check {
@@ -244,7 +223,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         required: true,
         ok: btf,
         detail: if btf {
-            match crate::stacks::kernel_btf::task_fsbase() {
+            match crate::sys::btf::task_fsbase() {
                 Some(off) => format!(
                     "/sys/kernel/btf/vmlinux present (task_struct.thread.fsbase at byte {off}: \
                      Python frames of CPython 3.9 and 3.10 can be read)"

@@ -134,7 +134,7 @@ fn write(
     format: ExportFormat,
     json_limit: Option<u64>,
 ) -> Result<Summary, (u8, String)> {
-    let file = crate::session::create_output(path)
+    let file = crate::sys::files::create_output(path)
         .map_err(|e| (4, format!("cannot write \"{}\": {e}", path.display())))?;
     let out = std::io::BufWriter::new(file);
     let s = match format {

@@ -1,5 +1,5 @@
 //! The `gpuprofd` binary: everything lives in the library; this only maps the outcome to an exit code.
 fn main() -> std::process::ExitCode {
-    gpuprofd::heap::limit_arenas();
+    gpuprofd::sys::heap::limit_arenas();
     gpuprofd::cli::main()
 }

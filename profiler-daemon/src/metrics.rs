@@ -99,7 +99,7 @@ pub struct Extra {
     pub probes: u64,
     /// The fill of the eBPF object's per-process and per-thread maps.
     pub bpf_maps: Vec<crate::capture::MapFill>,
-    /// Bytes the daemon has allocated and not freed ([`crate::heap::in_use`]).
+    /// Bytes the daemon has allocated and not freed ([`crate::sys::heap::in_use`]).
     pub heap_in_use: Option<u64>,
     /// Kernel series per process (the [`TOP_KERNELS`] default, or the service's
     /// `metrics.top_kernels`).

@@ -258,7 +258,7 @@ fn describe_init(e: &NvmlError, lib: Option<&PathBuf>) -> String {
 /// One round over every device. An error from a device-wide call (count, utilisation) fails
 /// the round; a value a device does not support is `None`.
 fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
-    let ts_ns = crate::store::monotonic_ns();
+    let ts_ns = crate::sys::clock::monotonic_ns();
     let count = nvml.device_count()?;
     last_seen.resize(count as usize, 0);
     let mut devices = Vec::new();

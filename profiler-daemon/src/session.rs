@@ -215,13 +215,16 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
         None => None,
     };
     // Fail on an unwritable output before attaching anything.
-    let mut out_file = match &opts.output {
-        Some(p) => Some(create_output(p).map_err(|source| SessionError::Output {
-            path: p.display().to_string(),
-            source,
-        })?),
-        None => None,
-    };
+    let mut out_file =
+        match &opts.output {
+            Some(p) => Some(crate::sys::files::create_output(p).map_err(|source| {
+                SessionError::Output {
+                    path: p.display().to_string(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
     // Sockets systemd holds for the service (socket activation): the control socket, and the
     // metrics port when gpuprofd-metrics.socket is enabled. They stay systemd's when we stop.
     let inherited = match &svc {
@@ -292,7 +295,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     // Every attached library holds descriptors (links, or perf events before 6.6): a node with
     // many runtime copies outgrows a shell's soft limit of 1,024 (see `rlimit`).
-    match crate::rlimit::raise_open_files() {
+    match crate::sys::rlimit::raise_open_files() {
         Ok(l) if l.after != l.before => {
             tracing::debug!(before = l.before, after = l.after, "open-file limit raised")
         }
@@ -358,7 +361,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
 
     let started_at = SystemTime::now();
     let started = Instant::now();
-    let started_mono = store::monotonic_ns();
+    let started_mono = crate::sys::clock::monotonic_ns();
     let cancel = CancellationToken::new();
     let stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel::<Batch>(4096);
@@ -371,7 +374,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     let journal = match (&opts.output, &out_file) {
         (Some(p), Some(_)) if store::is_capture_path(p) => {
             let f = out_file.take().expect("checked above");
-            let mut header = store::header_now(hostname(), describe(&opts));
+            let mut header = store::header_now(crate::sys::kernel::hostname(), describe(&opts));
             // The file's origin is the report's (timelines read from either agree).
             header.started_at_monotonic_ns = started_mono;
             header.started_at_unix_ns = started_at
@@ -469,7 +472,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 extra.launches_counted = snapper.stats.counted_launches.load(Ordering::Relaxed);
                 extra.probes = probe_count.load(Ordering::Relaxed);
                 extra.bpf_maps = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
-                extra.heap_in_use = crate::heap::in_use();
+                extra.heap_in_use = crate::sys::heap::in_use();
                 extra.top_kernels = top;
                 Some(crate::metrics::render(&report, &extra))
             }
@@ -651,7 +654,7 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 }
                 if last_trim.elapsed() >= TRIM_EVERY {
                     last_trim = Instant::now();
-                    crate::heap::trim();
+                    crate::sys::heap::trim();
                 }
                 let rescan = !rescan_every.is_zero() && last_rescan.elapsed() >= rescan_every;
                 if rescan {
@@ -882,7 +885,7 @@ fn service_handler(
                 o.insert("protocol".into(), crate::service::ctl::PROTOCOL.into());
                 o.insert("version".into(), env!("CARGO_PKG_VERSION").into());
                 o.insert("pid".into(), std::process::id().into());
-                o.insert("host".into(), hostname().into());
+                o.insert("host".into(), crate::sys::kernel::hostname().into());
                 o.insert(
                     "uptime_s".into(),
                     snapper.started.elapsed().as_secs_f64().into(),
@@ -901,7 +904,10 @@ fn service_handler(
                         .into(),
                 );
                 let fill = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
-                o.insert("heap_in_use_bytes".into(), crate::heap::in_use().into());
+                o.insert(
+                    "heap_in_use_bytes".into(),
+                    crate::sys::heap::in_use().into(),
+                );
                 o.insert(
                     "bpf_maps".into(),
                     serde_json::to_value(fill).unwrap_or_default(),
@@ -987,29 +993,6 @@ impl Selection {
         }
         fresh
     }
-}
-
-/// Creates (or truncates) the report file without following a symlink at its path: the daemon
-/// runs as root, and a link planted in a shared directory must not make it overwrite another
-/// file. New files get mode 0640.
-pub(crate) fn create_output(p: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o640)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(p)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                std::io::Error::other(
-                    "it is a symbolic link, and gpuprofd does not write through one",
-                )
-            } else {
-                e
-            }
-        })
 }
 
 /// Attaches the libraries in `found` not attached yet; whether any was (the API table grew).
@@ -1198,7 +1181,7 @@ fn report_meta(
         d.insert("counted_launches_channel".to_owned(), counted_lost);
     }
     ReportMeta {
-        host: hostname(),
+        host: crate::sys::kernel::hostname(),
         started_at,
         started_mono_ns,
         duration_ns: elapsed.as_nanos() as u64,
@@ -1209,12 +1192,6 @@ fn report_meta(
             .map(|(k, v)| (k.to_owned(), v))
             .collect(),
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
 }
 
 /// What the aggregator tells the session about processes.
@@ -1228,7 +1205,7 @@ enum Sighting {
     Gone(u32),
 }
 
-/// How often the allocator gives free memory back to the kernel (see [`crate::heap::trim`]).
+/// How often the allocator gives free memory back to the kernel (see [`crate::sys::heap::trim`]).
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// The CPython processes whose Python frames the probes read (`PY_PROCS`).
@@ -1377,7 +1354,7 @@ async fn aggregate(
                             start,
                             &api_list,
                             drops_now.clone(),
-                            hostname(),
+                            crate::sys::kernel::hostname(),
                         );
                         d.frame(&Frame::Libraries(libs_list.clone()));
                         seen.deep.push(d);
@@ -1674,7 +1651,7 @@ impl Seen {
                     if known.insert(tgid) {
                         let _ = maps_tx.send(Sighting::New(tgid));
                         let owner = crate::service::peer::process_uid(tgid);
-                        let read_at = store::monotonic_ns();
+                        let read_at = crate::sys::clock::monotonic_ns();
                         let mut meta = first_sight(tgid, ev.header().ts_ns, symbols);
                         // Who may see it through the control socket (real uid at first sight,
                         // else the uid its end record carries).

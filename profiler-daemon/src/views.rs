@@ -223,7 +223,7 @@ fn emit(a: &ReportArgs, rendered: Result<String, String>) -> u8 {
     };
     match &a.output {
         Some(p) => {
-            let written = crate::session::create_output(p)
+            let written = crate::sys::files::create_output(p)
                 .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
             if let Err(e) = written {
                 eprintln!("gpuprofd report: cannot write \"{}\": {e}", p.display());

@@ -170,7 +170,7 @@ impl Attacher {
             }
             // Expected before 6.6; on a kernel that has them it is a fault worth seeing (a
             // map the loader could not hand over once made every start fall back silently).
-            Err(e) if release_at_least(&crate::doctor::kernel_release(), (6, 6)) => tracing::warn!(
+            Err(e) if crate::sys::kernel::running_at_least((6, 6)) => tracing::warn!(
                 "uprobe_multi links failed on a kernel that has them ({e}): one perf-event \
                  uprobe per symbol instead (each probe hit costs a little more; stopping takes \
                  about 0.1 s per probe)"
@@ -289,7 +289,7 @@ impl Attacher {
             detail: tried[0].error.clone().unwrap_or_default(),
             hint: if self.multi.is_some() {
                 HINT_MULTI
-            } else if crate::doctor::has_capability(crate::doctor::CAP_SYS_ADMIN) {
+            } else if crate::sys::kernel::has_capability(crate::sys::kernel::CAP_SYS_ADMIN) {
                 HINT_REFUSED_ANYWAY
             } else {
                 HINT_PERF_EVENT
@@ -514,31 +514,5 @@ mod version_tests {
             Some("550.54.15")
         );
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
-/// Whether a kernel release (`6.18.44-fc-v657-gpu`, `5.15.0-91-generic`) is at least
-/// `major.minor`; an unreadable one is not.
-fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
-    let mut parts = release.trim().split(['.', '-']);
-    let mut num = || parts.next().and_then(|p| p.parse::<u32>().ok());
-    match (num(), num()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod release_tests {
-    #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        use super::release_at_least as at_least;
-        assert!(at_least("6.18.44-fc-v657-gpu\n", (6, 6)));
-        assert!(at_least("6.6.0", (6, 6)));
-        assert!(!at_least("6.5.13-arch1", (6, 6)));
-        assert!(!at_least("5.15.0-91-generic", (6, 6)));
-        assert!(at_least("7.0", (6, 6)));
-        assert!(!at_least("", (6, 6)));
-        assert!(!at_least("weird", (6, 6)));
     }
 }

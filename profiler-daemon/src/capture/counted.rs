@@ -144,7 +144,7 @@ impl LaunchCounts {
         batch: &mut Batch,
         after: Option<(u32, u64)>,
     ) -> Result<(u64, Vec<Record<LaunchesBody>>), CaptureError> {
-        self.read_started_ns = crate::store::monotonic_ns();
+        self.read_started_ns = crate::sys::clock::monotonic_ns();
         let mut grew = Vec::new();
         let seen = &self.seen;
         self.map.fetch(|k, v| {

@@ -55,7 +55,7 @@ impl std::io::Write for Bounded {
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     /// Opening, inspecting or reading the file failed.
-    #[error("cannot read \"{}\": {source}; {}", path.display(), crate::rlimit::io_hint(source))]
+    #[error("cannot read \"{}\": {source}; {}", path.display(), crate::sys::rlimit::io_hint(source))]
     Io {
         path: PathBuf,
         #[source]

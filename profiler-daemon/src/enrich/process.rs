@@ -82,26 +82,13 @@ pub fn read_stat(tgid: u32) -> Option<Stat> {
 /// answer of `false` may still be a later process started within the same tick.
 pub fn started_after(start_ticks: u64, ts_ns: u64) -> bool {
     let start_boot_ns = start_ticks.saturating_mul(1_000_000_000) / clock_ticks_per_sec();
-    start_boot_ns.saturating_sub(boot_minus_monotonic_ns()) > ts_ns
+    start_boot_ns.saturating_sub(crate::sys::clock::boot_minus_monotonic_ns()) > ts_ns
 }
 
 fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 { hz as u64 } else { 100 }
-}
-
-fn boot_minus_monotonic_ns() -> u64 {
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid out-pointer.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
-    now(libc::CLOCK_BOOTTIME).saturating_sub(now(libc::CLOCK_MONOTONIC))
 }
 
 /// The start time of `tgid` ([`Stat::start_time`]).
@@ -478,18 +465,12 @@ mod tests {
     #[test]
     fn a_record_made_now_is_not_before_this_process_started() {
         let mine = start_time(std::process::id()).expect("own start time");
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let now_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        let now_ns = crate::sys::clock::monotonic_ns();
         assert!(!started_after(mine, now_ns));
         // A record from before this process existed (one second before it started) cannot be
         // its own; a process that starts an hour after this one did not make a record now.
         let hz = clock_ticks_per_sec();
-        let start_mono = mine * 1_000_000_000 / hz - boot_minus_monotonic_ns();
+        let start_mono = mine * 1_000_000_000 / hz - crate::sys::clock::boot_minus_monotonic_ns();
         assert!(started_after(
             mine,
             start_mono.saturating_sub(1_000_000_000)

@@ -3,7 +3,7 @@
 //! [`DEFAULT_TOML`] is what `gpuprofd serve --print-default-config` prints: every key with its
 //! default and one comment each (a unit test keeps it equal to [`Config::default`]).
 
-use crate::cli::parse_duration_or_zero;
+use crate::sys::duration::parse_duration_or_zero;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -339,7 +339,7 @@ fn name_records(tgid: u32, names: &crate::enrich::names::NameTable) -> Vec<Vec<u
         api: 0,
         tgid,
         tid: tgid,
-        ts_ns: store::monotonic_ns(),
+        ts_ns: crate::sys::clock::monotonic_ns(),
     };
     let mut out = Vec::new();
     let mut entries: Vec<_> = names.entries().collect();

@@ -14,7 +14,6 @@
 //!
 //! [`STACK_CONFIG`]: profiler_common::maps::STACK_CONFIG
 
-pub mod kernel_btf;
 pub mod lines;
 pub mod python;
 pub mod view;

@@ -184,7 +184,7 @@ impl PyInterp {
         let l = self.layout?;
         let mut off = l.probe;
         if l.match_fsbase {
-            off.task_fsbase = super::kernel_btf::task_fsbase()?;
+            off.task_fsbase = crate::sys::btf::task_fsbase()?;
         }
         Some(profiler_common::PyProc {
             runtime: self.runtime,
@@ -303,7 +303,7 @@ pub fn detect(tgid: u32) -> Option<PyInterp> {
             runtime,
             // 3.9/3.10 frames need the FS base's place in the kernel's task_struct.
             layout: layout(minor).filter(|l| {
-                !free_threaded && (!l.match_fsbase || super::kernel_btf::task_fsbase().is_some())
+                !free_threaded && (!l.match_fsbase || crate::sys::btf::task_fsbase().is_some())
             }),
         });
     }

@@ -691,31 +691,18 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     })
 }
 
-/// CLOCK_MONOTONIC now, in ns (the clock of the records' `ts_ns`).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The header of a capture that starts now.
 pub fn header_now(host: String, target: String) -> FileHeader {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default();
+    let kernel = crate::sys::kernel::release().unwrap_or_default();
     FileHeader {
         writer: format!("gpuprofd {}", env!("CARGO_PKG_VERSION")),
         host,
         kernel,
         started_at_unix_ns: wall,
-        started_at_monotonic_ns: monotonic_ns(),
+        started_at_monotonic_ns: crate::sys::clock::monotonic_ns(),
         target,
     }
 }

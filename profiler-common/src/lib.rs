@@ -116,6 +116,25 @@ pub mod kind {
     /// Highest kind the probes write (the kinds the loss and submission counters cover);
     /// [`LAUNCHES`] is the daemon's own.
     pub const LAST: u32 = EXEC;
+
+    /// The report's name of record kind `kind`, `None` for values that are no kind.
+    pub const fn name(kind: u32) -> Option<&'static str> {
+        Some(match kind {
+            LAUNCH => "launch",
+            COPY => "copy",
+            SYNC => "sync",
+            MEM => "mem",
+            GRAPH => "graph",
+            NAME => "name",
+            ALIAS => "alias",
+            MAP => "map",
+            EXIT => "exit",
+            STACK => "stack",
+            EXEC => "exec",
+            LAUNCHES => "counted_launches",
+            _ => return None,
+        })
+    }
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to

@@ -6,7 +6,8 @@
 //! and shares are over the time the process was active in the capture ([`active_ns`]), and need
 //! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
-use crate::output::{ProcessReport, Report, fmt};
+use crate::model::snapshot::{ProcessReport, Report};
+use crate::output::fmt;
 use crate::steps::{ProcessSteps, quantile};
 use serde::Serialize;
 

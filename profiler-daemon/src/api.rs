@@ -1,7 +1,27 @@
-//! The API table: the id carried in every record's `api` field ↔ the hooked symbol's name and layer.
+//! The vocabulary every stage after discovery shares: the API table (the id carried in every
+//! record's `api` field ↔ the hooked symbol's name and layer) and the libraries the probes are
+//! attached to.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+
+/// A CUDA library gpuprofd attached its probes to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryReport {
+    /// The path as the process that mapped it sees it (or as given with `--lib`).
+    pub path: String,
+    pub soname: String,
+    /// `driver` or `runtime`.
+    pub layer: String,
+    /// From the file's name (`libcuda.so.535.261.03`: `535.261.03`; `libcudart.so.12.4.127`:
+    /// `12.4.127`); `null` when the name carries no more than the SONAME (pip's
+    /// `libcudart.so.12`): the build id then tells builds apart.
+    pub version: Option<String>,
+    /// The ELF `NT_GNU_BUILD_ID`, in hex (`null` without one).
+    pub build_id: Option<String>,
+    /// Functions with a probe attached.
+    pub probes: u64,
+}
 
 /// Which library a hooked symbol lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -606,7 +606,7 @@ fn top(a: &TopArgs) -> ExitCode {
     };
     loop {
         let report = client.call(&Request::Snapshot).and_then(|v| {
-            serde_json::from_value::<crate::output::Report>(v)
+            serde_json::from_value::<crate::model::snapshot::Report>(v)
                 .map_err(|e| crate::service::ctl::ClientError::Protocol(e.to_string()))
         });
         match report {

@@ -9,7 +9,7 @@
 
 use crate::advice::Advice;
 use crate::model::mem::MemTracker;
-use crate::output::Report;
+use crate::model::snapshot::Report;
 use crate::steps::ProcessSteps;
 use profiler_common::decode::Event;
 use serde_json::{Value, json};

@@ -10,7 +10,7 @@
 //! each process, and a process that ended leaves the exposition [`EXITED_GRACE`] after its end
 //! (its last values stay visible for one or two scrapes, then the series stop).
 
-use crate::output::Report;
+use crate::model::snapshot::Report;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;

@@ -11,8 +11,9 @@ use crate::capture::{self, Batch, CaptureError, KindCounts, ReaderStats};
 use crate::discovery::{self, CudaLibrary, Scanner};
 use crate::enrich::names::SymbolResolver;
 use crate::enrich::process::{ProcSymbols, read_proc_info};
+use crate::model::snapshot::{Report, ReportMeta};
 use crate::model::{Aggregator, ProcessMeta};
-use crate::output::{self, Report, ReportMeta};
+use crate::output;
 use crate::store::{self, Frame};
 use aya::Ebpf;
 use profiler_common::decode::{DecodeError, decode};
@@ -156,7 +157,7 @@ struct Journaled {
 /// Messages to the aggregator task.
 enum Ctl {
     /// The API table and the libraries attached, whenever a library is added.
-    Api(ApiTable, Vec<crate::output::LibraryReport>),
+    Api(ApiTable, Vec<crate::model::snapshot::LibraryReport>),
     Nvml(Option<crate::nvml::Message>),
     Metrics {
         meta: ReportMeta,
@@ -1265,7 +1266,7 @@ async fn aggregate(
     mut ctl: mpsc::Receiver<Ctl>,
     mut queries: mpsc::Receiver<Ctl>,
     api: ApiTable,
-    libraries: Vec<crate::output::LibraryReport>,
+    libraries: Vec<crate::model::snapshot::LibraryReport>,
     mut seen: Seen,
     live: bool,
 ) {

@@ -4,7 +4,8 @@
 //! Views are built from the [`Report`] alone, so a report replayed from a file and one taken
 //! from a running daemon render the same.
 
-use crate::output::{self, Report, fmt};
+use crate::model::snapshot::Report;
+use crate::output::{self, fmt};
 use crate::steps::ProcessSteps;
 use crate::store;
 use serde_json::{Value, json};
@@ -604,11 +605,11 @@ pub(crate) fn csv_cell(v: &Value) -> String {
     }
 }
 
-fn job_label(p: &output::ProcessReport) -> Option<(String, Option<String>)> {
+fn job_label(p: &crate::model::snapshot::ProcessReport) -> Option<(String, Option<String>)> {
     p.job.as_ref().map(|j| (j.id.clone(), j.name.clone()))
 }
 
-fn job_text(p: &output::ProcessReport) -> Value {
+fn job_text(p: &crate::model::snapshot::ProcessReport) -> Value {
     match &p.job {
         Some(j) => json!(match &j.name {
             Some(n) => format!("{}:{} ({n})", j.kind, j.id),
@@ -659,7 +660,7 @@ fn step_rows(r: &Report, steps: &[ProcessSteps]) -> Vec<Row> {
 
 /// `n` per second of `p`'s active span (first to last call; derived from the measured call
 /// times); `null` when the span is empty.
-fn per_second(n: u64, p: &output::ProcessReport) -> Value {
+fn per_second(n: u64, p: &crate::model::snapshot::ProcessReport) -> Value {
     p.timeline
         .as_ref()
         .map(|t| t.last_call_ns.saturating_sub(t.first_call_ns))

@@ -118,11 +118,11 @@ impl Attacher {
     }
 
     /// The attached libraries as the report lists them, by path.
-    pub fn library_list(&self) -> Vec<crate::output::LibraryReport> {
+    pub fn library_list(&self) -> Vec<crate::api::LibraryReport> {
         let mut v: Vec<_> = self
             .libraries
             .values()
-            .map(|la| crate::output::LibraryReport {
+            .map(|la| crate::api::LibraryReport {
                 path: la.lib.display.clone(),
                 soname: la.lib.soname.clone(),
                 layer: match la.lib.layer {

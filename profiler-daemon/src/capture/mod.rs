@@ -9,6 +9,7 @@ pub mod counted;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, kind, maps};
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -246,7 +247,27 @@ impl KindCounts {
 
 /// The report's name for a record kind.
 pub fn kind_name(k: u32) -> &'static str {
-    crate::output::kind_name(k).unwrap_or("other")
+    kind::name(k).unwrap_or("other")
+}
+
+/// `drops` for the report's meta from the `DROPS` counters indexed by kind: every known kind present
+/// (0 included); counts at indexes that are no kind are summed under `"other"` when non-zero.
+pub fn drops_by_kind(counts: &[u64]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for k in 1..=profiler_common::kind::LAST {
+        out.insert(kind::name(k).unwrap_or("other").to_owned(), 0);
+    }
+    for (i, &c) in counts.iter().enumerate() {
+        let name = u32::try_from(i)
+            .ok()
+            .filter(|&k| k <= profiler_common::kind::LAST)
+            .and_then(kind::name)
+            .unwrap_or("other");
+        if c != 0 || name != "other" {
+            *out.entry(name.to_owned()).or_insert(0) += c;
+        }
+    }
+    out
 }
 
 /// Reads a per-CPU counter array (`DROPS` or `SUBMITTED`).
@@ -806,6 +827,30 @@ mod tests {
             "",
         );
         assert_eq!(field_offset(&old, "group_dead"), None);
+    }
+
+    #[test]
+    fn drops() {
+        let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 0, 3, 0, 4]);
+        let got: Vec<(&str, u64)> = d.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            got,
+            [
+                ("alias", 2),
+                ("copy", 0),
+                ("exec", 0),
+                ("exit", 0),
+                ("graph", 0),
+                ("launch", 5),
+                ("map", 0),
+                ("mem", 0),
+                ("name", 0),
+                ("other", 4),
+                ("stack", 3),
+                ("sync", 1)
+            ]
+        );
+        assert_eq!(drops_by_kind(&[]).len(), 11);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! NVML samples, aggregated per device and per process.
 
+use crate::model::snapshot::{GpuReport, ProcessGpuReport};
 use crate::nvml::{NvmlStatus, Sample};
-use crate::output::{GpuReport, ProcessGpuReport};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A running mean and maximum of an optional value.

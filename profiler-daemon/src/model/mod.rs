@@ -13,14 +13,15 @@ pub mod hist;
 pub mod mem;
 pub mod process;
 pub(crate) mod report;
+pub mod snapshot;
 pub use report::direction_name;
 #[cfg(test)]
 mod tests;
 
 use crate::api::ApiTable;
 use crate::enrich::names::{NameSource, SymbolResolver};
+use crate::model::snapshot::{Report, ReportMeta, SCHEMA, rfc3339_utc};
 use crate::output::live::{LiveRow, render_line};
-use crate::output::{Report, ReportMeta, SCHEMA, rfc3339_utc};
 use hash::FastMap;
 use process::{ProcState, measured};
 use profiler_common::decode::Event;
@@ -78,7 +79,7 @@ pub struct Aggregator {
     /// Names the frames of sampled stacks.
     stacks: crate::stacks::StackResolver,
     /// The CUDA libraries attached so far.
-    libraries: Vec<crate::output::LibraryReport>,
+    libraries: Vec<crate::model::snapshot::LibraryReport>,
 }
 
 impl Aggregator {
@@ -102,7 +103,7 @@ impl Aggregator {
     }
 
     /// The CUDA libraries attached so far (the whole list, replacing the last).
-    pub fn set_libraries(&mut self, libraries: Vec<crate::output::LibraryReport>) {
+    pub fn set_libraries(&mut self, libraries: Vec<crate::model::snapshot::LibraryReport>) {
         self.libraries = libraries;
     }
 

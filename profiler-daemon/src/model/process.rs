@@ -107,7 +107,10 @@ pub struct ProcState {
     pub stacks: crate::stacks::ProcStacks,
     /// The code rows, named when the process's tgid went to another process (its names are
     /// then forgotten).
-    pub frozen_code: Option<(Vec<crate::output::CodeReport>, crate::output::StackSummary)>,
+    pub frozen_code: Option<(
+        Vec<crate::model::snapshot::CodeReport>,
+        crate::model::snapshot::StackSummary,
+    )>,
     pub names: NameTable,
     /// `launches` when the live view last looked.
     pub prev_launches: u64,

@@ -5,7 +5,7 @@ use super::process::ProcState;
 use super::{ProcessMeta, mem::kind_slot};
 use crate::api::{ApiTable, Layer};
 use crate::enrich::names::{NameSource, SymbolResolver, demangle};
-use crate::output::{
+use crate::model::snapshot::{
     AllocReport, ApiReport, ByKind, CopyReport, GraphReport, KernelReport, KindReport,
     ProcessReport,
 };
@@ -137,12 +137,12 @@ fn kernels(
     (out, unnamed)
 }
 
-fn streams(p: &ProcState) -> Vec<crate::output::StreamReport> {
+fn streams(p: &ProcState) -> Vec<crate::model::snapshot::StreamReport> {
     let mut v: Vec<(u64, &super::process::StreamStat)> =
         p.streams.iter().map(|(&h, s)| (h, s)).collect();
     v.sort_by(|a, b| b.1.launches.cmp(&a.1.launches).then(a.0.cmp(&b.0)));
     v.into_iter()
-        .map(|(h, s)| crate::output::StreamReport {
+        .map(|(h, s)| crate::model::snapshot::StreamReport {
             stream: match h {
                 0 => "default".into(),
                 1 => "legacy".into(),
@@ -269,7 +269,10 @@ pub(super) fn code(
     api: &ApiTable,
     resolver: &dyn SymbolResolver,
     stacks: &crate::stacks::StackResolver,
-) -> (Vec<crate::output::CodeReport>, crate::output::StackSummary) {
+) -> (
+    Vec<crate::model::snapshot::CodeReport>,
+    crate::model::snapshot::StackSummary,
+) {
     let mut cache: FastMap<(u64, bool), String> = FastMap::default();
     let mut kernel = |api_id: u32, func: u64| {
         let runtime = api.get(api_id).is_some_and(|a| a.layer == Layer::Runtime);
@@ -282,14 +285,16 @@ pub(super) fn code(
 }
 
 /// Groups processes by job (`kind:id`); processes without a job are left out.
-pub(crate) fn jobs(processes: &[crate::output::ProcessReport]) -> Vec<crate::output::JobReport> {
+pub(crate) fn jobs(
+    processes: &[crate::model::snapshot::ProcessReport],
+) -> Vec<crate::model::snapshot::JobReport> {
     use std::collections::BTreeMap;
-    let mut by: BTreeMap<String, crate::output::JobReport> = BTreeMap::new();
+    let mut by: BTreeMap<String, crate::model::snapshot::JobReport> = BTreeMap::new();
     for p in processes {
         let Some(j) = &p.job else { continue };
         let e = by
             .entry(j.key())
-            .or_insert_with(|| crate::output::JobReport {
+            .or_insert_with(|| crate::model::snapshot::JobReport {
                 kind: j.kind.clone(),
                 id: j.id.clone(),
                 steps: Vec::new(),

@@ -1,6 +1,6 @@
 //! The JSON form of [`Report`].
 
-use super::Report;
+use crate::model::snapshot::Report;
 
 /// The report as indented JSON (the `gpuprofd.report/1` contract).
 pub fn to_string_pretty(report: &Report) -> String {

@@ -1,7 +1,7 @@
 //! The end-of-run summary for a terminal.
 
 use super::fmt::{self, Align, table};
-use super::{AllocReport, ProcessReport, Report};
+use crate::model::snapshot::{AllocReport, ProcessReport, Report};
 use std::fmt::Write as _;
 
 /// Kernel rows shown per process by [`render`].
@@ -334,8 +334,8 @@ fn allocations(s: &mut String, a: &AllocReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::LibraryReport;
-    use crate::output::{
+    use crate::model::snapshot::LibraryReport;
+    use crate::model::snapshot::{
         ApiReport, ByKind, CopyReport, GraphReport, KernelReport, KindReport, SCHEMA,
     };
     use std::collections::BTreeMap;

@@ -23,7 +23,7 @@
 //! word (`SO_PEERCRED`/`SO_PEERGROUPS` at connect time), never the client's.
 
 use super::peer::{self, Peer};
-use crate::output::Report;
+use crate::model::snapshot::Report;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
@@ -229,7 +229,10 @@ impl Handler {
 /// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone). The libraries
 /// keep their SONAME, version and build id but lose their directory: a library's path can
 /// name another user's home or container.
-pub fn restrict(mut r: Report, keep: impl Fn(&crate::output::ProcessReport) -> bool) -> Report {
+pub fn restrict(
+    mut r: Report,
+    keep: impl Fn(&crate::model::snapshot::ProcessReport) -> bool,
+) -> Report {
     r.processes.retain(|p| keep(p));
     r.jobs = crate::model::report::jobs(&r.processes);
     for g in &mut r.gpus {
@@ -240,7 +243,7 @@ pub fn restrict(mut r: Report, keep: impl Fn(&crate::output::ProcessReport) -> b
 }
 
 /// Libraries as an unprivileged user sees them: file names without their directories.
-pub fn without_directories(libraries: &mut [crate::output::LibraryReport]) {
+pub fn without_directories(libraries: &mut [crate::model::snapshot::LibraryReport]) {
     for l in libraries {
         if let Some(name) = std::path::Path::new(&l.path).file_name() {
             l.path = name.to_string_lossy().into_owned();

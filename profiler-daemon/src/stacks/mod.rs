@@ -683,8 +683,11 @@ impl StackResolver {
         tgid: u32,
         ps: &ProcStacks,
         kernel: &mut dyn FnMut(u32, u64) -> String,
-    ) -> (Vec<crate::output::CodeReport>, crate::output::StackSummary) {
-        use crate::output::{CodeKernel, CodeReport};
+    ) -> (
+        Vec<crate::model::snapshot::CodeReport>,
+        crate::model::snapshot::StackSummary,
+    ) {
+        use crate::model::snapshot::{CodeKernel, CodeReport};
         let mut rows: HashMap<Vec<String>, (CodeReport, HashMap<String, u64>)> = HashMap::new();
         let mut shallow = 0;
         for (key, s) in &ps.by_stack {
@@ -731,7 +734,7 @@ impl StackResolver {
                 .then(b.blocked_ns.cmp(&a.blocked_ns))
                 .then_with(|| a.stack.cmp(&b.stack))
         });
-        let summary = crate::output::StackSummary {
+        let summary = crate::model::snapshot::StackSummary {
             samples: ps.samples,
             dropped: ps.dropped,
             truncated: ps.truncated,

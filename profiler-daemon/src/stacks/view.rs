@@ -2,7 +2,8 @@
 //! tree of call stacks), `--view callers` (per library that made the calls) and `--format
 //! folded` (collapsed stacks for flame graph tools).
 
-use crate::output::{CodeReport, ProcessReport, Report, fmt};
+use crate::model::snapshot::{CodeReport, ProcessReport, Report};
+use crate::output::fmt;
 use crate::views::{Format, OrderBy, ReportArgs};
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -21,8 +21,8 @@ use crate::api::{ApiInfo, ApiTable};
 use crate::capture::records;
 use crate::enrich::jobs::Job;
 use crate::enrich::names::SymbolResolver;
+use crate::model::snapshot::{Report, ReportMeta};
 use crate::model::{Aggregator, ProcessMeta};
-use crate::output::{Report, ReportMeta};
 use bincode::Options as _;
 use profiler_common::decode::{DecodeError, decode};
 use serde::{Deserialize, Serialize};
@@ -179,7 +179,7 @@ pub enum Frame {
     /// Names of stack frames, written before the first stack record that needs them.
     StackSyms(Vec<crate::stacks::StackSym>),
     /// Every CUDA library attached so far (the whole list each time it grows).
-    Libraries(Vec<crate::output::LibraryReport>),
+    Libraries(Vec<crate::model::snapshot::LibraryReport>),
 }
 
 fn codec() -> impl bincode::Options {

@@ -375,7 +375,7 @@ fn capture_paths_are_picked_by_extension() {
 fn the_libraries_frame_names_what_was_attached_and_the_last_list_wins() {
     let t = Tmp::new("libs");
     let lib = |path: &str, soname: &str, layer: &str, version: Option<&str>| {
-        crate::output::LibraryReport {
+        crate::model::snapshot::LibraryReport {
             path: path.into(),
             soname: soname.into(),
             layer: layer.into(),

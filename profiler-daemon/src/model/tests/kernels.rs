@@ -252,7 +252,7 @@ fn report_json_contract() {
         health: None,
     });
     let mut m = meta();
-    m.drops = output::drops_by_kind(&[0, 3]);
+    m.drops = crate::capture::drops_by_kind(&[0, 3]);
     let got = output::json::to_string(&a.report(m));
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
@@ -281,7 +281,7 @@ fn report_json_contract() {
         r#""libraries":[]}"#
     );
     assert_eq!(got, want);
-    let back: output::Report =
+    let back: crate::model::snapshot::Report =
         serde_json::from_str(&output::json::to_string_pretty(&a.report(meta()))).unwrap();
     assert_eq!(back.processes[0].kernels[0].name, "k()");
 }

@@ -6,7 +6,8 @@ mod kernels;
 use super::*;
 use crate::api::Layer;
 use crate::enrich::names::{MapSymbols, NoSymbols};
-use crate::output::{self, ProcessReport};
+use crate::model::snapshot::ProcessReport;
+use crate::output;
 use profiler_common::{
     AliasBody, CopyBody, GraphBody, Header, LaunchBody, MemBody, NAME_CAP, NameBody, SyncBody, dir,
     kind, memkind, memop, namesrc,
@@ -140,8 +141,8 @@ fn meta() -> ReportMeta {
         started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_417_200),
         started_mono_ns: 0,
         duration_ns: 12_500_000_000,
-        drops: output::drops_by_kind(&[]),
-        submitted: output::drops_by_kind(&[0, 1, 2]),
+        drops: crate::capture::drops_by_kind(&[]),
+        submitted: crate::capture::drops_by_kind(&[0, 1, 2]),
     }
 }
 

@@ -1,0 +1,373 @@
+//! The model's snapshot schema: the report every output reads (`gpuprofd.report/1`, a public
+//! contract: fields are only ever added), taken from the aggregator at any moment.
+
+pub use crate::api::LibraryReport;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// The `schema` of every report this version writes.
+pub const SCHEMA: &str = "gpuprofd.report/1";
+
+/// What the aggregator cannot know: where and when the run happened, what was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportMeta {
+    pub host: String,
+    pub started_at: SystemTime,
+    /// CLOCK_MONOTONIC ns at the capture's start: the origin of the report's timelines.
+    pub started_mono_ns: u64,
+    pub duration_ns: u64,
+    /// Records lost per kind (see [`drops_by_kind`]).
+    pub drops: BTreeMap<String, u64>,
+    /// Records the probes wrote into the ring buffer, per kind.
+    pub submitted: BTreeMap<String, u64>,
+}
+
+/// The whole report; `output::json::to_string_pretty` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub host: String,
+    /// RFC 3339, UTC, whole seconds.
+    pub started_at: String,
+    pub duration_ns: u64,
+    pub drops: BTreeMap<String, u64>,
+    /// Records the probes wrote, per kind (with an in-kernel filter, only selected processes').
+    pub submitted: BTreeMap<String, u64>,
+    pub decode_errors: u64,
+    /// Per-job totals, sorted by launches (descending), then key.
+    pub jobs: Vec<JobReport>,
+    /// Sorted by tgid.
+    pub processes: Vec<ProcessReport>,
+    /// How NVML sampling went (`state` `off` when it was not asked for).
+    #[serde(default)]
+    pub nvml: crate::nvml::NvmlStatus,
+    /// What NVML reported per device, by index (empty without NVML).
+    #[serde(default)]
+    pub gpus: Vec<GpuReport>,
+    /// The CUDA driver and runtime libraries the probes were attached to, by path.
+    #[serde(default)]
+    pub libraries: Vec<LibraryReport>,
+}
+
+/// One GPU as NVML sampled it (derived: NVML's own averages over its sample period, averaged
+/// again over gpuprofd's samples). `None`: the device does not report it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub samples: u64,
+    /// Percent of time a kernel was running, mean over the samples.
+    pub gpu_util_avg: Option<f64>,
+    pub gpu_util_max: Option<u64>,
+    /// Percent of time device memory was read or written, mean over the samples.
+    pub mem_util_avg: Option<f64>,
+    pub memory_used_max_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub sm_clock_avg_mhz: Option<f64>,
+    pub power_avg_w: Option<f64>,
+    pub temp_max_c: Option<u64>,
+    /// NVML rounds in which each clock throttle reason was in force (`sw_power_cap`,
+    /// `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttle_rounds: BTreeMap<String, u64>,
+    /// PCIe throughput NVML measured (KB/s, its 20 ms windows, averaged over the rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_tx_avg_kbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_rx_avg_kbps: Option<f64>,
+    /// Volatile ECC error counts at the last round (since the driver loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected: Option<u64>,
+    /// XID error codes NVML reported during the run (the first 32), and how many in all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_errors: Vec<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub xid_count: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ecc_double_bit_events: u64,
+    /// Processes NVML listed on the device that made no CUDA call gpuprofd recorded (they
+    /// started before it and stayed idle, use CUDA in a way it does not hook, or are graphics).
+    pub unprofiled_pids: Vec<u32>,
+}
+
+/// One process as NVML sampled it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessGpuReport {
+    /// NVML rounds that listed the process.
+    pub samples: u64,
+    /// Devices it was listed on.
+    pub devices: Vec<u32>,
+    /// GPU memory it held (all of it: allocations through any API, context, cuDNN workspaces…).
+    pub memory_max_bytes: Option<u64>,
+    /// SM utilisation NVML attributed to it, mean over the samples that had one.
+    pub sm_util_avg: Option<f64>,
+    pub mem_util_avg: Option<f64>,
+}
+
+/// One job's processes and totals (sums of its processes' figures).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobReport {
+    pub kind: String,
+    pub id: String,
+    /// Slurm steps seen, sorted.
+    pub steps: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub namespace: Option<String>,
+    /// Tgids, ascending.
+    pub processes: Vec<u32>,
+    pub launches: u64,
+    pub graph_launches: u64,
+    pub copy_bytes: u64,
+    pub alloc_bytes: u64,
+    /// CPU time blocked in calls with a return probe (syncs, blocking copies, allocations).
+    pub blocked_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub tgid: u32,
+    /// Who owns the process (service mode: which client may see it); not in the JSON.
+    #[serde(skip)]
+    pub owner: Option<u32>,
+    pub comm: String,
+    pub cmdline: String,
+    pub exited: bool,
+    /// `null` when the process was gone before gpuprofd could read its cgroup.
+    pub job: Option<crate::enrich::jobs::Job>,
+    pub launches: u64,
+    /// Launches whose kernel no name source could name.
+    pub unnamed_launches: u64,
+    /// Sorted by calls (descending), then name.
+    pub kernels: Vec<KernelReport>,
+    /// In the order h2d, d2h, d2d, h2h, peer, default, unknown; directions without calls left out.
+    pub copies: Vec<CopyReport>,
+    /// Sorted by calls (descending), then name.
+    pub api: Vec<ApiReport>,
+    pub graphs: GraphReport,
+    pub allocations: AllocReport,
+    /// What NVML reported for the process (`null` without NVML or when NVML never listed it).
+    #[serde(default)]
+    pub gpu: Option<ProcessGpuReport>,
+    /// Launches and copies per stream, most launches first.
+    #[serde(default)]
+    pub streams: Vec<StreamReport>,
+    /// Where the calls came from: one row per distinct call stack sampled, most calls first.
+    #[serde(default)]
+    pub code: Vec<CodeReport>,
+    /// How the stacks were taken.
+    #[serde(default)]
+    pub stacks: StackSummary,
+    /// When the process called CUDA (`null` when it made no call the probes saw).
+    #[serde(default)]
+    pub timeline: Option<crate::model::activity::TimelineReport>,
+}
+
+/// The calls sampled on one call stack. `samples` is measured; `calls`, `launches`, `syncs`,
+/// `copies` and `blocked_ns` are estimates: each sample stands for the sampling period's
+/// number of calls of its thread (exact when the period is 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeReport {
+    /// Outermost frame first: Python frames as `file:line function`, native frames as
+    /// `function (library)`.
+    pub stack: Vec<String>,
+    /// The library that made the call: the innermost native frame outside libcuda and
+    /// libcudart.
+    pub caller: String,
+    pub samples: u64,
+    pub calls: u64,
+    pub launches: u64,
+    pub syncs: u64,
+    pub copies: u64,
+    /// CPU time blocked in the syncs and blocking copies on this stack.
+    pub blocked_ns: u64,
+    /// The kernels launched from this stack, most launches first.
+    pub kernels: Vec<CodeKernel>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeKernel {
+    pub name: String,
+    pub launches: u64,
+}
+
+/// How a process's stacks were taken.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackSummary {
+    /// Stacks taken.
+    pub samples: u64,
+    /// Samples on stacks past the distinct stacks kept per process (4,096), not in `code`.
+    pub dropped: u64,
+    /// Samples cut at 32 native or 16 Python frames (outermost frames missing).
+    pub truncated: u64,
+    /// The interpreter, for a CPython process (and whether its frames are read).
+    pub python: Option<String>,
+    /// Samples of that interpreter taken on a thread it does not know (no Python frames).
+    pub python_no_thread: u64,
+    /// Samples of that interpreter whose Python frames could not all be read (its memory was
+    /// not where the version's offsets say, or changed under the walk): frames may be missing.
+    #[serde(default)]
+    pub python_fault: u64,
+    /// Samples without Python frames whose native walk named fewer than 3 frames: typical of
+    /// code built without frame pointers, where only the innermost frame (the direct caller,
+    /// read off the stack) is certain.
+    #[serde(default)]
+    pub shallow: u64,
+}
+
+/// What a process put on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// `default` (handle 0, the legacy default stream), `legacy` (cudaStreamLegacy),
+    /// `per-thread` (cudaStreamPerThread), `other` (streams beyond the 1,024 tracked per
+    /// process, summed), else the handle in hex.
+    pub stream: String,
+    pub launches: u64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+}
+
+/// Launches of one kernel with one configuration through one API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelReport {
+    /// Demangled, or `<unknown 0x…>` (the launch's function handle / host stub).
+    pub name: String,
+    /// `None` when the name is unknown.
+    pub mangled: Option<String>,
+    pub calls: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    /// Distinct stream handles the launches went to.
+    pub streams: u64,
+    pub api: String,
+    /// Where the name came from: register_function, module_get_function, library_get_kernel,
+    /// get_name, other, symbols, unknown.
+    pub name_source: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub direction: String,
+    pub calls: u64,
+    /// Bytes of the copies that did not return an error.
+    pub bytes: u64,
+    pub async_calls: u64,
+    /// CPU time inside the copy calls (synchronous copies block until the copy ends).
+    pub blocked_ns: u64,
+    /// Host-to-device / device-to-host copies whose host memory was pageable: not in any
+    /// pinned (or managed) allocation the process made while gpuprofd watched it. A buffer
+    /// pinned before gpuprofd attached counts as pageable.
+    #[serde(default)]
+    pub pageable_calls: u64,
+    #[serde(default)]
+    pub pageable_bytes: u64,
+    /// Calls by size: < 4 KiB, < 64 KiB, < 1 MiB, < 16 MiB, < 256 MiB, ≥ 256 MiB (empty in
+    /// reports older than this field).
+    #[serde(default)]
+    pub size_histogram: Vec<u64>,
+}
+
+/// Calls of one hooked API. Durations come only from calls with a return probe; for the others
+/// `blocked_ns`, `p50_ns`, `p99_ns` and `max_ns` are 0. Percentiles are within 1% (see
+/// `model::hist::Histogram`); `max_ns` is exact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiReport {
+    pub name: String,
+    pub calls: u64,
+    pub blocked_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphReport {
+    pub launches: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocReport {
+    pub calls: u64,
+    pub failed: u64,
+    /// Bytes of the successful allocations.
+    pub bytes: u64,
+    pub frees: u64,
+    /// Bytes allocated and not freed, among the tracked allocations.
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    /// Successful allocations not tracked live (per-process cap reached).
+    pub untracked: u64,
+    pub by_kind: ByKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByKind {
+    pub device: KindReport,
+    pub host_pinned: KindReport,
+    pub managed: KindReport,
+    #[serde(rename = "async")]
+    pub async_: KindReport,
+    pub pitched: KindReport,
+    pub vmm: KindReport,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindReport {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// `t` as RFC 3339 in UTC, whole seconds (`2026-11-23T07:00:00Z`); times before 1970 print as
+/// the epoch.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days, for days since 1970-01-01 (non-negative here).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339() {
+        let at = |s| rfc3339_utc(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(1_795_417_200), "2026-11-23T07:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(4_107_542_399), "2100-02-28T23:59:59Z");
+        assert_eq!(
+            rfc3339_utc(SystemTime::UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00Z"
+        );
+    }
+}

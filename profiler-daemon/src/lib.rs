@@ -2,7 +2,7 @@
 //!
 //! Data flows one way; each stage is a module and is testable without the ones before it.
 
-pub mod advice;
+pub mod analysis;
 pub mod api;
 pub mod attach;
 pub mod bench;
@@ -11,16 +11,11 @@ pub mod cli;
 pub mod discovery;
 pub mod doctor;
 pub mod enrich;
-pub mod export;
-pub mod html;
-pub mod metrics;
 pub mod model;
 pub mod nvml;
 pub mod output;
 pub mod service;
 pub mod session;
 pub mod stacks;
-pub mod steps;
 pub mod store;
 pub mod sys;
-pub mod views;

@@ -162,7 +162,7 @@ enum Ctl {
     Metrics {
         meta: ReportMeta,
         grace: Duration,
-        reply: oneshot::Sender<(Report, crate::metrics::Extra)>,
+        reply: oneshot::Sender<(Report, crate::output::prometheus::Extra)>,
     },
     /// The live dashboard page (`GET /` on the metrics address).
     Dashboard {
@@ -451,10 +451,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
     if let Some(listener) = metrics_listener {
         let served_at = listener.local_addr().ok();
         let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
-        let snapshot = move |page: crate::metrics::Page| {
+        let snapshot = move |page: crate::output::prometheus::Page| {
             let (snapper, probe_count, svc) = (snapper.clone(), probe_count.clone(), svc.clone());
             async move {
-                if page == crate::metrics::Page::Dashboard {
+                if page == crate::output::prometheus::Page::Dashboard {
                     return snapper
                         .ask(|meta, reply| Ctl::Dashboard { meta, reply })
                         .await;
@@ -464,7 +464,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                         let c = s.config();
                         (c.metrics.top_kernels, c.metrics.expire_after.0)
                     }
-                    None => (crate::metrics::TOP_KERNELS, crate::metrics::EXITED_GRACE),
+                    None => (
+                        crate::output::prometheus::TOP_KERNELS,
+                        crate::output::prometheus::EXITED_GRACE,
+                    ),
                 };
                 let (report, mut extra) = snapper
                     .ask(|meta, reply| Ctl::Metrics { meta, grace, reply })
@@ -475,10 +478,10 @@ pub async fn run(opts: CaptureOptions) -> Result<(), SessionError> {
                 extra.bpf_maps = snapper.fill.lock().map(|f| f.clone()).unwrap_or_default();
                 extra.heap_in_use = crate::sys::heap::in_use();
                 extra.top_kernels = top;
-                Some(crate::metrics::render(&report, &extra))
+                Some(crate::output::prometheus::render(&report, &extra))
             }
         };
-        tokio::spawn(crate::metrics::serve(listener, snapshot));
+        tokio::spawn(crate::output::prometheus::serve(listener, snapshot));
         if let Some(addr) = served_at {
             eprintln!(
                 "gpuprofd: serving Prometheus metrics on http://{addr}/metrics and the live \
@@ -1369,15 +1372,15 @@ async fn aggregate(
                 }
                 Some(Ctl::Dashboard { meta, reply }) => {
                     let report = agg.report(meta);
-                    let advice = crate::advice::advise(&report, &[]);
-                    let mut data = crate::html::page_data(
+                    let advice = crate::analysis::advice::advise(&report, &[]);
+                    let mut data = crate::output::html::page_data(
                         &report,
                         &[],
                         &advice,
-                        &crate::html::MemorySeries::new(),
+                        &crate::output::html::MemorySeries::new(),
                     );
                     data["live"] = history.to_json();
-                    let _ = reply.send(crate::html::live_page(&data));
+                    let _ = reply.send(crate::output::html::live_page(&data));
                 }
                 Some(Ctl::Snapshot { meta, reply }) => {
                     let _ = reply.send(crate::service::ctl::Snapshot {

@@ -293,8 +293,8 @@ impl Aggregator {
 
     /// What the metrics exposition needs beyond the report: NVML's latest figures and the
     /// processes that ended longer than `grace` ago.
-    pub fn metrics_extra(&self, grace: std::time::Duration) -> crate::metrics::Extra {
-        crate::metrics::Extra {
+    pub fn metrics_extra(&self, grace: std::time::Duration) -> crate::output::prometheus::Extra {
+        crate::output::prometheus::Extra {
             gpu_now: self.gpus.now().clone(),
             gpu_health: self.gpus.health_now(),
             process_gpu_bytes: self
@@ -313,7 +313,7 @@ impl Aggregator {
             probes: 0,
             bpf_maps: Vec::new(),
             heap_in_use: None,
-            top_kernels: crate::metrics::TOP_KERNELS,
+            top_kernels: crate::output::prometheus::TOP_KERNELS,
         }
     }
 

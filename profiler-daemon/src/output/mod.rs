@@ -1,6 +1,11 @@
 //! Outputs: everything a user reads, rendered from the model's snapshot
 //! ([`crate::model::snapshot::Report`]) and, for the timeline views, from the capture file.
+pub mod code;
 pub mod fmt;
+pub mod html;
 pub mod json;
 pub mod live;
+pub mod prometheus;
 pub mod table;
+pub mod trace;
+pub mod views;

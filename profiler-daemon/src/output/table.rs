@@ -17,7 +17,9 @@ pub fn render(r: &Report) -> String {
 /// The report as text, at most `top` kernel rows per process, then the advice.
 pub fn render_with(r: &Report, top: usize) -> String {
     let mut s = render_figures(r, top);
-    s.push_str(&crate::advice::render(&crate::advice::advise(r, &[])));
+    s.push_str(&crate::analysis::advice::render(
+        &crate::analysis::advice::advise(r, &[]),
+    ));
     s
 }
 

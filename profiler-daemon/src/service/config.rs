@@ -189,8 +189,8 @@ impl Default for MetricsConfig {
         MetricsConfig {
             enabled: true,
             listen: "127.0.0.1:9400".into(),
-            top_kernels: crate::metrics::TOP_KERNELS,
-            expire_after: Dur(crate::metrics::EXITED_GRACE),
+            top_kernels: crate::output::prometheus::TOP_KERNELS,
+            expire_after: Dur(crate::output::prometheus::EXITED_GRACE),
         }
     }
 }

@@ -16,7 +16,6 @@
 
 pub mod lines;
 pub mod python;
-pub mod view;
 
 use crate::enrich::names::demangle_symbol;
 use crate::enrich::process::ProcSymbols;

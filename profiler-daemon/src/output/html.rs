@@ -7,10 +7,10 @@
 //! is exactly the JSON's numbers; the end-to-end test loads it in headless Chromium and reads
 //! the rendered DOM back.
 
-use crate::advice::Advice;
+use crate::analysis::advice::Advice;
+use crate::analysis::steps::ProcessSteps;
 use crate::model::mem::MemTracker;
 use crate::model::snapshot::Report;
-use crate::steps::ProcessSteps;
 use profiler_common::decode::Event;
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -4,7 +4,7 @@
 
 use crate::model::snapshot::{CodeReport, ProcessReport, Report};
 use crate::output::fmt;
-use crate::views::{Format, OrderBy, ReportArgs};
+use crate::output::views::{Format, OrderBy, ReportArgs};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -240,7 +240,8 @@ pub fn render_code(
                         json!(c.blocked_ns),
                         json!(kernels.join(";")),
                     ];
-                    let cells: Vec<String> = cells.iter().map(crate::views::csv_cell).collect();
+                    let cells: Vec<String> =
+                        cells.iter().map(crate::output::views::csv_cell).collect();
                     out.push_str(&cells.join(","));
                     out.push('\n');
                 }
@@ -372,7 +373,7 @@ pub fn render_callers(
                     json!(c.blocked_ns),
                     json!(top),
                 ];
-                let cells: Vec<String> = cells.iter().map(crate::views::csv_cell).collect();
+                let cells: Vec<String> = cells.iter().map(crate::output::views::csv_cell).collect();
                 out.push_str(&cells.join(","));
                 out.push('\n');
             }

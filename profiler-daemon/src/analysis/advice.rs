@@ -6,9 +6,9 @@
 //! and shares are over the time the process was active in the capture ([`active_ns`]), and need
 //! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
+use crate::analysis::steps::{ProcessSteps, quantile};
 use crate::model::snapshot::{ProcessReport, Report};
 use crate::output::fmt;
-use crate::steps::{ProcessSteps, quantile};
 use serde::Serialize;
 
 /// Captures, and processes active for less than this, get no per-process advice (start-up
@@ -363,8 +363,8 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
 }
 
 fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
-    let regular: Vec<&crate::steps::Step> = s.regular().collect();
-    if (regular.len() as u64) < crate::steps::MIN_STEPS {
+    let regular: Vec<&crate::analysis::steps::Step> = s.regular().collect();
+    if (regular.len() as u64) < crate::analysis::steps::MIN_STEPS {
         return;
     }
     let mut push = |rule, evidence: String, suggestion: &str| {

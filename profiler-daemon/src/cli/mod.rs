@@ -59,10 +59,10 @@ pub enum Command {
     /// Show a capture file (written with `--output FILE.gpuprof`) again: the whole report or one
     /// view of it, selected and ordered. Exit 10 when the file cannot be read, 11 when it is
     /// damaged (the figures cover what was recovered before the damage).
-    Report(crate::views::ReportArgs),
+    Report(crate::output::views::ReportArgs),
     /// Write a capture file as a timeline: Chrome Trace Event JSON, for Perfetto UI
     /// (ui.perfetto.dev) or chrome://tracing. Exit codes as `report`'s.
-    Export(crate::export::ExportArgs),
+    Export(crate::output::trace::ExportArgs),
     /// Run as a service (what the systemd unit starts): capture every CUDA process like
     /// `--all-jobs`, configured by a TOML file (/etc/gpuprofd/config.toml; SIGHUP re-reads it),
     /// with Prometheus metrics on 127.0.0.1:9400, the control socket /run/gpuprofd.sock and
@@ -533,7 +533,7 @@ fn deep_capture(
                 out.display(),
                 out.display()
             );
-            ExitCode::from(crate::views::EXIT_DAMAGED)
+            ExitCode::from(crate::output::views::EXIT_DAMAGED)
         }
         Ok(n) => {
             eprintln!(
@@ -669,8 +669,8 @@ pub fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::Report(args)) => return ExitCode::from(crate::views::run(args)),
-        Some(Command::Export(args)) => return ExitCode::from(crate::export::run(args)),
+        Some(Command::Report(args)) => return ExitCode::from(crate::output::views::run(args)),
+        Some(Command::Export(args)) => return ExitCode::from(crate::output::trace::run(args)),
         _ => {}
     }
     if let Some(Command::Doctor {

@@ -239,7 +239,7 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
             .iter()
             .enumerate()
             .map(
-                |(i, &(wall_ns, first_enqueue_ns, live_bytes))| crate::steps::Step {
+                |(i, &(wall_ns, first_enqueue_ns, live_bytes))| crate::analysis::steps::Step {
                     start_ns: i as u64 * wall_ns,
                     wall_ns,
                     launches: 5,

@@ -294,7 +294,7 @@ fn tables_fit_80_columns() {
 
 #[test]
 fn steps_view_medians_and_series() {
-    use crate::steps::{ProcessSteps, Step};
+    use crate::analysis::steps::{ProcessSteps, Step};
     let step = |i: u64, wall_ns: u64, regular: bool| Step {
         start_ns: i * 20_000_000,
         wall_ns,

@@ -4,9 +4,9 @@
 //! Views are built from the [`Report`] alone, so a report replayed from a file and one taken
 //! from a running daemon render the same.
 
+use crate::analysis::steps::ProcessSteps;
 use crate::model::snapshot::Report;
 use crate::output::{self, fmt};
-use crate::steps::ProcessSteps;
 use crate::store;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -154,7 +154,7 @@ pub fn run(a: &ReportArgs) -> u8 {
         eprintln!("gpuprofd report: warning: {w}");
     }
     let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
-        match crate::steps::find(&file, replay.header.started_at_monotonic_ns) {
+        match crate::analysis::steps::find(&file, replay.header.started_at_monotonic_ns) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("gpuprofd report: finding steps: {e}");
@@ -165,15 +165,17 @@ pub fn run(a: &ReportArgs) -> u8 {
         Vec::new()
     };
     let rendered = if a.format == Format::Html {
-        crate::html::memory_series(&file, replay.header.started_at_monotonic_ns).map(|mem| {
-            let advice = crate::advice::advise(&replay.report, &steps);
-            crate::html::page(&crate::html::page_data(
-                &replay.report,
-                &steps,
-                &advice,
-                &mem,
-            ))
-        })
+        crate::output::html::memory_series(&file, replay.header.started_at_monotonic_ns).map(
+            |mem| {
+                let advice = crate::analysis::advice::advise(&replay.report, &steps);
+                crate::output::html::page(&crate::output::html::page_data(
+                    &replay.report,
+                    &steps,
+                    &advice,
+                    &mem,
+                ))
+            },
+        )
     } else {
         render(&replay.report, &steps, a, name_re.as_ref())
     };
@@ -264,10 +266,10 @@ pub fn render(
             .map(regex::Regex::new)
             .transpose()
             .map_err(|e| format!("--start-name-regex: {e}"))?;
-        return crate::stacks::view::render_code(r, a, name_re, start.as_ref());
+        return crate::output::code::render_code(r, a, name_re, start.as_ref());
     }
     if a.view == View::Callers {
-        return crate::stacks::view::render_callers(r, a, name_re);
+        return crate::output::code::render_callers(r, a, name_re);
     }
     if a.format == Format::Folded {
         return Err("--format folded is for --view code".into());
@@ -282,7 +284,7 @@ pub fn render(
         });
     }
     if a.view == View::Advice {
-        let mut advice = crate::advice::advise(r, steps);
+        let mut advice = crate::analysis::advice::advise(r, steps);
         advice.retain(|x| {
             a.pid.is_none_or(|p| x.pid == Some(p)) && name_re.is_none_or(|re| re.is_match(x.rule))
         });
@@ -291,7 +293,9 @@ pub fn render(
                 "no advice: nothing stood out\n".to_owned()
             }
             Format::Table | Format::Html | Format::Folded => {
-                crate::advice::render(&advice).trim_start().to_owned()
+                crate::analysis::advice::render(&advice)
+                    .trim_start()
+                    .to_owned()
             }
             Format::Json => serde_json::to_string_pretty(&advice).unwrap_or_default() + "\n",
             Format::Csv => {
@@ -621,7 +625,7 @@ fn job_text(p: &crate::model::snapshot::ProcessReport) -> Value {
 
 /// Per process with a step loop: medians over its regular steps (what the loop usually does).
 fn step_rows(r: &Report, steps: &[ProcessSteps]) -> Vec<Row> {
-    use crate::steps::{Step, quantile};
+    use crate::analysis::steps::{Step, quantile};
     steps
         .iter()
         .map(|s| {

@@ -115,7 +115,7 @@ pub fn run(a: &ExportArgs) -> u8 {
                 path.display()
             );
             if s.damaged {
-                crate::views::EXIT_DAMAGED
+                crate::output::views::EXIT_DAMAGED
             } else {
                 0
             }
@@ -153,7 +153,7 @@ fn write(
         } else if e == OVER_LIMIT {
             (4, e)
         } else {
-            (crate::views::EXIT_UNREADABLE, e)
+            (crate::output::views::EXIT_UNREADABLE, e)
         }
     })
 }
@@ -343,7 +343,7 @@ pub fn trace(
     }
 
     // Steps (two more passes, see `steps`): a span per step on a "steps" track.
-    for s in crate::steps::find(path, t0)? {
+    for s in crate::analysis::steps::find(path, t0)? {
         let pid = track_pid(s.tgid, s.generation, last(s.tgid));
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {

@@ -1,5 +1,8 @@
 //! Command line: parse, pick the mode, map errors to exit codes.
 
+mod export;
+mod report;
+
 use crate::session::{self, CaptureOptions, Target};
 use crate::sys::duration::{parse_duration, parse_duration_or_zero};
 use clap::{Args, Parser, Subcommand};
@@ -533,7 +536,7 @@ fn deep_capture(
                 out.display(),
                 out.display()
             );
-            ExitCode::from(crate::output::views::EXIT_DAMAGED)
+            ExitCode::from(report::EXIT_DAMAGED)
         }
         Ok(n) => {
             eprintln!(
@@ -669,8 +672,8 @@ pub fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::Report(args)) => return ExitCode::from(crate::output::views::run(args)),
-        Some(Command::Export(args)) => return ExitCode::from(crate::output::trace::run(args)),
+        Some(Command::Report(args)) => return ExitCode::from(report::run(args)),
+        Some(Command::Export(args)) => return ExitCode::from(export::run(args)),
         _ => {}
     }
     if let Some(Command::Doctor {

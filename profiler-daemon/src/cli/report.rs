@@ -1,0 +1,126 @@
+//! `gpuprofd report FILE` (or `--live`): read a capture file or ask the running service, then
+//! render the view asked for (see [`crate::output::views`]) to standard output or a file.
+use crate::model::snapshot::Report;
+use crate::output::views::{Format, ReportArgs, View, render};
+use crate::store;
+
+/// Exit codes of `report`.
+pub const EXIT_UNREADABLE: u8 = 10;
+pub const EXIT_DAMAGED: u8 = 11;
+
+/// Runs `gpuprofd report`; the exit code.
+pub fn run(a: &ReportArgs) -> u8 {
+    let name_re = match a.name_regex.as_deref().map(regex::Regex::new).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuprofd report: --name-regex: {e}");
+            return 2;
+        }
+    };
+    if a.format == Format::Folded && a.view != View::Code {
+        eprintln!("gpuprofd report: --format folded is for --view code");
+        return 2;
+    }
+    if a.format == Format::Html && a.view != View::Summary {
+        eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
+        return 2;
+    }
+    let file = match (&a.file, a.live) {
+        (Some(f), false) => f.clone(),
+        _ => return run_live(a, name_re.as_ref()),
+    };
+    let replay = match store::replay(&file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuprofd report: {e}");
+            return EXIT_UNREADABLE;
+        }
+    };
+    if let Some(w) = replay.recovery.warning(&file.display().to_string()) {
+        eprintln!("gpuprofd report: warning: {w}");
+    }
+    let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
+        match crate::analysis::steps::find(&file, replay.header.started_at_monotonic_ns) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("gpuprofd report: finding steps: {e}");
+                return EXIT_UNREADABLE;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let rendered = if a.format == Format::Html {
+        crate::output::html::memory_series(&file, replay.header.started_at_monotonic_ns).map(
+            |mem| {
+                let advice = crate::analysis::advice::advise(&replay.report, &steps);
+                crate::output::html::page(&crate::output::html::page_data(
+                    &replay.report,
+                    &steps,
+                    &advice,
+                    &mem,
+                ))
+            },
+        )
+    } else {
+        render(&replay.report, &steps, a, name_re.as_ref())
+    };
+    let written = emit(a, rendered);
+    if written != 0 {
+        return written;
+    }
+    if replay.recovery.damage.is_some() {
+        EXIT_DAMAGED
+    } else {
+        0
+    }
+}
+
+/// `report --live`: the view of the service's snapshot (the same [`Report`] a file gives).
+fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
+    use crate::service::ctl::{Client, ClientError, Request};
+    if a.view == View::Steps || a.format == Format::Html {
+        eprintln!(
+            "gpuprofd report --live: steps and the HTML page are found in a capture's records; \
+             take one with `gpuprofd ctl capture --pid PID -o FILE.gpuprof` and report that (the \
+             service's dashboard is at http://127.0.0.1:9400/)"
+        );
+        return 2;
+    }
+    let report = Client::connect(&a.socket)
+        .and_then(|mut c| c.call(&Request::Snapshot))
+        .and_then(|v| {
+            serde_json::from_value::<Report>(v).map_err(|e| ClientError::Protocol(e.to_string()))
+        });
+    match report {
+        Ok(r) => emit(a, render(&r, &[], a, name_re)),
+        Err(e) => {
+            eprintln!("gpuprofd report --live: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Writes what was rendered to `-o` or stdout; 0, or the exit code of the failure.
+fn emit(a: &ReportArgs, rendered: Result<String, String>) -> u8 {
+    let out = match rendered {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpuprofd report: {e}");
+            return 2;
+        }
+    };
+    match &a.output {
+        Some(p) => {
+            let written = crate::sys::files::create_output(p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
+            if let Err(e) = written {
+                eprintln!("gpuprofd report: cannot write \"{}\": {e}", p.display());
+                return 4;
+            }
+            eprintln!("gpuprofd report: written to {}", p.display());
+        }
+        None => print!("{out}"),
+    }
+    0
+}

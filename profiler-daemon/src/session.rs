@@ -1367,7 +1367,11 @@ async fn aggregate(
                     }));
                 }
                 Some(Ctl::Metrics { meta, grace, reply }) => {
-                    let extra = agg.metrics_extra(grace);
+                    let extra = crate::output::prometheus::Extra {
+                        facts: agg.metrics_facts(grace),
+                        top_kernels: crate::output::prometheus::TOP_KERNELS,
+                        ..Default::default()
+                    };
                     let _ = reply.send((agg.report(meta), extra));
                 }
                 Some(Ctl::Dashboard { meta, reply }) => {
@@ -1436,7 +1440,7 @@ async fn aggregate(
                     }
                     seen.follow_deep(false);
                     if live {
-                        for line in agg.live_lines(interval.as_secs_f64()) {
+                        for line in agg.live_rows(interval.as_secs_f64()).iter().map(crate::output::live::render_line) {
                             eprintln!("gpuprofd: {line}");
                         }
                     }

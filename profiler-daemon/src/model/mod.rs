@@ -20,12 +20,11 @@ mod tests;
 
 use crate::api::ApiTable;
 use crate::enrich::names::{NameSource, SymbolResolver};
-use crate::model::snapshot::{Report, ReportMeta, SCHEMA, rfc3339_utc};
-use crate::output::live::{LiveRow, render_line};
 use hash::FastMap;
 use process::{ProcState, measured};
 use profiler_common::decode::Event;
 use profiler_common::flags;
+use snapshot::{LiveRow, MetricsFacts, Report, ReportMeta, SCHEMA, rfc3339_utc};
 use std::collections::{BTreeMap, HashMap};
 
 pub use mem::DEFAULT_LIVE_CAP;
@@ -293,8 +292,8 @@ impl Aggregator {
 
     /// What the metrics exposition needs beyond the report: NVML's latest figures and the
     /// processes that ended longer than `grace` ago.
-    pub fn metrics_extra(&self, grace: std::time::Duration) -> crate::output::prometheus::Extra {
-        crate::output::prometheus::Extra {
+    pub fn metrics_facts(&self, grace: std::time::Duration) -> MetricsFacts {
+        MetricsFacts {
             gpu_now: self.gpus.now().clone(),
             gpu_health: self.gpus.health_now(),
             process_gpu_bytes: self
@@ -308,12 +307,6 @@ impl Aggregator {
                 .filter(|(_, at)| at.elapsed() > grace)
                 .map(|(&t, _)| t)
                 .collect(),
-            records_read: 0,
-            launches_counted: 0,
-            probes: 0,
-            bpf_maps: Vec::new(),
-            heap_in_use: None,
-            top_kernels: crate::output::prometheus::TOP_KERNELS,
         }
     }
 
@@ -457,11 +450,6 @@ impl Aggregator {
         }
         rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));
         rows
-    }
-
-    /// [`Self::live_rows`], rendered.
-    pub fn live_lines(&mut self, interval_s: f64) -> Vec<String> {
-        self.live_rows(interval_s).iter().map(render_line).collect()
     }
 
     /// One NVML sampling round: device figures, and per-process figures for the processes that

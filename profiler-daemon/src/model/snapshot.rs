@@ -323,6 +323,41 @@ pub struct KindReport {
     pub bytes: u64,
 }
 
+/// One process's counters for the live view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveRow {
+    /// The job's short label (`slurm 77.0`), empty when unknown; rows are grouped by it.
+    pub job: String,
+    pub tgid: u32,
+    pub comm: String,
+    pub exited: bool,
+    pub launches: u64,
+    /// Launches per second since the previous live view.
+    pub launches_per_s: f64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+    /// CPU time blocked in synchronisations.
+    pub sync_blocked_ns: u64,
+    pub live_bytes: u64,
+    /// NVML's latest figures for the process, when it has any.
+    pub gpu_sm_util: Option<u32>,
+    pub gpu_held_bytes: Option<u64>,
+}
+
+/// What the metrics exposition needs from the model beyond the report: NVML's latest figures
+/// and the processes that ended longer ago than the exposition keeps them.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsFacts {
+    /// Latest NVML figures per GPU index: (utilisation %, memory used bytes).
+    pub gpu_now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
+    /// Latest GPU memory NVML says each process holds.
+    pub process_gpu_bytes: BTreeMap<u32, u64>,
+    /// Latest NVML health per GPU index, and the XID errors counted so far.
+    pub gpu_health: BTreeMap<u32, (crate::nvml::DeviceHealth, u64)>,
+    /// Processes that ended longer ago than the grace asked for.
+    pub expired: Vec<u32>,
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

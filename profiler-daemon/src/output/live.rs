@@ -1,27 +1,7 @@
 //! The live view: one line per process, printed while the daemon runs.
 
 use super::fmt;
-
-/// One process's counters for the live view.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LiveRow {
-    /// The job's short label (`slurm 77.0`), empty when unknown; rows are grouped by it.
-    pub job: String,
-    pub tgid: u32,
-    pub comm: String,
-    pub exited: bool,
-    pub launches: u64,
-    /// Launches per second since the previous live view.
-    pub launches_per_s: f64,
-    pub copies: u64,
-    pub copy_bytes: u64,
-    /// CPU time blocked in synchronisations.
-    pub sync_blocked_ns: u64,
-    pub live_bytes: u64,
-    /// NVML's latest figures for the process, when it has any.
-    pub gpu_sm_util: Option<u32>,
-    pub gpu_held_bytes: Option<u64>,
-}
+use crate::model::snapshot::LiveRow;
 
 /// `4242 python3  launches 1234 (+567/s)  copies 12 (50.0 MiB)  sync blocked 1.2 ms  alloc live 16.0 MiB`.
 pub fn render_line(r: &LiveRow) -> String {

@@ -81,17 +81,11 @@ struct GpuWhat {
     what: String,
 }
 
-/// What the aggregator adds to a [`Report`] for a scrape.
+/// What the session adds to a [`Report`] for a scrape.
 #[derive(Clone, Debug, Default)]
 pub struct Extra {
-    /// Latest NVML figures per GPU index: (utilisation %, memory used bytes).
-    pub gpu_now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
-    /// Latest GPU memory NVML says each process holds.
-    pub process_gpu_bytes: BTreeMap<u32, u64>,
-    /// Latest NVML health per GPU index, and the XID errors counted so far.
-    pub gpu_health: BTreeMap<u32, (crate::nvml::DeviceHealth, u64)>,
-    /// Processes that ended more than [`EXITED_GRACE`] ago (left out).
-    pub expired: Vec<u32>,
+    /// The model's figures beyond the report (NVML's latest, processes expired).
+    pub facts: crate::model::snapshot::MetricsFacts,
     /// Records read from the ring buffer so far.
     pub records_read: u64,
     /// Launches read from the in-kernel launch counters so far (service mode).
@@ -216,7 +210,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     let mut seen: Vec<u32> = Vec::new();
     // A reused pid: only its latest process is exposed (series are keyed by pid).
     for p in r.processes.iter().rev() {
-        if seen.contains(&p.tgid) || extra.expired.contains(&p.tgid) {
+        if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
             continue;
         }
         seen.push(p.tgid);
@@ -235,7 +229,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         graphs.get_or_create(&l).inc_by(p.graphs.launches);
         live.get_or_create(&l)
             .set(p.allocations.live_bytes.min(i64::MAX as u64) as i64);
-        if let Some(&b) = extra.process_gpu_bytes.get(&p.tgid) {
+        if let Some(&b) = extra.facts.process_gpu_bytes.get(&p.tgid) {
             held.get_or_create(&l).set(b.min(i64::MAX as u64) as i64);
         }
         for c in &p.copies {
@@ -285,7 +279,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             gpu: g.index.to_string(),
             uuid: g.uuid.clone(),
         };
-        if let Some((util, mem)) = extra.gpu_now.get(&g.index) {
+        if let Some((util, mem)) = extra.facts.gpu_now.get(&g.index) {
             if let Some(u) = util {
                 gpu_util.get_or_create(&l).set(i64::from(*u));
             }
@@ -377,7 +371,7 @@ fn gpu_health(reg: &mut Registry, r: &Report, extra: &Extra) {
         xid.clone(),
     );
     for g in &r.gpus {
-        let Some((h, xids)) = extra.gpu_health.get(&g.index) else {
+        let Some((h, xids)) = extra.facts.gpu_health.get(&g.index) else {
             continue;
         };
         let l = |what: &str| GpuWhat {

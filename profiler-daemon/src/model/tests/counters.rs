@@ -246,7 +246,10 @@ fn live_rates_since_previous_call() {
         },
     );
     assert_eq!(
-        a.live_lines(2.0),
+        a.live_rows(2.0)
+            .iter()
+            .map(crate::output::live::render_line)
+            .collect::<Vec<_>>(),
         [
             "100 python3  launches 10 (+5/s)  copies 1 (3.0 MiB)  sync blocked 1.5 ms  alloc live 16.0 MiB"
         ]

@@ -42,23 +42,25 @@ fn report() -> Report {
 
 fn extra() -> Extra {
     Extra {
-        gpu_now: BTreeMap::from([(0, (Some(87), Some(12 << 30)))]),
-        process_gpu_bytes: BTreeMap::from([(100, 1 << 30)]),
-        gpu_health: BTreeMap::from([(
-            0,
-            (
-                crate::nvml::DeviceHealth {
-                    index: 0,
-                    throttle_reasons: Some(0x4 | 0x40),
-                    pcie_tx_kbps: Some(1000),
-                    pcie_rx_kbps: None,
-                    ecc_corrected: Some(3),
-                    ecc_uncorrected: Some(0),
-                },
-                2,
-            ),
-        )]),
-        expired: vec![200],
+        facts: crate::model::snapshot::MetricsFacts {
+            gpu_now: BTreeMap::from([(0, (Some(87), Some(12 << 30)))]),
+            process_gpu_bytes: BTreeMap::from([(100, 1 << 30)]),
+            gpu_health: BTreeMap::from([(
+                0,
+                (
+                    crate::nvml::DeviceHealth {
+                        index: 0,
+                        throttle_reasons: Some(0x4 | 0x40),
+                        pcie_tx_kbps: Some(1000),
+                        pcie_rx_kbps: None,
+                        ecc_corrected: Some(3),
+                        ecc_uncorrected: Some(0),
+                    },
+                    2,
+                ),
+            )]),
+            expired: vec![200],
+        },
         records_read: 1003,
         launches_counted: 5000,
         probes: 95,

@@ -16,6 +16,5 @@ pub mod nvml;
 pub mod output;
 pub mod service;
 pub mod session;
-pub mod stacks;
 pub mod store;
 pub mod sys;

@@ -1237,7 +1237,7 @@ impl PythonProcs {
             self.checked.clear();
         }
         self.checked.insert(tgid, start);
-        let found = crate::stacks::python::detect(tgid);
+        let found = crate::enrich::stacks::python::detect(tgid);
         let value = found.as_ref().and_then(|p| p.probe());
         if let Err(e) = capture::set_python(ebpf, tgid, value) {
             eprintln!("gpuprofd: warning: Python frames of process {tgid} not read: {e}");
@@ -1278,7 +1278,9 @@ async fn aggregate(
         api.clone(),
         Box::new(Resolver(seen.symbols.clone(), resolved.clone())),
     )
-    .with_stacks(crate::stacks::StackResolver::live(seen.symbols.clone()));
+    .with_stacks(crate::enrich::stacks::StackResolver::live(
+        seen.symbols.clone(),
+    ));
     if let Some(j) = seen.journal.as_mut() {
         j.frame(&Frame::Api(api.list().to_vec()));
         j.frame(&Frame::Libraries(libraries.clone()));
@@ -1511,7 +1513,7 @@ fn names_out(
     deep: &mut [crate::service::deep::DeepCapture],
     settle_for: Option<u32>,
 ) {
-    use crate::stacks::StackSym;
+    use crate::enrich::stacks::StackSym;
     let stacks = agg.stacks_mut();
     match settle_for {
         Some(t) if t == SETTLE_ALL || stacks.naming(t) => stacks.settle(),

@@ -1,6 +1,9 @@
-//! Enrichment: process info and kernel names.
+//! Enrichment: who made each call and what it names — the process (procfs), its job (cgroups,
+//! environment), kernel names (handles, host stubs, demangling) and the frames of sampled call
+//! stacks (ELF symbols, DWARF lines, CPython code objects).
 
 pub mod itanium;
 pub mod jobs;
 pub mod names;
 pub mod process;
+pub mod stacks;

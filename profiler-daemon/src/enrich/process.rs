@@ -252,7 +252,7 @@ impl ProcSymbols {
         // file had to be opened) is only valid until it returns.
         let mut source = Vec::new();
         let (module, file_offset, symbol) = self.lookup(tgid, addr, |idx, vaddr, path| {
-            source = crate::stacks::lines::frames_at(path, vaddr);
+            source = crate::enrich::stacks::lines::frames_at(path, vaddr);
             idx.lookup_containing(vaddr).map(|(n, _)| n)
         })?;
         Some(FrameAt {
@@ -353,8 +353,8 @@ pub struct FrameAt {
     pub file_offset: u64,
     /// The function symbol containing the address, if the file's symbol tables have one.
     pub symbol: Option<String>,
-    /// What DWARF says of the address (see [`crate::stacks::lines`]).
-    pub source: Vec<crate::stacks::lines::SourceFrame>,
+    /// What DWARF says of the address (see [`crate::enrich::stacks::lines`]).
+    pub source: Vec<crate::enrich::stacks::lines::SourceFrame>,
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod mem;
 pub mod process;
 pub(crate) mod report;
 pub mod snapshot;
+pub mod stacks;
 pub use report::direction_name;
 #[cfg(test)]
 mod tests;
@@ -76,7 +77,7 @@ pub struct Aggregator {
     /// Kernel launches applied since the start, all processes (forgotten ones included).
     launches_total: u64,
     /// Names the frames of sampled stacks.
-    stacks: crate::stacks::StackResolver,
+    stacks: crate::enrich::stacks::StackResolver,
     /// The CUDA libraries attached so far.
     libraries: Vec<crate::model::snapshot::LibraryReport>,
 }
@@ -96,7 +97,7 @@ impl Aggregator {
             exited_at: HashMap::new(),
             meta_read_at: HashMap::new(),
             launches_total: 0,
-            stacks: crate::stacks::StackResolver::replay(),
+            stacks: crate::enrich::stacks::StackResolver::replay(),
             libraries: Vec::new(),
         }
     }
@@ -108,14 +109,14 @@ impl Aggregator {
 
     /// Names stack frames with `stacks` (the live resolver; the default knows only what a
     /// capture file taught it).
-    pub fn with_stacks(mut self, stacks: crate::stacks::StackResolver) -> Self {
+    pub fn with_stacks(mut self, stacks: crate::enrich::stacks::StackResolver) -> Self {
         self.stacks = stacks;
         self
     }
 
     /// The stack frame names, to look up a stack's before its record is stored, or to learn
     /// a capture file's.
-    pub fn stacks_mut(&mut self) -> &mut crate::stacks::StackResolver {
+    pub fn stacks_mut(&mut self) -> &mut crate::enrich::stacks::StackResolver {
         &mut self.stacks
     }
 

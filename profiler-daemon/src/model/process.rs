@@ -104,7 +104,7 @@ pub struct ProcState {
     pub sync_blocked_ns: u64,
     pub mem: MemTracker,
     /// Sampled call stacks.
-    pub stacks: crate::stacks::ProcStacks,
+    pub stacks: crate::model::stacks::ProcStacks,
     /// The code rows, named when the process's tgid went to another process (its names are
     /// then forgotten).
     pub frozen_code: Option<(

@@ -230,7 +230,7 @@ pub(super) fn process(
     meta: Option<&ProcessMeta>,
     api: &ApiTable,
     resolver: &dyn SymbolResolver,
-    stacks: &crate::stacks::StackResolver,
+    stacks: &crate::enrich::stacks::StackResolver,
     origin_ns: u64,
 ) -> ProcessReport {
     let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
@@ -268,7 +268,7 @@ pub(super) fn code(
     p: &ProcState,
     api: &ApiTable,
     resolver: &dyn SymbolResolver,
-    stacks: &crate::stacks::StackResolver,
+    stacks: &crate::enrich::stacks::StackResolver,
 ) -> (
     Vec<crate::model::snapshot::CodeReport>,
     crate::model::snapshot::StackSummary,
@@ -281,7 +281,7 @@ pub(super) fn code(
             .or_insert_with(|| name_of(p, resolver, tgid, func, runtime).name)
             .clone()
     };
-    stacks.code_report(tgid, &p.stacks, &mut kernel)
+    super::stacks::code_report(stacks, tgid, &p.stacks, &mut kernel)
 }
 
 /// Groups processes by job (`kind:id`); processes without a job are left out.

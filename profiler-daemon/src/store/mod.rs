@@ -177,7 +177,7 @@ pub enum Frame {
     /// The device health of the NVML round just before (throttling, PCIe, ECC, XID events).
     NvmlHealth(crate::nvml::Health),
     /// Names of stack frames, written before the first stack record that needs them.
-    StackSyms(Vec<crate::stacks::StackSym>),
+    StackSyms(Vec<crate::enrich::stacks::StackSym>),
     /// Every CUDA library attached so far (the whole list each time it grows).
     Libraries(Vec<crate::model::snapshot::LibraryReport>),
 }
@@ -520,12 +520,12 @@ pub fn for_each_record_named(
         &ApiTable,
         u32,
         &profiler_common::decode::Event,
-        &crate::stacks::StackResolver,
+        &crate::enrich::stacks::StackResolver,
     ) -> Result<(), String>,
 ) -> Result<Option<String>, String> {
     // The names of each process, by (tgid, generation): a tgid's generation goes up at each
     // Retire (a reused pid, an exec).
-    let mut names: HashMap<(u32, u32), Vec<crate::stacks::StackSym>> = HashMap::new();
+    let mut names: HashMap<(u32, u32), Vec<crate::enrich::stacks::StackSym>> = HashMap::new();
     {
         let mut r = Reader::open(path).map_err(|e| e.to_string())?;
         let mut generation: HashMap<u32, u32> = HashMap::new();
@@ -545,7 +545,7 @@ pub fn for_each_record_named(
     let mut r = Reader::open(path).map_err(|e| e.to_string())?;
     let mut api = ApiTable::new();
     let mut generation: HashMap<u32, u32> = HashMap::new();
-    let mut stacks = crate::stacks::StackResolver::replay();
+    let mut stacks = crate::enrich::stacks::StackResolver::replay();
     let first: Vec<(u32, u32)> = names.keys().copied().filter(|k| k.1 == 0).collect();
     for k in first {
         stacks.learn(names.remove(&k).unwrap_or_default());

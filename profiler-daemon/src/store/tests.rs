@@ -412,7 +412,7 @@ fn the_libraries_frame_names_what_was_attached_and_the_last_list_wins() {
 /// the names of the process that made the stack, not those of a later one given its pid.
 #[test]
 fn stacks_named_by_names_written_after_them_and_per_process() {
-    use crate::stacks::{NativeFrame, StackKey, StackSym};
+    use crate::enrich::stacks::{NativeFrame, StackKey, StackSym};
     use profiler_common::StackBody;
     let stack = |ts_ns| {
         let mut body = StackBody {

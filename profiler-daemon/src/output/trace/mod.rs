@@ -457,7 +457,7 @@ pub fn trace(
             Event::Stack(_, st) => {
                 // The call just before on this thread, at this timestamp: its stack, as an
                 // instant on the same track (outermost frame first).
-                let key = crate::stacks::StackKey::of(st);
+                let key = crate::enrich::stacks::StackKey::of(st);
                 let of = match st.of_kind {
                     profiler_common::kind::LAUNCH => "launch",
                     profiler_common::kind::SYNC => "sync",

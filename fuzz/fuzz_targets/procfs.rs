@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = gpuprofd::enrich::jobs::job_from_cgroup(&path);
     }
     let _ = gpuprofd::enrich::jobs::job_from_cgroup(text);
-    let _ = gpuprofd::service::peer::parse_uid(text);
+    let _ = gpuprofd::enrich::process::parse_uid(text);
     let _ = gpuprofd::sys::duration::parse_duration(text);
 });

@@ -23,6 +23,16 @@ pub struct LibraryReport {
     pub probes: u64,
 }
 
+impl LibraryReport {
+    /// The library as an unprivileged user sees it: its file name without the directory (a
+    /// library's path can name another user's home or container).
+    pub fn without_directory(&mut self) {
+        if let Some(name) = std::path::Path::new(&self.path).file_name() {
+            self.path = name.to_string_lossy().into_owned();
+        }
+    }
+}
+
 /// Which library a hooked symbol lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -382,15 +382,18 @@ fn serve(a: &ServeArgs) -> ExitCode {
             lib: cfg.nvml.lib.clone(),
             interval: cfg.nvml.interval.0,
         }),
-        metrics_addr: cfg.metrics_addr(),
-        service: Some(std::sync::Arc::new(crate::service::Service::new(
-            source, overrides, cfg, used, log_reload,
-        ))),
     };
-    run_session(opts)
+    let metrics_addr = cfg.metrics_addr();
+    let svc = crate::service::Service::new(source, overrides, cfg, used, log_reload);
+    run_session(opts, Some(std::sync::Arc::new(svc)), metrics_addr)
 }
 
-fn run_session(opts: CaptureOptions) -> ExitCode {
+/// Runs a capture session, with the service (and the metrics server) beside it.
+fn run_session(
+    opts: CaptureOptions,
+    svc: Option<std::sync::Arc<crate::service::Service>>,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -402,13 +405,22 @@ fn run_session(opts: CaptureOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(session::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpuprofd: error: {e:#}");
-            ExitCode::from(e.exit_code())
+    rt.block_on(async {
+        let mut beside = match crate::service::companion::Beside::bind(svc, metrics_addr).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("gpuprofd: error: {e:#}");
+                return ExitCode::from(2);
+            }
+        };
+        match session::run(opts, &mut beside).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpuprofd: error: {e:#}");
+                ExitCode::from(e.exit_code())
+            }
         }
-    }
+    })
 }
 
 fn ctl(a: &CtlArgs) -> ExitCode {
@@ -692,17 +704,18 @@ pub fn main() -> ExitCode {
             nvml_lib: nvml_lib.clone(),
         }));
     }
-    let opts = match to_options(cli) {
+    let (opts, metrics_addr) = match to_options(cli) {
         Ok(o) => o,
         Err(msg) => {
             eprintln!("gpuprofd: {msg}");
             return ExitCode::from(2);
         }
     };
-    run_session(opts)
+    run_session(opts, None, metrics_addr)
 }
 
-fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
+/// The capture the command line asks for, and the metrics address to serve beside it.
+fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>), String> {
     if let Some(Command::Demo { fake_cuda, output }) = cli.command {
         let script = fake_cuda.join("demo.script");
         let workload = fake_cuda.join("bin/workload");
@@ -716,30 +729,31 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
                 ));
             }
         }
-        return Ok(CaptureOptions {
-            target: Target::AllJobs,
-            wait: false,
-            duration: None,
-            output,
-            libs: vec![fake_cuda.join("lib")],
-            system_libs: false,
-            live: true,
-            ring_bytes: crate::capture::DEFAULT_RING_BYTES,
-            stack_period: 1,
-            count_launches: None,
-            verbose: cli.capture.verbose,
-            command: vec![workload.display().to_string()],
-            command_stdin: Some(script),
-            cgroups: vec![],
-            jobs: vec![],
-            rescan: None,
-            nvml: Some(session::NvmlOptions {
-                lib: None,
-                interval: Duration::from_secs(1),
-            }),
-            metrics_addr: None,
-            service: None,
-        });
+        return Ok((
+            CaptureOptions {
+                target: Target::AllJobs,
+                wait: false,
+                duration: None,
+                output,
+                libs: vec![fake_cuda.join("lib")],
+                system_libs: false,
+                live: true,
+                ring_bytes: crate::capture::DEFAULT_RING_BYTES,
+                stack_period: 1,
+                count_launches: None,
+                verbose: cli.capture.verbose,
+                command: vec![workload.display().to_string()],
+                command_stdin: Some(script),
+                cgroups: vec![],
+                jobs: vec![],
+                rescan: None,
+                nvml: Some(session::NvmlOptions {
+                    lib: None,
+                    interval: Duration::from_secs(1),
+                }),
+            },
+            None,
+        ));
     }
     let a = cli.capture;
     let target = match (a.all_jobs, a.pid) {
@@ -789,30 +803,31 @@ fn to_options(cli: Cli) -> Result<CaptureOptions, String> {
         }
         Some(d) => Some(d),
     };
-    Ok(CaptureOptions {
-        target,
-        stack_period,
-        count_launches,
-        wait: a.wait,
-        duration: a.duration,
-        output: a.output,
-        libs: a.libs,
-        system_libs: !a.no_system_libs,
-        live: !a.no_live,
-        ring_bytes: a.ring_buffer_mb << 20,
-        verbose: a.verbose,
-        command: a.command,
-        command_stdin: None,
-        cgroups: a.cgroups,
-        jobs: a.jobs,
-        rescan: a.rescan_interval,
-        nvml: (!a.no_nvml).then_some(session::NvmlOptions {
-            lib: a.nvml_lib,
-            interval: a.nvml_interval,
-        }),
-        metrics_addr: a.metrics_addr,
-        service: None,
-    })
+    Ok((
+        CaptureOptions {
+            target,
+            stack_period,
+            count_launches,
+            wait: a.wait,
+            duration: a.duration,
+            output: a.output,
+            libs: a.libs,
+            system_libs: !a.no_system_libs,
+            live: !a.no_live,
+            ring_bytes: a.ring_buffer_mb << 20,
+            verbose: a.verbose,
+            command: a.command,
+            command_stdin: None,
+            cgroups: a.cgroups,
+            jobs: a.jobs,
+            rescan: a.rescan_interval,
+            nvml: (!a.no_nvml).then_some(session::NvmlOptions {
+                lib: a.nvml_lib,
+                interval: a.nvml_interval,
+            }),
+        },
+        a.metrics_addr,
+    ))
 }
 
 #[cfg(test)]
@@ -824,7 +839,7 @@ mod tests {
         let cli = Cli::try_parse_from(["gpuprofd"]).unwrap();
         assert!(to_options(cli).unwrap_err().contains("--all-jobs"));
         let cli = Cli::try_parse_from(["gpuprofd", "--pid", "42", "--duration", "1s"]).unwrap();
-        let o = to_options(cli).unwrap();
+        let (o, _) = to_options(cli).unwrap();
         assert_eq!(o.target, Target::Pid(42));
         assert!(Cli::try_parse_from(["gpuprofd", "--all-jobs", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["gpuprofd", "--wait"]).is_err());

@@ -91,6 +91,23 @@ fn clock_ticks_per_sec() -> u64 {
     if hz > 0 { hz as u64 } else { 100 }
 }
 
+/// The owner (real uid, as the kernel's exit record has it) of a running process.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_uid(&status)
+}
+
+/// The real uid from a `/proc/PID/status` text (`Uid:\treal\teffective\tsaved\tfs`).
+pub fn parse_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The start time of `tgid` ([`Stat::start_time`]).
 pub fn start_time(tgid: u32) -> Option<u64> {
     read_stat(tgid).map(|s| s.start_time)
@@ -375,6 +392,19 @@ mod tests {
 
     /// Past its byte bound the cache gives up the least recently used index, not all of them
     /// and not the one just read; its byte count is what the kept indexes hold.
+    #[test]
+    fn uid_from_status() {
+        let s =
+            "Name:\tpython3\nUmask:\t0022\nUid:\t1000\t0\t1000\t1000\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(parse_uid(s), Some(1000));
+        assert_eq!(parse_uid("Name:\tx\n"), None);
+        assert_eq!(parse_uid("Uid:\tx\n"), None);
+        assert_eq!(
+            process_uid(std::process::id()),
+            Some(unsafe { libc::getuid() })
+        );
+    }
+
     #[test]
     fn the_cache_keeps_the_recently_used_indexes_within_its_bytes() {
         let one = index().heap_bytes();

@@ -10,6 +10,7 @@ pub mod activity;
 pub mod gpu;
 pub mod hash;
 pub mod hist;
+pub mod history;
 pub mod mem;
 pub mod process;
 pub(crate) mod report;

@@ -166,7 +166,7 @@ pub fn page_data(
 }
 
 /// The live dashboard: the overview of `data` (with `data["live"]`: the history of
-/// [`crate::service::live::History::to_json`]) as a page that reloads itself every 5 s.
+/// [`crate::model::history::History::to_json`]) as a page that reloads itself every 5 s.
 pub fn live_page(data: &Value) -> String {
     page(data)
         .replacen(

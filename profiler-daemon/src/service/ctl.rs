@@ -64,8 +64,8 @@ pub fn capture_target(
     pid: Option<u32>,
     job: Option<String>,
     duration: &str,
-) -> Result<(super::deep::Target, std::time::Duration), String> {
-    use super::deep::Target;
+) -> Result<(crate::session::deep::Target, std::time::Duration), String> {
+    use crate::session::deep::Target;
     let target = match (pid, job) {
         (Some(p), None) => Target::Pid(p),
         (None, Some(j)) if !j.is_empty() => Target::Job(j),
@@ -136,16 +136,12 @@ pub struct Handler {
     pub admin_gid: Box<dyn Fn() -> Option<u32> + Send + Sync>,
     pub admin_group: Box<dyn Fn() -> String + Send + Sync>,
     /// Starts a deep capture whose bytes go to the sink; its id or why not.
-    pub capture: Box<dyn Fn(super::deep::Request) -> CaptureFuture + Send + Sync>,
+    pub capture: Box<dyn Fn(crate::session::deep::Request) -> CaptureFuture + Send + Sync>,
     /// Deep captures still streaming to their clients (the daemon waits for them at exit).
     pub streaming: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Admin,
-    User(u32),
-}
+pub use crate::session::deep::Role;
 
 impl Handler {
     fn role(&self, p: &Peer) -> Role {
@@ -238,17 +234,10 @@ pub fn restrict(
     for g in &mut r.gpus {
         g.unprofiled_pids.clear();
     }
-    without_directories(&mut r.libraries);
-    r
-}
-
-/// Libraries as an unprivileged user sees them: file names without their directories.
-pub fn without_directories(libraries: &mut [crate::model::snapshot::LibraryReport]) {
-    for l in libraries {
-        if let Some(name) = std::path::Path::new(&l.path).file_name() {
-            l.path = name.to_string_lossy().into_owned();
-        }
+    for l in &mut r.libraries {
+        l.without_directory();
     }
+    r
 }
 
 fn rows(r: &Report) -> Vec<ProcessRow> {
@@ -452,18 +441,18 @@ async fn connection(stream: UnixStream, peer: &Peer, h: Arc<Handler>) -> std::io
 async fn stream_capture(
     h: &Handler,
     peer: &Peer,
-    target: super::deep::Target,
+    target: crate::session::deep::Target,
     duration: std::time::Duration,
     rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
     wr: &mut tokio::net::unix::OwnedWriteHalf,
 ) -> std::io::Result<()> {
-    let (tx, mut rx) = mpsc::channel(super::deep::CHUNKS);
+    let (tx, mut rx) = mpsc::channel(crate::session::deep::CHUNKS);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let started = (h.capture)(super::deep::Request {
+    let started = (h.capture)(crate::session::deep::Request {
         target: target.clone(),
         duration,
         role: h.role(peer),
-        sink: super::deep::ChannelSink::new(tx),
+        sink: crate::session::deep::ChannelSink::new(tx),
         stop: stop.clone(),
     })
     .await;

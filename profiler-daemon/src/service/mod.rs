@@ -3,10 +3,10 @@
 //! Prometheus metrics on by default.
 
 pub mod activation;
+pub mod companion;
 pub mod config;
 pub mod ctl;
-pub mod deep;
-pub mod live;
+pub mod http;
 pub mod notify;
 pub mod peer;
 

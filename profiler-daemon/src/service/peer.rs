@@ -93,36 +93,3 @@ pub fn group_id(name: &str) -> Option<u32> {
         return (rc == 0 && !out.is_null()).then_some(grp.gr_gid);
     }
 }
-
-/// The owner (real uid, as the kernel's exit record has it) of a running process.
-pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    parse_uid(&status)
-}
-
-/// The real uid from a `/proc/PID/status` text (`Uid:\treal\teffective\tsaved\tfs`).
-pub fn parse_uid(status: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn uid_from_status() {
-        let s =
-            "Name:\tpython3\nUmask:\t0022\nUid:\t1000\t0\t1000\t1000\nGid:\t100\t100\t100\t100\n";
-        assert_eq!(super::parse_uid(s), Some(1000));
-        assert_eq!(super::parse_uid("Name:\tx\n"), None);
-        assert_eq!(super::parse_uid("Uid:\tx\n"), None);
-        assert_eq!(
-            super::process_uid(std::process::id()),
-            Some(unsafe { libc::getuid() })
-        );
-    }
-}

@@ -58,7 +58,7 @@ fn handler() -> (
                 use std::io::Write;
                 let mut sink = req.sink;
                 if req.role != Role::Admin
-                    && matches!(req.target, super::super::deep::Target::Job(_))
+                    && matches!(req.target, crate::session::deep::Target::Job(_))
                 {
                     return Err("jobs are for admins".to_string());
                 }

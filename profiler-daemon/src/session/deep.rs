@@ -8,16 +8,29 @@
 //! ends, when the client stops it (closes its half of the connection), or when the daemon stops
 //! — always with an end frame, so `gpuprofd report` reads it as complete.
 
+use super::taps::RecordTap;
+use crate::api::LibraryReport;
+use crate::enrich::stacks::StackSym;
 use crate::model::Aggregator;
 use crate::store::{self, Frame, Writer};
+use profiler_common::decode::Event;
 use profiler_common::{AliasBody, Header, NAME_CAP, NameBody, Record, decode::encode, kind};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// Who asked for a deep capture (the control socket decides, from the peer's credentials).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Root or a member of `control.group`.
+    Admin,
+    /// Any other user: their own processes only.
+    User(u32),
+}
 
 /// What a deep capture takes in.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -93,7 +106,7 @@ impl Write for ChannelSink {
 pub struct Request {
     pub target: Target,
     pub duration: Duration,
-    pub role: super::ctl::Role,
+    pub role: Role,
     pub sink: ChannelSink,
     /// Set when the client closes its sending half.
     pub stop: Arc<AtomicBool>,
@@ -103,7 +116,7 @@ pub struct DeepCapture {
     pub id: u64,
     pub target: Target,
     /// Who asked: a user's capture holds no other process's figures (NVML's included).
-    pub role: super::ctl::Role,
+    pub role: Role,
     /// A pid target's start time when the capture was granted: a process that takes the pid
     /// later is not it.
     pid_start: Option<u64>,
@@ -228,7 +241,7 @@ impl DeepCapture {
     /// before it is left out even when its record arrives after it (the reader hands records
     /// over in batches, and one can still be on its way when the capture is granted). Name and
     /// alias records are kept whenever they were made: they name the calls that follow.
-    pub fn record(&mut self, tgid: u32, rec: &[u8], exit: bool) {
+    pub fn keep(&mut self, tgid: u32, rec: &[u8], exit: bool) {
         if made_before(rec, self.from_ns) {
             return;
         }
@@ -253,15 +266,15 @@ impl DeepCapture {
     /// processes only.
     pub fn frame(&mut self, f: &Frame) {
         match (f, self.role) {
-            (Frame::Nvml(s), super::ctl::Role::User(_)) => {
+            (Frame::Nvml(s), Role::User(_)) => {
                 let mut mine = s.clone();
                 mine.processes
                     .retain(|p| self.matched.get(&p.pid) == Some(&true));
                 self.writer.frame(&Frame::Nvml(mine));
             }
-            (Frame::Libraries(v), super::ctl::Role::User(_)) => {
+            (Frame::Libraries(v), Role::User(_)) => {
                 let mut v = v.clone();
-                super::ctl::without_directories(&mut v);
+                v.iter_mut().for_each(LibraryReport::without_directory);
                 self.writer.frame(&Frame::Libraries(v));
             }
             _ => self.writer.frame(f),
@@ -318,6 +331,105 @@ impl DeepCapture {
             reason,
             "deep capture finished"
         );
+    }
+}
+
+/// Whether `role` may start a deep capture of `target` while `running` run; else why
+/// not. `Some(start time)` for a pid target.
+pub fn may_start(
+    running: &[DeepCapture],
+    target: &Target,
+    role: Role,
+) -> Result<Option<u64>, String> {
+    let users: Vec<u32> = running
+        .iter()
+        .filter_map(|d| match d.role {
+            Role::User(u) => Some(u),
+            Role::Admin => None,
+        })
+        .collect();
+    let busy = |n: usize| format!("{n} deep captures are running already; wait for one to end");
+    if running.len() >= MAX_DEEP {
+        return Err(busy(MAX_DEEP));
+    }
+    if let Role::User(uid) = role {
+        if users.iter().filter(|&&u| u == uid).count() >= MAX_DEEP_PER_USER {
+            return Err(format!(
+                "you have {MAX_DEEP_PER_USER} deep captures running already; wait for one to end"
+            ));
+        }
+        if users.len() >= MAX_DEEP_USERS {
+            return Err(busy(users.len()));
+        }
+    }
+    let p = match (target, role) {
+        (Target::Job(_), Role::User(uid)) => {
+            return Err(format!(
+                "capturing a whole job is for root and members of control.group (a job may \
+                 hold other users' processes; you are uid {uid}); capture one of your \
+                 processes with --pid"
+            ));
+        }
+        (Target::Job(_), Role::Admin) => return Ok(None),
+        (Target::Pid(p), _) => *p,
+    };
+    let gone = || format!("no process with PID {p} is running (check with `ps -p {p}`)");
+    // The process is named by pid and start time: the owner read between two reads of the
+    // start time belongs to that process, not to one that took its pid meanwhile.
+    let start = crate::enrich::process::start_time(p).ok_or_else(gone)?;
+    if let Role::User(uid) = role {
+        let owner = crate::enrich::process::process_uid(p);
+        if crate::enrich::process::start_time(p) != Some(start) {
+            return Err(gone());
+        }
+        if owner != Some(uid) {
+            return Err(format!(
+                "process {p} is not yours (you are uid {uid}); you may capture only your \
+                 own processes"
+            ));
+        }
+    }
+    Ok(Some(start))
+}
+
+/// A deep capture keeps its processes' records (not the counted launches: the probes record
+/// every launch while one runs, see `follow_deep`), the facts about them, and the names their
+/// stacks need, from the first record of each on.
+impl RecordTap for DeepCapture {
+    fn record(&mut self, rec: &[u8], ev: Option<&Event>, agg: &Aggregator) {
+        let exit = match ev {
+            Some(Event::Exit(..)) => true,
+            Some(Event::Exec(..) | Event::Launches(..) | Event::Map(..)) | None => return,
+            Some(_) => false,
+        };
+        let tgid = ev.map_or(0, |e| e.header().tgid);
+        if self.wants(tgid, agg) {
+            self.keep(tgid, rec, exit);
+        }
+    }
+
+    fn frame(&mut self, f: &Frame) {
+        DeepCapture::frame(self, f);
+    }
+
+    fn frame_for(&mut self, tgid: u32, f: &Frame) {
+        DeepCapture::frame_for(self, tgid, f);
+    }
+
+    fn names(&mut self, learned: &[StackSym], agg: &Aggregator) {
+        let mut by_process: BTreeMap<u32, Vec<StackSym>> = BTreeMap::new();
+        for s in learned {
+            by_process.entry(s.tgid()).or_default().push(s.clone());
+        }
+        for (tgid, names) in by_process {
+            if self.wants(tgid, agg) {
+                self.frame_for(tgid, &Frame::StackSyms(names));
+            }
+        }
+    }
+
+    fn retire(&mut self, tgid: u32) {
+        DeepCapture::retire(self, tgid);
     }
 }
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::enrich::names::NoSymbols;
 use crate::model::{Aggregator, ProcessMeta};
+use crate::session::taps::RecordTap;
 use crate::store::tests::{api, launch};
 use profiler_common::decode::decode;
 use profiler_common::namesrc;
@@ -48,10 +49,7 @@ fn alias(tgid: u32, from: u64, to: u64) -> Vec<u8> {
 /// Feeds one record to the aggregator and to the capture (as the session does).
 fn feed(agg: &mut Aggregator, d: &mut DeepCapture, rec: &[u8]) {
     let ev = decode(rec).unwrap();
-    let tgid = ev.header().tgid;
-    if d.wants(tgid, agg) {
-        d.record(tgid, rec, false);
-    }
+    RecordTap::record(d, rec, Some(&ev), agg);
     agg.apply(&ev);
 }
 
@@ -118,7 +116,7 @@ fn a_deep_capture_holds_its_window_and_the_names_from_before() {
     let req = Request {
         target: Target::Pid(10),
         duration: Duration::from_secs(3600),
-        role: super::super::ctl::Role::Admin,
+        role: super::Role::Admin,
         sink: ChannelSink::new(tx),
         stop: stop.clone(),
     };
@@ -182,7 +180,7 @@ fn a_client_that_stops_reading_ends_its_capture() {
     let req = Request {
         target: Target::Pid(10),
         duration: Duration::from_secs(3600),
-        role: super::super::ctl::Role::Admin,
+        role: super::Role::Admin,
         sink: ChannelSink::new(tx),
         stop: Arc::new(AtomicBool::new(false)),
     };
@@ -231,7 +229,7 @@ fn pid_taken_over(intruder_start: u64) {
     let req = Request {
         target: Target::Pid(10),
         duration: Duration::from_secs(3600),
-        role: super::super::ctl::Role::User(1000),
+        role: super::Role::User(1000),
         sink: ChannelSink::new(tx),
         stop: Arc::new(AtomicBool::new(false)),
     };
@@ -294,7 +292,7 @@ fn a_capture_ends_when_its_duration_is_over() {
     let req = Request {
         target: Target::Pid(std::process::id()),
         duration: Duration::ZERO,
-        role: super::super::ctl::Role::Admin,
+        role: super::Role::Admin,
         sink: ChannelSink::new(tx),
         stop: Arc::new(AtomicBool::new(false)),
     };

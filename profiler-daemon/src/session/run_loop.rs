@@ -1,0 +1,268 @@
+//! The session's run loop: waits for whatever ends the capture (a signal, the duration, the
+//! command's exit, the process's exit) and does the chores in between — new CUDA libraries
+//! from the kernel's mmap reports and /proc rescans, new cgroups of the selected jobs, NVML
+//! samples to the aggregator, the once-a-second tick.
+
+use super::aggregator::Ctl;
+use super::queries::{Gauges, Queries};
+use super::seen::Sighting;
+use super::setup::Probes;
+use super::{CaptureOptions, Companion, SessionError, Target};
+use crate::capture::{self, ReaderStats};
+use crate::enrich::process::ProcSymbols;
+use aya::Ebpf;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How often the allocator gives free memory back to the kernel (see [`crate::sys::heap::trim`]).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
+
+/// What ends a capture besides the run loop's own checks.
+pub(super) struct Ends {
+    pub sigint: tokio::signal::unix::Signal,
+    pub sigterm: tokio::signal::unix::Signal,
+    pub child: Option<tokio::process::Child>,
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+pub(super) struct RunLoop<'a> {
+    pub opts: &'a CaptureOptions,
+    pub probes: &'a mut Probes,
+    pub companion: &'a mut dyn Companion,
+    pub ctl_tx: &'a mpsc::Sender<Ctl>,
+    pub maps_rx: mpsc::UnboundedReceiver<Sighting>,
+    pub nvml_rx: Option<mpsc::Receiver<crate::nvml::Message>>,
+    pub gauges: Arc<Gauges>,
+    pub stats: Arc<ReaderStats>,
+    pub queries: Queries,
+    pub symbols: Arc<ProcSymbols>,
+    pub python: PythonProcs,
+}
+
+impl RunLoop<'_> {
+    /// Runs until the capture ends; why it ended.
+    pub async fn run(&mut self, ends: &mut Ends) -> Result<String, SessionError> {
+        let mut watchdog = self.companion.alive_every().map(tokio::time::interval);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        let mut last_tick = Instant::now();
+        let mut last_trim = Instant::now();
+        let mut last_rescan = Instant::now();
+        loop {
+            let deadline = async {
+                match ends.deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let child_exit = async {
+                match ends.child.as_mut() {
+                    Some(c) => c.wait().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let alive = async {
+                match watchdog.as_mut() {
+                    Some(w) => w.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let nvml = async {
+                match self.nvml_rx.as_mut() {
+                    Some(r) => r.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = ends.sigint.recv() => return Ok("interrupted".into()),
+                _ = ends.sigterm.recv() => return Ok("terminated".into()),
+                _ = alive => self.companion.alive(),
+                _ = deadline => return Ok("duration reached".into()),
+                st = child_exit => {
+                    let st = st.map(|s| s.to_string()).unwrap_or_default();
+                    return Ok(format!("command exited ({st})"));
+                }
+                Some(m) = nvml => self.nvml(m).await,
+                Some(first) = self.maps_rx.recv() => self.mappings(first).await?,
+                _ = tick.tick() => {
+                    let interval = last_tick.elapsed();
+                    last_tick = Instant::now();
+                    if last_trim.elapsed() >= TRIM_EVERY {
+                        last_trim = Instant::now();
+                        crate::sys::heap::trim();
+                    }
+                    if let Some(why) = self.tick(interval, &mut last_rescan).await? {
+                        return Ok(why);
+                    }
+                }
+            }
+        }
+    }
+
+    /// An NVML sample (or the sampler's end) for the aggregator.
+    async fn nvml(&mut self, m: crate::nvml::Message) {
+        if let crate::nvml::Message::Stopped(why) = &m {
+            super::warn_user(why);
+            self.nvml_rx = None;
+        }
+        let _ = self.ctl_tx.send(Ctl::Nvml(Some(m))).await;
+    }
+
+    /// Processes mapped files, made their first call, or were dropped. Most mappings are not
+    /// CUDA (every process start maps its libc): the mapped file's name is one readlink of
+    /// /proc/PID/map_files away; only a CUDA-looking one (or one that cannot be read) costs a
+    /// scan of that process's maps, once per burst.
+    async fn mappings(&mut self, first: Sighting) -> Result<(), SessionError> {
+        let stack_period = self.opts.stack_period;
+        let mut tgids = HashSet::new();
+        let mut one = Some(first);
+        while let Some(s) = one.take().or_else(|| self.maps_rx.try_recv().ok()) {
+            let (t, addr, len) = match s {
+                Sighting::Map(t, addr, len) => (t, addr, len),
+                Sighting::New(t) => {
+                    self.python.seen(&mut self.probes.ebpf, t, stack_period);
+                    continue;
+                }
+                Sighting::Gone(t) => {
+                    self.python.checked.remove(&t);
+                    self.probes.scanner.forget(t);
+                    continue;
+                }
+            };
+            if matches!(self.opts.target, Target::Pid(p) if p != t) || tgids.contains(&t) {
+                continue;
+            }
+            if self.probes.scanner.mapping_may_be_cuda(t, addr, len) {
+                tgids.insert(t);
+            }
+        }
+        for &t in &tgids {
+            // Its files, while it runs: the stacks of a process that ends before its records
+            // are read are still named from this.
+            self.symbols.remember(t);
+            self.python.seen(&mut self.probes.ebpf, t, stack_period);
+        }
+        let mut new = Vec::new();
+        for t in tgids {
+            new.extend(self.probes.scanner.scan_process(t));
+        }
+        self.attach(new).await;
+        Ok(())
+    }
+
+    /// Attaches libraries found while running; the aggregator hears of the API table's growth.
+    async fn attach(&mut self, found: Vec<crate::discovery::CudaLibrary>) {
+        if self.probes.attach_new(found, self.opts.verbose) {
+            let api = self.probes.attacher.api().clone();
+            let libs = self.probes.attacher.library_list();
+            let _ = self.ctl_tx.send(Ctl::Api(api, libs)).await;
+        }
+    }
+
+    /// The once-a-second chores; why the capture ends, when the process it follows is gone.
+    async fn tick(
+        &mut self,
+        interval: Duration,
+        last_rescan: &mut Instant,
+    ) -> Result<Option<String>, SessionError> {
+        let asks = self.companion.asks();
+        if asks {
+            self.refresh_gauges();
+        }
+        if let Target::Pid(p) = self.opts.target
+            && !crate::discovery::process_exists(p)
+        {
+            return Ok(Some(format!("process {p} exited")));
+        }
+        if let Some(r) = self.companion.rescan_every() {
+            self.probes.rescan_every = r;
+        }
+        let every = self.probes.rescan_every;
+        let rescan = !every.is_zero() && last_rescan.elapsed() >= every;
+        if rescan {
+            *last_rescan = Instant::now();
+        }
+        let new = match self.opts.target {
+            _ if !rescan => Vec::new(),
+            Target::Pid(p) => self.probes.scanner.scan_process(p),
+            Target::AllJobs => self.probes.scanner.scan_all(),
+        };
+        self.attach(new).await;
+        let fresh = self.probes.selection.refresh();
+        if !fresh.is_empty() {
+            let ids: Vec<u64> = fresh.iter().map(|c| c.id).collect();
+            capture::add_cgroups(&mut self.probes.ebpf, &ids)?;
+        }
+        let drops = match asks {
+            true => self.queries.meta().map(|m| m.drops).unwrap_or_default(),
+            false => BTreeMap::new(),
+        };
+        let forget_after = self.companion.forget_after();
+        let _ = self
+            .ctl_tx
+            .send(Ctl::Tick {
+                interval,
+                drops,
+                forget_after,
+            })
+            .await;
+        Ok(None)
+    }
+
+    /// The loss counters, probe count and maps' fill the questioners read.
+    fn refresh_gauges(&self) {
+        let ebpf = &self.probes.ebpf;
+        if let (Ok(d), Ok(s)) = (
+            capture::read_counts(ebpf, profiler_common::maps::DROPS),
+            capture::read_counts(ebpf, profiler_common::maps::SUBMITTED),
+        ) && let Ok(mut c) = self.gauges.counters.lock()
+        {
+            *c = (d, s);
+        }
+        self.gauges
+            .probes
+            .store(self.probes.probe_count() as u64, Ordering::Relaxed);
+        let now = capture::fill(ebpf, &self.stats, self.opts.count_launches.is_some());
+        if let Ok(mut f) = self.gauges.fill.lock() {
+            *f = now;
+        }
+    }
+}
+
+/// The CPython processes whose Python frames the probes read (`PY_PROCS`).
+#[derive(Default)]
+pub(super) struct PythonProcs {
+    /// Processes looked at, with their start time (a reused tgid is looked at again).
+    checked: HashMap<u32, u64>,
+}
+
+/// Processes remembered as looked at, at most (then the oldest knowledge is dropped).
+const MAX_PYTHON_CHECKED: usize = 65536;
+
+impl PythonProcs {
+    /// Looks at `tgid` once (per process): if it runs a supported CPython, the probes read its
+    /// Python frames from now on.
+    fn seen(&mut self, ebpf: &mut Ebpf, tgid: u32, stack_period: u32) {
+        if stack_period == 0 {
+            return;
+        }
+        let start = crate::enrich::process::start_time(tgid).unwrap_or(0);
+        if self.checked.get(&tgid) == Some(&start) {
+            return;
+        }
+        if self.checked.len() >= MAX_PYTHON_CHECKED {
+            self.checked.clear();
+        }
+        self.checked.insert(tgid, start);
+        let found = crate::enrich::stacks::python::detect(tgid);
+        let value = found.as_ref().and_then(|p| p.probe());
+        if let Err(e) = capture::set_python(ebpf, tgid, value) {
+            super::warn_user(format_args!(
+                "Python frames of process {tgid} not read: {e}"
+            ));
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Before the capture runs: check the target, find the CUDA libraries, load the eBPF object,
+//! set its filter, attach the probes, and take the ring buffer and the launch counters.
+
+use super::selection::Selection;
+use super::{CaptureOptions, SessionError, Target};
+use crate::attach::{AttachError, Attacher, layer_label};
+use crate::capture;
+use crate::discovery::{self, CudaLibrary, Scanner};
+use crate::enrich::process::read_proc_info;
+use aya::Ebpf;
+use aya::maps::{MapData, RingBuf};
+use std::time::Duration;
+
+/// The probes attached and what the run loop keeps using.
+pub(super) struct Probes {
+    pub ebpf: Ebpf,
+    pub attacher: Attacher,
+    pub scanner: Scanner,
+    pub selection: Selection,
+    /// How often /proc is rescanned for CUDA libraries.
+    pub rescan_every: Duration,
+    /// Whether the kernel reports a process's end at its last thread's exit (see `Seen`).
+    pub exit_final: bool,
+    pub ring: Option<RingBuf<MapData>>,
+    /// Service mode: launches counted in the kernel, read every period.
+    pub counting: Option<capture::Counting>,
+    pub launch_mode: Option<capture::counted::LaunchMode>,
+}
+
+impl Probes {
+    /// Loads and attaches everything the capture needs, or says why it cannot run.
+    pub async fn start(opts: &CaptureOptions) -> Result<Probes, SessionError> {
+        // A bad --cgroup / --job is refused before anything is scanned or attached.
+        let mut selection = Selection::new(opts)?;
+        let mut scanner = Scanner::new();
+        // Said before the search, which it cripples (and which may then find nothing).
+        if let Err(e) = discovery::map_files_followable() {
+            super::warn_user(format_args!("{e}: {}", discovery::MAP_FILES_HINT));
+        }
+        let initial = initial_libraries(opts, &mut scanner).await?;
+        // Every attached library holds descriptors (links, or perf events before 6.6): a node
+        // with many runtime copies outgrows a shell's soft limit of 1,024 (see `rlimit`).
+        match crate::sys::rlimit::raise_open_files() {
+            Ok(l) if l.after != l.before => {
+                tracing::debug!(before = l.before, after = l.after, "open-file limit raised")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "could not raise the open-file limit ({e}); probes on many libraries may fail to \
+                 attach with \"Too many open files\""
+            ),
+        }
+        let mut ebpf = capture::load(opts.ring_bytes)?;
+        let filter = match opts.target {
+            Target::Pid(p) => capture::Filter::Tgids(vec![p]),
+            Target::AllJobs if selection.active() => {
+                capture::Filter::Cgroups(selection.refresh().iter().map(|c| c.id).collect())
+            }
+            Target::AllJobs => capture::Filter::All,
+        };
+        capture::set_filter(&mut ebpf, &filter)?;
+        capture::set_stack_period(&mut ebpf, opts.stack_period)?;
+        let mut attacher = Attacher::new();
+        // Now, while the eBPF object still holds every map (the ring and the counters are
+        // taken below): `uprobe_multi` programs are loaded against them.
+        attacher.load_programs(&mut ebpf)?;
+        attach_initial(&mut attacher, &mut ebpf, &initial, opts.verbose)?;
+        // Late loads: an mmap watcher in the kernel reports executable file mappings as they
+        // happen; the /proc rescan is then only a slow safety net.
+        let (rescan_every, exit_final) = match capture::watch_processes(&mut ebpf) {
+            Ok(final_exit) => (opts.rescan.unwrap_or(Duration::from_secs(30)), final_exit),
+            Err(e) => {
+                super::warn_user(format_args!(
+                    "cannot watch mmap in the kernel ({e}); new CUDA library files are found by \
+                     rescanning /proc every second instead"
+                ));
+                (opts.rescan.unwrap_or(Duration::from_secs(1)), false)
+            }
+        };
+        let ring = capture::take_ring(&mut ebpf)?;
+        // Service mode's default: launches are counted in the kernel, read every period.
+        let (counting, launch_mode) = match opts.count_launches {
+            Some(period) => {
+                let (counts, mut mode) = capture::counted::take(&mut ebpf)?;
+                mode.set(true)?;
+                (Some(capture::Counting::new(counts, period)), Some(mode))
+            }
+            None => (None, None),
+        };
+        Ok(Probes {
+            ebpf,
+            attacher,
+            scanner,
+            selection,
+            rescan_every,
+            exit_final,
+            ring: Some(ring),
+            counting,
+            launch_mode,
+        })
+    }
+
+    /// Attaches the libraries found while running. One that cannot be attached (its process
+    /// ended and took the file with it, a file that is not what it looked like, out of fds) is
+    /// reported and skipped: a library a process offers must not stop the capture of all
+    /// others. Whether any was attached (the API table grew).
+    pub fn attach_new(&mut self, found: Vec<CudaLibrary>, verbose: bool) -> bool {
+        let mut grew = false;
+        for lib in found {
+            if !self.attacher.is_attached(&lib) {
+                match attach_and_report(&mut self.attacher, &mut self.ebpf, &lib, verbose) {
+                    Ok(()) => grew = true,
+                    Err(e) => super::warn_user(format_args!(
+                        "not attached to \"{}\": {e}; capture goes on without it",
+                        lib.display
+                    )),
+                }
+            }
+        }
+        grew
+    }
+
+    /// Probes attached now.
+    pub fn probe_count(&self) -> usize {
+        self.attacher.libraries().map(|l| l.attached()).sum()
+    }
+}
+
+/// Attaches the libraries found before the start. A library the kernel refused every probe of
+/// for want of privilege is reported and skipped; the capture stops only when that left it no
+/// probe at all.
+fn attach_initial(
+    attacher: &mut Attacher,
+    ebpf: &mut Ebpf,
+    initial: &[CudaLibrary],
+    verbose: bool,
+) -> Result<(), SessionError> {
+    let mut denied = None;
+    for lib in initial {
+        match attach_and_report(attacher, ebpf, lib, verbose) {
+            Err(e @ AttachError::Permission { .. }) => {
+                super::warn_user(&e);
+                denied.get_or_insert(e);
+            }
+            r => r?,
+        }
+    }
+    match denied {
+        Some(e) if attacher.libraries().all(|l| l.attached() == 0) => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// The libraries to attach before capture starts; validates `--pid`.
+async fn initial_libraries(
+    opts: &CaptureOptions,
+    scanner: &mut Scanner,
+) -> Result<Vec<CudaLibrary>, SessionError> {
+    let mut libs: Vec<CudaLibrary> = Vec::new();
+    let add = |l: CudaLibrary, libs: &mut Vec<CudaLibrary>| {
+        if !libs.iter().any(|x| x.dev == l.dev && x.ino == l.ino) {
+            libs.push(l);
+        }
+    };
+    for p in discovery::expand_lib_args(&opts.libs) {
+        match scanner.add_file(&p) {
+            Some(l) => add(l, &mut libs),
+            None => {
+                tracing::warn!(path = %p.display(), "--lib: not a CUDA driver or runtime (SONAME libcuda.so.1 / libcudart.so.N); ignored")
+            }
+        }
+    }
+    match opts.target {
+        Target::Pid(pid) => {
+            for l in wait_for_cuda(opts, scanner, pid).await? {
+                add(l, &mut libs);
+            }
+        }
+        Target::AllJobs => {
+            for l in scanner.scan_all() {
+                add(l, &mut libs);
+            }
+            if opts.system_libs {
+                for p in discovery::system_libraries() {
+                    if let Some(l) = scanner.add_file(&p) {
+                        add(l, &mut libs);
+                    }
+                }
+            }
+        }
+    }
+    if libs.is_empty() {
+        return Err(SessionError::NothingToAttach);
+    }
+    Ok(libs)
+}
+
+/// The CUDA libraries process `pid` maps; with `--wait`, waits until it maps one.
+async fn wait_for_cuda(
+    opts: &CaptureOptions,
+    scanner: &mut Scanner,
+    pid: u32,
+) -> Result<Vec<CudaLibrary>, SessionError> {
+    if !discovery::process_exists(pid) {
+        return Err(SessionError::NoSuchProcess(pid));
+    }
+    loop {
+        let found = scanner.scan_process(pid);
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        if !discovery::process_exists(pid) {
+            return Err(SessionError::ExitedBeforeCuda(pid));
+        }
+        if !opts.wait {
+            let comm = read_proc_info(pid)
+                .map(|i| i.comm)
+                .unwrap_or_else(|| "?".into());
+            return Err(SessionError::NoCuda { pid, comm });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn attach_and_report(
+    attacher: &mut Attacher,
+    ebpf: &mut Ebpf,
+    lib: &CudaLibrary,
+    verbose: bool,
+) -> Result<(), AttachError> {
+    let la = attacher.attach_library(ebpf, lib)?;
+    tracing::info!(
+        lib = %lib.display,
+        soname = %lib.soname,
+        layer = layer_label(lib.layer),
+        attached = la.attached(),
+        failed = la.failed(),
+        "attached"
+    );
+    for s in &la.symbols {
+        if let Some(err) = &s.error {
+            tracing::warn!(symbol = %s.symbol, lib = %lib.display, "not attached: {err}");
+        } else if verbose {
+            eprintln!(
+                "  {:<34} {:<8} entry {:#08x} probe +{:<2} ({}){}",
+                s.symbol,
+                layer_label(lib.layer),
+                s.entry_offset,
+                s.placement.offset,
+                s.placement.reason,
+                if s.has_return { " +return" } else { "" }
+            );
+        }
+    }
+    Ok(())
+}

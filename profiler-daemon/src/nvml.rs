@@ -57,7 +57,7 @@ pub struct Sample {
     pub processes: Vec<ProcessSample>,
     /// Throttling, PCIe, ECC and XID events of the same round. Not part of this struct's
     /// encoding in capture files (that stays as older files have it): written as a frame of
-    /// its own ([`crate::store::Frame::NvmlHealth`]).
+    /// its own (the capture file's `NvmlHealth` frame).
     #[serde(skip)]
     pub health: Option<Health>,
 }

@@ -8,7 +8,7 @@
 
 use crate::analysis::steps::{ProcessSteps, quantile};
 use crate::model::snapshot::{ProcessReport, Report};
-use crate::output::fmt;
+use crate::sys::units;
 use serde::Serialize;
 
 /// Captures, and processes active for less than this, get no per-process advice (start-up
@@ -232,7 +232,7 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
                 share(sync_ns) * 100.0,
                 top.name,
                 top.calls,
-                fmt::ms(top.p50_ns)
+                units::ms(top.p50_ns)
             ),
             "the host waits for the GPU instead of queueing more work: take per-step \
              synchronisations (loss.item(), .cpu(), printing tensors) out of the step loop or \
@@ -271,8 +271,8 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
                     "{} {} copies averaging {} ({} in all)",
                     c.calls,
                     c.direction,
-                    fmt::bytes(c.bytes / c.calls),
-                    fmt::bytes(c.bytes)
+                    units::bytes(c.bytes / c.calls),
+                    units::bytes(c.bytes)
                 ),
                 "each copy pays a fixed cost on the CPU and the bus: batch them into fewer, \
                  larger copies (one staging buffer per step), or keep the data on the GPU",
@@ -297,8 +297,8 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
             format!(
                 "{pageable_calls} host↔device copies moved {} of {} through pageable host memory \
                  (not in any pinned buffer the process allocated while watched)",
-                fmt::bytes(pageable_bytes),
-                fmt::bytes(host_bytes)
+                units::bytes(pageable_bytes),
+                units::bytes(host_bytes)
             ),
             "pageable copies are staged through a driver buffer, run slower and cannot overlap \
              with kernels: allocate the host buffers pinned (cudaMallocHost / cudaHostAlloc, \
@@ -337,7 +337,7 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
             format!(
                 "holds {} of GPU memory (NVML) while its SM utilisation averaged {sm:.1}% over \
                  {} samples",
-                fmt::bytes(held),
+                units::bytes(held),
                 g.samples
             ),
             "the process keeps GPU memory other jobs could use while doing little on the GPU: \
@@ -379,9 +379,9 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
                 "in {} steps of {} ms (median; boundary {}), the first GPU work was enqueued \
                  {} ms ({:.0}%) after the step began",
                 regular.len(),
-                fmt::ms(wall),
+                units::ms(wall),
                 s.boundary,
-                fmt::ms(wait),
+                units::ms(wait),
                 wait as f64 * 100.0 / wall as f64
             ),
             "the GPU gets nothing new while the host prepares the next step: load and \
@@ -400,8 +400,8 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
             format!(
                 "device memory live at step ends grew from {} to {} over {} steps and never \
                  went down",
-                fmt::bytes(first),
-                fmt::bytes(last),
+                units::bytes(first),
+                units::bytes(last),
                 regular.len()
             ),
             "something allocated per step is kept: tensors appended to a list (losses kept \

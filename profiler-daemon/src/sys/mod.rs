@@ -1,6 +1,6 @@
 //! What the daemon asks of the system it runs on: kernel release and capabilities, the clock
 //! the probes stamp records with, output files, the open-file limit, its own heap, the kernel's
-//! type information, and the text forms of durations.
+//! type information, and the text forms of durations and sizes.
 //!
 //! The bottom of the pipeline: nothing here imports another module of the crate, and every
 //! stage may use it. A helper two stages need moves here (or into `profiler-common`), never
@@ -13,3 +13,4 @@ pub mod files;
 pub mod heap;
 pub mod kernel;
 pub mod rlimit;
+pub mod units;

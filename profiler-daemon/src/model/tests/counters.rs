@@ -246,13 +246,21 @@ fn live_rates_since_previous_call() {
         },
     );
     assert_eq!(
-        a.live_rows(2.0)
-            .iter()
-            .map(crate::output::live::render_line)
-            .collect::<Vec<_>>(),
-        [
-            "100 python3  launches 10 (+5/s)  copies 1 (3.0 MiB)  sync blocked 1.5 ms  alloc live 16.0 MiB"
-        ]
+        a.live_rows(2.0),
+        [crate::model::snapshot::LiveRow {
+            job: String::new(),
+            tgid: 100,
+            comm: "python3".into(),
+            exited: false,
+            launches: 10,
+            launches_per_s: 5.0,
+            copies: 1,
+            copy_bytes: 3 << 20,
+            sync_blocked_ns: 1_500_000,
+            live_bytes: 16 << 20,
+            gpu_sm_util: None,
+            gpu_held_bytes: None,
+        }]
     );
     for _ in 0..4 {
         a.apply(&launch(100, LAUNCH_RT, 0x1, 1, 0));

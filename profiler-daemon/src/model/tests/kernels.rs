@@ -253,7 +253,7 @@ fn report_json_contract() {
     });
     let mut m = meta();
     m.drops = crate::capture::drops_by_kind(&[0, 3]);
-    let got = output::json::to_string(&a.report(m));
+    let got = serde_json::to_string(&a.report(m)).unwrap();
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
         r#""drops":{"alias":0,"copy":0,"exec":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"stack":0,"sync":0},"#,
@@ -282,6 +282,6 @@ fn report_json_contract() {
     );
     assert_eq!(got, want);
     let back: crate::model::snapshot::Report =
-        serde_json::from_str(&output::json::to_string_pretty(&a.report(meta()))).unwrap();
+        serde_json::from_str(&serde_json::to_string_pretty(&a.report(meta())).unwrap()).unwrap();
     assert_eq!(back.processes[0].kernels[0].name, "k()");
 }

@@ -7,7 +7,6 @@ use super::*;
 use crate::api::Layer;
 use crate::enrich::names::{MapSymbols, NoSymbols};
 use crate::model::snapshot::ProcessReport;
-use crate::output;
 use profiler_common::{
     AliasBody, CopyBody, GraphBody, Header, LaunchBody, MemBody, NAME_CAP, NameBody, SyncBody, dir,
     kind, memkind, memop, namesrc,

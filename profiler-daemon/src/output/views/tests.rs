@@ -66,13 +66,21 @@ fn report() -> Report {
     serde_json::from_value(v).unwrap()
 }
 
+/// `gpuprofd report …`'s arguments, parsed as the command line does.
+fn parse(args: &[&str]) -> Result<ReportArgs, clap::Error> {
+    #[derive(clap::Parser)]
+    struct Report {
+        #[command(flatten)]
+        args: ReportArgs,
+    }
+    // The first two words stand for `gpuprofd report`.
+    Report::try_parse_from(&args[1..]).map(|r| r.args)
+}
+
 fn show(args: &[&str]) -> Result<String, String> {
     let mut all = vec!["gpuprofd", "report", "x.gpuprof"];
     all.extend_from_slice(args);
-    let cli = crate::cli::Cli::try_parse_from(all).map_err(|e| e.to_string())?;
-    let Some(crate::cli::Command::Report(a)) = cli.command else {
-        panic!("not the report command")
-    };
+    let a = parse(&all).map_err(|e| e.to_string())?;
     let re = a
         .name_regex
         .as_deref()
@@ -319,10 +327,7 @@ fn steps_view_medians_and_series() {
     let a = |args: &[&str]| {
         let mut all = vec!["gpuprofd", "report", "x.gpuprof", "--view", "steps"];
         all.extend_from_slice(args);
-        let cli = crate::cli::Cli::try_parse_from(all).unwrap();
-        let Some(crate::cli::Command::Report(a)) = cli.command else {
-            panic!()
-        };
+        let a = parse(&all).unwrap();
         render(&report(), &steps, &a, None).unwrap()
     };
     assert_eq!(

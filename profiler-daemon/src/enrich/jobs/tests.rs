@@ -21,7 +21,8 @@ fn cgroup_file_v2_hybrid_and_v1() {
         cgroup_path(hybrid),
         Some(s("/user.slice/user-0.slice/session-3.scope"))
     );
-    let v1 = "11:memory:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/system.slice/slurmd.service\n";
+    let v1 =
+        "11:memory:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/system.slice/slurmd.service\n";
     assert_eq!(cgroup_path(v1), Some(s("/system.slice/slurmd.service")));
     assert_eq!(cgroup_path("garbage"), None);
 }

@@ -1,0 +1,130 @@
+//! `gpuprofd serve`: the service's configuration (file, flags), then the `--all-jobs` session
+//! with the service beside it.
+
+use super::{init_logging_with, run_session};
+use crate::session::{self, CaptureOptions, Target};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The configuration file (default /etc/gpuprofd/config.toml, used when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the default configuration, every key commented, and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+    /// Print the configuration in effect (defaults < file < these flags) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Also attach to these CUDA library files or directories (replaces capture.libs).
+    #[arg(long = "lib", value_name = "PATH")]
+    pub libs: Vec<PathBuf>,
+    /// capture.system_libs = false.
+    #[arg(long)]
+    pub no_system_libs: bool,
+    /// Only these jobs (replaces capture.jobs).
+    #[arg(long = "job", value_name = "ID")]
+    pub jobs: Vec<String>,
+    /// Only these cgroups (replaces capture.cgroups).
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+    /// nvml.lib.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// nvml.enabled = false.
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// metrics.listen (and metrics.enabled = true).
+    #[arg(long, value_name = "ADDR", conflicts_with = "no_metrics")]
+    pub metrics_addr: Option<String>,
+    /// metrics.enabled = false.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// control.socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// log.level.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+pub(super) fn serve(a: &ServeArgs) -> ExitCode {
+    use crate::service::config::{self, Overrides, Source};
+    if a.print_default_config {
+        print!("{}", config::DEFAULT_TOML);
+        return ExitCode::SUCCESS;
+    }
+    let source = match &a.config {
+        Some(p) => Source::Explicit(p.clone()),
+        None => Source::Default(PathBuf::from(config::DEFAULT_PATH)),
+    };
+    let overrides = Overrides {
+        libs: a.libs.clone(),
+        no_system_libs: a.no_system_libs,
+        jobs: a.jobs.clone(),
+        cgroups: a.cgroups.clone(),
+        nvml_lib: a.nvml_lib.clone(),
+        no_nvml: a.no_nvml,
+        metrics_addr: a.metrics_addr.clone(),
+        no_metrics: a.no_metrics,
+        socket: a.socket.clone(),
+        log_level: a.log_level.clone(),
+    };
+    let (cfg, used) = match config::load(&source, &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "gpuprofd serve: {e}. `gpuprofd serve --print-default-config` shows every key"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if a.print_config {
+        print!("{}", cfg.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    let log_reload = init_logging_with(tracing_subscriber::EnvFilter::new(&cfg.log.level));
+    if used {
+        tracing::info!(file = %source.path().display(), "configuration loaded");
+    } else {
+        tracing::info!(
+            file = %source.path().display(),
+            "no configuration file; running on defaults and flags"
+        );
+    }
+    if let Some(addr) = cfg.metrics_addr()
+        && !addr.ip().is_loopback()
+    {
+        tracing::warn!(%addr, "metrics.listen is not a loopback address: the figures are exposed to the network");
+    }
+    let opts = CaptureOptions {
+        target: Target::AllJobs,
+        wait: false,
+        duration: None,
+        output: None,
+        libs: cfg.capture.libs.clone(),
+        system_libs: cfg.capture.system_libs,
+        live: false,
+        ring_bytes: cfg.capture.ring_buffer_mb << 20,
+        stack_period: cfg.capture.stack_period,
+        count_launches: cfg
+            .capture
+            .count_launches
+            .then_some(cfg.capture.count_interval.0),
+        verbose: false,
+        command: Vec::new(),
+        command_stdin: None,
+        cgroups: cfg.capture.cgroups.clone(),
+        jobs: cfg.capture.jobs.clone(),
+        rescan: Some(cfg.capture.rescan_interval.0),
+        nvml: cfg.nvml.enabled.then(|| session::NvmlOptions {
+            lib: cfg.nvml.lib.clone(),
+            interval: cfg.nvml.interval.0,
+        }),
+    };
+    let metrics_addr = cfg.metrics_addr();
+    let svc = crate::service::Service::new(source, overrides, cfg, used, log_reload);
+    run_session(opts, Some(std::sync::Arc::new(svc)), metrics_addr)
+}

@@ -11,7 +11,7 @@
 //! each process, and a process that ended leaves the exposition [`EXITED_GRACE`] after its end
 //! (its last values stay visible for one or two scrapes, then the series stop).
 
-use crate::model::snapshot::Report;
+use crate::model::snapshot::{ProcessReport, Report};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -106,115 +106,148 @@ fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Proc, Counter> 
     f
 }
 
-/// The exposition of `r` (+ `extra`).
-pub fn render(r: &Report, extra: &Extra) -> String {
-    let mut reg = Registry::default();
-    let launches = counter(
-        &mut reg,
-        "gpuprofd_kernel_launches",
-        "Kernel launches the process made (CUDA graph launches excluded)",
-    );
-    let graphs = counter(
-        &mut reg,
-        "gpuprofd_graph_launches",
-        "CUDA graph launches the process made",
-    );
-    let copies = Family::<ProcDir, Counter>::default();
-    reg.register(
-        "gpuprofd_copies",
-        "Memory copies the process made, by direction",
-        copies.clone(),
-    );
-    let copy_bytes = Family::<ProcDir, Counter>::default();
-    reg.register(
-        "gpuprofd_copy_bytes",
-        "Bytes the process copied, by direction",
-        copy_bytes.clone(),
-    );
-    let api_calls = Family::<ProcApi, Counter>::default();
-    reg.register(
-        "gpuprofd_api_calls",
-        "Calls of each hooked CUDA API function",
-        api_calls.clone(),
-    );
-    let api_blocked = Family::<ProcApi, Counter<f64, AtomicU64>>::default();
-    reg.register(
-        "gpuprofd_api_blocked_seconds",
-        "CPU time the process spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
-        api_blocked.clone(),
-    );
-    let kernels = Family::<ProcKernel, Counter>::default();
-    reg.register(
-        "gpuprofd_kernel_calls",
-        "Launches per kernel (the most launched kernels of each process only)",
-        kernels.clone(),
-    );
-    let live = Family::<Proc, Gauge>::default();
-    reg.register(
-        "gpuprofd_device_memory_live_bytes",
-        "Device memory the process allocated through the hooked APIs and has not freed",
-        live.clone(),
-    );
-    let held = Family::<Proc, Gauge>::default();
-    reg.register(
-        "gpuprofd_process_gpu_memory_bytes",
-        "GPU memory NVML says the process holds (all of it)",
-        held.clone(),
-    );
-    let gpu_util = Family::<Gpu, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_utilization_percent",
-        "NVML: percent of the last sample period a kernel ran on the GPU",
-        gpu_util.clone(),
-    );
-    let gpu_mem = Family::<Gpu, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_memory_used_bytes",
-        "NVML: device memory in use",
-        gpu_mem.clone(),
-    );
-    let lost = Family::<Kind, Counter>::default();
-    reg.register(
-        "gpuprofd_records_lost",
-        "Records lost (ring buffer full, or the aggregator behind), by kind: counts are lower bounds when non-zero",
-        lost.clone(),
-    );
-    let submitted = Family::<Kind, Counter>::default();
-    reg.register(
-        "gpuprofd_records_submitted",
-        "Records the probes wrote into the ring buffer, by kind",
-        submitted.clone(),
-    );
-    let read: Counter = Counter::default();
-    reg.register(
-        "gpuprofd_records_read",
-        "Records the daemon read from the ring buffer",
-        read.clone(),
-    );
-    let counted: Counter = Counter::default();
-    reg.register(
-        "gpuprofd_launches_counted_in_kernel",
-        "Kernel launches read from the in-kernel launch counters (no record each)",
-        counted.clone(),
-    );
-    let procs: Gauge = Gauge::default();
-    reg.register(
-        "gpuprofd_processes",
-        "CUDA processes in the exposition (live, or ended within the grace period)",
-        procs.clone(),
-    );
-    let probes: Gauge = Gauge::default();
-    reg.register("gpuprofd_probes", "Uprobes attached", probes.clone());
+/// The exposition's families, registered in the order they are written.
+struct Families {
+    launches: Family<Proc, Counter>,
+    graphs: Family<Proc, Counter>,
+    copies: Family<ProcDir, Counter>,
+    copy_bytes: Family<ProcDir, Counter>,
+    api_calls: Family<ProcApi, Counter>,
+    api_blocked: Family<ProcApi, Counter<f64, AtomicU64>>,
+    kernels: Family<ProcKernel, Counter>,
+    live: Family<Proc, Gauge>,
+    held: Family<Proc, Gauge>,
+    gpu_util: Family<Gpu, Gauge>,
+    gpu_mem: Family<Gpu, Gauge>,
+    lost: Family<Kind, Counter>,
+    submitted: Family<Kind, Counter>,
+    read: Counter,
+    counted: Counter,
+    procs: Gauge,
+    probes: Gauge,
+}
 
-    let mut shown = 0;
-    let mut seen: Vec<u32> = Vec::new();
-    // A reused pid: only its latest process is exposed (series are keyed by pid).
-    for p in r.processes.iter().rev() {
-        if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
-            continue;
+impl Families {
+    fn register(reg: &mut Registry) -> Families {
+        let launches = counter(
+            reg,
+            "gpuprofd_kernel_launches",
+            "Kernel launches the process made (CUDA graph launches excluded)",
+        );
+        let graphs = counter(
+            reg,
+            "gpuprofd_graph_launches",
+            "CUDA graph launches the process made",
+        );
+        let copies = Family::<ProcDir, Counter>::default();
+        reg.register(
+            "gpuprofd_copies",
+            "Memory copies the process made, by direction",
+            copies.clone(),
+        );
+        let copy_bytes = Family::<ProcDir, Counter>::default();
+        reg.register(
+            "gpuprofd_copy_bytes",
+            "Bytes the process copied, by direction",
+            copy_bytes.clone(),
+        );
+        let api_calls = Family::<ProcApi, Counter>::default();
+        reg.register(
+            "gpuprofd_api_calls",
+            "Calls of each hooked CUDA API function",
+            api_calls.clone(),
+        );
+        let api_blocked = Family::<ProcApi, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_api_blocked_seconds",
+            "CPU time the process spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
+            api_blocked.clone(),
+        );
+        let kernels = Family::<ProcKernel, Counter>::default();
+        reg.register(
+            "gpuprofd_kernel_calls",
+            "Launches per kernel (the most launched kernels of each process only)",
+            kernels.clone(),
+        );
+        let live = Family::<Proc, Gauge>::default();
+        reg.register(
+            "gpuprofd_device_memory_live_bytes",
+            "Device memory the process allocated through the hooked APIs and has not freed",
+            live.clone(),
+        );
+        let held = Family::<Proc, Gauge>::default();
+        reg.register(
+            "gpuprofd_process_gpu_memory_bytes",
+            "GPU memory NVML says the process holds (all of it)",
+            held.clone(),
+        );
+        let gpu_util = Family::<Gpu, Gauge>::default();
+        reg.register(
+            "gpuprofd_gpu_utilization_percent",
+            "NVML: percent of the last sample period a kernel ran on the GPU",
+            gpu_util.clone(),
+        );
+        let gpu_mem = Family::<Gpu, Gauge>::default();
+        reg.register(
+            "gpuprofd_gpu_memory_used_bytes",
+            "NVML: device memory in use",
+            gpu_mem.clone(),
+        );
+        let lost = Family::<Kind, Counter>::default();
+        reg.register(
+            "gpuprofd_records_lost",
+            "Records lost (ring buffer full, or the aggregator behind), by kind: counts are lower bounds when non-zero",
+            lost.clone(),
+        );
+        let submitted = Family::<Kind, Counter>::default();
+        reg.register(
+            "gpuprofd_records_submitted",
+            "Records the probes wrote into the ring buffer, by kind",
+            submitted.clone(),
+        );
+        let read: Counter = Counter::default();
+        reg.register(
+            "gpuprofd_records_read",
+            "Records the daemon read from the ring buffer",
+            read.clone(),
+        );
+        let counted: Counter = Counter::default();
+        reg.register(
+            "gpuprofd_launches_counted_in_kernel",
+            "Kernel launches read from the in-kernel launch counters (no record each)",
+            counted.clone(),
+        );
+        let procs: Gauge = Gauge::default();
+        reg.register(
+            "gpuprofd_processes",
+            "CUDA processes in the exposition (live, or ended within the grace period)",
+            procs.clone(),
+        );
+        let probes: Gauge = Gauge::default();
+        reg.register("gpuprofd_probes", "Uprobes attached", probes.clone());
+        Families {
+            launches,
+            graphs,
+            copies,
+            copy_bytes,
+            api_calls,
+            api_blocked,
+            kernels,
+            live,
+            held,
+            gpu_util,
+            gpu_mem,
+            lost,
+            submitted,
+            read,
+            counted,
+            procs,
+            probes,
         }
-        seen.push(p.tgid);
-        shown += 1;
+    }
+
+    /// The series of one process.
+    fn process(&self, p: &ProcessReport, held_bytes: Option<u64>, top_kernels: usize) {
         let job = p
             .job
             .as_ref()
@@ -225,12 +258,15 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             comm: p.comm.clone(),
             job: job.clone(),
         };
-        launches.get_or_create(&l).inc_by(p.launches);
-        graphs.get_or_create(&l).inc_by(p.graphs.launches);
-        live.get_or_create(&l)
+        self.launches.get_or_create(&l).inc_by(p.launches);
+        self.graphs.get_or_create(&l).inc_by(p.graphs.launches);
+        self.live
+            .get_or_create(&l)
             .set(p.allocations.live_bytes.min(i64::MAX as u64) as i64);
-        if let Some(&b) = extra.facts.process_gpu_bytes.get(&p.tgid) {
-            held.get_or_create(&l).set(b.min(i64::MAX as u64) as i64);
+        if let Some(b) = held_bytes {
+            self.held
+                .get_or_create(&l)
+                .set(b.min(i64::MAX as u64) as i64);
         }
         for c in &p.copies {
             let d = ProcDir {
@@ -239,8 +275,8 @@ pub fn render(r: &Report, extra: &Extra) -> String {
                 job: job.clone(),
                 direction: c.direction.clone(),
             };
-            copies.get_or_create(&d).inc_by(c.calls);
-            copy_bytes.get_or_create(&d).inc_by(c.bytes);
+            self.copies.get_or_create(&d).inc_by(c.calls);
+            self.copy_bytes.get_or_create(&d).inc_by(c.bytes);
         }
         for a in &p.api {
             let k = ProcApi {
@@ -249,9 +285,9 @@ pub fn render(r: &Report, extra: &Extra) -> String {
                 job: job.clone(),
                 api: a.name.clone(),
             };
-            api_calls.get_or_create(&k).inc_by(a.calls);
+            self.api_calls.get_or_create(&k).inc_by(a.calls);
             if a.blocked_ns > 0 {
-                api_blocked
+                self.api_blocked
                     .get_or_create(&k)
                     .inc_by(a.blocked_ns as f64 / 1e9);
             }
@@ -263,8 +299,8 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         }
         let mut top: Vec<(&str, u64)> = by_name.into_iter().collect();
         top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (name, calls) in top.into_iter().take(extra.top_kernels) {
-            kernels
+        for (name, calls) in top.into_iter().take(top_kernels) {
+            self.kernels
                 .get_or_create(&ProcKernel {
                     pid: l.pid.clone(),
                     comm: l.comm.clone(),
@@ -274,27 +310,50 @@ pub fn render(r: &Report, extra: &Extra) -> String {
                 .inc_by(calls);
         }
     }
-    for g in &r.gpus {
-        let l = Gpu {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-        };
-        if let Some((util, mem)) = extra.facts.gpu_now.get(&g.index) {
-            if let Some(u) = util {
-                gpu_util.get_or_create(&l).set(i64::from(*u));
-            }
-            if let Some(m) = mem {
-                gpu_mem
-                    .get_or_create(&l)
-                    .set((*m).min(i64::MAX as u64) as i64);
+
+    /// NVML's latest figures per GPU.
+    fn gpus(&self, r: &Report, extra: &Extra) {
+        for g in &r.gpus {
+            let l = Gpu {
+                gpu: g.index.to_string(),
+                uuid: g.uuid.clone(),
+            };
+            if let Some((util, mem)) = extra.facts.gpu_now.get(&g.index) {
+                if let Some(u) = util {
+                    self.gpu_util.get_or_create(&l).set(i64::from(*u));
+                }
+                if let Some(m) = mem {
+                    self.gpu_mem
+                        .get_or_create(&l)
+                        .set((*m).min(i64::MAX as u64) as i64);
+                }
             }
         }
     }
+}
+
+/// The exposition of `r` (+ `extra`).
+pub fn render(r: &Report, extra: &Extra) -> String {
+    let mut reg = Registry::default();
+    let f = Families::register(&mut reg);
+    let mut shown = 0;
+    let mut seen: Vec<u32> = Vec::new();
+    // A reused pid: only its latest process is exposed (series are keyed by pid).
+    for p in r.processes.iter().rev() {
+        if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
+            continue;
+        }
+        seen.push(p.tgid);
+        shown += 1;
+        let held = extra.facts.process_gpu_bytes.get(&p.tgid).copied();
+        f.process(p, held, extra.top_kernels);
+    }
+    f.gpus(r, extra);
     for (k, v) in &r.drops {
-        lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
+        f.lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
     }
     for (k, v) in &r.submitted {
-        submitted
+        f.submitted
             .get_or_create(&Kind { kind: k.clone() })
             .inc_by(*v);
     }
@@ -310,10 +369,10 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         );
         heap.set(b.min(i64::MAX as u64) as i64);
     }
-    read.inc_by(extra.records_read);
-    counted.inc_by(extra.launches_counted);
-    procs.set(shown);
-    probes.set(extra.probes.min(i64::MAX as u64) as i64);
+    f.read.inc_by(extra.records_read);
+    f.counted.inc_by(extra.launches_counted);
+    f.procs.set(shown);
+    f.probes.set(extra.probes.min(i64::MAX as u64) as i64);
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);

@@ -210,12 +210,23 @@ fn gpu_advice(r: &Report, out: &mut Vec<Advice>) {
     }
 }
 
+/// The rules about one process, in the order their advice is listed.
 fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
+    sync_bound(p, dur_ns, secs, out);
+    launch_bound(p, secs, out);
+    tiny_copies(p, out);
+    pageable_copies(p, out);
+    blocking_copies(p, dur_ns, secs, out);
+    gpu_idle_held(p, out);
+    alloc_churn(p, secs, out);
+}
+
+/// The host blocked in synchronisations for a large share of its active time.
+fn sync_bound(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
     let mut push = |rule, evidence: String, suggestion: &str| {
         out.push(Advice::about(p, rule, evidence, suggestion))
     };
     let share = |ns: u64| ns as f64 / dur_ns as f64;
-
     let syncs: Vec<_> = p.api.iter().filter(|a| is_sync_api(&a.name)).collect();
     let sync_ns: u64 = syncs.iter().map(|a| a.blocked_ns).sum();
     if share(sync_ns) >= SYNC_BOUND_SHARE {
@@ -239,7 +250,13 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
              do them every N steps, and use events / non_blocking copies so the CPU runs ahead",
         );
     }
+}
 
+/// Kernels launched faster than the CPU can keep up with, most of them small.
+fn launch_bound(p: &ProcessReport, secs: f64, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
     let rate = p.launches as f64 / secs;
     if rate >= LAUNCH_BOUND_RATE {
         let small = p
@@ -262,7 +279,13 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
              kernels (torch.compile, custom fused ops)",
         );
     }
+}
 
+/// Many copies of a direction too small to pay their fixed cost.
+fn tiny_copies(p: &ProcessReport, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
     for c in &p.copies {
         if c.calls >= TINY_COPY_CALLS && c.bytes / c.calls.max(1) < TINY_COPY_BYTES {
             push(
@@ -279,7 +302,13 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
             );
         }
     }
+}
 
+/// Host↔device copies staged through pageable memory.
+fn pageable_copies(p: &ProcessReport, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
     let host = p
         .copies
         .iter()
@@ -305,7 +334,14 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
              `pin_memory=True` in PyTorch's DataLoader and `tensor.pin_memory()`)",
         );
     }
+}
 
+/// The host blocked in synchronous copies for a large share of its active time.
+fn blocking_copies(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
+    let share = |ns: u64| ns as f64 / dur_ns as f64;
     let sync_copy_ns: u64 = p
         .copies
         .iter()
@@ -325,7 +361,13 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
              non_blocking=True / cudaMemcpyAsync, and overlap copies with compute",
         );
     }
+}
 
+/// GPU memory held while the GPU stays idle (NVML).
+fn gpu_idle_held(p: &ProcessReport, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
     if let Some(g) = &p.gpu
         && let (Some(held), Some(sm)) = (g.memory_max_bytes, g.sm_util_avg)
         && held >= IDLE_HELD_BYTES
@@ -345,7 +387,13 @@ fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advic
              share the GPU deliberately (MPS, MIG)",
         );
     }
+}
 
+/// Device allocations at a high rate.
+fn alloc_churn(p: &ProcessReport, secs: f64, out: &mut Vec<Advice>) {
+    let mut push = |rule, evidence: String, suggestion: &str| {
+        out.push(Advice::about(p, rule, evidence, suggestion))
+    };
     let allocs = p.allocations.by_kind.device.calls + p.allocations.by_kind.pitched.calls;
     let alloc_rate = allocs as f64 / secs;
     if alloc_rate >= ALLOC_CHURN_RATE {

@@ -15,6 +15,7 @@ use crate::capture;
 use crate::discovery::elf;
 use crate::enrich::names::NoSymbols;
 use crate::model::Aggregator;
+use anyhow::{Context as _, anyhow, bail};
 use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
 use std::io::Read;
@@ -36,23 +37,23 @@ pub const FLOOR_PROGRAMS: [(&str, &str, bool); 5] = [
 /// Attaches `program` (one of [`FLOOR_PROGRAMS`]) to `symbols` of `lib` the way the capture
 /// attaches probes, and holds it until stdin closes; returns how many records it read (0 for
 /// the programs that write none).
-pub fn floor(lib: &Path, symbols: &[String], at_entry: bool, program: &str) -> Result<u64, String> {
+pub fn floor(lib: &Path, symbols: &[String], at_entry: bool, program: &str) -> anyhow::Result<u64> {
     let &(_, prog, writes) = FLOOR_PROGRAMS
         .iter()
         .find(|(name, _, _)| *name == program)
         .ok_or_else(|| {
             let names: Vec<&str> = FLOOR_PROGRAMS.iter().map(|p| p.0).collect();
-            format!("no program \"{program}\": one of {}", names.join(", "))
+            anyhow!("no program \"{program}\": one of {}", names.join(", "))
         })?;
-    let mut ebpf = capture::load(capture::DEFAULT_RING_BYTES).map_err(|e| format!("{e:#}"))?;
-    let info = elf::read_elf(lib).map_err(|e| format!("{e:#}"))?;
+    let mut ebpf = capture::load(capture::DEFAULT_RING_BYTES)?;
+    let info = elf::read_elf(lib)?;
     let mut offsets = Vec::new();
     for s in symbols {
         let f = info
             .exports
             .iter()
             .find(|f| &f.name == s)
-            .ok_or_else(|| format!("{} does not export {s}", lib.display()))?;
+            .ok_or_else(|| anyhow!("{} does not export {s}", lib.display()))?;
         let off = if at_entry {
             0
         } else {
@@ -67,7 +68,7 @@ pub fn floor(lib: &Path, symbols: &[String], at_entry: bool, program: &str) -> R
     let probes = multi::attach_program(&mut ebpf, prog, lib, &offsets, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
     let reader = if writes {
-        let ring = capture::take_ring(&mut ebpf).map_err(|e| format!("{e:#}"))?;
+        let ring = capture::take_ring(&mut ebpf)?;
         let stop = Arc::clone(&stop);
         Some(std::thread::spawn(move || drain(ring, &stop)))
     } else {
@@ -108,11 +109,11 @@ fn drain(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: &AtomicBool) ->
 /// Decodes and aggregates `events` synthetic launch records (8 processes, 64 kernels, 4
 /// configurations), also journaling them into a capture file at `capture` when given (as
 /// `--output FILE.gpuprof` does); returns events per second.
-pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> Result<f64, String> {
+pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> anyhow::Result<f64> {
     let mut journal = match capture {
         Some(p) => {
             let f =
-                crate::sys::files::create_output(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                crate::sys::files::create_output(p).with_context(|| format!("{}", p.display()))?;
             Some(crate::store::Writer::new(
                 f,
                 p,
@@ -161,7 +162,7 @@ pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> Result<f64, S
     if let Some(j) = journal.as_mut() {
         j.flush();
         if let Some(e) = j.failure() {
-            return Err(e.to_owned());
+            bail!("{e}");
         }
     }
     let secs = t.elapsed().as_secs_f64();

@@ -117,12 +117,13 @@ fn capabilities() -> (bool, String) {
 
 /// Loads the object, probes `gpuprofd_doctor_probe_target`, calls it 3 times, and checks that
 /// exactly 3 SYNC records were submitted (entry-only cookie: one record per call).
-fn round_trip() -> Result<String, String> {
-    let mut ebpf = capture::load(1 << 20).map_err(|e| format!("{e:#}"))?;
-    capture::set_filter(&mut ebpf, &capture::Filter::All).map_err(|e| format!("{e:#}"))?;
+fn round_trip() -> anyhow::Result<String> {
+    let mut ebpf = capture::load(1 << 20)?;
+    capture::set_filter(&mut ebpf, &capture::Filter::All)?;
     let target = gpuprofd_doctor_probe_target as *const () as u64;
-    let (exe, off) = own_file_offset(target)
-        .ok_or("could not find this binary's own code in /proc/self/maps")?;
+    let (exe, off) = own_file_offset(target).ok_or_else(|| {
+        anyhow::anyhow!("could not find this binary's own code in /proc/self/maps")
+    })?;
     let cookie = Cookie::new(0).pack();
     let probes = multi::attach_program(
         &mut ebpf,
@@ -134,10 +135,8 @@ fn round_trip() -> Result<String, String> {
     for i in 0..3 {
         std::hint::black_box(gpuprofd_doctor_probe_target(std::hint::black_box(i)));
     }
-    let sub = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)
-        .map_err(|e| format!("{e:#}"))?;
-    let drops =
-        capture::read_counts(&ebpf, profiler_common::maps::DROPS).map_err(|e| format!("{e:#}"))?;
+    let sub = capture::read_counts(&ebpf, profiler_common::maps::SUBMITTED)?;
+    let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
     let n = sub.0[kind::SYNC as usize];
     if n == 3 {
         Ok(format!(
@@ -146,10 +145,10 @@ fn round_trip() -> Result<String, String> {
             exe.display()
         ))
     } else {
-        Err(format!(
+        anyhow::bail!(
             "3 calls produced {n} records ({} dropped): uprobes attach but do not fire here",
             drops.total()
-        ))
+        )
     }
 }
 
@@ -265,7 +264,7 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         name: "bpf_round_trip",
         required: true,
         ok: bpf_ok,
-        detail: rt.unwrap_or_else(|e| e),
+        detail: rt.unwrap_or_else(|e| e.to_string()),
     });
     checks.push(nvml_check(opts.nvml_lib.as_ref()));
 

@@ -69,7 +69,47 @@ pub struct SymbolAttach {
     pub placement: Placement,
     pub has_return: bool,
     /// `None` when attached; else why not (the other symbols are attached regardless).
-    pub error: Option<String>,
+    pub error: Option<ProbeError>,
+}
+
+/// Why one symbol got no probe.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "the kernel's uprobes refuse the entry instruction `{0}` (its prefix); this function \
+         cannot be probed"
+    )]
+    RefusedInstruction(String),
+    #[error("no program {0}")]
+    NoProgram(&'static str),
+    #[error("{prog}: {detail}")]
+    NotUprobe { prog: &'static str, detail: String },
+    /// The kernel refused the attach; `detail` is the error with its causes (the errno).
+    #[error("{prog} at {offset:#x}: {detail}")]
+    Attach {
+        prog: &'static str,
+        offset: u64,
+        detail: String,
+        /// Refused for want of privilege (EPERM or EACCES).
+        denied: bool,
+    },
+}
+
+impl ProbeError {
+    /// Whether the kernel refused for want of privilege.
+    pub fn permission_denied(&self) -> bool {
+        matches!(self, ProbeError::Attach { denied: true, .. })
+    }
+
+    fn attach(prog: &'static str, offset: u64, e: &dyn std::error::Error) -> ProbeError {
+        let detail = error_chain(e);
+        ProbeError::Attach {
+            prog,
+            offset,
+            denied: crate::capture::says_permission_denied(&detail),
+            detail,
+        }
+    }
 }
 
 /// What was attached to one library file.
@@ -235,10 +275,8 @@ impl Attacher {
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
             let error = if placement.reason == placement::Reason::Refused {
-                Some(format!(
-                    "the kernel's uprobes refuse the entry instruction `{}` (its prefix); \
-                     this function cannot be probed",
-                    placement.site_insn
+                Some(ProbeError::RefusedInstruction(
+                    placement.site_insn.to_string(),
                 ))
             } else if self.multi.is_some() {
                 // Attached below, all of the library's symbols at once.
@@ -279,14 +317,16 @@ impl Attacher {
             .filter(|s| s.placement.reason != placement::Reason::Refused)
             .collect();
         let denied = (!tried.is_empty()
-            && tried.iter().all(|s| {
-                s.error
-                    .as_deref()
-                    .is_some_and(crate::capture::says_permission_denied)
-            }))
+            && tried
+                .iter()
+                .all(|s| s.error.as_ref().is_some_and(ProbeError::permission_denied)))
         .then(|| AttachError::Permission {
             path: lib.display.clone(),
-            detail: tried[0].error.clone().unwrap_or_default(),
+            detail: tried[0]
+                .error
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             hint: if self.multi.is_some() {
                 HINT_MULTI
             } else if crate::sys::kernel::has_capability(crate::sys::kernel::CAP_SYS_ADMIN) {
@@ -341,8 +381,8 @@ fn attach_multi(
     lib: &CudaLibrary,
     sites: &[(usize, Rule, u16, u64)],
     links: &mut Vec<OwnedFd>,
-) -> Vec<(usize, String)> {
-    let mut failed: Vec<(usize, String)> = Vec::new();
+) -> Vec<(usize, ProbeError)> {
+    let mut failed: Vec<(usize, ProbeError)> = Vec::new();
     for ret in [true, false] {
         // program name -> [(symbol index, offset, cookie)]
         let mut groups: BTreeMap<&'static str, Vec<(usize, u64, u64)>> = BTreeMap::new();
@@ -362,7 +402,7 @@ fn attach_multi(
         }
         for (name, g) in groups {
             let Some(fd) = m.fd(name) else {
-                failed.extend(g.iter().map(|(i, ..)| (*i, format!("no program {name}"))));
+                failed.extend(g.iter().map(|(i, ..)| (*i, ProbeError::NoProgram(name))));
                 continue;
             };
             let offs: Vec<u64> = g.iter().map(|(_, o, _)| *o).collect();
@@ -374,7 +414,7 @@ fn attach_multi(
                     for (i, off, c) in g {
                         match multi::attach(fd, &lib.open_path, &[off], &[c], ret) {
                             Ok(link) => links.push(link),
-                            Err(e) => failed.push((i, format!("{name} at {off:#x}: {e}"))),
+                            Err(e) => failed.push((i, ProbeError::attach(name, off, &e))),
                         }
                     }
                 }
@@ -395,7 +435,7 @@ fn attach_one(
     api: u16,
     offset: u64,
     links: &mut usize,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     let cookie = rule.packed_cookie(api);
     // Return probe first: if it fails, no entry probe is left saving state nobody clears.
     let mut names = Vec::with_capacity(2);
@@ -406,9 +446,12 @@ fn attach_one(
     for name in names {
         let prog: &mut UProbe = ebpf
             .program_mut(name)
-            .ok_or_else(|| format!("no program {name}"))?
+            .ok_or(ProbeError::NoProgram(name))?
             .try_into()
-            .map_err(|e| format!("{name}: {e}"))?;
+            .map_err(|e: aya::programs::ProgramError| ProbeError::NotUprobe {
+                prog: name,
+                detail: e.to_string(),
+            })?;
         // One transient perf_event_open failure was seen once in CI-like runs (errno not
         // recorded then); a failed attach has no side effect, so try again before giving up.
         let mut attempt = 0;
@@ -424,7 +467,7 @@ fn attach_one(
                     tracing::debug!(name, offset, error = %error_chain(&e), "attach retry");
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) => return Err(format!("{name} at {offset:#x}: {}", error_chain(&e))),
+                Err(e) => return Err(ProbeError::attach(name, offset, &e)),
             }
         }
         *links += 1;

@@ -24,6 +24,61 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
+/// Why `uprobe_multi` programs could not be loaded or attached (the perf-event path is taken
+/// instead where there is one).
+#[derive(Debug, thiserror::Error)]
+pub enum MultiError {
+    #[error("GPUPROFD_UPROBE_MULTI=0")]
+    Disabled,
+    #[error("parsing: {0}")]
+    Parse(#[source] aya_obj::ParseError),
+    #[error("map {0} was not created")]
+    NoMap(String),
+    #[error("program array {name}: {source}")]
+    ProgramArray {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("map {0}: no fd for its type")]
+    NoFd(String),
+    #[error("relocating {what}: {source}")]
+    Relocate {
+        what: &'static str,
+        #[source]
+        source: aya_obj::relocation::EbpfRelocationError,
+    },
+    #[error("no program {0}")]
+    NoProgram(String),
+    #[error("loading {name}: {source}{}", verifier_tail(verifier))]
+    Load {
+        name: String,
+        #[source]
+        source: std::io::Error,
+        /// The verifier log's last lines, when it refused the program.
+        verifier: Option<String>,
+    },
+    #[error("attaching {name} to {}: {source}", path.display())]
+    Link {
+        name: String,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Uprobe {
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+}
+
+fn verifier_tail(v: &Option<String>) -> String {
+    v.as_ref()
+        .map(|t| format!("; verifier: {t}"))
+        .unwrap_or_default()
+}
+
 /// Uprobe programs loaded for `uprobe_multi` links, by program name.
 pub struct MultiProgs {
     progs: HashMap<String, OwnedFd>,
@@ -36,47 +91,55 @@ impl MultiProgs {
     /// sharing `ebpf`'s maps. Fails on a kernel without `uprobe_multi`, when
     /// `GPUPROFD_UPROBE_MULTI=0` asks for perf-event uprobes, or if the object and `ebpf`
     /// disagree.
-    pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Self, String> {
+    pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Self, MultiError> {
         if std::env::var("GPUPROFD_UPROBE_MULTI").as_deref() == Ok("0") {
-            return Err("GPUPROFD_UPROBE_MULTI=0".into());
+            return Err(MultiError::Disabled);
         }
-        let mut obj = aya_obj::Object::parse(crate::capture::object())
-            .map_err(|e| format!("parsing: {e}"))?;
+        let mut obj =
+            aya_obj::Object::parse(crate::capture::object()).map_err(MultiError::Parse)?;
         let mut fds: Vec<(String, i32)> = Vec::new();
         let mut arrays = Vec::new();
         for name in obj.maps.keys() {
             let map = ebpf
                 .map(name)
-                .ok_or_else(|| format!("map {name} was not created"))?;
+                .ok_or_else(|| MultiError::NoMap(name.clone()))?;
             let fd = match map {
                 // The always-empty arrays that keep the programs off a private stack: the
                 // kernel ties a program array to the attach type of its first program (6.17+),
                 // and aya's programs have none, so these programs get arrays of their own.
                 Map::ProgramArray(_) => {
-                    let a = empty_prog_array().map_err(|e| format!("program array {name}: {e}"))?;
+                    let a = empty_prog_array().map_err(|source| MultiError::ProgramArray {
+                        name: name.clone(),
+                        source,
+                    })?;
                     let fd = a.as_raw_fd();
                     arrays.push(a);
                     fd
                 }
-                m => map_fd(m).ok_or_else(|| format!("map {name}: no fd for its type"))?,
+                m => map_fd(m).ok_or_else(|| MultiError::NoFd(name.clone()))?,
             };
             fds.push((name.clone(), fd));
         }
         let text: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         let defs = obj.maps.clone();
         obj.relocate_maps(fds.iter().map(|(n, fd)| (n.as_str(), *fd, &defs[n])), &text)
-            .map_err(|e| format!("relocating maps: {e}"))?;
+            .map_err(|source| MultiError::Relocate {
+                what: "maps",
+                source,
+            })?;
         obj.relocate_calls(&text)
-            .map_err(|e| format!("relocating calls: {e}"))?;
+            .map_err(|source| MultiError::Relocate {
+                what: "calls",
+                source,
+            })?;
         let mut progs = HashMap::new();
         for &name in names {
             let p = obj
                 .programs
                 .get(name)
-                .ok_or_else(|| format!("no program {name}"))?;
+                .ok_or_else(|| MultiError::NoProgram(name.into()))?;
             let f = &obj.functions[&p.function_key()];
-            let fd = prog_load(name, &f.instructions, &p.license)
-                .map_err(|e| format!("loading {name}: {e}"))?;
+            let fd = prog_load(name, &f.instructions, &p.license)?;
             progs.insert(name.to_owned(), fd);
         }
         Ok(Self {
@@ -136,7 +199,7 @@ fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
 
-fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedFd, String> {
+fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedFd, MultiError> {
     let mut log = Vec::new();
     let attempt = |log: &mut Vec<u8>| {
         // SAFETY: bpf_attr is plain data; all zero is its documented empty state.
@@ -159,6 +222,11 @@ fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedF
         }
         sys_bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr)
     };
+    let failed = |source, verifier| MultiError::Load {
+        name: name.into(),
+        source,
+        verifier,
+    };
     match attempt(&mut log) {
         // The verifier refused it (EINVAL is also what a kernel without uprobe_multi answers):
         // load again with its log, and keep the log's last lines.
@@ -171,9 +239,9 @@ fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedF
             let text = String::from_utf8_lossy(&log);
             let lines: Vec<&str> = text.trim_end_matches('\0').lines().collect();
             let tail = lines[lines.len().saturating_sub(8)..].join("\n");
-            Err(format!("{e}; verifier: {tail}"))
+            Err(failed(e, Some(tail)))
         }
-        r => r.map_err(|e| e.to_string()),
+        r => r.map_err(|e| failed(e, None)),
     }
 }
 
@@ -240,11 +308,19 @@ pub fn attach_program(
     path: &Path,
     offsets: &[u64],
     cookie: u64,
-) -> Result<OneProgram, String> {
+) -> Result<OneProgram, MultiError> {
     if let Ok(m) = MultiProgs::load(ebpf, &[name]) {
-        let fd = m.fd(name).ok_or_else(|| format!("no program {name}"))?;
-        let link = attach(fd, path, offsets, &vec![cookie; offsets.len()], false)
-            .map_err(|e| format!("attaching {name} to {}: {e}", path.display()))?;
+        let fd = m
+            .fd(name)
+            .ok_or_else(|| MultiError::NoProgram(name.into()))?;
+        let link =
+            attach(fd, path, offsets, &vec![cookie; offsets.len()], false).map_err(|source| {
+                MultiError::Link {
+                    name: name.into(),
+                    path: path.into(),
+                    source,
+                }
+            })?;
         return Ok(OneProgram {
             _link: Some((m, link)),
             how: "uprobe_multi link",
@@ -252,10 +328,16 @@ pub fn attach_program(
     }
     let prog: &mut aya::programs::UProbe = ebpf
         .program_mut(name)
-        .ok_or_else(|| format!("the eBPF object has no program \"{name}\""))?
+        .ok_or_else(|| MultiError::NoProgram(name.into()))?
         .try_into()
-        .map_err(|e| format!("{e}"))?;
-    prog.load().map_err(|e| format!("loading {name}: {e}"))?;
+        .map_err(|source| MultiError::Uprobe {
+            what: name.into(),
+            source,
+        })?;
+    prog.load().map_err(|source| MultiError::Uprobe {
+        what: format!("loading {name}"),
+        source,
+    })?;
     for off in offsets {
         prog.attach(
             aya::programs::uprobe::UProbeAttachPoint {
@@ -265,7 +347,10 @@ pub fn attach_program(
             path,
             aya::programs::uprobe::UProbeScope::AllProcesses,
         )
-        .map_err(|e| format!("attaching a uprobe to {}+{off:#x}: {e}", path.display()))?;
+        .map_err(|source| MultiError::Uprobe {
+            what: format!("attaching a uprobe to {}+{off:#x}", path.display()),
+            source,
+        })?;
     }
     Ok(OneProgram {
         _link: None,

@@ -681,13 +681,33 @@ pub fn ring_fd(ring: &RingBuf<MapData>) -> i32 {
     ring.as_raw_fd()
 }
 
+/// Why the process watchers (mmap, exit, exec tracepoints) could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {0}")]
+    Tracefs(#[source] std::io::Error),
+    #[error("this kernel has no syscall tracepoints (CONFIG_FTRACE_SYSCALLS)")]
+    NoSyscallTracepoints,
+    #[error(transparent)]
+    Map(#[from] CaptureError),
+    #[error("the eBPF object has no program {0}")]
+    NoProgram(&'static str),
+    #[error("{what} {prog}: {source}")]
+    Program {
+        what: &'static str,
+        prog: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+}
+
 /// Loads and attaches the process watchers: mmap of executable files
 /// (`syscalls:sys_{enter,exit}_mmap`) and process ends (`sched:sched_process_exit`), mounting
 /// tracefs first when it is not mounted (a fresh machine often has it unmounted).
 ///
 /// Returns whether a process's end is reported when its last thread exits (the kernel's record
 /// says which exit ends the group) rather than when its group leader does.
-pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, String> {
+pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, WatchError> {
     use aya::programs::TracePoint;
     let tracefs = ensure_tracefs()?;
     let group_dead =
@@ -695,28 +715,32 @@ pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, String> {
             .ok()
             .and_then(|f| field_offset(&f, "group_dead"))
             .unwrap_or(0);
-    let mut config: Array<_, u32> = Array::try_from(
-        ebpf.map_mut(maps::EXIT_CONFIG)
-            .ok_or_else(|| format!("the eBPF object has no map {}", maps::EXIT_CONFIG))?,
-    )
-    .map_err(|e| format!("{}: {e}", maps::EXIT_CONFIG))?;
+    let name = maps::EXIT_CONFIG;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or(CaptureError::MissingMap { name })?;
+    let mut config: Array<_, u32> =
+        Array::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
     config
         .set(0, group_dead, 0)
-        .map_err(|e| format!("{}: {e}", maps::EXIT_CONFIG))?;
+        .map_err(|source| CaptureError::Map { name, source })?;
     for (prog, category, event) in [
         ("mmap_enter", "syscalls", "sys_enter_mmap"),
         ("mmap_exit", "syscalls", "sys_exit_mmap"),
         ("proc_exit", "sched", "sched_process_exit"),
         ("proc_exec", "sched", "sched_process_exec"),
     ] {
+        let failed = |what: &'static str, prog: String| {
+            move |source| WatchError::Program { what, prog, source }
+        };
         let tp: &mut TracePoint = ebpf
             .program_mut(prog)
-            .ok_or_else(|| format!("the eBPF object has no program {prog}"))?
+            .ok_or(WatchError::NoProgram(prog))?
             .try_into()
-            .map_err(|e| format!("{prog}: {e}"))?;
-        tp.load().map_err(|e| format!("loading {prog}: {e}"))?;
+            .map_err(failed("program", prog.into()))?;
+        tp.load().map_err(failed("loading", prog.into()))?;
         tp.attach(category, event)
-            .map_err(|e| format!("attaching to {category}:{event}: {e}"))?;
+            .map_err(failed("attaching to", format!("{category}:{event}")))?;
     }
     Ok(group_dead != 0)
 }
@@ -735,7 +759,7 @@ fn field_offset(format: &str, field: &str) -> Option<u32> {
 }
 
 /// Makes sure tracefs is mounted; returns where.
-fn ensure_tracefs() -> Result<std::path::PathBuf, String> {
+fn ensure_tracefs() -> Result<std::path::PathBuf, WatchError> {
     let mounted = |p: &str| std::path::Path::new(p).join("events/syscalls").is_dir();
     for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
         if mounted(p) {
@@ -754,15 +778,12 @@ fn ensure_tracefs() -> Result<std::path::PathBuf, String> {
         )
     };
     if rc != 0 {
-        return Err(format!(
-            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(WatchError::Tracefs(std::io::Error::last_os_error()));
     }
     if mounted("/sys/kernel/tracing") {
         Ok("/sys/kernel/tracing".into())
     } else {
-        Err("this kernel has no syscall tracepoints (CONFIG_FTRACE_SYSCALLS)".into())
+        Err(WatchError::NoSyscallTracepoints)
     }
 }
 

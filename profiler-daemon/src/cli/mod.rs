@@ -211,8 +211,8 @@ fn init_logging_with(filter: tracing_subscriber::EnvFilter) -> crate::service::L
         )
         .try_init();
     Box::new(move |level: &str| {
-        let f = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
-        handle.reload(f).map_err(|e| e.to_string())
+        let f = EnvFilter::try_new(level)?;
+        Ok(handle.reload(f)?)
     })
 }
 

@@ -130,20 +130,34 @@ pub fn mapped_file(tgid: u32, m: &ExecMapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
 }
 
+/// Why `/proc/PID/map_files` links cannot be followed here.
+#[derive(Debug, thiserror::Error)]
+pub enum MapFilesError {
+    #[error("/proc/self/maps: {0}")]
+    OwnMaps(#[source] std::io::Error),
+    #[error("no file mapping of its own to try")]
+    NothingMapped,
+    #[error("{}: {source}", link.display())]
+    Link {
+        link: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Whether this process can follow `/proc/PID/map_files` links ([`mapped_file`]): the kernel
 /// asks for CAP_CHECKPOINT_RESTORE (Linux 5.9+) or CAP_SYS_ADMIN, whatever the target. Without,
 /// the libraries running processes map cannot be found or opened by their inode. `Err`: why not.
-pub fn map_files_followable() -> Result<(), String> {
-    let text =
-        fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+pub fn map_files_followable() -> Result<(), MapFilesError> {
+    let text = fs::read_to_string("/proc/self/maps").map_err(MapFilesError::OwnMaps)?;
     let m = parse_maps(&text)
         .into_iter()
         .find(|m| m.inode != 0)
-        .ok_or("no file mapping of its own to try")?;
+        .ok_or(MapFilesError::NothingMapped)?;
     let link = mapped_file(std::process::id(), &m);
     fs::metadata(&link)
         .map(|_| ())
-        .map_err(|e| format!("{}: {e}", link.display()))
+        .map_err(|source| MapFilesError::Link { link, source })
 }
 
 /// What to tell a user whose daemon cannot follow map_files links (see [`map_files_followable`]).

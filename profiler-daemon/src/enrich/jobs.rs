@@ -439,21 +439,33 @@ fn selected(root: &std::path::Path, dir: &std::path::Path) -> Option<SelectedCgr
     })
 }
 
+/// A `--cgroup` argument that names no cgroup.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--cgroup \"{arg}\": no such cgroup under {} (give the path /proc/PID/cgroup shows, e.g. \
+     /system.slice/docker-<id>.scope)",
+    root.display()
+)]
+pub struct NoSuchCgroup {
+    pub arg: String,
+    pub root: std::path::PathBuf,
+}
+
 /// `--cgroup PATH`: absolute under the cgroup2 mount, or relative to it (as `/proc/PID/cgroup`
 /// shows it).
-pub fn resolve_cgroup_arg(root: &std::path::Path, arg: &str) -> Result<SelectedCgroup, String> {
+pub fn resolve_cgroup_arg(
+    root: &std::path::Path,
+    arg: &str,
+) -> Result<SelectedCgroup, NoSuchCgroup> {
     let p = std::path::Path::new(arg);
     let dir = if p.starts_with(root) {
         p.to_path_buf()
     } else {
         root.join(arg.trim_start_matches('/'))
     };
-    selected(root, &dir).ok_or_else(|| {
-        format!(
-            "--cgroup \"{arg}\": no such cgroup under {} (give the path /proc/PID/cgroup shows, \
-             e.g. /system.slice/docker-<id>.scope)",
-            root.display()
-        )
+    selected(root, &dir).ok_or_else(|| NoSuchCgroup {
+        arg: arg.into(),
+        root: root.into(),
     })
 }
 

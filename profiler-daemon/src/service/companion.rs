@@ -284,7 +284,7 @@ async fn exposition(queries: &Queries, svc: Option<&Service>) -> Option<String> 
 /// loop reads the rescan interval and the expiry from it every tick).
 fn reload_service(s: &Service) -> Result<serde_json::Value, String> {
     s.notifier.reloading();
-    let result = s.reload();
+    let result = s.reload().map_err(|e| e.to_string());
     s.notifier.ready(match &result {
         Ok(_) => "configuration reloaded",
         Err(_) => "reload refused; the running configuration is unchanged",
@@ -305,7 +305,7 @@ fn handler(
         streaming,
         capture: Box::new(move |req| {
             let q = q1.clone();
-            Box::pin(async move { q.deep_start(req).await })
+            Box::pin(async move { q.deep_start(req).await.map_err(|e| e.to_string()) })
         }),
         status: Box::new(move || status(&s1, &q2)),
         snapshot: Box::new(move || {

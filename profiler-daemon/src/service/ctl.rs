@@ -71,7 +71,7 @@ pub fn capture_target(
         (None, Some(j)) if !j.is_empty() => Target::Job(j),
         _ => return Err("a capture names either a pid or a job".into()),
     };
-    let d = crate::sys::duration::parse_duration(duration)?;
+    let d = crate::sys::duration::parse_duration(duration).map_err(|e| e.to_string())?;
     if d > MAX_CAPTURE {
         return Err(format!("\"{duration}\": a deep capture lasts at most 24h"));
     }

@@ -14,8 +14,22 @@ use config::{Config, Overrides, Source};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-/// Changes the log filter of the running subscriber.
-pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+/// Changes the log filter of the running subscriber; the error says why the filter was refused.
+pub type LogReload =
+    Box<dyn Fn(&str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
+
+/// Why a reload left the running configuration as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}; the running configuration is unchanged")]
+    Config(#[from] config::ConfigError),
+    #[error("cannot apply log.level \"{level}\": {source}; the running configuration is unchanged")]
+    LogLevel {
+        level: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
 
 /// The running service's configuration and how to reload it.
 pub struct Service {
@@ -75,13 +89,13 @@ impl Service {
 
     /// Re-reads the file (SIGHUP, `gpuprofd ctl reload`). A file that does not load leaves the
     /// running configuration as it was; the error says why.
-    pub fn reload(&self) -> Result<serde_json::Value, String> {
+    pub fn reload(&self) -> Result<serde_json::Value, ReloadError> {
         let new = match config::load(&self.source, &self.overrides) {
             Ok((c, _)) => c,
             Err(e) => {
                 self.failed_reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "reload refused; keeping the running configuration");
-                return Err(format!("{e}; the running configuration is unchanged"));
+                return Err(e.into());
             }
         };
         let old = self.config();
@@ -91,13 +105,13 @@ impl Service {
             pending,
         } = old.reload_from(&new);
         if next.log.level != old.log.level
-            && let Err(e) = (self.log_reload)(&next.log.level)
+            && let Err(source) = (self.log_reload)(&next.log.level)
         {
             self.failed_reloads.fetch_add(1, Ordering::Relaxed);
-            return Err(format!(
-                "cannot apply log.level \"{}\": {e}; the running configuration is unchanged",
-                next.log.level
-            ));
+            return Err(ReloadError::LogLevel {
+                level: next.log.level.clone(),
+                source,
+            });
         }
         if let Ok(mut g) = self.admin_gid.write() {
             *g = admin_gid_of(&next);

@@ -50,7 +50,7 @@ pub(crate) enum Ctl {
     /// Start a deep capture (control socket); the reply is its id or why not.
     DeepStart {
         req: deep::Request,
-        reply: oneshot::Sender<Result<u64, String>>,
+        reply: oneshot::Sender<Result<u64, deep::Refused>>,
     },
     Finish {
         meta: ReportMeta,
@@ -242,9 +242,9 @@ impl Task {
         self.taps.frame(&frame);
     }
 
-    fn deep_start(&mut self, req: deep::Request) -> Result<u64, String> {
+    fn deep_start(&mut self, req: deep::Request) -> Result<u64, deep::Refused> {
         if self.finished {
-            return Err("the daemon is stopping".to_string());
+            return Err(deep::Refused::Stopping);
         }
         let start = deep::may_start(&self.taps.deep, &req.target, req.role)?;
         // Every launch from now on is a record, for the capture to keep.

@@ -334,13 +334,35 @@ impl DeepCapture {
     }
 }
 
-/// Whether `role` may start a deep capture of `target` while `running` run; else why
-/// not. `Some(start time)` for a pid target.
+/// Why a deep capture was not started (the control socket sends the text to the client).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("the daemon is stopping")]
+    Stopping,
+    #[error("{0} deep captures are running already; wait for one to end")]
+    Busy(usize),
+    #[error("you have {MAX_DEEP_PER_USER} deep captures running already; wait for one to end")]
+    YoursBusy,
+    #[error(
+        "capturing a whole job is for root and members of control.group (a job may hold other \
+         users' processes; you are uid {0}); capture one of your processes with --pid"
+    )]
+    JobForAdmins(u32),
+    #[error("no process with PID {0} is running (check with `ps -p {0}`)")]
+    NoSuchProcess(u32),
+    #[error(
+        "process {pid} is not yours (you are uid {uid}); you may capture only your own processes"
+    )]
+    NotYours { pid: u32, uid: u32 },
+}
+
+/// Whether `role` may start a deep capture of `target` while `running` run; else why not.
+/// `Some(start time)` for a pid target.
 pub fn may_start(
     running: &[DeepCapture],
     target: &Target,
     role: Role,
-) -> Result<Option<u64>, String> {
+) -> Result<Option<u64>, Refused> {
     let users: Vec<u32> = running
         .iter()
         .filter_map(|d| match d.role {
@@ -348,45 +370,32 @@ pub fn may_start(
             Role::Admin => None,
         })
         .collect();
-    let busy = |n: usize| format!("{n} deep captures are running already; wait for one to end");
     if running.len() >= MAX_DEEP {
-        return Err(busy(MAX_DEEP));
+        return Err(Refused::Busy(MAX_DEEP));
     }
     if let Role::User(uid) = role {
         if users.iter().filter(|&&u| u == uid).count() >= MAX_DEEP_PER_USER {
-            return Err(format!(
-                "you have {MAX_DEEP_PER_USER} deep captures running already; wait for one to end"
-            ));
+            return Err(Refused::YoursBusy);
         }
         if users.len() >= MAX_DEEP_USERS {
-            return Err(busy(users.len()));
+            return Err(Refused::Busy(users.len()));
         }
     }
     let p = match (target, role) {
-        (Target::Job(_), Role::User(uid)) => {
-            return Err(format!(
-                "capturing a whole job is for root and members of control.group (a job may \
-                 hold other users' processes; you are uid {uid}); capture one of your \
-                 processes with --pid"
-            ));
-        }
+        (Target::Job(_), Role::User(uid)) => return Err(Refused::JobForAdmins(uid)),
         (Target::Job(_), Role::Admin) => return Ok(None),
         (Target::Pid(p), _) => *p,
     };
-    let gone = || format!("no process with PID {p} is running (check with `ps -p {p}`)");
     // The process is named by pid and start time: the owner read between two reads of the
     // start time belongs to that process, not to one that took its pid meanwhile.
-    let start = crate::enrich::process::start_time(p).ok_or_else(gone)?;
+    let start = crate::enrich::process::start_time(p).ok_or(Refused::NoSuchProcess(p))?;
     if let Role::User(uid) = role {
         let owner = crate::enrich::process::process_uid(p);
         if crate::enrich::process::start_time(p) != Some(start) {
-            return Err(gone());
+            return Err(Refused::NoSuchProcess(p));
         }
         if owner != Some(uid) {
-            return Err(format!(
-                "process {p} is not yours (you are uid {uid}); you may capture only your \
-                 own processes"
-            ));
+            return Err(Refused::NotYours { pid: p, uid });
         }
     }
     Ok(Some(start))

@@ -120,8 +120,13 @@ pub enum SessionError {
     Capture(#[from] CaptureError),
     #[error(transparent)]
     Attach(#[from] crate::attach::AttachError),
-    #[error("{0}")]
-    Selection(String),
+    #[error(
+        "--cgroup and --job need the cgroup v2 hierarchy, and none is mounted here; use --pid \
+         instead"
+    )]
+    NoCgroup2,
+    #[error(transparent)]
+    NoSuchCgroup(#[from] crate::enrich::jobs::NoSuchCgroup),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -137,7 +142,7 @@ impl SessionError {
             | SessionError::Attach(crate::attach::AttachError::Permission { .. }) => 6,
             SessionError::Capture(_) | SessionError::Attach(_) => 7,
             SessionError::Spawn { .. } => 8,
-            SessionError::Selection(_) => 2,
+            SessionError::NoCgroup2 | SessionError::NoSuchCgroup(_) => 2,
             SessionError::Internal(_) => 1,
         }
     }

@@ -102,16 +102,13 @@ impl Queries {
     }
 
     /// Starts a deep capture; its id, or why not.
-    pub async fn deep_start(&self, req: deep::Request) -> Result<u64, String> {
-        let gone = || "the daemon is stopping".to_string();
+    pub async fn deep_start(&self, req: deep::Request) -> Result<u64, deep::Refused> {
+        let ctl = self.ctl.upgrade().ok_or(deep::Refused::Stopping)?;
         let (reply, rx) = oneshot::channel();
-        self.ctl
-            .upgrade()
-            .ok_or_else(gone)?
-            .send(Ctl::DeepStart { req, reply })
-            .await
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())?
+        if ctl.send(Ctl::DeepStart { req, reply }).await.is_err() {
+            return Err(deep::Refused::Stopping);
+        }
+        rx.await.unwrap_or(Err(deep::Refused::Stopping))
     }
 
     /// The session's own figures now.

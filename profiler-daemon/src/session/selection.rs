@@ -27,18 +27,10 @@ impl Selection {
         if opts.cgroups.is_empty() && opts.jobs.is_empty() {
             return Ok(s);
         }
-        let root = crate::enrich::jobs::cgroup2_root().ok_or_else(|| {
-            SessionError::Selection(
-                "--cgroup and --job need the cgroup v2 hierarchy, and none is mounted here; \
-                 use --pid instead"
-                    .into(),
-            )
-        })?;
+        let root = crate::enrich::jobs::cgroup2_root().ok_or(SessionError::NoCgroup2)?;
         for c in &opts.cgroups {
-            s.fixed.push(
-                crate::enrich::jobs::resolve_cgroup_arg(&root, c)
-                    .map_err(SessionError::Selection)?,
-            );
+            s.fixed
+                .push(crate::enrich::jobs::resolve_cgroup_arg(&root, c)?);
         }
         s.root = Some(root);
         Ok(s)

@@ -320,6 +320,7 @@ fn cgroup_tree_walk_finds_job_tops() {
     assert!(
         resolve_cgroup_arg(&root, "/nope")
             .unwrap_err()
+            .to_string()
             .contains("no such cgroup")
     );
     fs::remove_dir_all(&root).unwrap();

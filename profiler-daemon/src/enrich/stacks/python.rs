@@ -371,11 +371,24 @@ fn read_str(mem: &File, l: &PyObjLayout, obj: u64) -> Option<String> {
     Some(chars)
 }
 
+/// Why a code object could not be read (the next stack through it tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum CodeReadError {
+    #[error("/proc/{tgid}/mem: {source}")]
+    Mem {
+        tgid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("code object 0x{code:x}: {field} unreadable")]
+    Field { code: u64, field: &'static str },
+}
+
 /// Reads the code object at `code` in `tgid`.
-pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Result<PyCode, String> {
-    let mem =
-        File::open(format!("/proc/{tgid}/mem")).map_err(|e| format!("/proc/{tgid}/mem: {e}"))?;
-    let field = |what: &str| format!("code object 0x{code:x}: {what} unreadable");
+pub fn read_code(tgid: u32, l: &PyLayout, code: u64) -> Result<PyCode, CodeReadError> {
+    let mem = File::open(format!("/proc/{tgid}/mem"))
+        .map_err(|source| CodeReadError::Mem { tgid, source })?;
+    let field = |field| CodeReadError::Field { code, field };
     let filename = read_u64(&mem, code + l.code_filename)
         .and_then(|s| read_str(&mem, &l.obj, s))
         .ok_or_else(|| field("co_filename"))?;

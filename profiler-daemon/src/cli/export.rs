@@ -90,3 +90,6 @@ fn write(
         }
     })
 }
+
+#[cfg(test)]
+mod golden;

@@ -23,7 +23,7 @@
 
 use crate::api::Layer;
 use crate::model::direction_name as dir_name;
-use crate::model::mem::MemTracker;
+use crate::model::mem::LiveMemory;
 use crate::store;
 use profiler_common::decode::Event;
 use profiler_common::flags;
@@ -290,7 +290,7 @@ pub fn trace(
     let mut streams = Streams {
         ids: HashMap::new(),
     };
-    let mut live: HashMap<u64, MemTracker> = HashMap::new();
+    let mut live: LiveMemory<u64> = LiveMemory::default();
     let mut flow = 0u64;
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
     let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
@@ -300,20 +300,14 @@ pub fn trace(
         let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
         let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
         // Live memory is followed over the whole capture, shown inside the window.
-        if let Event::Mem(_, m) = &ev {
-            let l = live
-                .entry(pid)
-                .or_insert_with(|| MemTracker::new(crate::model::DEFAULT_LIVE_CAP));
-            let before = l.live_bytes;
-            l.apply(m);
-            if l.live_bytes != before && in_window {
-                let v = l.live_bytes;
-                emit(
-                    out,
-                    json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
-                               "ts": us(h.ts_ns), "args": {"live": v}}),
-                )?;
-            }
+        if let Some(v) = live.on(pid, ev)
+            && in_window
+        {
+            emit(
+                out,
+                json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
+                           "ts": us(h.ts_ns), "args": {"live": v}}),
+            )?;
         }
         if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
             return Ok(());

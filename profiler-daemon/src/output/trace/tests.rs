@@ -4,7 +4,10 @@ use super::*;
 use crate::store::tests::{Tmp, write_capture};
 
 fn trace(from: Option<f64>, to: Option<f64>) -> (Summary, Value) {
-    let t = Tmp::new("export");
+    // A file per call: tests run in parallel, and each removes its file when done.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = Tmp::new(&format!("export-{n}"));
     write_capture(&t.0, true);
     let mut out = Vec::new();
     let s = chrome(&t.0, &mut out, from, to).unwrap();

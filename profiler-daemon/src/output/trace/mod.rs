@@ -68,8 +68,19 @@ pub struct ExportArgs {
     pub json_limit: u64,
 }
 
-/// The error a [`ChromeSink`] returns past its limit.
-pub const OVER_LIMIT: &str = "the JSON trace passed its size limit";
+/// Why a trace was not written in full.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The capture file could not be read (`gpuprofd export` exits with 10).
+    #[error("{0}")]
+    Read(String),
+    /// The output could not be written (exit 4).
+    #[error("writing the trace: {0}")]
+    Write(#[from] std::io::Error),
+    /// A [`ChromeSink`] with a limit passed it (exit 4, unless `export` switches to Perfetto).
+    #[error("the JSON trace passed its size limit")]
+    OverLimit,
+}
 
 /// What an export wrote.
 #[derive(Debug, PartialEq, Eq)]
@@ -114,8 +125,8 @@ impl Streams {
 /// Where a trace's events go: Chrome Trace Event JSON objects, written as they are or
 /// translated (see [`perfetto`]).
 pub trait Sink {
-    fn event(&mut self, v: Value) -> Result<(), String>;
-    fn finish(&mut self) -> Result<(), String>;
+    fn event(&mut self, v: Value) -> Result<(), TraceError>;
+    fn finish(&mut self) -> Result<(), TraceError>;
 }
 
 /// Chrome Trace Event JSON: `{"displayTimeUnit":"ns","traceEvents":[…]}`.
@@ -123,7 +134,7 @@ pub struct ChromeSink<W: Write> {
     out: W,
     n: u64,
     written: u64,
-    /// Stop with [`OVER_LIMIT`] past this many bytes.
+    /// Stop with [`TraceError::OverLimit`] past this many bytes.
     pub limit: Option<u64>,
 }
 
@@ -138,33 +149,29 @@ impl<W: Write> ChromeSink<W> {
     }
 }
 
-fn io(e: std::io::Error) -> String {
-    format!("writing the trace: {e}")
-}
-
 impl<W: Write> Sink for ChromeSink<W> {
-    fn event(&mut self, v: Value) -> Result<(), String> {
+    fn event(&mut self, v: Value) -> Result<(), TraceError> {
         if self.n == 0 {
-            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
+            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
         } else {
-            self.out.write_all(b",\n").map_err(io)?;
+            self.out.write_all(b",\n")?;
         }
-        let text = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
+        let text = serde_json::to_vec(&v).map_err(std::io::Error::from)?;
         self.written += text.len() as u64 + 2;
         if self.limit.is_some_and(|l| self.written > l) {
-            return Err(OVER_LIMIT.to_owned());
+            return Err(TraceError::OverLimit);
         }
-        self.out.write_all(&text).map_err(io)?;
+        self.out.write_all(&text)?;
         self.n += 1;
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), TraceError> {
         if self.n == 0 {
-            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
+            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
         }
-        writeln!(self.out, "]}}").map_err(io)?;
-        self.out.flush().map_err(io)
+        writeln!(self.out, "]}}")?;
+        Ok(self.out.flush()?)
     }
 }
 
@@ -174,7 +181,7 @@ pub fn chrome(
     out: &mut impl Write,
     from_s: Option<f64>,
     to_s: Option<f64>,
-) -> Result<Summary, String> {
+) -> Result<Summary, TraceError> {
     trace(path, &mut ChromeSink::new(out), from_s, to_s)
 }
 
@@ -184,9 +191,9 @@ pub fn trace(
     out: &mut dyn Sink,
     from_s: Option<f64>,
     to_s: Option<f64>,
-) -> Result<Summary, String> {
+) -> Result<Summary, TraceError> {
     // Pass 1: the report (process names, jobs) and every kernel's name.
-    let replay = store::replay(path).map_err(|e| e.to_string())?;
+    let replay = store::replay(path).map_err(|e| TraceError::Read(e.to_string()))?;
     let t0 = replay.header.started_at_monotonic_ns;
     let from_ns = from_s.map(|s| t0 + (s * 1e9) as u64);
     let to_ns = to_s.map(|s| t0 + (s * 1e9) as u64);
@@ -197,7 +204,7 @@ pub fn trace(
     let last = |tgid: u32| last_gen.get(&tgid).map_or(0, |n| n.saturating_sub(1));
 
     let mut events = 0u64;
-    let mut emit = |out: &mut dyn Sink, v: Value| -> Result<(), String> {
+    let mut emit = |out: &mut dyn Sink, v: Value| -> Result<(), TraceError> {
         out.event(v)?;
         events += 1;
         Ok(())
@@ -228,7 +235,7 @@ pub fn trace(
     }
 
     // NVML: a counter per device (utilisation) and per process (GPU memory it holds).
-    for s in store::nvml_samples(path)? {
+    for s in store::nvml_samples(path).map_err(TraceError::Read)? {
         if from_ns.is_some_and(|f| s.ts_ns < f) || to_ns.is_some_and(|t| s.ts_ns >= t) {
             continue;
         }
@@ -256,7 +263,7 @@ pub fn trace(
     }
 
     // Steps (two more passes, see `steps`): a span per step on a "steps" track.
-    for s in crate::analysis::steps::find(path, t0)? {
+    for s in crate::analysis::steps::find(path, t0).map_err(TraceError::Read)? {
         let pid = track_pid(s.tgid, s.generation, last(s.tgid));
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {
@@ -293,196 +300,211 @@ pub fn trace(
     let mut live: LiveMemory<u64> = LiveMemory::default();
     let mut flow = 0u64;
     let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
+    // The sink's error, kept whole while the reader passes its text on.
+    let mut failed: Option<TraceError> = None;
     let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
-        let h = *ev.header();
-        let pid = track_pid(h.tgid, g, last(h.tgid));
-        let api_name = api.name(h.api);
-        let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
-        let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
-        // Live memory is followed over the whole capture, shown inside the window.
-        if let Some(v) = live.on(pid, ev)
-            && in_window
-        {
-            emit(
-                out,
-                json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
-                           "ts": us(h.ts_ns), "args": {"live": v}}),
-            )?;
-        }
-        if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
-            return Ok(());
-        }
-        if threads.insert((pid, h.tid), ()).is_none() {
-            emit(
-                out,
-                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
-                           "args": {"name": format!("thread {}", h.tid)}}),
-            )?;
-        }
-        let ts = us(h.ts_ns);
-        let mut on_stream = |out: &mut dyn Sink,
-                             stream: u64,
-                             v: Value,
-                             emit: &mut dyn FnMut(&mut dyn Sink, Value) -> Result<(), String>|
-         -> Result<u64, String> {
-            let (tid, new) = streams.track(pid, stream);
-            if new {
-                let label = if stream == 0 {
-                    "default stream".to_owned()
-                } else {
-                    format!("stream 0x{stream:x}")
+        let mut one = || -> Result<(), TraceError> {
+            let h = *ev.header();
+            let pid = track_pid(h.tgid, g, last(h.tgid));
+            let api_name = api.name(h.api);
+            let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
+            let in_window =
+                from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
+            // Live memory is followed over the whole capture, shown inside the window.
+            if let Some(v) = live.on(pid, ev)
+                && in_window
+            {
+                emit(
+                    out,
+                    json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
+                               "ts": us(h.ts_ns), "args": {"live": v}}),
+                )?;
+            }
+            if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
+                return Ok(());
+            }
+            if threads.insert((pid, h.tid), ()).is_none() {
+                emit(
+                    out,
+                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
+                               "args": {"name": format!("thread {}", h.tid)}}),
+                )?;
+            }
+            let ts = us(h.ts_ns);
+            let mut on_stream =
+                |out: &mut dyn Sink,
+                 stream: u64,
+                 v: Value,
+                 emit: &mut dyn FnMut(&mut dyn Sink, Value) -> Result<(), TraceError>|
+                 -> Result<u64, TraceError> {
+                    let (tid, new) = streams.track(pid, stream);
+                    if new {
+                        let label = if stream == 0 {
+                            "default stream".to_owned()
+                        } else {
+                            format!("stream 0x{stream:x}")
+                        };
+                        emit(
+                            out,
+                            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                   "args": {"name": label}}),
+                        )?;
+                    }
+                    let mut v = v;
+                    v["tid"] = json!(tid);
+                    emit(out, v)?;
+                    Ok(tid)
                 };
-                emit(
-                    out,
-                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": label}}),
-                )?;
-            }
-            let mut v = v;
-            v["tid"] = json!(tid);
-            emit(out, v)?;
-            Ok(tid)
-        };
-        let kernel_name = |func: u64| {
-            replay
-                .kernel_names
-                .get(&(h.tgid, g, func, runtime))
-                .cloned()
-                .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
-        };
-        match &ev {
-            Event::Launch(_, l) => {
-                let name = kernel_name(l.func);
-                let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
-                                      "shared_bytes": l.shared_bytes,
-                                      "stream": format!("0x{:x}", l.stream)});
-                // Zero-length slices rather than instants: flow arrows bind to slices.
-                emit(
-                    out,
-                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name.clone(),
-                               "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
-                )?;
-                let stream_tid = on_stream(
-                    out,
-                    l.stream,
-                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name,
-                               "pid": pid, "ts": ts, "args": args}),
-                    &mut emit,
-                )?;
-                flow += 1;
-                emit(
-                    out,
-                    json!({"ph": "s", "id": flow, "cat": "enqueue", "name": "enqueue",
-                           "pid": pid, "tid": h.tid, "ts": ts}),
-                )?;
-                emit(
-                    out,
-                    json!({"ph": "f", "bp": "e", "id": flow, "cat": "enqueue",
-                           "name": "enqueue", "pid": pid, "tid": stream_tid, "ts": ts}),
-                )?;
-            }
-            Event::Copy(_, c) => {
-                let name = format!("{api_name} {}", dir_name(c.direction));
-                let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
-                                      "async": c.flags & flags::ASYNC != 0,
-                                      "stream": format!("0x{:x}", c.stream), "ret": c.ret});
-                emit(
-                    out,
-                    call(
-                        &name,
-                        "copy",
-                        pid,
-                        h.tid,
-                        ts,
-                        c.flags,
-                        c.dur_ns,
-                        args.clone(),
-                    ),
-                )?;
-                let _ = on_stream(
-                    out,
-                    c.stream,
-                    json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
-                               "pid": pid, "ts": ts, "args": args}),
-                    &mut emit,
-                )?;
-            }
-            Event::Sync(_, s) => {
-                let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
-                                      "gpu_side": s.flags & flags::GPU_SIDE != 0});
-                emit(
-                    out,
-                    call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
-                )?;
-            }
-            Event::Mem(_, m) => {
-                let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
-                                      "ret": m.ret});
-                emit(
-                    out,
-                    call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
-                )?;
-            }
-            Event::Graph(_, gr) => {
-                let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
-                                      "stream": format!("0x{:x}", gr.stream)});
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
-                               "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
-                )?;
-            }
-            Event::Exit(..) => {
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
+            let kernel_name = |func: u64| {
+                replay
+                    .kernel_names
+                    .get(&(h.tgid, g, func, runtime))
+                    .cloned()
+                    .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
+            };
+            match &ev {
+                Event::Launch(_, l) => {
+                    let name = kernel_name(l.func);
+                    let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
+                                          "shared_bytes": l.shared_bytes,
+                                          "stream": format!("0x{:x}", l.stream)});
+                    // Zero-length slices rather than instants: flow arrows bind to slices.
+                    emit(
+                        out,
+                        json!({"ph": "X", "dur": 0, "cat": "launch", "name": name.clone(),
+                                   "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
+                    )?;
+                    let stream_tid = on_stream(
+                        out,
+                        l.stream,
+                        json!({"ph": "X", "dur": 0, "cat": "launch", "name": name,
+                                   "pid": pid, "ts": ts, "args": args}),
+                        &mut emit,
+                    )?;
+                    flow += 1;
+                    emit(
+                        out,
+                        json!({"ph": "s", "id": flow, "cat": "enqueue", "name": "enqueue",
                                "pid": pid, "tid": h.tid, "ts": ts}),
-                )?;
-            }
-            Event::Exec(_, x) => {
-                let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "p", "cat": "process", "name": "exec",
+                    )?;
+                    emit(
+                        out,
+                        json!({"ph": "f", "bp": "e", "id": flow, "cat": "enqueue",
+                               "name": "enqueue", "pid": pid, "tid": stream_tid, "ts": ts}),
+                    )?;
+                }
+                Event::Copy(_, c) => {
+                    let name = format!("{api_name} {}", dir_name(c.direction));
+                    let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
+                                          "async": c.flags & flags::ASYNC != 0,
+                                          "stream": format!("0x{:x}", c.stream), "ret": c.ret});
+                    emit(
+                        out,
+                        call(
+                            &name,
+                            "copy",
+                            pid,
+                            h.tid,
+                            ts,
+                            c.flags,
+                            c.dur_ns,
+                            args.clone(),
+                        ),
+                    )?;
+                    let _ = on_stream(
+                        out,
+                        c.stream,
+                        json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
+                                   "pid": pid, "ts": ts, "args": args}),
+                        &mut emit,
+                    )?;
+                }
+                Event::Sync(_, s) => {
+                    let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
+                                          "gpu_side": s.flags & flags::GPU_SIDE != 0});
+                    emit(
+                        out,
+                        call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
+                    )?;
+                }
+                Event::Mem(_, m) => {
+                    let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
+                                          "ret": m.ret});
+                    emit(
+                        out,
+                        call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
+                    )?;
+                }
+                Event::Graph(_, gr) => {
+                    let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
+                                          "stream": format!("0x{:x}", gr.stream)});
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
+                                   "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
+                    )?;
+                }
+                Event::Exit(..) => {
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
+                                   "pid": pid, "tid": h.tid, "ts": ts}),
+                    )?;
+                }
+                Event::Exec(_, x) => {
+                    let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "p", "cat": "process", "name": "exec",
+                                   "pid": pid, "tid": h.tid, "ts": ts,
+                                   "args": {"comm": String::from_utf8_lossy(&x.comm[..len])}}),
+                    )?;
+                }
+                Event::Stack(_, st) => {
+                    // The call just before on this thread, at this timestamp: its stack, as an
+                    // instant on the same track (outermost frame first).
+                    let key = crate::enrich::stacks::StackKey::of(st);
+                    let of = match st.of_kind {
+                        profiler_common::kind::LAUNCH => "launch",
+                        profiler_common::kind::SYNC => "sync",
+                        profiler_common::kind::COPY => "copy",
+                        _ => "call",
+                    };
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "t", "cat": "stack", "name": format!("{of} stack"),
                                "pid": pid, "tid": h.tid, "ts": ts,
-                               "args": {"comm": String::from_utf8_lossy(&x.comm[..len])}}),
-                )?;
+                               "args": {"stack": stacks.labels(h.tgid, &key),
+                                        "period": st.period}}),
+                    )?;
+                }
+                Event::Launches(_, l) => {
+                    // Counted in the kernel (capture files are written in full mode, so only a
+                    // hand-made file has these): one instant for the lot, no per-launch slices.
+                    let name = kernel_name(l.func);
+                    emit(
+                        out,
+                        json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
+                               "pid": pid, "tid": h.tid, "ts": ts,
+                               "args": {"api": api_name, "launches": l.count, "grid": l.grid,
+                                        "block": l.block, "shared_bytes": l.shared_bytes,
+                                        "stream": format!("0x{:x}", l.stream)}}),
+                    )?;
+                }
+                Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
             }
-            Event::Stack(_, st) => {
-                // The call just before on this thread, at this timestamp: its stack, as an
-                // instant on the same track (outermost frame first).
-                let key = crate::enrich::stacks::StackKey::of(st);
-                let of = match st.of_kind {
-                    profiler_common::kind::LAUNCH => "launch",
-                    profiler_common::kind::SYNC => "sync",
-                    profiler_common::kind::COPY => "copy",
-                    _ => "call",
-                };
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "stack", "name": format!("{of} stack"),
-                           "pid": pid, "tid": h.tid, "ts": ts,
-                           "args": {"stack": stacks.labels(h.tgid, &key),
-                                    "period": st.period}}),
-                )?;
-            }
-            Event::Launches(_, l) => {
-                // Counted in the kernel (capture files are written in full mode, so only a
-                // hand-made file has these): one instant for the lot, no per-launch slices.
-                let name = kernel_name(l.func);
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
-                           "pid": pid, "tid": h.tid, "ts": ts,
-                           "args": {"api": api_name, "launches": l.count, "grid": l.grid,
-                                    "block": l.block, "shared_bytes": l.shared_bytes,
-                                    "stream": format!("0x{:x}", l.stream)}}),
-                )?;
-            }
-            Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
-        }
-        Ok(())
-    })?;
+            Ok(())
+        };
+        one().map_err(|e| {
+            let text = e.to_string();
+            failed = Some(e);
+            text
+        })
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let damage = damage.map_err(TraceError::Read)?;
     out.finish()?;
     let recovery_warning = damage
         .as_ref()

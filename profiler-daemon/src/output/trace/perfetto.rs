@@ -18,7 +18,7 @@
 //! Names, categories and annotation names are interned on the one packet sequence. Times are
 //! ns from the capture's start, as in the JSON (where they are µs).
 
-use super::Sink;
+use super::{Sink, TraceError};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Write;
@@ -207,12 +207,10 @@ impl<W: Write> PerfettoSink<W> {
         }
     }
 
-    fn packet(&mut self, p: &Msg) -> Result<(), String> {
+    fn packet(&mut self, p: &Msg) -> Result<(), TraceError> {
         let mut outer = Msg::default();
         outer.msg(f::TRACE_PACKET, p);
-        self.out
-            .write_all(&outer.0)
-            .map_err(|e| format!("writing the trace: {e}"))
+        Ok(self.out.write_all(&outer.0)?)
     }
 
     fn uuid(&mut self) -> u64 {
@@ -221,7 +219,7 @@ impl<W: Write> PerfettoSink<W> {
         u
     }
 
-    fn descriptor(&mut self, td: &Msg) -> Result<(), String> {
+    fn descriptor(&mut self, td: &Msg) -> Result<(), TraceError> {
         let mut p = Msg::default();
         p.uint(f::SEQUENCE_ID, SEQUENCE);
         p.msg(f::TRACK_DESCRIPTOR, td);
@@ -229,7 +227,7 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// The track of process `pid` (a plain track named after it if none was announced).
-    fn process_track(&mut self, pid: u64) -> Result<u64, String> {
+    fn process_track(&mut self, pid: u64) -> Result<u64, TraceError> {
         if let Some(&u) = self.tracks.get(&TrackKey::Process(pid)) {
             return Ok(u);
         }
@@ -243,7 +241,7 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// The track of `tid` in `pid` (a plain child track if none was announced).
-    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<u64, String> {
+    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<u64, TraceError> {
         if let Some(&u) = self.tracks.get(&TrackKey::Thread(pid, tid)) {
             return Ok(u);
         }
@@ -258,7 +256,7 @@ impl<W: Write> PerfettoSink<W> {
         Ok(u)
     }
 
-    fn metadata(&mut self, v: &Value) -> Result<(), String> {
+    fn metadata(&mut self, v: &Value) -> Result<(), TraceError> {
         let pid = v["pid"].as_u64().unwrap_or(0);
         let tid = v["tid"].as_u64().unwrap_or(0);
         let label = v["args"]["name"].as_str().unwrap_or("");
@@ -304,7 +302,7 @@ impl<W: Write> PerfettoSink<W> {
         kind: u64,
         track: u64,
         body: impl FnOnce(&mut Self, &mut Msg),
-    ) -> Result<(), String> {
+    ) -> Result<(), TraceError> {
         let mut te = Msg::default();
         te.uint(f::TE_TYPE, kind);
         te.uint(f::TE_TRACK, track);
@@ -362,7 +360,7 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// Writes the held slices but the newest `keep`.
-    fn flush_pending(&mut self, keep: usize) -> Result<(), String> {
+    fn flush_pending(&mut self, keep: usize) -> Result<(), TraceError> {
         let n = self.pending.len().saturating_sub(keep);
         let done: Vec<Pending> = self.pending.drain(..n).collect();
         for p in done {
@@ -382,7 +380,7 @@ impl<W: Write> PerfettoSink<W> {
 }
 
 impl<W: Write> Sink for PerfettoSink<W> {
-    fn event(&mut self, v: Value) -> Result<(), String> {
+    fn event(&mut self, v: Value) -> Result<(), TraceError> {
         let ph = v["ph"].as_str().unwrap_or("");
         // Slices wait for the flow events that follow them (a launch: its thread slice, its
         // stream's track when it is new, its stream slice, then the flow's two ends); an
@@ -474,11 +472,9 @@ impl<W: Write> Sink for PerfettoSink<W> {
         }
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), TraceError> {
         self.flush_pending(0)?;
-        self.out
-            .flush()
-            .map_err(|e| format!("writing the trace: {e}"))
+        Ok(self.out.flush()?)
     }
 }
 

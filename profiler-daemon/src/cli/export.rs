@@ -1,7 +1,7 @@
 //! `gpuprofd export FILE`: a capture file as a timeline trace (Chrome JSON or Perfetto's
 //! protobuf), written to a file; the trace itself is built in [`crate::output::trace`].
 use crate::output::trace::{
-    ChromeSink, ExportArgs, ExportFormat, OVER_LIMIT, Summary, perfetto, trace,
+    ChromeSink, ExportArgs, ExportFormat, Summary, TraceError, perfetto, trace,
 };
 
 /// Runs `gpuprofd export`; the exit code (as `report`'s).
@@ -24,7 +24,7 @@ pub fn run(a: &ExportArgs) -> u8 {
     let limit = a.format.is_none().then_some(a.json_limit);
     let mut result = write(a, &a.output, format, limit);
     let mut path = a.output.clone();
-    if matches!(&result, Err((_, e)) if e == OVER_LIMIT) {
+    if matches!(result, Err(Failure::Trace(TraceError::OverLimit))) {
         let _ = std::fs::remove_file(&a.output);
         path = a.output.with_extension("pftrace");
         eprintln!(
@@ -53,22 +53,46 @@ pub fn run(a: &ExportArgs) -> u8 {
                 0
             }
         }
-        Err((code, e)) => {
+        Err(f) => {
+            let (code, e) = f.exit(&path);
             eprintln!("gpuprofd export: {e}");
             code
         }
     }
 }
 
-/// Writes the trace of `a.file` to `path` in `format`; the error with its exit code.
+/// Why an export of a trace to a file failed.
+enum Failure {
+    /// The output file could not be created.
+    Create(std::io::Error),
+    Trace(TraceError),
+}
+
+impl Failure {
+    /// The exit code and what to say, for the output at `path`.
+    fn exit(self, path: &std::path::Path) -> (u8, String) {
+        let path = path.display();
+        match self {
+            Failure::Create(e) => (4, format!("cannot write \"{path}\": {e}")),
+            Failure::Trace(e @ TraceError::Write(_)) => {
+                (4, format!("cannot write \"{path}\": {e}"))
+            }
+            Failure::Trace(e @ TraceError::OverLimit) => (4, e.to_string()),
+            Failure::Trace(e @ TraceError::Read(_)) => {
+                (super::report::EXIT_UNREADABLE, e.to_string())
+            }
+        }
+    }
+}
+
+/// Writes the trace of `a.file` to `path` in `format`.
 fn write(
     a: &ExportArgs,
     path: &std::path::Path,
     format: ExportFormat,
     json_limit: Option<u64>,
-) -> Result<Summary, (u8, String)> {
-    let file = crate::sys::files::create_output(path)
-        .map_err(|e| (4, format!("cannot write \"{}\": {e}", path.display())))?;
+) -> Result<Summary, Failure> {
+    let file = crate::sys::files::create_output(path).map_err(Failure::Create)?;
     let out = std::io::BufWriter::new(file);
     let s = match format {
         ExportFormat::Chrome => {
@@ -80,13 +104,8 @@ fn write(
             trace(&a.file, &mut perfetto::PerfettoSink::new(out), a.from, a.to)
         }
     };
-    s.map_err(|e| {
-        if e.starts_with("writing the trace") {
-            (4, format!("cannot write \"{}\": {e}", path.display()))
-        } else if e == OVER_LIMIT {
-            (4, e)
-        } else {
-            (super::report::EXIT_UNREADABLE, e)
-        }
-    })
+    s.map_err(Failure::Trace)
 }
+
+#[cfg(test)]
+mod golden;

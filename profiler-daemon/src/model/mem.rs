@@ -1,6 +1,7 @@
-//! Allocation accounting for one process: totals per kind, live and peak bytes, bounded tracking.
+//! Allocation accounting per process: totals per kind, live and peak bytes, bounded tracking.
 
 use super::hash::FastMap;
+use profiler_common::decode::Event;
 use profiler_common::{MemBody, flags, memkind, memop};
 
 /// Default bound on the allocations (pointers and VMM handles) tracked live per process.
@@ -160,6 +161,38 @@ impl MemTracker {
     }
 }
 
+/// Device memory live in each process over a capture, followed call by call as its records are
+/// replayed in order: what the HTML report's memory curves and the trace's memory counters
+/// show. `K` names a process (a tgid and generation, or a trace's process track).
+pub struct LiveMemory<K> {
+    trackers: FastMap<K, MemTracker>,
+}
+
+impl<K> Default for LiveMemory<K> {
+    fn default() -> Self {
+        Self {
+            trackers: FastMap::default(),
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash> LiveMemory<K> {
+    /// Follows `ev`, a record of process `key`: the bytes live after it when it is a memory
+    /// call that changed them, else `None`.
+    pub fn on(&mut self, key: K, ev: &Event) -> Option<u64> {
+        let Event::Mem(_, m) = ev else {
+            return None;
+        };
+        let t = self
+            .trackers
+            .entry(key)
+            .or_insert_with(|| MemTracker::new(DEFAULT_LIVE_CAP));
+        let before = t.live_bytes;
+        t.apply(m);
+        (t.live_bytes != before).then_some(t.live_bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +336,31 @@ mod tests {
             (1..=3u64).map(|p| t.is_pinned(p << 20)).collect::<Vec<_>>(),
             [true, true, false]
         );
+    }
+
+    #[test]
+    fn live_memory_reports_each_change_per_process() {
+        use profiler_common::Header;
+        let ev = |tgid, m: MemBody| {
+            let h = Header {
+                kind: profiler_common::kind::MEM,
+                api: 0,
+                tgid,
+                tid: tgid,
+                ts_ns: 0,
+            };
+            Event::Mem(h, m)
+        };
+        let mut live = LiveMemory::default();
+        let alloc = op(memop::ALLOC, 0x1000, 100, memkind::DEVICE, 0);
+        assert_eq!(live.on(1, &ev(1, alloc)), Some(100));
+        assert_eq!(live.on(2, &ev(2, alloc)), Some(100));
+        // The same pointer again: its free was missed, nothing changes.
+        assert_eq!(live.on(1, &ev(1, alloc)), None);
+        let free = op(memop::FREE, 0x1000, 0, 0, 0);
+        assert_eq!(live.on(1, &ev(1, free)), Some(0));
+        assert_eq!(live.on(1, &ev(1, free)), None);
+        let sync = Event::Sync(*ev(1, alloc).header(), Default::default());
+        assert_eq!(live.on(2, &sync), None);
     }
 }

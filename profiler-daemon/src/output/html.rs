@@ -9,9 +9,8 @@
 
 use crate::analysis::advice::Advice;
 use crate::analysis::steps::ProcessSteps;
-use crate::model::mem::MemTracker;
+use crate::model::mem::LiveMemory;
 use crate::model::snapshot::Report;
-use profiler_common::decode::Event;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,22 +26,13 @@ pub type MemorySeries = HashMap<(u32, u32), Vec<(f64, u64)>>;
 
 /// [`MemorySeries`] of the capture at `path` (`t0`: its start, CLOCK_MONOTONIC ns).
 pub fn memory_series(path: &Path, t0: u64) -> Result<MemorySeries, String> {
-    let mut live: HashMap<(u32, u32), MemTracker> = HashMap::new();
+    let mut live = LiveMemory::default();
     let mut series = MemorySeries::new();
     crate::store::for_each_record(path, |_, g, ev| {
-        if let Event::Mem(h, m) = ev {
-            let l = live
-                .entry((h.tgid, g))
-                .or_insert_with(|| MemTracker::new(crate::model::DEFAULT_LIVE_CAP));
-            let before = l.live_bytes;
-            l.apply(m);
-            if l.live_bytes != before {
-                let t = h.ts_ns.saturating_sub(t0) as f64 / 1e9;
-                series
-                    .entry((h.tgid, g))
-                    .or_default()
-                    .push((t, l.live_bytes));
-            }
+        let h = ev.header();
+        if let Some(bytes) = live.on((h.tgid, g), ev) {
+            let t = h.ts_ns.saturating_sub(t0) as f64 / 1e9;
+            series.entry((h.tgid, g)).or_default().push((t, bytes));
         }
         Ok(())
     })?;

@@ -1,5 +1,7 @@
-//! `gpuprofd export FILE --format chrome`: a capture file as Chrome Trace Event JSON, for
-//! Perfetto UI (ui.perfetto.dev) and chrome://tracing.
+//! `gpuprofd export FILE`: a capture file as a timeline's events ([`TraceEvent`]), handed one by
+//! one to a [`Sink`] that writes them in one format: [`chrome`](mod@chrome) (Chrome Trace Event
+//! JSON, for Perfetto UI (ui.perfetto.dev) and chrome://tracing) or [`perfetto`] (Perfetto's
+//! protobuf). The records' pass is in `calls`.
 //!
 //! What the trace holds, all from the CPU side (uprobes see when the program called the API,
 //! not when the GPU ran the work):
@@ -20,17 +22,24 @@
 //! A pid that was reused during the capture shows as two processes; the earlier one's track id
 //! is `tgid + 10,000,000 × (n + 1)` for its n-th predecessor. Events are streamed to the output
 //! (memory stays bounded by the number of kernels, threads and streams, not events).
+//!
+//! The events are typed data: times in ns after the capture's start, tracks as integers,
+//! arguments as typed values. Each writer converts them at its edge (µs as floats for Chrome,
+//! protobuf fields for Perfetto). Both formats' output for a synthetic capture that makes every
+//! kind of event is kept in `fixtures/` and checked byte for byte (`cli/export`'s golden test).
 
-use crate::api::Layer;
-use crate::model::direction_name as dir_name;
-use crate::model::mem::MemTracker;
 use crate::store;
-use profiler_common::decode::Event;
-use profiler_common::flags;
-use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+mod calls;
+pub mod chrome;
+pub mod perfetto;
+#[cfg(test)]
+mod tests;
+
+pub use chrome::ChromeSink;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportFormat {
@@ -68,8 +77,19 @@ pub struct ExportArgs {
     pub json_limit: u64,
 }
 
-/// The error a [`ChromeSink`] returns past its limit.
-pub const OVER_LIMIT: &str = "the JSON trace passed its size limit";
+/// Why a trace was not written in full.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The capture file could not be read (`gpuprofd export` exits with 10).
+    #[error("{0}")]
+    Read(String),
+    /// The output could not be written (exit 4).
+    #[error("writing the trace: {0}")]
+    Write(#[from] std::io::Error),
+    /// A [`ChromeSink`] with a limit passed it (exit 4, unless `export` switches to Perfetto).
+    #[error("the JSON trace passed its size limit")]
+    OverLimit,
+}
 
 /// What an export wrote.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,6 +98,167 @@ pub struct Summary {
     pub processes: usize,
     pub damaged: bool,
     pub warning: Option<String>,
+}
+
+/// One event of the trace. Times are ns after the capture's start. A track is a pair of
+/// integers: `pid`, a process's track (0: the GPUs; see the module's note on reused pids), and
+/// `tid`, one of its threads, or a stream (from [`STREAM_TID_BASE`]) or its steps
+/// ([`STEP_TID`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceEvent {
+    /// Names the track of a process.
+    ProcessName { pid: u64, name: String },
+    /// Names a thread's, a stream's or the steps' track in a process.
+    ThreadName { pid: u64, tid: u64, name: String },
+    /// Something that lasts (or, [`Dur::Mark`], marks a moment flows bind to).
+    Slice {
+        pid: u64,
+        tid: u64,
+        ts_ns: u64,
+        dur: Dur,
+        cat: &'static str,
+        name: String,
+        args: Args,
+    },
+    /// A moment on a thread's track, or (`Scope::Process`) the whole process's.
+    Instant {
+        pid: u64,
+        tid: u64,
+        ts_ns: u64,
+        scope: Scope,
+        cat: &'static str,
+        name: String,
+        args: Args,
+    },
+    /// Counter `name` of a process: each series with its value (`None`: not reported), the
+    /// series in key order.
+    Counter {
+        pid: u64,
+        ts_ns: u64,
+        name: String,
+        values: Vec<(&'static str, Option<u64>)>,
+    },
+    /// Flow `id` leaves the slice at this time on this track (written just after it).
+    FlowStart {
+        id: u64,
+        pid: u64,
+        tid: u64,
+        ts_ns: u64,
+        cat: &'static str,
+        name: &'static str,
+    },
+    /// Flow `id` arrives at the slice at this time on this track (written just after it).
+    FlowEnd {
+        id: u64,
+        pid: u64,
+        tid: u64,
+        ts_ns: u64,
+        cat: &'static str,
+        name: &'static str,
+    },
+}
+
+/// How long a slice lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dur {
+    /// No time: a launch (a slice rather than an instant, for its flow arrow to bind to).
+    Mark,
+    /// Measured: ns.
+    Ns(u64),
+}
+
+impl Dur {
+    pub fn ns(self) -> u64 {
+        match self {
+            Dur::Mark => 0,
+            Dur::Ns(n) => n,
+        }
+    }
+}
+
+/// What an instant belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Thread,
+    Process,
+}
+
+/// One argument's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arg {
+    Uint(u64),
+    Int(i64),
+    Bool(bool),
+    Str(String),
+    /// An address or a handle: shown in hex, as the string `0x…`.
+    Hex(u64),
+    /// A CUDA grid or block.
+    Dim3([u32; 3]),
+    List(Vec<String>),
+}
+
+/// An event's arguments, in key order (the order both formats write them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Args(Vec<(&'static str, Arg)>);
+
+impl Args {
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Arg)> {
+        self.0.iter().map(|(k, v)| (*k, v))
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<const N: usize> From<[(&'static str, Arg); N]> for Args {
+    fn from(a: [(&'static str, Arg); N]) -> Args {
+        let mut v = Vec::from(a);
+        v.sort_unstable_by_key(|(k, _)| *k);
+        Args(v)
+    }
+}
+
+/// Where a trace's events go, in order: a writer of one format.
+pub trait Sink {
+    fn event(&mut self, e: TraceEvent) -> Result<(), TraceError>;
+    fn finish(&mut self) -> Result<(), TraceError>;
+}
+
+/// Writes the Chrome trace of the capture at `path` to `out`.
+pub fn chrome(
+    path: &Path,
+    out: &mut impl Write,
+    from_s: Option<f64>,
+    to_s: Option<f64>,
+) -> Result<Summary, TraceError> {
+    trace(path, &mut ChromeSink::new(out), from_s, to_s)
+}
+
+/// Sends the trace of the capture at `path` to `out`, event by event.
+pub fn trace(
+    path: &Path,
+    out: &mut dyn Sink,
+    from_s: Option<f64>,
+    to_s: Option<f64>,
+) -> Result<Summary, TraceError> {
+    // Pass 1: the report (process names, jobs) and every kernel's name.
+    let replay = store::replay(path).map_err(|e| TraceError::Read(e.to_string()))?;
+    let cap = Capture::new(&replay, from_s, to_s);
+    let mut emit = Emit { out, events: 0 };
+    processes(&cap, &mut emit)?;
+    nvml(path, &cap, &mut emit)?;
+    steps(path, &cap, &mut emit)?;
+    let damage = calls::calls(path, &cap, &mut emit)?;
+    emit.out.finish()?;
+    let recovery_warning = damage
+        .as_ref()
+        .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
+    Ok(Summary {
+        events: emit.events,
+        processes: replay.report.processes.len(),
+        damaged: damage.is_some(),
+        warning: recovery_warning.or_else(|| replay.recovery.warning(&path.display().to_string())),
+    })
 }
 
 /// Track id of the `generation`-th process that had `tgid` when `last` generations did.
@@ -94,125 +275,77 @@ const STREAM_TID_BASE: u64 = 1 << 30;
 /// The track of a process's steps.
 const STEP_TID: u64 = STREAM_TID_BASE - 1;
 
-struct Streams {
-    ids: HashMap<(u64, u64), u64>,
+/// What the parts of a trace share: the replayed capture, its start, the window.
+struct Capture<'a> {
+    replay: &'a store::Replay,
+    t0: u64,
+    from_ns: Option<u64>,
+    to_ns: Option<u64>,
+    /// Processes per tgid in the capture.
+    generations: HashMap<u32, u32>,
 }
 
-impl Streams {
-    /// The track of `stream` in process track `pid`, and whether it is new.
-    fn track(&mut self, pid: u64, stream: u64) -> (u64, bool) {
-        let n = self.ids.len() as u64;
-        let mut new = false;
-        let id = *self.ids.entry((pid, stream)).or_insert_with(|| {
-            new = true;
-            STREAM_TID_BASE + n
-        });
-        (id, new)
+impl<'a> Capture<'a> {
+    fn new(replay: &'a store::Replay, from_s: Option<f64>, to_s: Option<f64>) -> Self {
+        let t0 = replay.header.started_at_monotonic_ns;
+        let mut generations: HashMap<u32, u32> = HashMap::new();
+        for p in &replay.report.processes {
+            *generations.entry(p.tgid).or_insert(0) += 1;
+        }
+        Capture {
+            replay,
+            t0,
+            from_ns: from_s.map(|s| t0 + (s * 1e9) as u64),
+            to_ns: to_s.map(|s| t0 + (s * 1e9) as u64),
+            generations,
+        }
+    }
+
+    /// The generation of the last process that had `tgid`.
+    fn last(&self, tgid: u32) -> u32 {
+        self.generations
+            .get(&tgid)
+            .map_or(0, |n| n.saturating_sub(1))
+    }
+
+    /// The track of the `generation`-th process that had `tgid`.
+    fn pid(&self, tgid: u32, generation: u32) -> u64 {
+        track_pid(tgid, generation, self.last(tgid))
+    }
+
+    /// Whether `ts_ns` (CLOCK_MONOTONIC) falls in the `--from/--to` window.
+    fn in_window(&self, ts_ns: u64) -> bool {
+        self.from_ns.is_none_or(|f| ts_ns >= f) && self.to_ns.is_none_or(|t| ts_ns < t)
+    }
+
+    /// `ts_ns` (CLOCK_MONOTONIC) as ns after the capture's start.
+    fn rel(&self, ts_ns: u64) -> u64 {
+        ts_ns.saturating_sub(self.t0)
     }
 }
 
-/// Where a trace's events go: Chrome Trace Event JSON objects, written as they are or
-/// translated (see [`perfetto`]).
-pub trait Sink {
-    fn event(&mut self, v: Value) -> Result<(), String>;
-    fn finish(&mut self) -> Result<(), String>;
+/// The sink, and how many events went to it.
+struct Emit<'a> {
+    out: &'a mut dyn Sink,
+    events: u64,
 }
 
-/// Chrome Trace Event JSON: `{"displayTimeUnit":"ns","traceEvents":[…]}`.
-pub struct ChromeSink<W: Write> {
-    out: W,
-    n: u64,
-    written: u64,
-    /// Stop with [`OVER_LIMIT`] past this many bytes.
-    pub limit: Option<u64>,
-}
-
-impl<W: Write> ChromeSink<W> {
-    pub fn new(out: W) -> Self {
-        Self {
-            out,
-            n: 0,
-            written: 0,
-            limit: None,
-        }
-    }
-}
-
-fn io(e: std::io::Error) -> String {
-    format!("writing the trace: {e}")
-}
-
-impl<W: Write> Sink for ChromeSink<W> {
-    fn event(&mut self, v: Value) -> Result<(), String> {
-        if self.n == 0 {
-            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
-        } else {
-            self.out.write_all(b",\n").map_err(io)?;
-        }
-        let text = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
-        self.written += text.len() as u64 + 2;
-        if self.limit.is_some_and(|l| self.written > l) {
-            return Err(OVER_LIMIT.to_owned());
-        }
-        self.out.write_all(&text).map_err(io)?;
-        self.n += 1;
+impl Emit<'_> {
+    fn send(&mut self, e: TraceEvent) -> Result<(), TraceError> {
+        self.out.event(e)?;
+        self.events += 1;
         Ok(())
     }
-
-    fn finish(&mut self) -> Result<(), String> {
-        if self.n == 0 {
-            write!(self.out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[").map_err(io)?;
-        }
-        writeln!(self.out, "]}}").map_err(io)?;
-        self.out.flush().map_err(io)
-    }
 }
 
-/// Writes the Chrome trace of the capture at `path` to `out`.
-pub fn chrome(
-    path: &std::path::Path,
-    out: &mut impl Write,
-    from_s: Option<f64>,
-    to_s: Option<f64>,
-) -> Result<Summary, String> {
-    trace(path, &mut ChromeSink::new(out), from_s, to_s)
-}
-
-/// Sends the trace of the capture at `path` to `out`, event by event.
-pub fn trace(
-    path: &std::path::Path,
-    out: &mut dyn Sink,
-    from_s: Option<f64>,
-    to_s: Option<f64>,
-) -> Result<Summary, String> {
-    // Pass 1: the report (process names, jobs) and every kernel's name.
-    let replay = store::replay(path).map_err(|e| e.to_string())?;
-    let t0 = replay.header.started_at_monotonic_ns;
-    let from_ns = from_s.map(|s| t0 + (s * 1e9) as u64);
-    let to_ns = to_s.map(|s| t0 + (s * 1e9) as u64);
-    let mut last_gen: HashMap<u32, u32> = HashMap::new();
-    for p in &replay.report.processes {
-        *last_gen.entry(p.tgid).or_insert(0) += 1;
-    }
-    let last = |tgid: u32| last_gen.get(&tgid).map_or(0, |n| n.saturating_sub(1));
-
-    let mut events = 0u64;
-    let mut emit = |out: &mut dyn Sink, v: Value| -> Result<(), String> {
-        out.event(v)?;
-        events += 1;
-        Ok(())
-    };
-
-    // Process and thread names; track 0 holds the GPUs' counters.
-    emit(
-        out,
-        json!({"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
-               "args": {"name": "GPUs (NVML)"}}),
-    )?;
-    let mut seen_gen: HashMap<u32, u32> = HashMap::new();
-    for p in &replay.report.processes {
-        let g = seen_gen.entry(p.tgid).or_insert(0);
-        let pid = track_pid(p.tgid, *g, last(p.tgid));
+/// Names the tracks of the processes; track 0 holds the GPUs' counters.
+fn processes(cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
+    let gpus = "GPUs (NVML)".to_owned();
+    emit.send(TraceEvent::ProcessName { pid: 0, name: gpus })?;
+    let mut seen: HashMap<u32, u32> = HashMap::new();
+    for p in &cap.replay.report.processes {
+        let g = seen.entry(p.tgid).or_insert(0);
+        let pid = cap.pid(p.tgid, *g);
         *g += 1;
         let job = p
             .job
@@ -220,308 +353,82 @@ pub fn trace(
             .map(|j| format!(" [{}:{}]", j.kind, j.name.as_deref().unwrap_or(&j.id)))
             .unwrap_or_default();
         let ended = if p.exited { ", exited" } else { "" };
-        emit(
-            out,
-            json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                   "args": {"name": format!("{} (pid {}{ended}){job}", p.comm, p.tgid)}}),
-        )?;
+        let name = format!("{} (pid {}{ended}){job}", p.comm, p.tgid);
+        emit.send(TraceEvent::ProcessName { pid, name })?;
     }
+    Ok(())
+}
 
-    // NVML: a counter per device (utilisation) and per process (GPU memory it holds).
-    for s in store::nvml_samples(path)? {
-        if from_ns.is_some_and(|f| s.ts_ns < f) || to_ns.is_some_and(|t| s.ts_ns >= t) {
+/// NVML: a counter per device (utilisation) and per process (GPU memory it holds).
+fn nvml(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
+    for s in store::nvml_samples(path).map_err(TraceError::Read)? {
+        if !cap.in_window(s.ts_ns) {
             continue;
         }
-        let ts = s.ts_ns.saturating_sub(t0) as f64 / 1e3;
+        let ts_ns = cap.rel(s.ts_ns);
         for d in &s.devices {
-            emit(
-                out,
-                json!({"ph": "C", "name": format!("GPU {} utilisation % (NVML)", d.index),
-                       "pid": 0, "ts": ts,
-                       "args": {"gpu": d.gpu_util, "memory": d.mem_util}}),
-            )?;
+            emit.send(TraceEvent::Counter {
+                pid: 0,
+                ts_ns,
+                name: format!("GPU {} utilisation % (NVML)", d.index),
+                values: vec![
+                    ("gpu", d.gpu_util.map(u64::from)),
+                    ("memory", d.mem_util.map(u64::from)),
+                ],
+            })?;
         }
         for p in &s.processes {
             if let Some(b) = p.used_bytes
-                && last_gen.contains_key(&p.pid)
+                && cap.generations.contains_key(&p.pid)
             {
-                emit(
-                    out,
-                    json!({"ph": "C", "name": "GPU memory held (NVML, bytes)",
-                           "pid": track_pid(p.pid, last(p.pid), last(p.pid)), "ts": ts,
-                           "args": {"held": b}}),
-                )?;
+                let last = cap.last(p.pid);
+                emit.send(TraceEvent::Counter {
+                    pid: cap.pid(p.pid, last),
+                    ts_ns,
+                    name: "GPU memory held (NVML, bytes)".into(),
+                    values: vec![("held", Some(b))],
+                })?;
             }
         }
     }
+    Ok(())
+}
 
-    // Steps (two more passes, see `steps`): a span per step on a "steps" track.
-    for s in crate::analysis::steps::find(path, t0)? {
-        let pid = track_pid(s.tgid, s.generation, last(s.tgid));
+/// Steps (two more passes, see `steps`): a span per step on a "steps" track.
+fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
+    for s in crate::analysis::steps::find(path, cap.t0).map_err(TraceError::Read)? {
+        let pid = cap.pid(s.tgid, s.generation);
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {
-            let at = t0 + st.start_ns;
-            if from_ns.is_some_and(|f| at < f) || to_ns.is_some_and(|t| at >= t) {
+            if !cap.in_window(cap.t0 + st.start_ns) {
                 continue;
             }
             if !named {
                 named = true;
-                emit(
-                    out,
-                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": STEP_TID,
-                           "args": {"name": format!("steps (ends: {})", s.boundary)}}),
-                )?;
+                let name = format!("steps (ends: {})", s.boundary);
+                emit.send(TraceEvent::ThreadName {
+                    pid,
+                    tid: STEP_TID,
+                    name,
+                })?;
             }
-            emit(
-                out,
-                json!({"ph": "X", "cat": "step", "name": format!("step {}", i + 1),
-                       "pid": pid, "tid": STEP_TID, "ts": st.start_ns as f64 / 1e3,
-                       "dur": st.wall_ns as f64 / 1e3,
-                       "args": {"launches": st.launches, "blocked_ns": st.blocked_ns,
-                                "copy_bytes": st.copy_bytes,
-                                "first_enqueue_ns": st.first_enqueue_ns,
-                                "live_bytes": st.live_bytes, "regular": st.regular}}),
-            )?;
+            emit.send(TraceEvent::Slice {
+                pid,
+                tid: STEP_TID,
+                ts_ns: st.start_ns,
+                dur: Dur::Ns(st.wall_ns),
+                cat: "step",
+                name: format!("step {}", i + 1),
+                args: Args::from([
+                    ("launches", Arg::Uint(st.launches)),
+                    ("blocked_ns", Arg::Uint(st.blocked_ns)),
+                    ("copy_bytes", Arg::Uint(st.copy_bytes)),
+                    ("first_enqueue_ns", Arg::Uint(st.first_enqueue_ns)),
+                    ("live_bytes", Arg::Uint(st.live_bytes)),
+                    ("regular", Arg::Bool(st.regular)),
+                ]),
+            })?;
         }
     }
-
-    // Pass 2: every call, in ring order.
-    let mut threads: HashMap<(u64, u32), ()> = HashMap::new();
-    let mut streams = Streams {
-        ids: HashMap::new(),
-    };
-    let mut live: HashMap<u64, MemTracker> = HashMap::new();
-    let mut flow = 0u64;
-    let us = |ts: u64| ts.saturating_sub(t0) as f64 / 1e3;
-    let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
-        let h = *ev.header();
-        let pid = track_pid(h.tgid, g, last(h.tgid));
-        let api_name = api.name(h.api);
-        let runtime = api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime);
-        let in_window = from_ns.is_none_or(|f| h.ts_ns >= f) && to_ns.is_none_or(|t| h.ts_ns < t);
-        // Live memory is followed over the whole capture, shown inside the window.
-        if let Event::Mem(_, m) = &ev {
-            let l = live
-                .entry(pid)
-                .or_insert_with(|| MemTracker::new(crate::model::DEFAULT_LIVE_CAP));
-            let before = l.live_bytes;
-            l.apply(m);
-            if l.live_bytes != before && in_window {
-                let v = l.live_bytes;
-                emit(
-                    out,
-                    json!({"ph": "C", "name": "device memory (bytes)", "pid": pid,
-                               "ts": us(h.ts_ns), "args": {"live": v}}),
-                )?;
-            }
-        }
-        if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
-            return Ok(());
-        }
-        if threads.insert((pid, h.tid), ()).is_none() {
-            emit(
-                out,
-                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": h.tid,
-                           "args": {"name": format!("thread {}", h.tid)}}),
-            )?;
-        }
-        let ts = us(h.ts_ns);
-        let mut on_stream = |out: &mut dyn Sink,
-                             stream: u64,
-                             v: Value,
-                             emit: &mut dyn FnMut(&mut dyn Sink, Value) -> Result<(), String>|
-         -> Result<u64, String> {
-            let (tid, new) = streams.track(pid, stream);
-            if new {
-                let label = if stream == 0 {
-                    "default stream".to_owned()
-                } else {
-                    format!("stream 0x{stream:x}")
-                };
-                emit(
-                    out,
-                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": label}}),
-                )?;
-            }
-            let mut v = v;
-            v["tid"] = json!(tid);
-            emit(out, v)?;
-            Ok(tid)
-        };
-        let kernel_name = |func: u64| {
-            replay
-                .kernel_names
-                .get(&(h.tgid, g, func, runtime))
-                .cloned()
-                .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
-        };
-        match &ev {
-            Event::Launch(_, l) => {
-                let name = kernel_name(l.func);
-                let args = json!({"api": api_name, "grid": l.grid, "block": l.block,
-                                      "shared_bytes": l.shared_bytes,
-                                      "stream": format!("0x{:x}", l.stream)});
-                // Zero-length slices rather than instants: flow arrows bind to slices.
-                emit(
-                    out,
-                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name.clone(),
-                               "pid": pid, "tid": h.tid, "ts": ts, "args": args.clone()}),
-                )?;
-                let stream_tid = on_stream(
-                    out,
-                    l.stream,
-                    json!({"ph": "X", "dur": 0, "cat": "launch", "name": name,
-                               "pid": pid, "ts": ts, "args": args}),
-                    &mut emit,
-                )?;
-                flow += 1;
-                emit(
-                    out,
-                    json!({"ph": "s", "id": flow, "cat": "enqueue", "name": "enqueue",
-                           "pid": pid, "tid": h.tid, "ts": ts}),
-                )?;
-                emit(
-                    out,
-                    json!({"ph": "f", "bp": "e", "id": flow, "cat": "enqueue",
-                           "name": "enqueue", "pid": pid, "tid": stream_tid, "ts": ts}),
-                )?;
-            }
-            Event::Copy(_, c) => {
-                let name = format!("{api_name} {}", dir_name(c.direction));
-                let args = json!({"bytes": c.bytes, "direction": dir_name(c.direction),
-                                      "async": c.flags & flags::ASYNC != 0,
-                                      "stream": format!("0x{:x}", c.stream), "ret": c.ret});
-                emit(
-                    out,
-                    call(
-                        &name,
-                        "copy",
-                        pid,
-                        h.tid,
-                        ts,
-                        c.flags,
-                        c.dur_ns,
-                        args.clone(),
-                    ),
-                )?;
-                let _ = on_stream(
-                    out,
-                    c.stream,
-                    json!({"ph": "i", "s": "t", "cat": "copy", "name": name,
-                               "pid": pid, "ts": ts, "args": args}),
-                    &mut emit,
-                )?;
-            }
-            Event::Sync(_, s) => {
-                let args = json!({"handle": format!("0x{:x}", s.handle), "ret": s.ret,
-                                      "gpu_side": s.flags & flags::GPU_SIDE != 0});
-                emit(
-                    out,
-                    call(&api_name, "sync", pid, h.tid, ts, s.flags, s.dur_ns, args),
-                )?;
-            }
-            Event::Mem(_, m) => {
-                let args = json!({"bytes": m.bytes, "ptr": format!("0x{:x}", m.ptr),
-                                      "ret": m.ret});
-                emit(
-                    out,
-                    call(&api_name, "memory", pid, h.tid, ts, m.flags, m.dur_ns, args),
-                )?;
-            }
-            Event::Graph(_, gr) => {
-                let args = json!({"graph_exec": format!("0x{:x}", gr.graph_exec),
-                                      "stream": format!("0x{:x}", gr.stream)});
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "graph", "name": api_name,
-                               "pid": pid, "tid": h.tid, "ts": ts, "args": args}),
-                )?;
-            }
-            Event::Exit(..) => {
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "p", "cat": "process", "name": "process exit",
-                               "pid": pid, "tid": h.tid, "ts": ts}),
-                )?;
-            }
-            Event::Exec(_, x) => {
-                let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "p", "cat": "process", "name": "exec",
-                               "pid": pid, "tid": h.tid, "ts": ts,
-                               "args": {"comm": String::from_utf8_lossy(&x.comm[..len])}}),
-                )?;
-            }
-            Event::Stack(_, st) => {
-                // The call just before on this thread, at this timestamp: its stack, as an
-                // instant on the same track (outermost frame first).
-                let key = crate::enrich::stacks::StackKey::of(st);
-                let of = match st.of_kind {
-                    profiler_common::kind::LAUNCH => "launch",
-                    profiler_common::kind::SYNC => "sync",
-                    profiler_common::kind::COPY => "copy",
-                    _ => "call",
-                };
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "stack", "name": format!("{of} stack"),
-                           "pid": pid, "tid": h.tid, "ts": ts,
-                           "args": {"stack": stacks.labels(h.tgid, &key),
-                                    "period": st.period}}),
-                )?;
-            }
-            Event::Launches(_, l) => {
-                // Counted in the kernel (capture files are written in full mode, so only a
-                // hand-made file has these): one instant for the lot, no per-launch slices.
-                let name = kernel_name(l.func);
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "cat": "launch", "name": name,
-                           "pid": pid, "tid": h.tid, "ts": ts,
-                           "args": {"api": api_name, "launches": l.count, "grid": l.grid,
-                                    "block": l.block, "shared_bytes": l.shared_bytes,
-                                    "stream": format!("0x{:x}", l.stream)}}),
-                )?;
-            }
-            Event::Map(..) | Event::Name(..) | Event::Alias(..) => {}
-        }
-        Ok(())
-    })?;
-    out.finish()?;
-    let recovery_warning = damage
-        .as_ref()
-        .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
-    Ok(Summary {
-        events,
-        processes: replay.report.processes.len(),
-        damaged: damage.is_some(),
-        warning: recovery_warning.or_else(|| replay.recovery.warning(&path.display().to_string())),
-    })
+    Ok(())
 }
-
-/// A timed call as a slice (return probe: its duration is measured), else an instant.
-#[allow(clippy::too_many_arguments)]
-fn call(
-    name: &str,
-    cat: &str,
-    pid: u64,
-    tid: u32,
-    ts: f64,
-    fl: u32,
-    dur_ns: u64,
-    args: Value,
-) -> Value {
-    if fl & flags::HAS_RETURN != 0 {
-        json!({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
-               "dur": dur_ns as f64 / 1e3, "args": args})
-    } else {
-        json!({"ph": "i", "s": "t", "cat": cat, "name": name, "pid": pid, "tid": tid,
-               "ts": ts, "args": args})
-    }
-}
-
-pub mod perfetto;
-#[cfg(test)]
-mod tests;

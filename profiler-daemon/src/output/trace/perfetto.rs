@@ -1,25 +1,29 @@
-//! The same trace in Perfetto's protobuf format (`perfetto.protos.Trace`), for captures whose
-//! JSON would be too large for a browser to load (Perfetto UI and chrome://tracing read JSON
-//! into one string; V8 caps a string at 2^29 characters).
+//! The trace in Perfetto's protobuf format (`perfetto.protos.Trace`), for captures whose JSON
+//! would be too large for a browser to load (Perfetto UI and chrome://tracing read JSON into
+//! one string; V8 caps a string at 2^29 characters).
 //!
-//! Each Chrome Trace Event the exporter produces is translated as it comes, with nothing held
-//! but the tracks, the interned names and the launch being written:
-//! - `process_name` → a process track (`TrackDescriptor.process`); the NVML track (pid 0) a
+//! Each [`TraceEvent`] is written as it comes, with nothing held but the tracks, the interned
+//! names and the launch being written:
+//! - a process's name → a process track (`TrackDescriptor.process`); the NVML track (pid 0) a
 //!   plain named track;
-//! - `thread_name` → a thread track for a real thread, a named child track of the process for
+//! - a thread's name → a thread track for a real thread, a named child track of the process for
 //!   a stream or the steps;
-//! - `X` (complete) → a slice begin and end; `i` → an instant on the thread or process track;
-//! - `C` → one counter track per series (`name` or `name: key`), created at its first value;
-//! - `s` / `f` flow events → `flow_ids` / `terminating_flow_ids` on the slice they bind to
-//!   (the one at the same time on the same track, which the exporter always writes first);
-//! - `args` → debug annotations (numbers, booleans and strings as such; arrays and objects as
-//!   JSON text).
+//! - a slice → a slice begin and end; an instant → an instant on the thread or process track;
+//! - a counter → one counter track per series (`name`, or `name: series` when it has several),
+//!   created at its first value (a value not reported: 0.0);
+//! - flow starts and ends → `flow_ids` / `terminating_flow_ids` on the slice they bind to (the
+//!   one at the same time on the same track, which the exporter always sends first);
+//! - arguments → debug annotations (numbers, booleans and strings as such; a handle or
+//!   address as its `0x…` string; a grid, block or list as JSON text).
 //!
 //! Names, categories and annotation names are interned on the one packet sequence. Times are
-//! ns from the capture's start, as in the JSON (where they are µs).
+//! ns from the capture's start, as the events have them.
+//!
+//! The protobuf encoding is written here by hand rather than generated (prost and Perfetto's
+//! .proto files): this writer only writes, about 30 fields of a few messages, and a varint, a
+//! key and a length prefix are all it takes, with no codegen step or dependency.
 
-use super::Sink;
-use serde_json::Value;
+use super::{Arg, Args, Scope, Sink, TraceError, TraceEvent};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -62,7 +66,6 @@ mod f {
     pub const DA_BOOL: u32 = 2;
     pub const DA_UINT: u32 = 3;
     pub const DA_INT: u32 = 4;
-    pub const DA_DOUBLE: u32 = 5;
     pub const DA_STRING: u32 = 6;
     // InternedData and its entries (EventCategory, EventName, DebugAnnotationName)
     pub const ID_CATEGORIES: u32 = 1;
@@ -166,13 +169,13 @@ struct Pending {
     pid: u64,
     tid: u64,
     name: String,
-    cat: String,
-    args: Value,
+    cat: &'static str,
+    args: Args,
     flows_out: Vec<u64>,
     flows_in: Vec<u64>,
 }
 
-/// Chrome Trace Events in, `perfetto.protos.Trace` out.
+/// [`TraceEvent`]s in, `perfetto.protos.Trace` out.
 pub struct PerfettoSink<W: Write> {
     out: W,
     tracks: HashMap<TrackKey, u64>,
@@ -185,10 +188,6 @@ pub struct PerfettoSink<W: Write> {
     pending: Vec<Pending>,
     /// Flow events that found no slice to bind to (none expected; counted, not guessed).
     pub unbound_flows: u64,
-}
-
-fn ns(us: &Value) -> u64 {
-    (us.as_f64().unwrap_or(0.0) * 1e3).round().max(0.0) as u64
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -207,12 +206,10 @@ impl<W: Write> PerfettoSink<W> {
         }
     }
 
-    fn packet(&mut self, p: &Msg) -> Result<(), String> {
+    fn packet(&mut self, p: &Msg) -> Result<(), TraceError> {
         let mut outer = Msg::default();
         outer.msg(f::TRACE_PACKET, p);
-        self.out
-            .write_all(&outer.0)
-            .map_err(|e| format!("writing the trace: {e}"))
+        Ok(self.out.write_all(&outer.0)?)
     }
 
     fn uuid(&mut self) -> u64 {
@@ -221,7 +218,7 @@ impl<W: Write> PerfettoSink<W> {
         u
     }
 
-    fn descriptor(&mut self, td: &Msg) -> Result<(), String> {
+    fn descriptor(&mut self, td: &Msg) -> Result<(), TraceError> {
         let mut p = Msg::default();
         p.uint(f::SEQUENCE_ID, SEQUENCE);
         p.msg(f::TRACK_DESCRIPTOR, td);
@@ -229,7 +226,7 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// The track of process `pid` (a plain track named after it if none was announced).
-    fn process_track(&mut self, pid: u64) -> Result<u64, String> {
+    fn process_track(&mut self, pid: u64) -> Result<u64, TraceError> {
         if let Some(&u) = self.tracks.get(&TrackKey::Process(pid)) {
             return Ok(u);
         }
@@ -243,7 +240,7 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// The track of `tid` in `pid` (a plain child track if none was announced).
-    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<u64, String> {
+    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<u64, TraceError> {
         if let Some(&u) = self.tracks.get(&TrackKey::Thread(pid, tid)) {
             return Ok(u);
         }
@@ -258,42 +255,41 @@ impl<W: Write> PerfettoSink<W> {
         Ok(u)
     }
 
-    fn metadata(&mut self, v: &Value) -> Result<(), String> {
-        let pid = v["pid"].as_u64().unwrap_or(0);
-        let tid = v["tid"].as_u64().unwrap_or(0);
-        let label = v["args"]["name"].as_str().unwrap_or("");
+    /// A process's track, named.
+    fn process_name(&mut self, pid: u64, label: &str) -> Result<(), TraceError> {
         let u = self.uuid();
         let mut td = Msg::default();
         td.uint(f::TD_UUID, u);
-        match v["name"].as_str() {
-            Some("process_name") if pid == 0 => {
-                td.bytes(f::TD_NAME, label.as_bytes());
-                self.tracks.insert(TrackKey::Process(pid), u);
-            }
-            Some("process_name") => {
-                let mut pd = Msg::default();
-                pd.int(f::PD_PID, pid as i64);
-                pd.bytes(f::PD_NAME, label.as_bytes());
-                td.msg(f::TD_PROCESS, &pd);
-                self.tracks.insert(TrackKey::Process(pid), u);
-            }
-            Some("thread_name") if tid < super::STEP_TID => {
-                let mut thd = Msg::default();
-                thd.int(f::THD_PID, pid as i64);
-                thd.int(f::THD_TID, tid as i64);
-                thd.bytes(f::THD_NAME, label.as_bytes());
-                td.msg(f::TD_THREAD, &thd);
-                self.tracks.insert(TrackKey::Thread(pid, tid), u);
-            }
-            Some("thread_name") => {
-                // A stream or the steps: a named track under the process.
-                let parent = self.process_track(pid)?;
-                td.uint(f::TD_PARENT, parent);
-                td.bytes(f::TD_NAME, label.as_bytes());
-                self.tracks.insert(TrackKey::Thread(pid, tid), u);
-            }
-            _ => return Ok(()),
+        if pid == 0 {
+            td.bytes(f::TD_NAME, label.as_bytes());
+        } else {
+            let mut pd = Msg::default();
+            pd.int(f::PD_PID, pid as i64);
+            pd.bytes(f::PD_NAME, label.as_bytes());
+            td.msg(f::TD_PROCESS, &pd);
         }
+        self.tracks.insert(TrackKey::Process(pid), u);
+        self.descriptor(&td)
+    }
+
+    /// A thread's (or a stream's, or the steps') track, named.
+    fn thread_name(&mut self, pid: u64, tid: u64, label: &str) -> Result<(), TraceError> {
+        let u = self.uuid();
+        let mut td = Msg::default();
+        td.uint(f::TD_UUID, u);
+        if tid < super::STEP_TID {
+            let mut thd = Msg::default();
+            thd.int(f::THD_PID, pid as i64);
+            thd.int(f::THD_TID, tid as i64);
+            thd.bytes(f::THD_NAME, label.as_bytes());
+            td.msg(f::TD_THREAD, &thd);
+        } else {
+            // A stream or the steps: a named track under the process.
+            let parent = self.process_track(pid)?;
+            td.uint(f::TD_PARENT, parent);
+            td.bytes(f::TD_NAME, label.as_bytes());
+        }
+        self.tracks.insert(TrackKey::Thread(pid, tid), u);
         self.descriptor(&td)
     }
 
@@ -304,7 +300,7 @@ impl<W: Write> PerfettoSink<W> {
         kind: u64,
         track: u64,
         body: impl FnOnce(&mut Self, &mut Msg),
-    ) -> Result<(), String> {
+    ) -> Result<(), TraceError> {
         let mut te = Msg::default();
         te.uint(f::TE_TYPE, kind);
         te.uint(f::TE_TRACK, track);
@@ -333,41 +329,37 @@ impl<W: Write> PerfettoSink<W> {
     }
 
     /// Name, category and arguments of an event.
-    fn labels(&mut self, te: &mut Msg, name: &str, cat: &str, args: &Value) {
-        if !cat.is_empty() {
-            te.uint(f::TE_CATEGORY_IIDS, self.cats.id(cat));
-        }
+    fn labels(&mut self, te: &mut Msg, name: &str, cat: &str, args: &Args) {
+        te.uint(f::TE_CATEGORY_IIDS, self.cats.id(cat));
         te.uint(f::TE_NAME_IID, self.names.id(name));
-        if let Value::Object(m) = args {
-            for (k, v) in m {
-                let mut da = Msg::default();
-                da.uint(f::DA_NAME_IID, self.arg_names.id(k));
-                match v {
-                    Value::Bool(b) => da.uint(f::DA_BOOL, u64::from(*b)),
-                    Value::Number(n) => {
-                        if let Some(u) = n.as_u64() {
-                            da.uint(f::DA_UINT, u);
-                        } else if let Some(i) = n.as_i64() {
-                            da.int(f::DA_INT, i);
-                        } else {
-                            da.double(f::DA_DOUBLE, n.as_f64().unwrap_or(0.0));
-                        }
-                    }
-                    Value::String(s) => da.bytes(f::DA_STRING, s.as_bytes()),
-                    other => da.bytes(f::DA_STRING, other.to_string().as_bytes()),
+        for (k, v) in args.iter() {
+            let mut da = Msg::default();
+            da.uint(f::DA_NAME_IID, self.arg_names.id(k));
+            match v {
+                Arg::Bool(b) => da.uint(f::DA_BOOL, u64::from(*b)),
+                Arg::Uint(u) => da.uint(f::DA_UINT, *u),
+                Arg::Int(i) => match u64::try_from(*i) {
+                    Ok(u) => da.uint(f::DA_UINT, u),
+                    Err(_) => da.int(f::DA_INT, *i),
+                },
+                Arg::Str(s) => da.bytes(f::DA_STRING, s.as_bytes()),
+                Arg::Hex(h) => da.bytes(f::DA_STRING, format!("0x{h:x}").as_bytes()),
+                Arg::Dim3(_) | Arg::List(_) => {
+                    let json = serde_json::to_string(v).unwrap_or_default();
+                    da.bytes(f::DA_STRING, json.as_bytes())
                 }
-                te.msg(f::TE_ANNOTATIONS, &da);
             }
+            te.msg(f::TE_ANNOTATIONS, &da);
         }
     }
 
     /// Writes the held slices but the newest `keep`.
-    fn flush_pending(&mut self, keep: usize) -> Result<(), String> {
+    fn flush_pending(&mut self, keep: usize) -> Result<(), TraceError> {
         let n = self.pending.len().saturating_sub(keep);
         let done: Vec<Pending> = self.pending.drain(..n).collect();
         for p in done {
             self.track_event(p.ts, SLICE_BEGIN, p.track, |s, te| {
-                s.labels(te, &p.name, &p.cat, &p.args);
+                s.labels(te, &p.name, p.cat, &p.args);
                 for id in &p.flows_out {
                     te.fixed64(f::TE_FLOW_IDS, *id);
                 }
@@ -379,113 +371,156 @@ impl<W: Write> PerfettoSink<W> {
         }
         Ok(())
     }
+
+    /// Binds flow `id` to the held slice at `ts` on `(pid, tid)`: leaving it, or arriving.
+    fn flow(&mut self, id: u64, pid: u64, tid: u64, ts: u64, leaves: bool) {
+        match self
+            .pending
+            .iter_mut()
+            .find(|p| p.pid == pid && p.tid == tid && p.ts == ts)
+        {
+            Some(p) if leaves => p.flows_out.push(id),
+            Some(p) => p.flows_in.push(id),
+            None => self.unbound_flows += 1,
+        }
+    }
+
+    /// One value per series of counter `name`, each on its own track under the process.
+    fn counter(
+        &mut self,
+        pid: u64,
+        ts: u64,
+        name: &str,
+        values: &[(&'static str, Option<u64>)],
+    ) -> Result<(), TraceError> {
+        let parent = self.process_track(pid)?;
+        for (k, val) in values {
+            let label = if values.len() == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}: {k}")
+            };
+            let track = match self.counters.get(&(pid, label.clone())) {
+                Some(&u) => u,
+                None => {
+                    let u = self.uuid();
+                    self.counters.insert((pid, label.clone()), u);
+                    let mut td = Msg::default();
+                    td.uint(f::TD_UUID, u);
+                    td.uint(f::TD_PARENT, parent);
+                    td.bytes(f::TD_NAME, label.as_bytes());
+                    td.msg(f::TD_COUNTER, &Msg::default());
+                    self.descriptor(&td)?;
+                    u
+                }
+            };
+            // An integer where it fits; a value not reported is 0.0.
+            let val = *val;
+            self.track_event(ts, COUNTER, track, |_, te| {
+                match val.map(|v| (v, i64::try_from(v))) {
+                    Some((_, Ok(i))) => te.int(f::TE_COUNTER_INT, i),
+                    Some((v, Err(_))) => te.double(f::TE_COUNTER_DOUBLE, v as f64),
+                    None => te.double(f::TE_COUNTER_DOUBLE, 0.0),
+                }
+            })?;
+        }
+        Ok(())
+    }
 }
 
 impl<W: Write> Sink for PerfettoSink<W> {
-    fn event(&mut self, v: Value) -> Result<(), String> {
-        let ph = v["ph"].as_str().unwrap_or("");
+    fn event(&mut self, e: TraceEvent) -> Result<(), TraceError> {
         // Slices wait for the flow events that follow them (a launch: its thread slice, its
         // stream's track when it is new, its stream slice, then the flow's two ends); an
         // instant or a counter writes them out first, keeping the order.
-        if !matches!(ph, "X" | "s" | "f" | "M") {
+        if matches!(e, TraceEvent::Instant { .. } | TraceEvent::Counter { .. }) {
             self.flush_pending(0)?;
         } else if self.pending.len() >= MAX_PENDING {
             // A long run of slices: only the newest can still get a flow.
             self.flush_pending(2)?;
         }
-        let pid = v["pid"].as_u64().unwrap_or(0);
-        let tid = v["tid"].as_u64().unwrap_or(0);
-        let name = v["name"].as_str().unwrap_or("").to_owned();
-        let cat = v["cat"].as_str().unwrap_or("").to_owned();
-        let ts = ns(&v["ts"]);
-        match ph {
-            "M" => self.metadata(&v),
-            "X" => {
+        match e {
+            TraceEvent::ProcessName { pid, name } => self.process_name(pid, &name),
+            TraceEvent::ThreadName { pid, tid, name } => self.thread_name(pid, tid, &name),
+            TraceEvent::Slice {
+                pid,
+                tid,
+                ts_ns,
+                dur,
+                cat,
+                name,
+                args,
+            } => {
                 let track = self.thread_track(pid, tid)?;
                 self.pending.push(Pending {
                     track,
-                    ts,
-                    dur: ns(&v["dur"]),
+                    ts: ts_ns,
+                    dur: dur.ns(),
                     pid,
                     tid,
                     name,
                     cat,
-                    args: v["args"].clone(),
+                    args,
                     flows_out: Vec::new(),
                     flows_in: Vec::new(),
                 });
                 Ok(())
             }
-            "s" | "f" => {
-                let id = v["id"].as_u64().unwrap_or(0);
-                match self
-                    .pending
-                    .iter_mut()
-                    .find(|p| p.pid == pid && p.tid == tid && p.ts == ts)
-                {
-                    Some(p) if ph == "s" => p.flows_out.push(id),
-                    Some(p) => p.flows_in.push(id),
-                    None => self.unbound_flows += 1,
-                }
+            TraceEvent::FlowStart {
+                id,
+                pid,
+                tid,
+                ts_ns,
+                ..
+            } => {
+                self.flow(id, pid, tid, ts_ns, true);
                 Ok(())
             }
-            "i" => {
-                let track = if v["s"] == "p" {
-                    self.process_track(pid)?
-                } else {
-                    self.thread_track(pid, tid)?
-                };
-                let args = v["args"].clone();
-                self.track_event(ts, INSTANT, track, |s, te| s.labels(te, &name, &cat, &args))
-            }
-            "C" => {
-                let Value::Object(series) = &v["args"] else {
-                    return Ok(());
-                };
-                let parent = self.process_track(pid)?;
-                for (k, val) in series {
-                    let label = if series.len() == 1 {
-                        name.clone()
-                    } else {
-                        format!("{name}: {k}")
-                    };
-                    let track = match self.counters.get(&(pid, label.clone())) {
-                        Some(&u) => u,
-                        None => {
-                            let u = self.uuid();
-                            self.counters.insert((pid, label.clone()), u);
-                            let mut td = Msg::default();
-                            td.uint(f::TD_UUID, u);
-                            td.uint(f::TD_PARENT, parent);
-                            td.bytes(f::TD_NAME, label.as_bytes());
-                            td.msg(f::TD_COUNTER, &Msg::default());
-                            self.descriptor(&td)?;
-                            u
-                        }
-                    };
-                    self.track_event(ts, COUNTER, track, |_, te| match val.as_i64() {
-                        Some(i) => te.int(f::TE_COUNTER_INT, i),
-                        None => te.double(f::TE_COUNTER_DOUBLE, val.as_f64().unwrap_or(0.0)),
-                    })?;
-                }
+            TraceEvent::FlowEnd {
+                id,
+                pid,
+                tid,
+                ts_ns,
+                ..
+            } => {
+                self.flow(id, pid, tid, ts_ns, false);
                 Ok(())
             }
-            _ => Ok(()),
+            TraceEvent::Instant {
+                pid,
+                tid,
+                ts_ns,
+                scope,
+                cat,
+                name,
+                args,
+            } => {
+                let track = match scope {
+                    Scope::Process => self.process_track(pid)?,
+                    Scope::Thread => self.thread_track(pid, tid)?,
+                };
+                self.track_event(ts_ns, INSTANT, track, |s, te| {
+                    s.labels(te, &name, cat, &args)
+                })
+            }
+            TraceEvent::Counter {
+                pid,
+                ts_ns,
+                name,
+                values,
+            } => self.counter(pid, ts_ns, &name, &values),
         }
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), TraceError> {
         self.flush_pending(0)?;
-        self.out
-            .flush()
-            .map_err(|e| format!("writing the trace: {e}"))
+        Ok(self.out.flush()?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     /// A field read back: a number (varint or fixed64) or bytes.
     type Field = (u32, Result<u64, Vec<u8>>);
@@ -566,23 +601,69 @@ mod tests {
     fn a_launch_with_its_flow_becomes_two_slices_bound_by_the_flow() {
         let mut out = Vec::new();
         let mut s = PerfettoSink::new(&mut out);
-        for v in [
-            json!({"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "p"}}),
-            json!({"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "t"}}),
-            json!({"ph": "X", "dur": 0, "cat": "launch", "name": "k", "pid": 7, "tid": 8,
-                   "ts": 1.5, "args": {"grid": [1, 1, 1], "shared_bytes": 0}}),
+        let stream = super::super::STREAM_TID_BASE;
+        let launch = |tid, args| TraceEvent::Slice {
+            pid: 7,
+            tid,
+            ts_ns: 1500,
+            dur: super::super::Dur::Mark,
+            cat: "launch",
+            name: "k".into(),
+            args,
+        };
+        let flow = |id, tid| (id, 7, tid, 1500, "enqueue", "enqueue");
+        let (id, pid, tid, ts_ns, cat, name) = flow(1, 8);
+        let start = TraceEvent::FlowStart {
+            id,
+            pid,
+            tid,
+            ts_ns,
+            cat,
+            name,
+        };
+        let (id, pid, tid, ts_ns, cat, name) = flow(1, stream);
+        let end = TraceEvent::FlowEnd {
+            id,
+            pid,
+            tid,
+            ts_ns,
+            cat,
+            name,
+        };
+        for e in [
+            TraceEvent::ProcessName {
+                pid: 7,
+                name: "p".into(),
+            },
+            TraceEvent::ThreadName {
+                pid: 7,
+                tid: 8,
+                name: "t".into(),
+            },
+            launch(
+                8,
+                Args::from([
+                    ("grid", Arg::Dim3([1, 1, 1])),
+                    ("shared_bytes", Arg::Uint(0)),
+                ]),
+            ),
             // A new stream's track is announced between the launch's two slices.
-            json!({"ph": "M", "name": "thread_name", "pid": 7, "tid": super::super::STREAM_TID_BASE,
-                   "args": {"name": "stream 0x1"}}),
-            json!({"ph": "X", "dur": 0, "cat": "launch", "name": "k", "pid": 7,
-                   "tid": super::super::STREAM_TID_BASE, "ts": 1.5, "args": {}}),
-            json!({"ph": "s", "id": 1, "pid": 7, "tid": 8, "ts": 1.5}),
-            json!({"ph": "f", "bp": "e", "id": 1, "pid": 7,
-                   "tid": super::super::STREAM_TID_BASE, "ts": 1.5}),
-            json!({"ph": "C", "name": "device memory (bytes)", "pid": 7, "ts": 2.0,
-                   "args": {"live": 4096}}),
+            TraceEvent::ThreadName {
+                pid: 7,
+                tid: stream,
+                name: "stream 0x1".into(),
+            },
+            launch(stream, Args::default()),
+            start,
+            end,
+            TraceEvent::Counter {
+                pid: 7,
+                ts_ns: 2000,
+                name: "device memory (bytes)".into(),
+                values: vec![("live", Some(4096))],
+            },
         ] {
-            s.event(v).unwrap();
+            s.event(e).unwrap();
         }
         s.finish().unwrap();
         assert_eq!(s.unbound_flows, 0);

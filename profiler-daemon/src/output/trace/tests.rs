@@ -2,9 +2,13 @@
 
 use super::*;
 use crate::store::tests::{Tmp, write_capture};
+use serde_json::{Value, json};
 
 fn trace(from: Option<f64>, to: Option<f64>) -> (Summary, Value) {
-    let t = Tmp::new("export");
+    // A file per call: tests run in parallel, and each removes its file when done.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = Tmp::new(&format!("export-{n}"));
     write_capture(&t.0, true);
     let mut out = Vec::new();
     let s = chrome(&t.0, &mut out, from, to).unwrap();
@@ -117,5 +121,23 @@ fn a_killed_capture_still_exports_with_a_warning() {
     assert_eq!(
         events(&v).iter().filter(|e| e["cat"] == "launch").count(),
         14
+    );
+}
+
+#[test]
+fn arguments_are_kept_in_key_order_and_written_as_json_values() {
+    let args = Args::from([
+        ("stream", Arg::Hex(0x7f00)),
+        ("api", Arg::Str("cudaLaunchKernel".into())),
+        ("ret", Arg::Int(-1)),
+        ("grid", Arg::Dim3([4, 1, 1])),
+        ("stack", Arg::List(vec!["f \"g\"".into()])),
+    ]);
+    let keys: Vec<&str> = args.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["api", "grid", "ret", "stack", "stream"]);
+    assert_eq!(
+        serde_json::to_value(&args).unwrap(),
+        json!({"api": "cudaLaunchKernel", "grid": [4, 1, 1], "ret": -1,
+               "stack": ["f \"g\""], "stream": "0x7f00"})
     );
 }

@@ -1,0 +1,314 @@
+//! The calls' pass of a trace: every record of the capture, in ring order, as events on its
+//! thread's track and its stream's (launches with a flow arrow between the two), and the
+//! process's device memory as it changes.
+
+use super::{Arg, Args, Capture, Dur, Emit, STREAM_TID_BASE, Scope, TraceError, TraceEvent};
+use crate::api::{ApiTable, Layer};
+use crate::enrich::stacks::{StackKey, StackResolver};
+use crate::model::direction_name as dir_name;
+use crate::model::mem::LiveMemory;
+use crate::store;
+use profiler_common::decode::Event;
+use profiler_common::{CopyBody, LaunchBody, LaunchesBody, flags};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Pass 2: every call, in ring order. Returns why the capture stopped early, if it did.
+pub(super) fn calls(
+    path: &Path,
+    cap: &Capture,
+    emit: &mut Emit,
+) -> Result<Option<String>, TraceError> {
+    let mut calls = Calls {
+        cap,
+        threads: HashSet::new(),
+        streams: HashMap::new(),
+        live: LiveMemory::default(),
+        flow: 0,
+    };
+    // The sink's error, kept whole while the reader passes its text on.
+    let mut failed: Option<TraceError> = None;
+    let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
+        calls.record(emit, api, g, ev, stacks).map_err(|e| {
+            let text = e.to_string();
+            failed = Some(e);
+            text
+        })
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => damage.map_err(TraceError::Read),
+    }
+}
+
+/// One call: where it is on the trace, and who made it.
+struct Call {
+    pid: u64,
+    tid: u64,
+    ts_ns: u64,
+    api: String,
+    /// Its kernel names: `(tgid, generation)`, and whether the API is the runtime's.
+    process: (u32, u32),
+    runtime: bool,
+}
+
+impl Call {
+    /// A timed call as a slice (return probe: its duration is measured), else an instant.
+    fn timed(
+        &self,
+        cat: &'static str,
+        name: String,
+        fl: u32,
+        dur_ns: u64,
+        args: Args,
+    ) -> TraceEvent {
+        if fl & flags::HAS_RETURN == 0 {
+            return self.instant(Scope::Thread, cat, name, args);
+        }
+        TraceEvent::Slice {
+            pid: self.pid,
+            tid: self.tid,
+            ts_ns: self.ts_ns,
+            dur: Dur::Ns(dur_ns),
+            cat,
+            name,
+            args,
+        }
+    }
+
+    /// An instant on the call's thread (`Scope::Thread`) or process.
+    fn instant(&self, scope: Scope, cat: &'static str, name: String, args: Args) -> TraceEvent {
+        TraceEvent::Instant {
+            pid: self.pid,
+            tid: self.tid,
+            ts_ns: self.ts_ns,
+            scope,
+            cat,
+            name,
+            args,
+        }
+    }
+}
+
+/// The state of the calls' pass: the tracks named so far, live memory, the last flow.
+struct Calls<'a> {
+    cap: &'a Capture<'a>,
+    threads: HashSet<(u64, u32)>,
+    /// `(pid, stream)` → its track.
+    streams: HashMap<(u64, u64), u64>,
+    live: LiveMemory<u64>,
+    flow: u64,
+}
+
+impl Calls<'_> {
+    fn record(
+        &mut self,
+        emit: &mut Emit,
+        api: &ApiTable,
+        g: u32,
+        ev: &Event,
+        stacks: &StackResolver,
+    ) -> Result<(), TraceError> {
+        let h = *ev.header();
+        let pid = self.cap.pid(h.tgid, g);
+        let ts_ns = self.cap.rel(h.ts_ns);
+        let in_window = self.cap.in_window(h.ts_ns);
+        // Live memory is followed over the whole capture, shown inside the window.
+        if let Some(v) = self.live.on(pid, ev)
+            && in_window
+        {
+            emit.send(TraceEvent::Counter {
+                pid,
+                ts_ns,
+                name: "device memory (bytes)".into(),
+                values: vec![("live", Some(v))],
+            })?;
+        }
+        if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
+            return Ok(());
+        }
+        if self.threads.insert((pid, h.tid)) {
+            let name = format!("thread {}", h.tid);
+            let tid = u64::from(h.tid);
+            emit.send(TraceEvent::ThreadName { pid, tid, name })?;
+        }
+        let call = Call {
+            pid,
+            tid: u64::from(h.tid),
+            ts_ns,
+            api: api.name(h.api),
+            process: (h.tgid, g),
+            runtime: api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime),
+        };
+        let e = match ev {
+            Event::Launch(_, l) => return self.launch(emit, &call, l),
+            Event::Copy(_, c) => return self.copy(emit, &call, c),
+            Event::Sync(_, s) => {
+                let args = Args::from([
+                    ("handle", Arg::Hex(s.handle)),
+                    ("ret", Arg::Int(i64::from(s.ret))),
+                    ("gpu_side", Arg::Bool(s.flags & flags::GPU_SIDE != 0)),
+                ]);
+                call.timed("sync", call.api.clone(), s.flags, s.dur_ns, args)
+            }
+            Event::Mem(_, m) => {
+                let args = Args::from([
+                    ("bytes", Arg::Uint(m.bytes)),
+                    ("ptr", Arg::Hex(m.ptr)),
+                    ("ret", Arg::Int(i64::from(m.ret))),
+                ]);
+                call.timed("memory", call.api.clone(), m.flags, m.dur_ns, args)
+            }
+            Event::Graph(_, gr) => {
+                let args = Args::from([
+                    ("graph_exec", Arg::Hex(gr.graph_exec)),
+                    ("stream", Arg::Hex(gr.stream)),
+                ]);
+                call.instant(Scope::Thread, "graph", call.api.clone(), args)
+            }
+            Event::Exit(..) => call.instant(
+                Scope::Process,
+                "process",
+                "process exit".into(),
+                Args::default(),
+            ),
+            Event::Exec(_, x) => {
+                let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
+                let comm = String::from_utf8_lossy(&x.comm[..len]).into_owned();
+                let args = Args::from([("comm", Arg::Str(comm))]);
+                call.instant(Scope::Process, "process", "exec".into(), args)
+            }
+            Event::Stack(_, st) => {
+                // The call just before on this thread, at this timestamp: its stack, as an
+                // instant on the same track (outermost frame first).
+                let of = match st.of_kind {
+                    profiler_common::kind::LAUNCH => "launch",
+                    profiler_common::kind::SYNC => "sync",
+                    profiler_common::kind::COPY => "copy",
+                    _ => "call",
+                };
+                let stack = stacks.labels(h.tgid, &StackKey::of(st));
+                let args = Args::from([
+                    ("stack", Arg::List(stack)),
+                    ("period", Arg::Uint(u64::from(st.period))),
+                ]);
+                call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
+            }
+            Event::Launches(_, l) => self.launches(&call, l),
+            Event::Map(..) | Event::Name(..) | Event::Alias(..) => return Ok(()),
+        };
+        emit.send(e)
+    }
+
+    /// The name of kernel `func` launched by `call`.
+    fn kernel_name(&self, call: &Call, func: u64) -> String {
+        let (tgid, g) = call.process;
+        self.cap
+            .replay
+            .kernel_names
+            .get(&(tgid, g, func, call.runtime))
+            .cloned()
+            .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
+    }
+
+    /// The track of `stream` in process track `pid`, named when it is new.
+    fn stream(&mut self, emit: &mut Emit, pid: u64, stream: u64) -> Result<u64, TraceError> {
+        let n = self.streams.len() as u64;
+        let mut new = false;
+        let tid = *self.streams.entry((pid, stream)).or_insert_with(|| {
+            new = true;
+            STREAM_TID_BASE + n
+        });
+        if new {
+            let name = if stream == 0 {
+                "default stream".to_owned()
+            } else {
+                format!("stream 0x{stream:x}")
+            };
+            emit.send(TraceEvent::ThreadName { pid, tid, name })?;
+        }
+        Ok(tid)
+    }
+
+    /// A launch on its thread and on its stream's track, with a flow arrow from one to the
+    /// other.
+    fn launch(&mut self, emit: &mut Emit, call: &Call, l: &LaunchBody) -> Result<(), TraceError> {
+        let name = self.kernel_name(call, l.func);
+        let args = Args::from([
+            ("api", Arg::Str(call.api.clone())),
+            ("grid", Arg::Dim3(l.grid)),
+            ("block", Arg::Dim3(l.block)),
+            ("shared_bytes", Arg::Uint(u64::from(l.shared_bytes))),
+            ("stream", Arg::Hex(l.stream)),
+        ]);
+        let (pid, ts_ns) = (call.pid, call.ts_ns);
+        let slice = |tid, name, args| TraceEvent::Slice {
+            pid,
+            tid,
+            ts_ns,
+            dur: Dur::Mark,
+            cat: "launch",
+            name,
+            args,
+        };
+        emit.send(slice(call.tid, name.clone(), args.clone()))?;
+        let stream_tid = self.stream(emit, pid, l.stream)?;
+        emit.send(slice(stream_tid, name, args))?;
+        self.flow += 1;
+        let (id, cat) = (self.flow, "enqueue");
+        emit.send(TraceEvent::FlowStart {
+            id,
+            pid,
+            tid: call.tid,
+            ts_ns,
+            cat,
+            name: cat,
+        })?;
+        emit.send(TraceEvent::FlowEnd {
+            id,
+            pid,
+            tid: stream_tid,
+            ts_ns,
+            cat,
+            name: cat,
+        })
+    }
+
+    /// A copy on its thread (timed or not) and, as an instant, on its stream's track.
+    fn copy(&mut self, emit: &mut Emit, call: &Call, c: &CopyBody) -> Result<(), TraceError> {
+        let name = format!("{} {}", call.api, dir_name(c.direction));
+        let args = Args::from([
+            ("bytes", Arg::Uint(c.bytes)),
+            ("direction", Arg::Str(dir_name(c.direction).to_owned())),
+            ("async", Arg::Bool(c.flags & flags::ASYNC != 0)),
+            ("stream", Arg::Hex(c.stream)),
+            ("ret", Arg::Int(i64::from(c.ret))),
+        ]);
+        emit.send(call.timed("copy", name.clone(), c.flags, c.dur_ns, args.clone()))?;
+        let tid = self.stream(emit, call.pid, c.stream)?;
+        emit.send(TraceEvent::Instant {
+            pid: call.pid,
+            tid,
+            ts_ns: call.ts_ns,
+            scope: Scope::Thread,
+            cat: "copy",
+            name,
+            args,
+        })
+    }
+
+    /// Launches counted in the kernel (capture files are written in full mode, so only a
+    /// hand-made file has these): one instant for the lot, no per-launch slices.
+    fn launches(&self, call: &Call, l: &LaunchesBody) -> TraceEvent {
+        let args = Args::from([
+            ("api", Arg::Str(call.api.clone())),
+            ("launches", Arg::Uint(l.count)),
+            ("grid", Arg::Dim3(l.grid)),
+            ("block", Arg::Dim3(l.block)),
+            ("shared_bytes", Arg::Uint(u64::from(l.shared_bytes))),
+            ("stream", Arg::Hex(l.stream)),
+        ]);
+        let name = self.kernel_name(call, l.func);
+        call.instant(Scope::Thread, "launch", name, args)
+    }
+}

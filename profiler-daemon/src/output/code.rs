@@ -240,8 +240,10 @@ pub fn render_code(
                         json!(c.blocked_ns),
                         json!(kernels.join(";")),
                     ];
-                    let cells: Vec<String> =
-                        cells.iter().map(crate::output::views::csv_cell).collect();
+                    let cells: Vec<String> = cells
+                        .iter()
+                        .map(crate::output::views::columns::csv_cell)
+                        .collect();
                     out.push_str(&cells.join(","));
                     out.push('\n');
                 }
@@ -373,7 +375,10 @@ pub fn render_callers(
                     json!(c.blocked_ns),
                     json!(top),
                 ];
-                let cells: Vec<String> = cells.iter().map(crate::output::views::csv_cell).collect();
+                let cells: Vec<String> = cells
+                    .iter()
+                    .map(crate::output::views::columns::csv_cell)
+                    .collect();
                 out.push_str(&cells.join(","));
                 out.push('\n');
             }

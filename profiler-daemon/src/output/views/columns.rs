@@ -194,6 +194,11 @@ impl<S: Rows> Column<S> {
     }
 }
 
+/// Every column of `cols`, to render them all.
+pub fn all<S: Rows>(cols: &[Column<S>]) -> Vec<&Column<S>> {
+    cols.iter().collect()
+}
+
 /// A text table of `rows` in `cols` (see [`fmt::table`]), each line starting with `indent`.
 pub fn table<S: Rows>(indent: &str, cols: &[&Column<S>], rows: &[S::Row<'_>]) -> String {
     let heads: Vec<&str> = cols.iter().map(|c| c.header).collect();

@@ -217,7 +217,7 @@ fn render_advice(
             advice::render(&advice).trim_start().to_owned()
         }
         Format::Json => serde_json::to_string_pretty(&advice).unwrap_or_default() + "\n",
-        Format::Csv => columns::csv(&ADVICE.iter().collect::<Vec<_>>(), &advice),
+        Format::Csv => columns::csv(&columns::all(ADVICE), &advice),
     }
 }
 

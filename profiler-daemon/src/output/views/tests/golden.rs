@@ -297,95 +297,89 @@ fn selections(view: &str) -> Vec<Vec<&'static str>> {
         "5",
     ]);
     if view == "code" {
-        for f in ["table", "json", "csv", "folded"] {
-            out.push(vec!["--format", f, "--start-name-regex", "main|step"]);
-            out.push(vec!["--format", f, "--start-name-regex", "("]);
-            out.push(vec!["--format", f, "--max-depth", "2"]);
-            out.push(vec!["--format", f, "--max-depth", "0"]);
-            out.push(vec!["--format", f, "--order-by", "blocked"]);
-            out.push(vec!["--format", f, "--name-regex", "cutlass"]);
-            out.push(vec!["--format", f, "--name-regex", "synchronize"]);
-            out.push(vec!["--format", f, "--min-calls", "100"]);
-        }
+        out.extend(code_options());
     }
-    // The tests' own combinations.
-    out.push(vec![
-        "--format",
-        "csv",
-        "--select",
-        "kernel,calls",
-        "--name-regex",
-        "^(gemm|relu)",
-    ]);
-    out.push(vec![
-        "--format",
-        "json",
-        "--job",
-        "web",
-        "--select",
-        "pid,kernel",
-    ]);
-    out.push(vec![
-        "--format",
-        "csv",
-        "--select",
-        "calls",
-        "--top",
-        "1",
-        "--pid",
-        "100",
-        "--min-calls",
-        "150",
-    ]);
-    out.push(vec!["--min-calls", "1000"]);
-    out.push(vec![
-        "--format",
-        "json",
-        "--select",
-        "direction,bytes,bandwidth_bps",
-    ]);
-    out.push(vec![
-        "--format",
-        "csv",
-        "--select",
-        "pid,live_bytes,never_freed_bytes",
-    ]);
-    out.push(vec!["--select", "direction,calls,size_histogram"]);
-    out.push(vec!["--select", "kernel,streams,api", "--top", "1"]);
-    out.push(vec![
-        "--format",
-        "csv",
-        "--select",
-        "pid,peak_bytes,live_bytes",
-    ]);
-    out.push(vec![
-        "--order-by",
-        "bytes",
-        "--top",
-        "1",
-        "--format",
-        "json",
-    ]);
-    out.push(vec![
-        "--order-by",
-        "rate",
-        "--format",
-        "json",
-        "--select",
-        "pid,rate,calls",
-    ]);
-    out.push(vec![
-        "--order-by",
-        "rate",
-        "--format",
-        "json",
-        "--select",
-        "kernel,rate",
-    ]);
-    out.push(vec!["--format", "csv", "--select", "steps"]);
-    out.push(vec!["--select", "bins,activity"]);
-    out.push(vec!["--format", "csv", "--select", "bins"]);
+    out.extend(the_tests_own());
     out
+}
+
+/// The code view's own options, in each of its formats.
+fn code_options() -> Vec<Vec<&'static str>> {
+    let mut out: Vec<Vec<&str>> = Vec::new();
+    for f in ["table", "json", "csv", "folded"] {
+        out.push(vec!["--format", f, "--start-name-regex", "main|step"]);
+        out.push(vec!["--format", f, "--start-name-regex", "("]);
+        out.push(vec!["--format", f, "--max-depth", "2"]);
+        out.push(vec!["--format", f, "--max-depth", "0"]);
+        out.push(vec!["--format", f, "--order-by", "blocked"]);
+        out.push(vec!["--format", f, "--name-regex", "cutlass"]);
+        out.push(vec!["--format", f, "--name-regex", "synchronize"]);
+        out.push(vec!["--format", f, "--min-calls", "100"]);
+    }
+    out
+}
+
+/// The combinations the views tests use.
+fn the_tests_own() -> Vec<Vec<&'static str>> {
+    vec![
+        vec![
+            "--format",
+            "csv",
+            "--select",
+            "kernel,calls",
+            "--name-regex",
+            "^(gemm|relu)",
+        ],
+        vec!["--format", "json", "--job", "web", "--select", "pid,kernel"],
+        vec![
+            "--format",
+            "csv",
+            "--select",
+            "calls",
+            "--top",
+            "1",
+            "--pid",
+            "100",
+            "--min-calls",
+            "150",
+        ],
+        vec!["--min-calls", "1000"],
+        vec![
+            "--format",
+            "json",
+            "--select",
+            "direction,bytes,bandwidth_bps",
+        ],
+        vec![
+            "--format",
+            "csv",
+            "--select",
+            "pid,live_bytes,never_freed_bytes",
+        ],
+        vec!["--select", "direction,calls,size_histogram"],
+        vec!["--select", "kernel,streams,api", "--top", "1"],
+        vec!["--format", "csv", "--select", "pid,peak_bytes,live_bytes"],
+        vec!["--order-by", "bytes", "--top", "1", "--format", "json"],
+        vec![
+            "--order-by",
+            "rate",
+            "--format",
+            "json",
+            "--select",
+            "pid,rate,calls",
+        ],
+        vec![
+            "--order-by",
+            "rate",
+            "--format",
+            "json",
+            "--select",
+            "kernel,rate",
+        ],
+        vec!["--format", "csv", "--select", "steps"],
+        vec!["--select", "bins,activity"],
+        vec!["--format", "csv", "--select", "bins"],
+    ]
 }
 
 /// `view`'s fixture: each case's command line, then what it printed (or its error).

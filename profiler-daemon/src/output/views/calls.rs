@@ -2,9 +2,9 @@
 //! kernel and launch configuration), `api` (per hooked function), `memcpy` (per copy
 //! direction) and `streams` (per stream).
 
-use super::OrderBy;
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
-use super::select::{Key, Tabular, per_second};
+use super::select::{Key, Tabular};
+use super::{OrderBy, per_second};
 use crate::analysis::steps::ProcessSteps;
 use crate::model::snapshot::{
     ApiReport, CopyReport, KernelReport, ProcessReport, Report, StreamReport,

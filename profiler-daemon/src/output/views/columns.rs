@@ -241,7 +241,7 @@ pub fn json<S: Rows>(cols: &[&Column<S>], rows: &[S::Row<'_>]) -> String {
 }
 
 /// A CSV cell: nothing for `null`, text as is, quoted when it holds a comma, quote or newline.
-pub(crate) fn csv_cell(v: &Value) -> String {
+fn csv_cell(v: &Value) -> String {
     let s = match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),

@@ -17,7 +17,7 @@ pub use timeline::{STRIP, rebin, strip};
 
 use crate::analysis::advice::{self, Advice};
 use crate::analysis::steps::ProcessSteps;
-use crate::model::snapshot::Report;
+use crate::model::snapshot::{ProcessReport, Report};
 use crate::output;
 use columns::{Cell, Column, LEFT, RIGHT, Rows};
 // The tests read these through `use super::*`.
@@ -163,6 +163,31 @@ pub fn render(
         View::Steps => select::render::<steps::Steps>(r, steps, a, name_re),
         View::Timeline => select::render::<timeline::Timeline>(r, steps, a, name_re),
     }
+}
+
+// Cells several views show.
+
+/// `p`'s job as a cell: `kind:id (name)`.
+fn job_text(p: &ProcessReport) -> Cell {
+    Cell::or_null(p.job.as_ref(), |j| {
+        Cell::Text(match &j.name {
+            Some(n) => format!("{}:{} ({n})", j.kind, j.id),
+            None => format!("{}:{}", j.kind, j.id),
+        })
+    })
+}
+
+/// `n` per second of `p`'s active span (first to last call; derived from the measured call
+/// times), to 0.1; nothing when the span is empty.
+fn per_second(n: u64, p: &ProcessReport) -> Cell {
+    let span = p
+        .timeline
+        .as_ref()
+        .map(|t| t.last_call_ns.saturating_sub(t.first_call_ns))
+        .filter(|span| *span > 0);
+    Cell::or_null(span, |span| {
+        Cell::Rate((n as f64 / (span as f64 / 1e9) * 10.0).round() / 10.0)
+    })
 }
 
 /// `--view summary`: the end-of-run report the daemon printed, or its JSON.

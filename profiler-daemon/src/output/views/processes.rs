@@ -1,9 +1,9 @@
 //! The views with a row per process or per job: `memory` (device memory per process),
 //! `processes` (launches, copies and blocked time per process) and `jobs`.
 
-use super::OrderBy;
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
-use super::select::{Key, Tabular, job_text, per_second};
+use super::select::{Key, Tabular};
+use super::{OrderBy, job_text, per_second};
 use crate::analysis::steps::ProcessSteps;
 use crate::model::snapshot::{JobReport, ProcessReport, Report};
 

@@ -2,7 +2,7 @@
 //! `--name-regex`, `--pid`, `--job`, `--order-by`, `--top`, `--select`), and the view rendered
 //! as a table, CSV or JSON from its columns.
 
-use super::columns::{self, Cell, Column, Rows, Show};
+use super::columns::{self, Column, Rows, Show};
 use super::{Format, OrderBy, ReportArgs};
 use crate::analysis::steps::ProcessSteps;
 use crate::model::snapshot::{ProcessReport, Report};
@@ -46,6 +46,7 @@ impl Key {
         }
     }
 
+    /// Whether the options keep the row.
     fn selected(&self, a: &ReportArgs, name_re: Option<&regex::Regex>) -> bool {
         self.calls >= a.min_calls
             && self.bytes >= a.min_bytes
@@ -62,29 +63,6 @@ impl Key {
 /// `p`'s job: its id and name.
 pub fn job_label(p: &ProcessReport) -> Option<(String, Option<String>)> {
     p.job.as_ref().map(|j| (j.id.clone(), j.name.clone()))
-}
-
-/// `p`'s job as a cell: `kind:id (name)`.
-pub fn job_text(p: &ProcessReport) -> Cell {
-    Cell::or_null(p.job.as_ref(), |j| {
-        Cell::Text(match &j.name {
-            Some(n) => format!("{}:{} ({n})", j.kind, j.id),
-            None => format!("{}:{}", j.kind, j.id),
-        })
-    })
-}
-
-/// `n` per second of `p`'s active span (first to last call; derived from the measured call
-/// times), to 0.1; nothing when the span is empty.
-pub fn per_second(n: u64, p: &ProcessReport) -> Cell {
-    let span = p
-        .timeline
-        .as_ref()
-        .map(|t| t.last_call_ns.saturating_sub(t.first_call_ns))
-        .filter(|span| *span > 0);
-    Cell::or_null(span, |span| {
-        Cell::Rate((n as f64 / (span as f64 / 1e9) * 10.0).round() / 10.0)
-    })
 }
 
 /// View `V` of `r` (with the `steps` found in its capture), selected and ordered as `a` asks.

@@ -2,7 +2,8 @@
 //! of its active time blocked) and its activity over the capture drawn as a strip.
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
-use super::select::{Key, Tabular, job_text, per_second};
+use super::select::{Key, Tabular};
+use super::{job_text, per_second};
 use crate::analysis::steps::ProcessSteps;
 use crate::model::activity::TimelineReport;
 use crate::model::snapshot::{ProcessReport, Report};

@@ -3,7 +3,7 @@
 //! folded` (collapsed stacks for flame graph tools).
 
 use crate::model::snapshot::{CodeReport, ProcessReport, Report};
-use crate::output::fmt;
+use crate::output::views::columns::{self, Cell, Column, LEFT, RIGHT, Rows, all};
 use crate::output::views::{Format, OrderBy, ReportArgs};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -86,12 +86,42 @@ impl Node {
     }
 }
 
-fn tree_lines(
-    node: &Node,
+/// A line of the code tree: a frame (or launched kernel) and the calls under it.
+struct Line<'a> {
+    node: &'a Node,
+    name: &'a str,
+    depth: usize,
+}
+
+/// The lines of the code tree.
+struct Tree;
+
+impl Rows for Tree {
+    type Row<'a> = Line<'a>;
+}
+
+const TREE: &[Column<Tree>] = &[
+    Column::new("calls", "CALLS", RIGHT, |l| Cell::Int(l.node.calls)),
+    Column::new("launches", "LAUNCHES", RIGHT, |l| {
+        Cell::Int(l.node.launches)
+    }),
+    Column::new("syncs", "SYNCS", RIGHT, |l| Cell::Int(l.node.syncs)),
+    Column::new("copies", "COPIES", RIGHT, |l| Cell::Int(l.node.copies)),
+    Column::new("blocked_ns", "BLOCKED", RIGHT, |l| {
+        Cell::Ms(l.node.blocked_ns)
+    }),
+    Column::new("code", "CODE", LEFT, |l| {
+        Cell::Text(format!("{}{}", "  ".repeat(l.depth), l.name))
+    }),
+];
+
+/// `node`'s children down to `max_depth`, heaviest first, each followed by its own.
+fn tree_lines<'a>(
+    node: &'a Node,
     depth: usize,
     max_depth: usize,
     order: OrderBy,
-    rows: &mut Vec<Vec<String>>,
+    lines: &mut Vec<Line<'a>>,
 ) {
     if depth >= max_depth {
         return;
@@ -99,16 +129,106 @@ fn tree_lines(
     let mut kids: Vec<(&String, &Node)> = node.children.iter().collect();
     kids.sort_by(|x, y| y.1.weight(order).cmp(&x.1.weight(order)).then(x.0.cmp(y.0)));
     for (name, n) in kids {
-        rows.push(vec![
-            n.calls.to_string(),
-            n.launches.to_string(),
-            n.syncs.to_string(),
-            n.copies.to_string(),
-            fmt::ms(n.blocked_ns),
-            format!("{}{name}", "  ".repeat(depth)),
-        ]);
-        tree_lines(n, depth + 1, max_depth, order, rows);
+        lines.push(Line {
+            node: n,
+            name,
+            depth,
+        });
+        tree_lines(n, depth + 1, max_depth, order, lines);
     }
+}
+
+/// A sampled stack of a process's.
+struct Stack<'a> {
+    p: &'a ProcessReport,
+    c: CodeReport,
+}
+
+/// The code view's CSV: a line per stack.
+struct Stacks;
+
+impl Rows for Stacks {
+    type Row<'a> = Stack<'a>;
+}
+
+const STACKS: &[Column<Stacks>] = &[
+    Column::new("pid", "PID", RIGHT, |s| Cell::Int(s.p.tgid.into())),
+    Column::new("comm", "COMM", LEFT, |s| Cell::text(&s.p.comm)),
+    Column::new("stack", "STACK", LEFT, |s| Cell::Text(s.c.stack.join(";"))),
+    Column::new("caller", "CALLER", LEFT, |s| Cell::text(&s.c.caller)),
+    Column::new("samples", "SAMPLES", RIGHT, |s| Cell::Int(s.c.samples)),
+    Column::new("calls", "CALLS", RIGHT, |s| Cell::Int(s.c.calls)),
+    Column::new("launches", "LAUNCHES", RIGHT, |s| Cell::Int(s.c.launches)),
+    Column::new("syncs", "SYNCS", RIGHT, |s| Cell::Int(s.c.syncs)),
+    Column::new("copies", "COPIES", RIGHT, |s| Cell::Int(s.c.copies)),
+    Column::new("blocked_ns", "BLOCKED", RIGHT, |s| Cell::Ms(s.c.blocked_ns)),
+    Column::new("kernels", "KERNELS", LEFT, |s| {
+        let k: Vec<String> =
+            s.c.kernels
+                .iter()
+                .map(|k| format!("{}={}", k.name, k.launches))
+                .collect();
+        Cell::Text(k.join(";"))
+    }),
+];
+
+/// Process `p`'s part of the code view: how its stacks were taken, then the tree of `rows`
+/// down to `max_depth` frames.
+fn tree(p: &ProcessReport, rows: &[CodeReport], max_depth: usize, order: OrderBy) -> String {
+    let mut out = format!(
+        "process {} ({}): {} stacks sampled{}{}\n",
+        p.tgid,
+        p.comm,
+        p.stacks.samples,
+        p.stacks
+            .python
+            .as_ref()
+            .map(|py| format!("; {py}"))
+            .unwrap_or_default(),
+        if p.stacks.dropped > 0 {
+            format!("; {} on stacks past the 4,096 kept", p.stacks.dropped)
+        } else {
+            String::new()
+        }
+    );
+    if p.stacks.python_fault > 0 {
+        out.push_str(&format!(
+            "  note: {} of {} stacks could not read all of the interpreter's frames (its memory \
+             was not where this CPython version keeps them): Python frames may be missing from \
+             them\n",
+            p.stacks.python_fault, p.stacks.samples
+        ));
+    }
+    if p.stacks.shallow > 0 {
+        out.push_str(&format!(
+            "  note: {} of {} stacks name fewer than 3 native frames: the code was probably \
+             built without frame pointers; only the innermost frame (the direct caller) is \
+             certain\n",
+            p.stacks.shallow, p.stacks.samples
+        ));
+    }
+    let mut root = Node::default();
+    for c in rows {
+        root.add(c);
+        let mut n = &mut root;
+        for f in &c.stack {
+            n = n.children.entry(f.clone()).or_default();
+            n.add(c);
+        }
+        for k in &c.kernels {
+            let leaf = n
+                .children
+                .entry(format!("[kernel] {}", k.name))
+                .or_default();
+            leaf.calls += k.launches;
+            leaf.launches += k.launches;
+        }
+    }
+    let mut lines = Vec::new();
+    tree_lines(&root, 0, max_depth, order, &mut lines);
+    out.push_str(&columns::table("  ", &all(TREE), &lines));
+    out.push('\n');
+    out
 }
 
 /// `--view code`.
@@ -123,76 +243,8 @@ pub fn render_code(
     let mut out = String::new();
     match a.format {
         Format::Table | Format::Html => {
-            for p in processes(r, a) {
-                if p.stacks.samples == 0 {
-                    continue;
-                }
-                let rows = selected(p, a, show, start);
-                out.push_str(&format!(
-                    "process {} ({}): {} stacks sampled{}{}\n",
-                    p.tgid,
-                    p.comm,
-                    p.stacks.samples,
-                    p.stacks
-                        .python
-                        .as_ref()
-                        .map(|py| format!("; {py}"))
-                        .unwrap_or_default(),
-                    if p.stacks.dropped > 0 {
-                        format!("; {} on stacks past the 4,096 kept", p.stacks.dropped)
-                    } else {
-                        String::new()
-                    }
-                ));
-                if p.stacks.python_fault > 0 {
-                    out.push_str(&format!(
-                        "  note: {} of {} stacks could not read all of the interpreter's frames \
-                         (its memory was not where this CPython version keeps them): Python \
-                         frames may be missing from them\n",
-                        p.stacks.python_fault, p.stacks.samples
-                    ));
-                }
-                if p.stacks.shallow > 0 {
-                    out.push_str(&format!(
-                        "  note: {} of {} stacks name fewer than 3 native frames: the code was \
-                         probably built without frame pointers; only the innermost frame (the \
-                         direct caller) is certain\n",
-                        p.stacks.shallow, p.stacks.samples
-                    ));
-                }
-                let mut root = Node::default();
-                for c in &rows {
-                    root.add(c);
-                    let mut n = &mut root;
-                    for f in &c.stack {
-                        n = n.children.entry(f.clone()).or_default();
-                        n.add(c);
-                    }
-                    for k in &c.kernels {
-                        let leaf = n
-                            .children
-                            .entry(format!("[kernel] {}", k.name))
-                            .or_default();
-                        leaf.calls += k.launches;
-                        leaf.launches += k.launches;
-                    }
-                }
-                let mut lines = Vec::new();
-                tree_lines(&root, 0, max_depth, order, &mut lines);
-                out.push_str(&fmt::table(
-                    "  ",
-                    &["CALLS", "LAUNCHES", "SYNCS", "COPIES", "BLOCKED", "CODE"],
-                    &[
-                        fmt::Align::Right,
-                        fmt::Align::Right,
-                        fmt::Align::Right,
-                        fmt::Align::Right,
-                        fmt::Align::Right,
-                        fmt::Align::Left,
-                    ],
-                    &lines,
-                ));
-                out.push('\n');
+            for p in processes(r, a).filter(|p| p.stacks.samples > 0) {
+                out.push_str(&tree(p, &selected(p, a, show, start), max_depth, order));
             }
             if out.is_empty() {
                 out = "no call stacks in this capture (stacks are taken with --stack-period N, \
@@ -217,35 +269,14 @@ pub fn render_code(
             out = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
         }
         Format::Csv => {
-            out.push_str(
-                "pid,comm,stack,caller,samples,calls,launches,syncs,copies,blocked_ns,kernels\n",
-            );
-            for p in processes(r, a) {
-                for c in selected(p, a, show, start) {
-                    let kernels: Vec<String> = c
-                        .kernels
-                        .iter()
-                        .map(|k| format!("{}={}", k.name, k.launches))
-                        .collect();
-                    let cells = [
-                        json!(p.tgid),
-                        json!(p.comm),
-                        json!(c.stack.join(";")),
-                        json!(c.caller),
-                        json!(c.samples),
-                        json!(c.calls),
-                        json!(c.launches),
-                        json!(c.syncs),
-                        json!(c.copies),
-                        json!(c.blocked_ns),
-                        json!(kernels.join(";")),
-                    ];
-                    let cells: Vec<String> =
-                        cells.iter().map(crate::output::views::csv_cell).collect();
-                    out.push_str(&cells.join(","));
-                    out.push('\n');
-                }
-            }
+            let rows: Vec<Stack> = processes(r, a)
+                .flat_map(|p| {
+                    selected(p, a, show, start)
+                        .into_iter()
+                        .map(move |c| Stack { p, c })
+                })
+                .collect();
+            out = columns::csv(&all(STACKS), &rows);
         }
         Format::Folded => {
             out = folded(r, a, show, start, order);
@@ -298,24 +329,57 @@ fn folded(
         .collect()
 }
 
+/// The calls one library of a process made (on the stacks sampled).
+#[derive(Default, serde::Serialize)]
+struct Caller {
+    pid: u32,
+    comm: String,
+    caller: String,
+    calls: u64,
+    launches: u64,
+    syncs: u64,
+    copies: u64,
+    blocked_ns: u64,
+    kernels: BTreeMap<String, u64>,
+}
+
+impl Caller {
+    /// The kernel it launched most (the first by name among equals), or nothing.
+    fn top_kernel(&self) -> &str {
+        self.kernels
+            .iter()
+            .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
+            .map_or("", |k| k.0)
+    }
+}
+
+/// The callers view's table and CSV (its JSON is the callers themselves, kernels and all).
+struct Callers;
+
+impl Rows for Callers {
+    type Row<'a> = Caller;
+}
+
+const CALLERS: &[Column<Callers>] = &[
+    Column::new("pid", "PID", RIGHT, |c| Cell::Int(c.pid.into())),
+    Column::new("comm", "COMM", LEFT, |c| Cell::text(&c.comm)),
+    Column::new("caller", "CALLER", LEFT, |c| Cell::text(&c.caller)),
+    Column::new("calls", "CALLS", RIGHT, |c| Cell::Int(c.calls)),
+    Column::new("launches", "LAUNCHES", RIGHT, |c| Cell::Int(c.launches)),
+    Column::new("syncs", "SYNCS", RIGHT, |c| Cell::Int(c.syncs)),
+    Column::new("copies", "COPIES", RIGHT, |c| Cell::Int(c.copies)),
+    Column::new("blocked_ns", "BLOCKED", RIGHT, |c| Cell::Ms(c.blocked_ns)),
+    Column::new("top_kernel", "TOP KERNEL", LEFT.cut(48), |c| {
+        Cell::text(c.top_kernel())
+    }),
+];
+
 /// `--view callers`: per process, per library that made the calls.
 pub fn render_callers(
     r: &Report,
     a: &ReportArgs,
     show: Option<&regex::Regex>,
 ) -> Result<String, String> {
-    #[derive(Default, serde::Serialize)]
-    struct Caller {
-        pid: u32,
-        comm: String,
-        caller: String,
-        calls: u64,
-        launches: u64,
-        syncs: u64,
-        copies: u64,
-        blocked_ns: u64,
-        kernels: BTreeMap<String, u64>,
-    }
     let mut rows: Vec<Caller> = Vec::new();
     for p in processes(r, a) {
         let mut by: BTreeMap<String, Caller> = BTreeMap::new();
@@ -352,78 +416,11 @@ pub fn render_callers(
     });
     Ok(match a.format {
         Format::Json => serde_json::to_string_pretty(&rows).unwrap_or_default() + "\n",
-        Format::Csv => {
-            let mut out =
-                "pid,comm,caller,calls,launches,syncs,copies,blocked_ns,top_kernel\n".to_owned();
-            for c in &rows {
-                let top = c
-                    .kernels
-                    .iter()
-                    .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
-                    .map(|k| k.0.clone())
-                    .unwrap_or_default();
-                let cells = [
-                    json!(c.pid),
-                    json!(c.comm),
-                    json!(c.caller),
-                    json!(c.calls),
-                    json!(c.launches),
-                    json!(c.syncs),
-                    json!(c.copies),
-                    json!(c.blocked_ns),
-                    json!(top),
-                ];
-                let cells: Vec<String> = cells.iter().map(crate::output::views::csv_cell).collect();
-                out.push_str(&cells.join(","));
-                out.push('\n');
-            }
-            out
+        Format::Csv => columns::csv(&all(CALLERS), &rows),
+        _ if rows.is_empty() => {
+            "no call stacks in this capture (stacks are taken with --stack-period N, N > 0)\n"
+                .to_owned()
         }
-        _ => {
-            let lines: Vec<Vec<String>> = rows
-                .iter()
-                .map(|c| {
-                    let top = c
-                        .kernels
-                        .iter()
-                        .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
-                        .map(|k| fmt::truncate(k.0, 48))
-                        .unwrap_or_default();
-                    vec![
-                        c.pid.to_string(),
-                        c.comm.clone(),
-                        c.caller.clone(),
-                        c.calls.to_string(),
-                        c.launches.to_string(),
-                        c.syncs.to_string(),
-                        c.copies.to_string(),
-                        fmt::ms(c.blocked_ns),
-                        top,
-                    ]
-                })
-                .collect();
-            if lines.is_empty() {
-                "no call stacks in this capture (stacks are taken with --stack-period N, N > 0)\n"
-                    .to_owned()
-            } else {
-                use fmt::Align::{Left, Right};
-                fmt::table(
-                    "",
-                    &[
-                        "PID",
-                        "COMM",
-                        "CALLER",
-                        "CALLS",
-                        "LAUNCHES",
-                        "SYNCS",
-                        "COPIES",
-                        "BLOCKED",
-                        "TOP KERNEL",
-                    ],
-                    &[Right, Left, Left, Right, Right, Right, Right, Right, Left],
-                    &lines,
-                )
-            }
-        }
+        _ => columns::table("", &all(CALLERS), &rows),
     })
 }

@@ -450,3 +450,5 @@ fn rebin_spreads_bins_over_the_capture_in_proportion() {
     assert_eq!((c[0], c.iter().sum::<f64>()), (1.0, 1.0));
     assert_eq!(strip(&[0.0, 1.0, 4.0, 8.0]), " ▁▄█");
 }
+
+mod golden;

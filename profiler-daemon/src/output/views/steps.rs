@@ -1,0 +1,91 @@
+//! `--view steps`: per process with a training loop, the medians of its regular steps (what
+//! the loop usually does); JSON adds every step.
+
+use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
+use super::select::{Key, Tabular, job_label};
+use crate::analysis::steps::{ProcessSteps, Step, quantile};
+use crate::model::snapshot::{ProcessReport, Report};
+use serde_json::json;
+
+/// A process's steps, with its report entry (for its job).
+pub struct Loop<'a> {
+    s: &'a ProcessSteps,
+    p: Option<&'a ProcessReport>,
+    regular: Vec<&'a Step>,
+}
+
+impl Loop<'_> {
+    /// The `at` quantile of `f` over the regular steps.
+    fn q(&self, f: fn(&Step) -> u64, at: f64) -> u64 {
+        quantile(self.regular.iter().map(|x| f(x)).collect(), at)
+    }
+}
+
+/// `--view steps`.
+pub struct Steps;
+
+impl Rows for Steps {
+    type Row<'a> = Loop<'a>;
+}
+
+impl Tabular for Steps {
+    const COLUMNS: &'static [Column<Self>] = &[
+        Column::new("pid", "PID", RIGHT, |r| Cell::Int(r.s.tgid.into())),
+        Column::new("boundary", "BOUNDARY", LEFT.cut(24), |r| {
+            Cell::text(&r.s.boundary)
+        }),
+        Column::new("calls", "STEPS", RIGHT, |r| {
+            Cell::Int(r.regular.len() as u64)
+        }),
+        Column::new("irregular", "IRREG", RIGHT.wide(), |r| {
+            Cell::Int((r.s.steps.len() - r.regular.len()) as u64)
+        }),
+        Column::new("wall_p50_ns", "P50 ms", RIGHT, |r| {
+            Cell::Ms(r.q(|x| x.wall_ns, 0.5))
+        }),
+        Column::new("wall_p90_ns", "P90 ms", RIGHT.wide(), |r| {
+            Cell::Ms(r.q(|x| x.wall_ns, 0.9))
+        }),
+        Column::new("launches", "LAUNCH/STEP", RIGHT, |r| {
+            Cell::Int(r.q(|x| x.launches, 0.5))
+        }),
+        Column::new("blocked_ns", "BLOCKED ms", RIGHT, |r| {
+            Cell::Ms(r.q(|x| x.blocked_ns, 0.5))
+        }),
+        Column::new("first_enqueue_ns", "INPUT ms", RIGHT, |r| {
+            Cell::Ms(r.q(|x| x.first_enqueue_ns, 0.5))
+        }),
+        Column::new("copy_bytes", "COPIED/STEP", RIGHT.wide(), |r| {
+            Cell::Bytes(r.q(|x| x.copy_bytes, 0.5))
+        }),
+        Column::new("steps", "", LEFT.json_only(), |r| {
+            Cell::Json(json!(r.s.steps))
+        }),
+    ];
+
+    fn rows<'a>(r: &'a Report, steps: &'a [ProcessSteps]) -> Vec<Loop<'a>> {
+        steps
+            .iter()
+            .map(|s| Loop {
+                s,
+                // The report entry of this process generation.
+                p: r.processes
+                    .iter()
+                    .filter(|p| p.tgid == s.tgid)
+                    .nth(s.generation as usize),
+                regular: s.regular().collect(),
+            })
+            .collect()
+    }
+
+    fn key(r: &Loop<'_>) -> Key {
+        Key {
+            tgid: Some(r.s.tgid),
+            job: r.p.and_then(job_label),
+            name: r.s.boundary.clone(),
+            calls: r.regular.len() as u64,
+            bytes: r.q(|x| x.copy_bytes, 0.5),
+            blocked_ns: r.q(|x| x.blocked_ns, 0.5),
+        }
+    }
+}

@@ -49,6 +49,10 @@ pub mod maps {
     /// `Array<u32>` of length 1: where launches go, [`crate::LAUNCHES_TO_RING`] (a record each,
     /// the default) or [`crate::LAUNCHES_COUNTED`] (counted in [`LAUNCH_COUNTS`]).
     pub const LAUNCH_MODE: &str = "LAUNCH_MODE";
+    /// Per-CPU `u64` counters of the probes' rare paths, indexed by [`crate::fault`]: what they
+    /// could not do as asked. Counted, never logged (a probe on a hot path must not format
+    /// text); the daemon reports them as `probe_faults`.
+    pub const FAULTS: &str = "FAULTS";
     /// `HashMap<LaunchKey, LaunchCount>`: launches counted in the kernel (service mode's
     /// always-on default). The daemon reads it every period and removes an ended process's
     /// entries; a launch that finds it full goes to the ring as a record instead.
@@ -76,6 +80,27 @@ pub const FILTER_TGIDS: u32 = 1;
 pub const FILTER_CGROUPS: u32 = 2;
 /// Deepest cgroup level the filter looks at (root = 0).
 pub const MAX_CGROUP_DEPTH: i32 = 24;
+
+/// The probes' rare paths, counted per CPU in [`maps::FAULTS`] at these indexes.
+pub mod fault {
+    /// A user-memory read of a call's arguments or results failed (a bad pointer the program
+    /// passed; the call fails too): the fields it would have filled are recorded as 0.
+    pub const USER_READ: u32 = 0;
+    /// The in-kernel launch counters ([`crate::maps::LAUNCH_COUNTS`]) were full: the launch
+    /// went to the ring buffer as a record instead (nothing is lost).
+    pub const COUNTS_FULL: u32 = 1;
+    /// Entries of [`crate::maps::FAULTS`].
+    pub const COUNT: u32 = 2;
+
+    /// The report's name of fault `f`.
+    pub const fn name(f: u32) -> Option<&'static str> {
+        Some(match f {
+            USER_READ => "user_read",
+            COUNTS_FULL => "launch_counts_full",
+            _ => return None,
+        })
+    }
+}
 
 /// Capacity of the counters arrays (kinds are below this).
 pub const MAX_KINDS: u32 = 16;

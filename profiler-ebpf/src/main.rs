@@ -38,7 +38,7 @@ use profiler_common::{
     PENDING_ENTRY_ONLY_MAX_JIFFIES, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE,
     Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
-    dir, flags, kind, memkind, memop, stackflags,
+    dir, fault, flags, kind, memkind, memop, stackflags,
 };
 
 #[map(name = "EVENTS")]
@@ -47,6 +47,8 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
 #[map(name = "SUBMITTED")]
 static SUBMITTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_KINDS, 0);
+#[map(name = "FAULTS")]
+static FAULTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(fault::COUNT, 0);
 #[map(name = "FILTER_MODE")]
 static FILTER_MODE: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "FILTER_TGIDS")]
@@ -245,11 +247,25 @@ fn regs(ctx: &ProbeContext) -> &pt_regs {
     unsafe { &*ctx.regs }
 }
 
+/// A `T` at `addr` in the calling process, or `or` when the read fails. A failure is counted
+/// in `FAULTS` (a bad pointer the program passed, whose call fails too): the record carries
+/// `or` where the read would have filled it, and the report says how often that happened.
+#[inline(always)]
+fn user<T>(addr: u64, or: T) -> T {
+    // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
+    match unsafe { bpf_probe_read_user(addr as *const T) } {
+        Ok(v) => v,
+        Err(_) => {
+            bump(&FAULTS, fault::USER_READ);
+            or
+        }
+    }
+}
+
 /// The `k`-th 8-byte stack slot at entry: 0 = return address, 1 = 7th integer argument, …
 #[inline(always)]
 fn stack(sp: u64, k: u64) -> u64 {
-    // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
-    unsafe { bpf_probe_read_user((sp + 8 * k) as *const u64) }.unwrap_or(0)
+    user(sp + 8 * k, 0)
 }
 
 /// Integer argument `i` (SysV order) at entry; 0 for [`cookie::NONE`].
@@ -469,10 +485,7 @@ fn begin_stack<const N: usize>(
 ) -> Option<(u64, Cookie, &pt_regs, [u64; N], Home)> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
-    let read = || -> [u64; N] {
-        // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
-        unsafe { bpf_probe_read_user(r.rsp as *const [u64; N]) }.unwrap_or([0; N])
-    };
+    let read = || -> [u64; N] { user(r.rsp, [0; N]) };
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
     let home = enter(&c, cls, r.rsp, early.map(|s| s[0]))?;
@@ -788,7 +801,10 @@ fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> bool {
             add(v);
             true
         }
-        None => false,
+        None => {
+            bump(&FAULTS, fault::COUNTS_FULL);
+            false
+        }
     }
 }
 
@@ -864,8 +880,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
-    let cfg: [u32; 10] =
-        unsafe { bpf_probe_read_user(r.rdi as *const [u32; 10]) }.unwrap_or([0; 10]);
+    let cfg: [u32; 10] = user::<[u32; 10]>(r.rdi, [0; 10]);
     let body = LaunchBody {
         func: r.rsi,
         stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
@@ -917,8 +932,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
-    let cfg: [u32; 10] =
-        unsafe { bpf_probe_read_user(r.rdi as *const [u32; 10]) }.unwrap_or([0; 10]);
+    let cfg: [u32; 10] = user::<[u32; 10]>(r.rdi, [0; 10]);
     let body = LaunchBody {
         func: r.rsi,
         stream: (cfg[8] as u64) | ((cfg[9] as u64) << 32),
@@ -1078,7 +1092,7 @@ pub fn copy_2d(ctx: ProbeContext) -> u32 {
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
-    let p: [u64; 16] = unsafe { bpf_probe_read_user(r.rdi as *const [u64; 16]) }.unwrap_or([0; 16]);
+    let p: [u64; 16] = user::<[u64; 16]>(r.rdi, [0; 16]);
     let (st, dt) = (p[2] as u32, p[9] as u32);
     let src = if st == 1 { p[3] } else { p[4] };
     let dst = if dt == 1 { p[10] } else { p[11] };
@@ -1106,12 +1120,9 @@ pub fn copy_3d(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let base = r.rdi;
-    let src_t: [u64; 3] =
-        unsafe { bpf_probe_read_user((base + 32) as *const [u64; 3]) }.unwrap_or([0; 3]);
-    let dst_t: [u64; 3] =
-        unsafe { bpf_probe_read_user((base + 120) as *const [u64; 3]) }.unwrap_or([0; 3]);
-    let ext: [u64; 3] =
-        unsafe { bpf_probe_read_user((base + 176) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let src_t: [u64; 3] = user::<[u64; 3]>(base + 32, [0; 3]);
+    let dst_t: [u64; 3] = user::<[u64; 3]>(base + 120, [0; 3]);
+    let ext: [u64; 3] = user::<[u64; 3]>(base + 176, [0; 3]);
     let direction = if c.p as u32 == dir::PEER {
         dir::PEER
     } else {
@@ -1140,8 +1151,7 @@ pub fn copy_rt3d(ctx: ProbeContext) -> u32 {
     let Some((pt, c, r, now)) = begin(&ctx, class::COPY) else {
         return 0;
     };
-    let ext: [u64; 4] =
-        unsafe { bpf_probe_read_user((r.rdi + 128) as *const [u64; 4]) }.unwrap_or([0; 4]);
+    let ext: [u64; 4] = user::<[u64; 4]>(r.rdi + 128, [0; 4]);
     let bytes = ext[0].wrapping_mul(ext[1]).wrapping_mul(ext[2]);
     finish_copy(
         pt,
@@ -1323,13 +1333,9 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
             let (mut ptr, mut bytes) = (p.v[0], p.v[1]);
             if op == memop::ALLOC || op == memop::VMM_CREATE {
                 // v[0] is the out-pointer: read what the call stored there.
-                ptr = if ret == 0 {
-                    unsafe { bpf_probe_read_user(p.v[0] as *const u64) }.unwrap_or(0)
-                } else {
-                    0
-                };
+                ptr = if ret == 0 { user::<u64>(p.v[0], 0) } else { 0 };
                 if mem_kind == memkind::PITCHED && ret == 0 {
-                    let pitch = unsafe { bpf_probe_read_user(p.v[3] as *const u64) }.unwrap_or(0);
+                    let pitch = user::<u64>(p.v[3], 0);
                     bytes = pitch.wrapping_mul(p.v[1]);
                 }
             }
@@ -1425,7 +1431,7 @@ pub fn name_ret(ctx: RetProbeContext) -> u32 {
     if p.kind != kind::NAME || p.cookie != c.pack() || ret as i32 != 0 {
         return 0;
     }
-    let out = unsafe { bpf_probe_read_user(p.v[0] as *const u64) }.unwrap_or(0);
+    let out = user::<u64>(p.v[0], 0);
     let source = c.p as u32;
     if source == 0 {
         if out != 0 && out != p.v[1] {

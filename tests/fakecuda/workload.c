@@ -285,6 +285,24 @@ static int cmd_drv_launch(int variant, int argc, char **argv) {
     return 0;
 }
 
+/* drv_launch_ex_null NAME COUNT: cuLaunchKernelEx with a NULL configuration, as a buggy caller
+ * would pass; the driver answers CUDA_ERROR_INVALID_VALUE, and the probe cannot read the
+ * configuration (a probe fault the daemon counts). */
+static int cmd_drv_launch_ex_null(int argc, char **argv) {
+    if (need_drv()) return -1;
+    if (argc != 2) return FAIL("usage: NAME COUNT");
+    CUfunction f;
+    CUresult r;
+    if (!g_mod && D.cuModuleLoadData(&g_mod, &drv_image)) return FAIL("cuModuleLoadData failed");
+    if ((r = D.cuModuleGetFunction(&f, g_mod, argv[0]))) return FAIL("cuModuleGetFunction(%s): %d", argv[0], r);
+    void *params[1] = {NULL};
+    for (long i = 0, n = atol(argv[1]); i < n; i++) {
+        if ((r = D.cuLaunchKernelEx(NULL, f, params, NULL)) != CUDA_ERROR_INVALID_VALUE)
+            return FAIL("launch %ld with no configuration returned %d", i, r);
+    }
+    return 0;
+}
+
 /* rt_memcpy[_ptds] DIR BYTES COUNT | rt_memcpy_async[_ptsz] DIR BYTES COUNT STREAM */
 static int cmd_rt_memcpy(int async, int pt, int argc, char **argv) {
     if (need_rt()) return -1;
@@ -805,6 +823,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "drv_launch_ptsz")) return cmd_drv_launch(DV_PTSZ, argc, argv);
     if (!strcmp(c, "drv_launch_ex")) return cmd_drv_launch(DV_EX, argc, argv);
     if (!strcmp(c, "drv_launch_ex_ptsz")) return cmd_drv_launch(DV_EX_PTSZ, argc, argv);
+    if (!strcmp(c, "drv_launch_ex_null")) return cmd_drv_launch_ex_null(argc, argv);
     if (!strcmp(c, "drv_launch_coop")) return cmd_drv_launch(DV_COOP, argc, argv);
     if (!strcmp(c, "drv_launch_lib")) return cmd_drv_launch(DV_LIB, argc, argv);
     if (!strcmp(c, "drv_launch_kfunc")) return cmd_drv_launch(DV_KFUNC, argc, argv);

@@ -451,6 +451,44 @@ fn process_exiting_mid_run_keeps_its_data() {
 }
 
 #[test]
+fn an_argument_the_probe_cannot_read_is_counted_as_a_probe_fault() {
+    let d = Daemon::all_jobs();
+    let mut w = Workload::start();
+    w.script(&[
+        "drv_launch_ex cupy_scale 2 30 2 1 32 2 1 0 0",
+        "drv_launch_ex_null cupy_scale 3",
+    ]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    // The three launches with no configuration are recorded (the program made them) with the
+    // fields the probe could not read left at zero, and counted as faults.
+    assert_eq!(f.report["probe_faults"]["user_read"], 3, "{}", f.report);
+    assert_eq!(f.report["probe_faults"]["launch_counts_full"], 0);
+    let p = process(&f.report, tgid);
+    let grids: Vec<(u64, serde_json::Value)> = kernels(p, "cupy_scale")
+        .iter()
+        .map(|k| (k["calls"].as_u64().unwrap(), k["grid"].clone()))
+        .collect();
+    assert_eq!(grids.len(), 2, "{grids:?}");
+    assert!(
+        grids.contains(&(2, serde_json::json!([30, 2, 1]))),
+        "{grids:?}"
+    );
+    assert!(
+        grids.contains(&(3, serde_json::json!([0, 0, 0]))),
+        "{grids:?}"
+    );
+    assert!(
+        f.stdout.contains(
+            "probe faults: user_read 3 (a call's arguments or results unreadable: recorded as 0)"
+        ),
+        "{}",
+        f.stdout
+    );
+    w.exit();
+}
+
+#[test]
 fn nothing_lost_and_drops_reported() {
     let d = Daemon::all_jobs();
     let mut w = Workload::start();
@@ -463,6 +501,9 @@ fn nothing_lost_and_drops_reported() {
         assert_eq!(v, 0, "drops of {k}");
     }
     assert!(f.stdout.contains("no records lost"), "{}", f.stdout);
+    // Every argument was readable: no fault, and no line about them.
+    assert_eq!(f.report["probe_faults"]["user_read"], 0);
+    assert!(!f.stdout.contains("probe faults"), "{}", f.stdout);
     w.exit();
 }
 

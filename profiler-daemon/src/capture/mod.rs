@@ -8,7 +8,7 @@ pub mod counted;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
-use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, kind, maps};
+use profiler_common::{FILTER_ALL, FILTER_CGROUPS, FILTER_TGIDS, MAX_KINDS, fault, kind, maps};
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
@@ -270,19 +270,36 @@ pub fn drops_by_kind(counts: &[u64]) -> BTreeMap<String, u64> {
     out
 }
 
-/// Reads a per-CPU counter array (`DROPS` or `SUBMITTED`).
-pub fn read_counts(ebpf: &Ebpf, name: &'static str) -> Result<KindCounts, CaptureError> {
+/// The first `n` counters of a per-CPU counter array, summed over CPUs.
+fn read_per_cpu(ebpf: &Ebpf, name: &'static str, n: u32) -> Result<Vec<u64>, CaptureError> {
     let map = ebpf.map(name).ok_or(CaptureError::MissingMap { name })?;
     let arr: PerCpuArray<_, u64> =
         PerCpuArray::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+    (0..n)
+        .map(|k| {
+            arr.get(&k, 0)
+                .map(|vals| vals.iter().sum())
+                .map_err(|source| CaptureError::Map { name, source })
+        })
+        .collect()
+}
+
+/// Reads a per-CPU counter array (`DROPS` or `SUBMITTED`).
+pub fn read_counts(ebpf: &Ebpf, name: &'static str) -> Result<KindCounts, CaptureError> {
     let mut out = KindCounts::default();
-    for k in 0..MAX_KINDS {
-        let vals = arr
-            .get(&k, 0)
-            .map_err(|source| CaptureError::Map { name, source })?;
-        out.0[k as usize] = vals.iter().sum();
+    for (k, v) in read_per_cpu(ebpf, name, MAX_KINDS)?.into_iter().enumerate() {
+        out.0[k] = v;
     }
     Ok(out)
+}
+
+/// The probes' rare paths so far (`FAULTS`), by name: every fault, zeros included.
+pub fn read_faults(ebpf: &Ebpf) -> Result<BTreeMap<String, u64>, CaptureError> {
+    let counts = read_per_cpu(ebpf, maps::FAULTS, fault::COUNT)?;
+    Ok((0..fault::COUNT)
+        .zip(counts)
+        .map(|(f, n)| (fault::name(f).unwrap_or("other").to_owned(), n))
+        .collect())
 }
 
 /// How full one of the eBPF object's state maps is.

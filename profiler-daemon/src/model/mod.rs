@@ -571,6 +571,7 @@ impl Aggregator {
             duration_ns: meta.duration_ns,
             drops: meta.drops,
             submitted: meta.submitted,
+            probe_faults: meta.faults,
             decode_errors: self.decode_errors(),
             jobs: report::jobs(&processes),
             nvml: {

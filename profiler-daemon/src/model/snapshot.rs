@@ -21,6 +21,9 @@ pub struct ReportMeta {
     pub drops: BTreeMap<String, u64>,
     /// Records the probes wrote into the ring buffer, per kind.
     pub submitted: BTreeMap<String, u64>,
+    /// The probes' rare paths, by name (`profiler_common::fault`); empty where not known (a
+    /// capture file from before they were kept).
+    pub faults: BTreeMap<String, u64>,
 }
 
 /// The whole report; `output::json::to_string_pretty` writes it.
@@ -34,6 +37,12 @@ pub struct Report {
     pub drops: BTreeMap<String, u64>,
     /// Records the probes wrote, per kind (with an in-kernel filter, only selected processes').
     pub submitted: BTreeMap<String, u64>,
+    /// What the probes could not do as asked, by name: `user_read` (a call's arguments or
+    /// results could not be read from the process: the fields are 0 in its record),
+    /// `launch_counts_full` (the in-kernel launch counters were full: a record was written
+    /// instead). Absent where not known (a capture file from an older version).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub probe_faults: BTreeMap<String, u64>,
     pub decode_errors: u64,
     /// Per-job totals, sorted by launches (descending), then key.
     pub jobs: Vec<JobReport>,

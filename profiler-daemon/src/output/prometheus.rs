@@ -121,6 +121,7 @@ struct Families {
     gpu_mem: Family<Gpu, Gauge>,
     lost: Family<Kind, Counter>,
     submitted: Family<Kind, Counter>,
+    faults: Family<Kind, Counter>,
     read: Counter,
     counted: Counter,
     procs: Gauge,
@@ -200,6 +201,14 @@ impl Families {
             lost.clone(),
         );
         let submitted = Family::<Kind, Counter>::default();
+        let faults = Family::<Kind, Counter>::default();
+        reg.register(
+            "gpuprofd_probe_faults",
+            "What the probes could not do as asked, by kind: user_read (a call's arguments or \
+             results unreadable, recorded as 0), launch_counts_full (a launch recorded instead \
+             of counted)",
+            faults.clone(),
+        );
         reg.register(
             "gpuprofd_records_submitted",
             "Records the probes wrote into the ring buffer, by kind",
@@ -239,6 +248,7 @@ impl Families {
             gpu_mem,
             lost,
             submitted,
+            faults,
             read,
             counted,
             procs,
@@ -351,6 +361,9 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     f.gpus(r, extra);
     for (k, v) in &r.drops {
         f.lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
+    }
+    for (k, v) in &r.probe_faults {
+        f.faults.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
     }
     for (k, v) in &r.submitted {
         f.submitted

@@ -23,6 +23,26 @@ pub fn render_with(r: &Report, top: usize) -> String {
     s
 }
 
+/// A line for the probes' rare paths, when any happened.
+fn probe_faults(r: &Report) -> String {
+    let what = |name: &str| match name {
+        "user_read" => "a call's arguments or results unreadable: recorded as 0",
+        "launch_counts_full" => "in-kernel launch counters full: recorded instead",
+        _ => "",
+    };
+    let seen: Vec<String> = r
+        .probe_faults
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n} ({})", what(k)))
+        .collect();
+    if seen.is_empty() {
+        String::new()
+    } else {
+        format!("probe faults: {}\n", seen.join(", "))
+    }
+}
+
 fn render_figures(r: &Report, top: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -48,6 +68,7 @@ fn render_figures(r: &Report, top: usize) -> String {
         );
     }
     let _ = writeln!(s, "; decode errors: {}", r.decode_errors);
+    s.push_str(&probe_faults(r));
     if !r.libraries.is_empty() {
         let libs: Vec<String> = r
             .libraries
@@ -455,6 +476,7 @@ mod tests {
                 .map(|(k, n)| ((*k).to_owned(), *n))
                 .collect::<BTreeMap<_, _>>(),
             submitted: BTreeMap::new(),
+            probe_faults: BTreeMap::new(),
             decode_errors: 0,
             nvml: Default::default(),
             gpus: vec![],
@@ -479,6 +501,27 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn probe_faults_are_said_when_any_happened() {
+        let mut r = Report {
+            probe_faults: BTreeMap::from([
+                ("launch_counts_full".to_owned(), 0),
+                ("user_read".to_owned(), 3),
+            ]),
+            ..serde_json::from_value(serde_json::json!({
+                "schema": "gpuprofd.report/1", "host": "h", "started_at": "x",
+                "duration_ns": 0, "drops": {}, "submitted": {}, "decode_errors": 0,
+                "jobs": [], "processes": []}))
+            .unwrap()
+        };
+        assert_eq!(
+            probe_faults(&r),
+            "probe faults: user_read 3 (a call's arguments or results unreadable: recorded as 0)\n"
+        );
+        r.probe_faults.insert("user_read".into(), 0);
+        assert_eq!(probe_faults(&r), "");
     }
 
     #[test]

@@ -336,6 +336,7 @@ impl Task {
             if !names.is_empty() {
                 j.frame(&Frame::Symbols(names));
             }
+            j.frame(&Frame::Faults(meta.faults.clone()));
             j.frame(&Frame::End(store::End {
                 duration_ns: meta.duration_ns,
                 drops: meta.drops.clone(),

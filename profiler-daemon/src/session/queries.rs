@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) struct Gauges {
     /// The probes' loss and submission counters (DROPS, SUBMITTED).
     pub counters: Mutex<(KindCounts, KindCounts)>,
+    /// The probes' rare paths (FAULTS), by name.
+    pub faults: Mutex<BTreeMap<String, u64>>,
     /// The state maps' fill.
     pub fill: Mutex<Vec<MapFill>>,
     /// Probes attached now.
@@ -66,11 +68,11 @@ impl Queries {
     /// The report's meta now: start, duration, loss counters.
     pub fn meta(&self) -> Option<ReportMeta> {
         let (drops, submitted) = self.gauges.counters.lock().ok()?.clone();
+        let faults = self.gauges.faults.lock().ok()?.clone();
         Some(report_meta(
             (self.started_at, self.started_mono),
             self.started.elapsed(),
-            &drops,
-            &submitted,
+            (&drops, &submitted, faults),
             &self.stats,
         ))
     }
@@ -129,12 +131,12 @@ impl Queries {
     }
 }
 
-/// The report's meta. `started`: the capture's start, wall clock and CLOCK_MONOTONIC ns.
+/// The report's meta. `started`: the capture's start, wall clock and CLOCK_MONOTONIC ns;
+/// then the probes' counters: lost and submitted records by kind, faults by name.
 pub(crate) fn report_meta(
     (started_at, started_mono_ns): (SystemTime, u64),
     elapsed: Duration,
-    drops: &KindCounts,
-    submitted: &KindCounts,
+    (drops, submitted, faults): (&KindCounts, &KindCounts, BTreeMap<String, u64>),
     stats: &ReaderStats,
 ) -> ReportMeta {
     let mut d: BTreeMap<String, u64> = drops
@@ -162,5 +164,6 @@ pub(crate) fn report_meta(
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect(),
+        faults,
     }
 }

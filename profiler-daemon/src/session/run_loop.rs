@@ -222,6 +222,11 @@ impl RunLoop<'_> {
         {
             *c = (d, s);
         }
+        if let Ok(f) = capture::read_faults(ebpf)
+            && let Ok(mut c) = self.gauges.faults.lock()
+        {
+            *c = f;
+        }
         self.gauges
             .probes
             .store(self.probes.probe_count() as u64, Ordering::Relaxed);

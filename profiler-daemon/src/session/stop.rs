@@ -92,12 +92,12 @@ impl Stopping<'_> {
         let ebpf = &self.probes.ebpf;
         let drops = capture::read_counts(ebpf, profiler_common::maps::DROPS)?;
         let submitted = capture::read_counts(ebpf, profiler_common::maps::SUBMITTED)?;
+        let faults = capture::read_faults(ebpf)?;
         let (started_at, started, started_mono) = self.started;
         let meta = report_meta(
             (started_at, started_mono),
             started.elapsed(),
-            &drops,
-            &submitted,
+            (&drops, &submitted, faults),
             &self.stats,
         );
         let attacher = &self.probes.attacher;

@@ -180,6 +180,9 @@ pub enum Frame {
     StackSyms(Vec<crate::enrich::stacks::StackSym>),
     /// Every CUDA library attached so far (the whole list each time it grows).
     Libraries(Vec<crate::model::snapshot::LibraryReport>),
+    /// The probes' rare paths at the end (`profiler_common::fault`), written just before
+    /// [`Frame::End`]. Files from before it have none.
+    Faults(BTreeMap<String, u64>),
 }
 
 fn codec() -> impl bincode::Options {
@@ -606,6 +609,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     let symbols = StoredSymbols::default();
     let mut agg = Aggregator::new(ApiTable::new(), Box::new(symbols.clone()));
     let mut end = None;
+    let mut faults = BTreeMap::new();
     let mut n_records = 0u64;
     let mut last_ts = header.started_at_monotonic_ns;
     while let Some(frame) = r.next_frame() {
@@ -654,6 +658,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             Frame::NvmlHealth(h) => agg.apply_nvml_health(&h),
             Frame::StackSyms(v) => agg.stacks_mut().learn(v),
             Frame::Libraries(v) => agg.set_libraries(v),
+            Frame::Faults(f) => faults = f,
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);
@@ -665,6 +670,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             duration_ns: e.duration_ns,
             drops: e.drops.clone(),
             submitted: e.submitted.clone(),
+            faults,
         },
         None => ReportMeta {
             host: header.host.clone(),
@@ -673,6 +679,7 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
             duration_ns: last_ts.saturating_sub(header.started_at_monotonic_ns),
             drops: BTreeMap::new(),
             submitted: BTreeMap::new(),
+            faults,
         },
     };
     let report = agg.report(meta);

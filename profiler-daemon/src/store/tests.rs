@@ -89,6 +89,10 @@ pub(crate) fn write_capture(path: &Path, with_end: bool) {
     w.frame(&Frame::Exited { tgid: 200 });
     if with_end {
         w.frame(&Frame::Symbols(vec![(100, 0x4000, "_Z4gemmPfi".into())]));
+        w.frame(&Frame::Faults(BTreeMap::from([
+            ("launch_counts_full".to_owned(), 0),
+            ("user_read".to_owned(), 4),
+        ])));
         w.frame(&Frame::End(End {
             duration_ns: 9_000,
             drops: BTreeMap::from([("launch".to_owned(), 3)]),
@@ -134,6 +138,7 @@ fn live_equivalent() -> Report {
         duration_ns: 3_000,
         drops: BTreeMap::new(),
         submitted: BTreeMap::new(),
+        faults: Default::default(),
     })
 }
 
@@ -200,6 +205,8 @@ fn a_clean_end_brings_drops_duration_and_stub_names() {
     assert_eq!(r.report.duration_ns, 9_000);
     assert_eq!(r.report.drops["launch"], 3);
     assert_eq!(r.report.submitted["launch"], 10);
+    assert_eq!(r.report.probe_faults["user_read"], 4);
+    assert_eq!(r.report.probe_faults["launch_counts_full"], 0);
     let p100 = r.report.processes.iter().find(|p| p.tgid == 100).unwrap();
     assert_eq!(p100.kernels[0].name, "gemm(float*, int)");
     assert_eq!(p100.kernels[0].calls, 5);
@@ -227,7 +234,7 @@ fn a_file_cut_anywhere_gives_back_every_whole_frame_before_the_cut() {
     while rd.next_frame().is_some() {
         bounds.push(rd.offset);
     }
-    assert_eq!(bounds.len(), 12);
+    assert_eq!(bounds.len(), 13);
     let cut = Tmp::new("cut");
     for len in 0..full.len() {
         std::fs::write(&cut.0, &full[..len]).unwrap();

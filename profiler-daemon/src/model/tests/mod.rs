@@ -142,6 +142,7 @@ fn meta() -> ReportMeta {
         duration_ns: 12_500_000_000,
         drops: crate::capture::drops_by_kind(&[]),
         submitted: crate::capture::drops_by_kind(&[0, 1, 2]),
+        faults: Default::default(),
     }
 }
 

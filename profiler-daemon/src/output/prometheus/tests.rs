@@ -29,6 +29,7 @@ fn report() -> Report {
     serde_json::from_value(json!({
         "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
         "duration_ns": 1, "drops": {"launch": 3, "copy": 0}, "submitted": {"launch": 1003},
+        "probe_faults": {"user_read": 2, "launch_counts_full": 0},
         "decode_errors": 0, "jobs": [],
         "processes": [proc_(100, "old"), proc_(100, "python3"), proc_(200, "gone")],
         "nvml": {"state": "ok", "samples": 3},
@@ -128,6 +129,15 @@ fn exposition_has_exact_values() {
         [
             r#"gpuprofd_records_lost_total{kind="copy"} 0"#,
             r#"gpuprofd_records_lost_total{kind="launch"} 3"#
+        ]
+    );
+    let mut faults = samples(&t, "gpuprofd_probe_faults_total");
+    faults.sort();
+    assert_eq!(
+        faults,
+        [
+            r#"gpuprofd_probe_faults_total{kind="launch_counts_full"} 0"#,
+            r#"gpuprofd_probe_faults_total{kind="user_read"} 2"#
         ]
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 1"]);

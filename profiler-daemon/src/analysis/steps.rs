@@ -267,13 +267,22 @@ impl Cutter {
     }
 }
 
-/// The steps of every process in the capture at `path` (which started at `t0`, CLOCK_MONOTONIC
-/// ns: its header's `started_at_monotonic_ns`) that has a step loop, by tgid.
-pub fn find(path: &Path, t0: u64) -> Result<Vec<ProcessSteps>, String> {
-    // Pass 1: candidate boundaries and their segment signatures.
-    let mut finders: HashMap<(u32, u32), Finder> = HashMap::new();
-    store::for_each_record(path, |_, g, ev| {
-        let f = finders.entry((ev.header().tgid, g)).or_default();
+/// Finding steps takes two passes over a capture's records: the first finds each process's
+/// candidate boundaries and their segments' signatures, the second cuts at the chosen boundary
+/// and measures each step. A caller that reads the records for something else too feeds
+/// [`Self::first`] (and, where [`Self::chosen`] says so, [`Self::second`]) from its own passes.
+#[derive(Default)]
+pub struct StepSearch {
+    /// The capture's start (CLOCK_MONOTONIC ns), known by the second pass.
+    t0: u64,
+    finders: HashMap<(u32, u32), Finder>,
+    cutters: HashMap<(u32, u32), Cutter>,
+}
+
+impl StepSearch {
+    /// Pass 1: a record of process generation `g`.
+    pub fn first(&mut self, g: u32, ev: &Event) {
+        let f = self.finders.entry((ev.header().tgid, g)).or_default();
         match ev {
             Event::Launch(_, l) => f.on_launch(l.func),
             _ => {
@@ -282,44 +291,80 @@ pub fn find(path: &Path, t0: u64) -> Result<Vec<ProcessSteps>, String> {
                 }
             }
         }
-        Ok(())
-    })?;
-    let mut cutters: HashMap<(u32, u32), Cutter> = finders
-        .iter()
-        .filter_map(|(p, f)| f.choose().map(|(k, s)| (*p, Cutter::new(k, s))))
-        .collect();
-    if cutters.is_empty() {
-        return Ok(Vec::new());
     }
-    // Pass 2: cut at the chosen boundary, measure each step.
-    store::for_each_record(path, |api, g, ev| {
-        if let Some(c) = cutters.get_mut(&(ev.header().tgid, g)) {
-            c.on(api, ev, t0);
+
+    /// Between the passes: picks each process's boundary; whether any process has a step loop
+    /// (else the second pass is not needed). `t0`: the capture's start (CLOCK_MONOTONIC ns:
+    /// its header's `started_at_monotonic_ns`), the origin of the steps' times.
+    pub fn chosen(&mut self, t0: u64) -> bool {
+        self.t0 = t0;
+        self.cutters = std::mem::take(&mut self.finders)
+            .into_iter()
+            .filter_map(|(p, f)| f.choose().map(|(k, s)| (p, Cutter::new(k, s))))
+            .collect();
+        !self.cutters.is_empty()
+    }
+
+    /// Pass 2: the same record again.
+    pub fn second(&mut self, api: &ApiTable, g: u32, ev: &Event) {
+        if let Some(c) = self.cutters.get_mut(&(ev.header().tgid, g)) {
+            c.on(api, ev, self.t0);
         }
-        Ok(())
-    })?;
-    let mut out: Vec<ProcessSteps> = cutters
-        .into_iter()
-        .map(|((tgid, generation), c)| {
-            let (_, handle) = c.key;
-            let name = c.name.unwrap_or_default();
-            let boundary = if name.contains("Memcpy") || name.contains("memcpy") {
-                format!("{name} d2h")
-            } else if handle == 0 {
-                name
-            } else {
-                format!("{name} 0x{handle:x}")
-            };
-            ProcessSteps {
-                tgid,
-                generation,
-                boundary,
-                steps: c.steps,
-            }
-        })
-        .collect();
-    out.sort_by_key(|p| (p.tgid, p.generation));
-    Ok(out)
+    }
+
+    /// The steps of every process that has a step loop, by tgid.
+    pub fn steps(self) -> Vec<ProcessSteps> {
+        let mut out: Vec<ProcessSteps> = self
+            .cutters
+            .into_iter()
+            .map(|((tgid, generation), c)| {
+                let (_, handle) = c.key;
+                let name = c.name.unwrap_or_default();
+                let boundary = if name.contains("Memcpy") || name.contains("memcpy") {
+                    format!("{name} d2h")
+                } else if handle == 0 {
+                    name
+                } else {
+                    format!("{name} 0x{handle:x}")
+                };
+                ProcessSteps {
+                    tgid,
+                    generation,
+                    boundary,
+                    steps: c.steps,
+                }
+            })
+            .collect();
+        out.sort_by_key(|p| (p.tgid, p.generation));
+        out
+    }
+}
+
+/// The steps of every process in the capture at `path` (which started at `t0`, CLOCK_MONOTONIC
+/// ns: its header's `started_at_monotonic_ns`) that has a step loop, by tgid. Reads the file
+/// twice (once when no process has a loop).
+pub fn find(path: &Path, t0: u64) -> Result<Vec<ProcessSteps>, store::StoreError> {
+    let mut search = StepSearch::default();
+    read(path, |_, g, ev| search.first(g, ev))?;
+    if search.chosen(t0) {
+        read(path, |api, g, ev| search.second(api, g, ev))?;
+    }
+    Ok(search.steps())
+}
+
+/// One pass over the records of `path`, with a visitor that cannot fail.
+pub fn read(
+    path: &Path,
+    mut each: impl FnMut(&ApiTable, u32, &Event),
+) -> Result<(), store::StoreError> {
+    match store::for_each_record(path, |api, g, ev| {
+        each(api, g, ev);
+        Ok::<(), std::convert::Infallible>(())
+    }) {
+        Ok(_) => Ok(()),
+        Err(store::WalkError::Open(e)) => Err(e),
+        Err(store::WalkError::Stopped(never)) => match never {},
+    }
 }
 
 /// The value at quantile `q` (0..=1) of `v` (nearest rank), 0 when empty.

@@ -1,6 +1,8 @@
 //! `gpuprofd report FILE` (or `--live`): read a capture file or ask the running service, then
 //! render the view asked for (see [`crate::output::views`]) to standard output or a file.
+use crate::analysis::steps::{self, StepSearch};
 use crate::model::snapshot::Report;
+use crate::output::html::{self, MemoryCollector};
 use crate::output::views::{Format, ReportArgs, View, render};
 use crate::store;
 
@@ -29,7 +31,21 @@ pub fn run(a: &ReportArgs) -> u8 {
         (Some(f), false) => f.clone(),
         _ => return run_live(a, name_re.as_ref()),
     };
-    let replay = match store::replay(&file) {
+    // One pass rebuilds the report and, on the way, takes what steps (first pass) and the
+    // page's memory curves need from the same records; a second pass only where a process has
+    // a step loop to cut.
+    let want_steps = matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html;
+    let html = a.format == Format::Html;
+    let mut search = StepSearch::default();
+    let mut memory = MemoryCollector::default();
+    let replay = match store::replay_visiting(&file, |_, g, ev| {
+        if want_steps {
+            search.first(g, ev);
+        }
+        if html {
+            memory.on(g, ev);
+        }
+    }) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpuprofd report: {e}");
@@ -39,29 +55,24 @@ pub fn run(a: &ReportArgs) -> u8 {
     if let Some(w) = replay.recovery.warning(&file.display().to_string()) {
         eprintln!("gpuprofd report: warning: {w}");
     }
-    let steps = if matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html {
-        match crate::analysis::steps::find(&file, replay.header.started_at_monotonic_ns) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("gpuprofd report: finding steps: {e}");
-                return EXIT_UNREADABLE;
-            }
-        }
-    } else {
-        Vec::new()
-    };
-    let rendered = if a.format == Format::Html {
-        crate::output::html::memory_series(&file, replay.header.started_at_monotonic_ns).map(
-            |mem| {
-                let advice = crate::analysis::advice::advise(&replay.report, &steps);
-                crate::output::html::page(&crate::output::html::page_data(
-                    &replay.report,
-                    &steps,
-                    &advice,
-                    &mem,
-                ))
-            },
-        )
+    let t0 = replay.header.started_at_monotonic_ns;
+    if want_steps
+        && search.chosen(t0)
+        && let Err(e) = steps::read(&file, |api, g, ev| search.second(api, g, ev))
+    {
+        eprintln!("gpuprofd report: finding steps: {e}");
+        return EXIT_UNREADABLE;
+    }
+    let steps = search.steps();
+    let rendered = if html {
+        let advice = crate::analysis::advice::advise(&replay.report, &steps);
+        let mem = memory.series(t0);
+        Ok(html::page(&html::page_data(
+            &replay.report,
+            &steps,
+            &advice,
+            &mem,
+        )))
     } else {
         render(&replay.report, &steps, a, name_re.as_ref())
     };

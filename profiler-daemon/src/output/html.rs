@@ -11,9 +11,9 @@ use crate::analysis::advice::Advice;
 use crate::analysis::steps::ProcessSteps;
 use crate::model::mem::LiveMemory;
 use crate::model::snapshot::Report;
+use profiler_common::decode::Event;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// Top kernels shown.
 const TOP_KERNELS: usize = 10;
@@ -24,19 +24,40 @@ const MAX_POINTS: usize = 400;
 /// (seconds since the start, bytes).
 pub type MemorySeries = HashMap<(u32, u32), Vec<(f64, u64)>>;
 
-/// [`MemorySeries`] of the capture at `path` (`t0`: its start, CLOCK_MONOTONIC ns).
-pub fn memory_series(path: &Path, t0: u64) -> Result<MemorySeries, String> {
-    let mut live = LiveMemory::default();
-    let mut series = MemorySeries::new();
-    crate::store::for_each_record(path, |_, g, ev| {
+/// Gathers [`MemorySeries`] from a capture's records, in one pass with whatever else reads
+/// them.
+#[derive(Default)]
+pub struct MemoryCollector {
+    live: LiveMemory<(u32, u32)>,
+    /// `(tgid, generation)` → (CLOCK_MONOTONIC ns, bytes live after the change).
+    changes: HashMap<(u32, u32), Vec<(u64, u64)>>,
+}
+
+impl MemoryCollector {
+    /// A record of process generation `g`.
+    pub fn on(&mut self, g: u32, ev: &Event) {
         let h = ev.header();
-        if let Some(bytes) = live.on((h.tgid, g), ev) {
-            let t = h.ts_ns.saturating_sub(t0) as f64 / 1e9;
-            series.entry((h.tgid, g)).or_default().push((t, bytes));
+        if let Some(bytes) = self.live.on((h.tgid, g), ev) {
+            self.changes
+                .entry((h.tgid, g))
+                .or_default()
+                .push((h.ts_ns, bytes));
         }
-        Ok(())
-    })?;
-    Ok(series.into_iter().map(|(k, pts)| (k, thin(pts))).collect())
+    }
+
+    /// The series, in seconds since `t0` (the capture's start, CLOCK_MONOTONIC ns).
+    pub fn series(self, t0: u64) -> MemorySeries {
+        self.changes
+            .into_iter()
+            .map(|(k, pts)| {
+                let pts = pts
+                    .into_iter()
+                    .map(|(ts, b)| (ts.saturating_sub(t0) as f64 / 1e9, b))
+                    .collect();
+                (k, thin(pts))
+            })
+            .collect()
+    }
 }
 
 fn thin(pts: Vec<(f64, u64)>) -> Vec<(f64, u64)> {

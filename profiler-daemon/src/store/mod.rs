@@ -17,21 +17,15 @@
 //! first damaged one and says where it stopped. Nothing is fsync'ed: a daemon crash loses
 //! nothing that was flushed, a machine crash may lose what the page cache held.
 
-use crate::api::{ApiInfo, ApiTable};
-use crate::capture::records;
+use crate::api::ApiInfo;
 use crate::enrich::jobs::Job;
-use crate::enrich::names::SymbolResolver;
-use crate::model::snapshot::{Report, ReportMeta};
-use crate::model::{Aggregator, ProcessMeta};
 use bincode::Options as _;
-use profiler_common::decode::{DecodeError, decode};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The first bytes of every capture file.
 pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
@@ -483,221 +477,6 @@ impl Recovery {
     }
 }
 
-/// Host-stub names read back from the file's [`Frame::Symbols`].
-#[derive(Clone, Default)]
-struct StoredSymbols(Arc<Mutex<HashMap<(u32, u64), String>>>);
-
-impl SymbolResolver for StoredSymbols {
-    fn resolve(&self, tgid: u32, addr: u64) -> Option<String> {
-        self.0.lock().ok()?.get(&(tgid, addr)).cloned()
-    }
-}
-
-/// A capture file read back into the model.
-pub struct Replay {
-    pub header: FileHeader,
-    pub report: Report,
-    /// [`Aggregator::kernel_names`] of the replayed run.
-    pub kernel_names: HashMap<(u32, u32, u64, bool), String>,
-    pub recovery: Recovery,
-    pub end: Option<End>,
-}
-
-/// Hands every decodable record of `path` to `each`, in order, with the API table in force and
-/// the record's process generation (how many processes had its tgid before it in the capture,
-/// as [`Aggregator::kernel_names`] counts them). Returns why reading stopped early, if it did.
-pub fn for_each_record(
-    path: &Path,
-    mut each: impl FnMut(&ApiTable, u32, &profiler_common::decode::Event) -> Result<(), String>,
-) -> Result<Option<String>, String> {
-    for_each_record_named(path, |api, g, ev, _| each(api, g, ev))
-}
-
-/// [`for_each_record`], with the names of every stack frame of the record's process (to name
-/// stacks). The file is read twice: a native frame's name is written when the daemon has
-/// found it, which may be after the stack that needs it (but always before the process's
-/// [`Frame::Retire`]).
-pub fn for_each_record_named(
-    path: &Path,
-    mut each: impl FnMut(
-        &ApiTable,
-        u32,
-        &profiler_common::decode::Event,
-        &crate::enrich::stacks::StackResolver,
-    ) -> Result<(), String>,
-) -> Result<Option<String>, String> {
-    // The names of each process, by (tgid, generation): a tgid's generation goes up at each
-    // Retire (a reused pid, an exec).
-    let mut names: HashMap<(u32, u32), Vec<crate::enrich::stacks::StackSym>> = HashMap::new();
-    {
-        let mut r = Reader::open(path).map_err(|e| e.to_string())?;
-        let mut generation: HashMap<u32, u32> = HashMap::new();
-        while let Some(frame) = r.next_frame() {
-            match frame {
-                Frame::StackSyms(v) => {
-                    for s in v {
-                        let g = generation.get(&s.tgid()).copied().unwrap_or(0);
-                        names.entry((s.tgid(), g)).or_default().push(s);
-                    }
-                }
-                Frame::Retire { tgid } => *generation.entry(tgid).or_insert(0) += 1,
-                _ => {}
-            }
-        }
-    }
-    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
-    let mut api = ApiTable::new();
-    let mut generation: HashMap<u32, u32> = HashMap::new();
-    let mut stacks = crate::enrich::stacks::StackResolver::replay();
-    let first: Vec<(u32, u32)> = names.keys().copied().filter(|k| k.1 == 0).collect();
-    for k in first {
-        stacks.learn(names.remove(&k).unwrap_or_default());
-    }
-    while let Some(frame) = r.next_frame() {
-        match frame {
-            Frame::Api(list) => api = ApiTable::from_list(list),
-            Frame::Retire { tgid } => {
-                let g = generation.entry(tgid).or_insert(0);
-                *g += 1;
-                stacks.forget(tgid);
-                stacks.learn(names.remove(&(tgid, *g)).unwrap_or_default());
-            }
-            Frame::Records(bytes) => {
-                for rec in records(&bytes) {
-                    if let Ok(ev) = decode(rec) {
-                        let g = generation.get(&ev.header().tgid).copied().unwrap_or(0);
-                        each(&api, g, &ev, &stacks)?;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(r.damage)
-}
-
-/// The NVML samples in `path`, in order.
-pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, String> {
-    let mut r = Reader::open(path).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    while let Some(frame) = r.next_frame() {
-        if let Frame::Nvml(s) = frame {
-            out.push(s);
-        }
-    }
-    Ok(out)
-}
-
-/// Reads `path` and rebuilds the report the daemon made from the same calls.
-pub fn replay(path: &Path) -> Result<Replay, StoreError> {
-    let mut r = Reader::open(path)?;
-    let header = match r.next_frame() {
-        Some(Frame::Header(h)) => h,
-        Some(_) => {
-            return Err(StoreError::NoHeader {
-                path: r.path.clone(),
-                reason: "its first frame is not the header".into(),
-            });
-        }
-        None => {
-            return Err(StoreError::NoHeader {
-                path: r.path.clone(),
-                reason: r.damage.clone().unwrap_or_else(|| "it is empty".into()),
-            });
-        }
-    };
-    let symbols = StoredSymbols::default();
-    let mut agg = Aggregator::new(ApiTable::new(), Box::new(symbols.clone()));
-    let mut end = None;
-    let mut faults = BTreeMap::new();
-    let mut n_records = 0u64;
-    let mut last_ts = header.started_at_monotonic_ns;
-    while let Some(frame) = r.next_frame() {
-        match frame {
-            Frame::Header(_) => {}
-            Frame::Api(list) => agg.set_api_table(ApiTable::from_list(list)),
-            Frame::Records(bytes) => {
-                for rec in records(&bytes) {
-                    n_records += 1;
-                    match decode(rec) {
-                        Ok(ev) => {
-                            last_ts = last_ts.max(ev.header().ts_ns);
-                            agg.apply(&ev);
-                        }
-                        Err(DecodeError::UnknownKind { kind })
-                        | Err(DecodeError::WrongLength { kind, .. }) => {
-                            agg.record_decode_error(kind)
-                        }
-                        Err(DecodeError::Short { .. }) => agg.record_decode_error(0),
-                    }
-                }
-            }
-            Frame::Process { tgid, process } => agg.set_process_meta(
-                tgid,
-                ProcessMeta {
-                    comm: process.comm,
-                    cmdline: process.cmdline,
-                    exited: process.exited,
-                    job: process.job.map(Job::from),
-                    start_time: process.start_time,
-                    owner: None,
-                },
-            ),
-            Frame::Retire { tgid } => agg.retire(tgid),
-            Frame::Exited { tgid } => agg.mark_exited(tgid),
-            Frame::Job { tgid, job } => agg.set_job(tgid, job.into()),
-            Frame::Symbols(list) => {
-                if let Ok(mut m) = symbols.0.lock() {
-                    m.extend(list.into_iter().map(|(t, a, n)| ((t, a), n)));
-                }
-            }
-            Frame::End(e) => end = Some(e),
-            Frame::Nvml(s) => agg.apply_nvml(&s),
-            Frame::NvmlStopped(why) => agg.nvml_stopped(&why),
-            Frame::NvmlOff => agg.nvml_off(),
-            Frame::NvmlHealth(h) => agg.apply_nvml_health(&h),
-            Frame::StackSyms(v) => agg.stacks_mut().learn(v),
-            Frame::Libraries(v) => agg.set_libraries(v),
-            Frame::Faults(f) => faults = f,
-        }
-    }
-    let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);
-    let meta = match &end {
-        Some(e) => ReportMeta {
-            host: header.host.clone(),
-            started_at,
-            started_mono_ns: header.started_at_monotonic_ns,
-            duration_ns: e.duration_ns,
-            drops: e.drops.clone(),
-            submitted: e.submitted.clone(),
-            faults,
-        },
-        None => ReportMeta {
-            host: header.host.clone(),
-            started_at,
-            started_mono_ns: header.started_at_monotonic_ns,
-            duration_ns: last_ts.saturating_sub(header.started_at_monotonic_ns),
-            drops: BTreeMap::new(),
-            submitted: BTreeMap::new(),
-            faults,
-        },
-    };
-    let report = agg.report(meta);
-    Ok(Replay {
-        header,
-        report,
-        kernel_names: agg.kernel_names(),
-        recovery: Recovery {
-            frames: r.frames,
-            records: n_records,
-            bytes: r.offset,
-            damage: r.damage.clone(),
-            complete: end.is_some(),
-        },
-        end,
-    })
-}
-
 /// The header of a capture that starts now.
 pub fn header_now(host: String, target: String) -> FileHeader {
     let wall = SystemTime::now()
@@ -718,6 +497,13 @@ pub fn header_now(host: String, target: String) -> FileHeader {
 pub fn is_capture_path(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "gpuprof")
 }
+
+mod read;
+
+pub use read::{
+    Replay, WalkError, for_each_record, for_each_record_named, nvml_samples, replay,
+    replay_visiting,
+};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -2,10 +2,13 @@
 //! newer files.
 
 use super::*;
-use crate::api::Layer;
+use crate::api::{ApiTable, Layer};
 use crate::enrich::names::NoSymbols;
+use crate::model::snapshot::{Report, ReportMeta};
+use crate::model::{Aggregator, ProcessMeta};
 use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
+use std::time::Duration;
 
 pub(crate) fn launch(tgid: u32, api: u32, func: u64, ts_ns: u64) -> Vec<u8> {
     encode(&Record {
@@ -472,7 +475,7 @@ fn stacks_named_by_names_written_after_them_and_per_process() {
         if let profiler_common::decode::Event::Stack(h, st) = ev {
             seen.push((g, stacks.labels(h.tgid, &StackKey::of(st))));
         }
-        Ok(())
+        Ok::<(), std::convert::Infallible>(())
     })
     .unwrap();
     assert_eq!(damage, None);

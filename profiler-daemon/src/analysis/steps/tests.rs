@@ -181,3 +181,17 @@ fn quantiles_by_nearest_rank() {
     assert_eq!(quantile(vec![4, 1, 3, 2], 0.9), 4);
     assert_eq!(quantile(vec![7], 0.0), 7);
 }
+
+#[test]
+fn steps_fed_from_the_replay_pass_are_the_steps_found_alone() {
+    let t = Tmp::new("steps-one-pass");
+    capture(&t.0);
+    let alone = find(&t.0, header().started_at_monotonic_ns).unwrap();
+    // As `gpuprofd report` does: the first pass rides along with the replay.
+    let mut search = StepSearch::default();
+    let replay = crate::store::replay_visiting(&t.0, |_, g, ev| search.first(g, ev)).unwrap();
+    assert!(search.chosen(replay.header.started_at_monotonic_ns));
+    read(&t.0, |api, g, ev| search.second(api, g, ev)).unwrap();
+    assert_eq!(search.steps(), alone);
+    assert_eq!(alone.len(), 1);
+}

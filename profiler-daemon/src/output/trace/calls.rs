@@ -26,19 +26,13 @@ pub(super) fn calls(
         live: LiveMemory::default(),
         flow: 0,
     };
-    // The sink's error, kept whole while the reader passes its text on.
-    let mut failed: Option<TraceError> = None;
-    let damage = store::for_each_record_named(path, |api, g, ev, stacks| {
-        calls.record(emit, api, g, ev, stacks).map_err(|e| {
-            let text = e.to_string();
-            failed = Some(e);
-            text
-        })
-    });
-    match failed {
-        Some(e) => Err(e),
-        None => damage.map_err(TraceError::Read),
-    }
+    store::for_each_record_named(path, |api, g, ev, stacks| {
+        calls.record(emit, api, g, ev, stacks)
+    })
+    .map_err(|e| match e {
+        store::WalkError::Open(e) => TraceError::Read(e),
+        store::WalkError::Stopped(e) => e,
+    })
 }
 
 /// One call: where it is on the trace, and who made it.

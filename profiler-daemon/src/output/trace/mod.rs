@@ -81,8 +81,8 @@ pub struct ExportArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The capture file could not be read (`gpuprofd export` exits with 10).
-    #[error("{0}")]
-    Read(String),
+    #[error(transparent)]
+    Read(#[from] store::StoreError),
     /// The output could not be written (exit 4).
     #[error("writing the trace: {0}")]
     Write(#[from] std::io::Error),
@@ -242,7 +242,7 @@ pub fn trace(
     to_s: Option<f64>,
 ) -> Result<Summary, TraceError> {
     // Pass 1: the report (process names, jobs) and every kernel's name.
-    let replay = store::replay(path).map_err(|e| TraceError::Read(e.to_string()))?;
+    let replay = store::replay(path)?;
     let cap = Capture::new(&replay, from_s, to_s);
     let mut emit = Emit { out, events: 0 };
     processes(&cap, &mut emit)?;
@@ -361,7 +361,7 @@ fn processes(cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
 
 /// NVML: a counter per device (utilisation) and per process (GPU memory it holds).
 fn nvml(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
-    for s in store::nvml_samples(path).map_err(TraceError::Read)? {
+    for s in store::nvml_samples(path)? {
         if !cap.in_window(s.ts_ns) {
             continue;
         }
@@ -396,7 +396,7 @@ fn nvml(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
 
 /// Steps (two more passes, see `steps`): a span per step on a "steps" track.
 fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
-    for s in crate::analysis::steps::find(path, cap.t0).map_err(TraceError::Read)? {
+    for s in crate::analysis::steps::find(path, cap.t0)? {
         let pid = cap.pid(s.tgid, s.generation);
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {

@@ -122,10 +122,10 @@ impl Beside {
         };
         tokio::spawn(http::serve(listener, page));
         if let Some(addr) = served_at {
-            eprintln!(
-                "gpuprofd: serving Prometheus metrics on http://{addr}/metrics and the live \
-                 dashboard on http://{addr}/"
-            );
+            crate::session::console::say(format_args!(
+                "serving Prometheus metrics on http://{addr}/metrics and the live dashboard on \
+                 http://{addr}/"
+            ));
         }
     }
 

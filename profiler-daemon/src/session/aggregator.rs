@@ -314,7 +314,7 @@ impl Task {
         self.seen.follow_deep(taps, false);
         if self.live {
             for row in agg.live_rows(interval.as_secs_f64()) {
-                eprintln!("gpuprofd: {}", crate::output::live::render_line(&row));
+                super::console::say(crate::output::live::render_line(&row));
             }
         }
     }

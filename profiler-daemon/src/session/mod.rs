@@ -10,6 +10,7 @@
 //! [`Companion`]: the session calls it and never names it.
 
 mod aggregator;
+pub mod console;
 pub mod deep;
 mod queries;
 mod run_loop;
@@ -195,11 +196,6 @@ pub struct Alone;
 
 impl Companion for Alone {}
 
-/// A warning the user must see (said on standard error as `gpuprofd: warning: …`).
-pub(crate) fn warn_user(what: impl std::fmt::Display) {
-    eprintln!("gpuprofd: warning: {what}");
-}
-
 /// The default stack sampling period of `--all-jobs` captures and the service: one call in 64
 /// per thread keeps the always-on cost of stacks small (a stack costs a few microseconds).
 pub const ALL_JOBS_STACK_PERIOD: u32 = 64;
@@ -294,15 +290,15 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
     );
     companion.started(queries.clone());
     let (n_probes, libs) = (probes.probe_count(), probes.attacher.libraries().count());
-    eprintln!(
-        "gpuprofd: ready: {n_probes} probes on {libs} CUDA libraries ({}); capturing ({})",
+    console::say(format_args!(
+        "ready: {n_probes} probes on {libs} CUDA libraries ({}); capturing ({})",
         if probes.attacher.uses_multi() {
             "uprobe_multi links"
         } else {
             "perf-event uprobes"
         },
         describe(&opts)
-    );
+    ));
     companion.ready(n_probes, libs);
 
     let child = match opts.command.first() {
@@ -366,7 +362,7 @@ async fn start_nvml(
     match crate::nvml::start(n.lib.clone(), n.interval) {
         Ok(rx) => Some(rx),
         Err(why) => {
-            warn_user(&why);
+            console::warn(&why);
             let _ = ctl_tx
                 .send(Ctl::Nvml(Some(crate::nvml::Message::Stopped(why))))
                 .await;

@@ -105,7 +105,7 @@ impl RunLoop<'_> {
     /// An NVML sample (or the sampler's end) for the aggregator.
     async fn nvml(&mut self, m: crate::nvml::Message) {
         if let crate::nvml::Message::Stopped(why) = &m {
-            super::warn_user(why);
+            super::console::warn(why);
             self.nvml_rx = None;
         }
         let _ = self.ctl_tx.send(Ctl::Nvml(Some(m))).await;
@@ -265,7 +265,7 @@ impl PythonProcs {
         let found = crate::enrich::stacks::python::detect(tgid);
         let value = found.as_ref().and_then(|p| p.probe());
         if let Err(e) = capture::set_python(ebpf, tgid, value) {
-            super::warn_user(format_args!(
+            super::console::warn(format_args!(
                 "Python frames of process {tgid} not read: {e}"
             ));
         }

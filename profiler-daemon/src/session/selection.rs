@@ -54,15 +54,15 @@ impl Selection {
             .filter(|c| self.known.insert(c.id))
             .collect();
         for c in &fresh {
-            eprintln!("gpuprofd: selecting cgroup {} (id {})", c.rel, c.id);
+            super::console::say(format_args!("selecting cgroup {} (id {})", c.rel, c.id));
         }
         if self.known.is_empty() && !self.announced_empty {
             self.announced_empty = true;
-            eprintln!(
-                "gpuprofd: no cgroup of job {} exists yet; waiting for it (checked every second; \
-                 a Slurm job confined in cgroup v1 controllers only never has one: use --pid)",
+            super::console::say(format_args!(
+                "no cgroup of job {} exists yet; waiting for it (checked every second; a Slurm \
+                 job confined in cgroup v1 controllers only never has one: use --pid)",
                 self.jobs.join(", ")
-            );
+            ));
         }
         fresh
     }

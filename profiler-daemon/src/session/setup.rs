@@ -35,7 +35,7 @@ impl Probes {
         let mut scanner = Scanner::new();
         // Said before the search, which it cripples (and which may then find nothing).
         if let Err(e) = discovery::map_files_followable() {
-            super::warn_user(format_args!("{e}: {}", discovery::MAP_FILES_HINT));
+            super::console::warn(format_args!("{e}: {}", discovery::MAP_FILES_HINT));
         }
         let initial = initial_libraries(opts, &mut scanner).await?;
         // Every attached library holds descriptors (links, or perf events before 6.6): a node
@@ -70,7 +70,7 @@ impl Probes {
         let (rescan_every, exit_final) = match capture::watch_processes(&mut ebpf) {
             Ok(final_exit) => (opts.rescan.unwrap_or(Duration::from_secs(30)), final_exit),
             Err(e) => {
-                super::warn_user(format_args!(
+                super::console::warn(format_args!(
                     "cannot watch mmap in the kernel ({e}); new CUDA library files are found by \
                      rescanning /proc every second instead"
                 ));
@@ -110,7 +110,7 @@ impl Probes {
             if !self.attacher.is_attached(&lib) {
                 match attach_and_report(&mut self.attacher, &mut self.ebpf, &lib, verbose) {
                     Ok(()) => grew = true,
-                    Err(e) => super::warn_user(format_args!(
+                    Err(e) => super::console::warn(format_args!(
                         "not attached to \"{}\": {e}; capture goes on without it",
                         lib.display
                     )),
@@ -139,7 +139,7 @@ fn attach_initial(
     for lib in initial {
         match attach_and_report(attacher, ebpf, lib, verbose) {
             Err(e @ AttachError::Permission { .. }) => {
-                super::warn_user(&e);
+                super::console::warn(&e);
                 denied.get_or_insert(e);
             }
             r => r?,
@@ -241,7 +241,7 @@ fn attach_and_report(
         if let Some(err) = &s.error {
             tracing::warn!(symbol = %s.symbol, lib = %lib.display, "not attached: {err}");
         } else if verbose {
-            eprintln!(
+            super::console::raw(format_args!(
                 "  {:<34} {:<8} entry {:#08x} probe +{:<2} ({}){}",
                 s.symbol,
                 layer_label(lib.layer),
@@ -249,7 +249,7 @@ fn attach_and_report(
                 s.placement.offset,
                 s.placement.reason,
                 if s.has_return { " +return" } else { "" }
-            );
+            ));
         }
     }
     Ok(())

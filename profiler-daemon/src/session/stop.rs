@@ -5,7 +5,7 @@
 use super::aggregator::{Ctl, Journaled};
 use super::queries::report_meta;
 use super::setup::Probes;
-use super::{CaptureOptions, Companion, SessionError};
+use super::{CaptureOptions, Companion, SessionError, console};
 use crate::capture::{self, CaptureError, ReaderStats};
 use crate::model::snapshot::Report;
 use crate::output;
@@ -38,14 +38,16 @@ pub(super) struct Stopping<'a> {
 
 impl Stopping<'_> {
     pub async fn stop(mut self, stop_reason: String) -> Result<(), SessionError> {
-        eprintln!("gpuprofd: stopping: {stop_reason}; draining the ring buffer");
+        console::say(format_args!(
+            "stopping: {stop_reason}; draining the ring buffer"
+        ));
         self.companion.stopping(&format!("stopping: {stop_reason}"));
         // NVML news that arrived while stopping still belongs in the report (a sampler that
         // could not start says so within milliseconds, maybe just after a quick Ctrl-C).
         if let Some(rx) = self.nvml_rx.as_mut() {
             while let Ok(m) = rx.try_recv() {
                 if let crate::nvml::Message::Stopped(why) = &m {
-                    super::warn_user(why);
+                    super::console::warn(why);
                 }
                 let _ = self.ctl_tx.send(Ctl::Nvml(Some(m))).await;
             }
@@ -138,7 +140,7 @@ fn write(
                 path: p.display().to_string(),
                 source,
             })?;
-        eprintln!("gpuprofd: report written to {}", p.display());
+        console::say(format_args!("report written to {}", p.display()));
     }
     if let Some(j) = journaled {
         if let Some(e) = &j.failure {
@@ -149,14 +151,14 @@ fn write(
                 )),
             });
         }
-        eprintln!(
-            "gpuprofd: capture written to {} ({} records in {} frames); \
-                 `gpuprofd report {}` shows it again",
+        console::say(format_args!(
+            "capture written to {} ({} records in {} frames); `gpuprofd report {}` shows it \
+             again",
             j.path.display(),
             j.records,
             j.frames,
             j.path.display()
-        );
+        ));
     }
     Ok(())
 }
@@ -169,7 +171,9 @@ fn detach(probes: Probes) {
     attacher.release_links();
     let links = attacher.link_count();
     if links > 0 {
-        eprintln!("gpuprofd: detaching {links} probes (the kernel takes about 0.1 s for each)");
+        console::say(format_args!(
+            "detaching {links} probes (the kernel takes about 0.1 s for each)"
+        ));
     }
     let t = Instant::now();
     drop(ebpf);

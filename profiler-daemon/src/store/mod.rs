@@ -297,10 +297,10 @@ impl Writer {
             Ok(p) => p,
             Err(e) => {
                 self.failed = Some(format!("encoding a frame: {e}"));
-                eprintln!(
-                    "gpuprofd: error: the capture file \"{}\" stops here: encoding a frame \
-                     failed ({e})",
-                    self.path.display()
+                tracing::error!(
+                    file = %self.path.display(),
+                    error = %e,
+                    "the capture file stops here: encoding a frame failed"
                 );
                 return;
             }
@@ -321,10 +321,11 @@ impl Writer {
             && self.failed.is_none()
         {
             self.failed = Some(e.to_string());
-            eprintln!(
-                "gpuprofd: error: writing the capture file \"{}\" failed ({e}); the capture goes \
-                 on in memory and the end-of-run report is still printed, but the file stops here",
-                self.path.display()
+            tracing::error!(
+                file = %self.path.display(),
+                error = %e,
+                "writing the capture file failed; the capture goes on in memory and the \
+                 end-of-run report is still printed, but the file stops here"
             );
         }
     }

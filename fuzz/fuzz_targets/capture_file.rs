@@ -9,6 +9,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let _ = gpuprofd::store::replay(&path);
-    let _ = gpuprofd::store::for_each_record(&path, |_, _, _| Ok(()));
+    let _ =
+        gpuprofd::store::for_each_record(&path, |_, _, _| Ok::<(), std::convert::Infallible>(()));
     let _ = gpuprofd::store::nvml_samples(&path);
 });

@@ -42,24 +42,6 @@ fn truncated_batch_stops() {
 }
 
 #[test]
-fn group_dead_offset_is_read_from_the_format() {
-    let format = "name: sched_process_exit\nID: 369\nformat:\n\
-        \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-        \tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
-        \tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;\n\
-        \tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;\n\
-        \tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n";
-    assert_eq!(field_offset(format, "group_dead"), Some(32));
-    assert_eq!(field_offset(format, "pid"), Some(24));
-    assert_eq!(field_offset(format, "dead"), None);
-    let old = format.replace(
-        "\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n",
-        "",
-    );
-    assert_eq!(field_offset(&old, "group_dead"), None);
-}
-
-#[test]
 fn drops() {
     let d = drops_by_kind(&[0, 5, 0, 1, 0, 0, 0, 2, 0, 0, 3, 0, 4]);
     let got: Vec<(&str, u64)> = d.iter().map(|(k, v)| (k.as_str(), *v)).collect();

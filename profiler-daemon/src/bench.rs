@@ -15,7 +15,7 @@ use crate::capture;
 use crate::discovery::elf;
 use crate::enrich::names::NoSymbols;
 use crate::model::Aggregator;
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{anyhow, bail};
 use profiler_common::decode::{decode, encode};
 use profiler_common::{Header, LaunchBody, Record, kind};
 use std::io::Read;
@@ -113,7 +113,7 @@ pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> anyhow::Resul
     let mut journal = match capture {
         Some(p) => {
             let f =
-                crate::sys::files::create_output(p).with_context(|| format!("{}", p.display()))?;
+                crate::sys::files::create_output(p).map_err(|e| anyhow!("{}: {e}", p.display()))?;
             Some(crate::store::Writer::new(
                 f,
                 p,

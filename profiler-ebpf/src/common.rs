@@ -121,6 +121,15 @@ pub(crate) fn user<T>(addr: u64, or: T) -> T {
     }
 }
 
+/// A `T` at `addr` in the calling process, or `or` when the read fails, not counted: for a read
+/// whose failure is an answer rather than a field lost (the pairing check of a slot an earlier
+/// call left, whose stack the thread may have left since).
+#[inline(always)]
+pub(crate) fn peek_user<T>(addr: u64, or: T) -> T {
+    // SAFETY: bpf_probe_read_user faults safely on bad user addresses.
+    unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or(or)
+}
+
 /// The `k`-th 8-byte stack slot at entry: 0 = return address, 1 = 7th integer argument, …
 #[inline(always)]
 pub(crate) fn stack(sp: u64, k: u64) -> u64 {

@@ -32,7 +32,7 @@ pub(crate) fn nested_in_runtime(cls: u32, sp: u64) -> Option<Home> {
         && p.class == cls
         // SAFETY: plain helper call (inlined by the verifier).
         && unsafe { bpf_jiffies64() }.wrapping_sub(p.v[1]) < PENDING_ENTRY_ONLY_MAX_JIFFIES
-        && stack(p.sp, 0) == p.v[0]
+        && peek_user::<u64>(p.sp, 0) == p.v[0]
     {
         // Consumed in place: the thread keeps its slot (freed with the thread).
         p.state = PENDING_NONE;

@@ -32,7 +32,7 @@ if [ -z "$dest" ] && [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 bindir=$prefix/bin
-install -d "$dest$bindir" "$dest/etc/gpuprofd" "$dest/etc/systemd/system" "$dest$prefix/share/doc/gpuprofd"
+install -d "$dest$bindir" "$dest/etc/gpuprofd" "$dest/etc/systemd/system" "$dest$prefix/share/doc/gpuprofd/docs"
 install -m 0755 "$here/bin/gpuprofd" "$dest$bindir/gpuprofd"
 sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$prefix/share/doc/gpuprofd|g" "$here/gpuprofd.service" > "$dest/etc/systemd/system/gpuprofd.service"
 install -m 0644 "$here/gpuprofd.socket" "$dest/etc/systemd/system/gpuprofd.socket"
@@ -45,6 +45,8 @@ else
   install -m 0644 "$here/config.toml" "$dest/etc/gpuprofd/config.toml"
 fi
 install -m 0644 "$here/README.md" "$dest$prefix/share/doc/gpuprofd/README.md"
+# The README links into docs/: the same tree beside it.
+install -m 0644 "$here"/docs/*.md "$dest$prefix/share/doc/gpuprofd/docs/"
 
 # The capabilities the unit keeps, less CAP_SYS_ADMIN: what the drop-in leaves the service.
 dropin_dir=$dest/etc/systemd/system/gpuprofd.service.d

@@ -48,6 +48,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "README.md",
             "bin",
             "config.toml",
+            "docs",
             "gpuprofd-metrics.socket",
             "gpuprofd.service",
             "gpuprofd.socket",
@@ -80,6 +81,20 @@ fn the_kit_installs_where_the_unit_expects_it() {
     assert_eq!(mode("etc/systemd/system/gpuprofd.socket"), 0o644);
     assert_eq!(mode("etc/systemd/system/gpuprofd-metrics.socket"), 0o644);
     assert_eq!(mode("etc/gpuprofd/config.toml"), 0o644);
+    // The installed README's links into docs/ lead to installed files (the unit's
+    // Documentation= names the README).
+    let doc = root.join("usr/local/share/doc/gpuprofd");
+    let readme = std::fs::read_to_string(doc.join("README.md")).unwrap();
+    let links: Vec<&str> = readme
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split([')', '#']).next())
+        .filter(|l| l.starts_with("docs/"))
+        .collect();
+    assert!(links.len() >= 10, "{links:?}");
+    for l in links {
+        assert_eq!(mode(&format!("usr/local/share/doc/gpuprofd/{l}")), 0o644, "{l}");
+    }
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/gpuprofd.service")).unwrap();
     assert!(!unit.contains('@'), "every placeholder filled: {unit}");
     let exec: Vec<&str> = unit

@@ -25,7 +25,7 @@ fn fr(marker: &str, func: &str, exe: &str) -> String {
 
 /// Frames are named while their process runs (its maps, its code objects); the daemon drains
 /// the ring every 10 ms. A workload that exited at once would leave its stacks unnamed (the
-/// limitation the README states), so each test lets the daemon catch up first.
+/// limitation docs/LIMITATIONS.md states), so each test lets the daemon catch up first.
 fn let_the_daemon_drain() {
     std::thread::sleep(std::time::Duration::from_millis(300));
 }

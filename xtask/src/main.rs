@@ -150,6 +150,15 @@ fn dist() -> Result<PathBuf> {
         copy(root().join("scripts/dist").join(f), f)?;
     }
     copy(root().join("README.md"), "README.md")?;
+    // The README links into docs/: the kit carries them, to be installed beside it.
+    std::fs::create_dir_all(dir.join("docs"))?;
+    for e in std::fs::read_dir(root().join("docs"))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "md") {
+            let name = p.file_name().expect("a file").to_string_lossy().into_owned();
+            copy(p, &format!("docs/{name}"))?;
+        }
+    }
     // The default configuration as the binary prints it: one source of truth.
     let cfg = Command::new(&bin)
         .args(["serve", "--print-default-config"])

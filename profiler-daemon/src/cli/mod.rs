@@ -244,6 +244,8 @@ fn run_session(
         match session::run(opts, &mut beside).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
+                // A session that failed before its stop leaves no control socket behind.
+                session::Companion::stopped(&mut beside);
                 eprintln!("gpuprofd: error: {e:#}");
                 ExitCode::from(e.exit_code())
             }

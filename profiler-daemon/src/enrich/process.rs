@@ -227,7 +227,7 @@ pub fn file_key(path: &std::path::Path) -> Option<FileKey> {
 const MAX_SYMBOL_FILES: usize = 256;
 
 /// Most memory the symbol indexes hold together (24 bytes per function symbol; names stay in
-/// the file). PyTorch's three libraries made 17 MB of indexes (README): this keeps about seven
+/// the file). PyTorch's three libraries made 17 MB of indexes (docs/VALIDATION.md): this keeps about seven
 /// distinct PyTorch builds, a busy node's environments, however many there are.
 const MAX_SYMBOL_BYTES: usize = 128 << 20;
 

@@ -299,7 +299,7 @@ if (D.gpus.length) {
 chart($('steps'), D.steps.map(s => ({pid: s.pid, label: s.pid + ' ' + s.comm,
   points: s.wall_ms.map((w, i) => [i + 1, w])})), 'step', 'step time, ms', (v) => v.toFixed(1));
 if (!D.steps.length) $('steps').firstChild.textContent =
-  'no training loop found (see README: Steps)';
+  'no training loop found (see docs/CAPTURE-FILES.md, Steps)';
 table('kernels', [{key: 'pid', title: 'PID'}, {key: 'name', title: 'kernel', left: true},
   {key: 'calls', title: 'launches'}, {key: 'grid', title: 'grid'}, {key: 'block', title: 'block'}],
   D.kernels);

@@ -49,6 +49,9 @@ pub struct Beside {
     /// Deep captures still streaming to their clients.
     streaming: Arc<AtomicUsize>,
     queries: Option<Queries>,
+    /// The task that reloads on SIGHUP and `ctl reload`: stopped when the session stops (a
+    /// reload then would tell systemd "ready" again after "stopping").
+    reloader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Beside {
@@ -104,6 +107,7 @@ impl Beside {
             sighup,
             streaming: Arc::new(AtomicUsize::new(0)),
             queries: None,
+            reloader: None,
         })
     }
 
@@ -137,7 +141,7 @@ impl Beside {
         let (reload_tx, mut reload_rx) = mpsc::channel::<ReloadReply>(4);
         let mut sighup = self.sighup.take();
         let reloader = s.clone();
-        tokio::spawn(async move {
+        self.reloader = Some(tokio::spawn(async move {
             loop {
                 let hup = async {
                     match sighup.as_mut() {
@@ -157,7 +161,7 @@ impl Beside {
                     },
                 }
             }
-        });
+        }));
         let handler = handler(s.clone(), queries, reload_tx, self.streaming.clone());
         tokio::spawn(ctl::serve(listener, Arc::new(handler)));
         tracing::info!(socket = %path.display(), "control socket ready");
@@ -207,6 +211,10 @@ impl Companion for Beside {
     }
 
     fn stopping(&mut self, why: &str) {
+        // No reload from now on: `ctl reload` hears that the daemon is stopping.
+        if let Some(r) = self.reloader.take() {
+            r.abort();
+        }
         if let Some(s) = &self.svc {
             s.notifier.stopping(why);
         }
@@ -217,7 +225,7 @@ impl Companion for Beside {
     }
 
     fn stopped(&mut self) {
-        if let Some(p) = &self.owned_socket {
+        if let Some(p) = self.owned_socket.take() {
             let _ = std::fs::remove_file(p);
         }
     }

@@ -94,7 +94,11 @@ impl Stopping<'_> {
         let ebpf = &self.probes.ebpf;
         let drops = capture::read_counts(ebpf, profiler_common::maps::DROPS)?;
         let submitted = capture::read_counts(ebpf, profiler_common::maps::SUBMITTED)?;
-        let faults = capture::read_faults(ebpf)?;
+        // A diagnostic counter must not cost the user the report.
+        let faults = capture::read_faults(ebpf).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the probes' fault counters cannot be read");
+            Default::default()
+        });
         let (started_at, started, started_mono) = self.started;
         let meta = report_meta(
             (started_at, started_mono),

@@ -10,7 +10,8 @@
 //! Calls are stored as the probes wrote them (the wire records of `profiler_common`, in
 //! [`Frame::Records`] runs), interleaved with what the daemon learnt about processes at the
 //! moment it learnt it ([`Frame::Process`], [`Frame::Retire`], ...). Replaying the frames into a
-//! fresh [`Aggregator`] is therefore the same sequence of calls the live aggregator saw.
+//! fresh aggregator (`crate::model::Aggregator`) is therefore the same sequence of calls the
+//! live aggregator saw.
 //!
 //! The writer buffers and flushes at least once a second (the daemon's tick), so a daemon that
 //! is killed loses at most the last second; the reader recovers every whole frame before the
@@ -36,7 +37,9 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   frame. A schema-1 reader would count them as damage: it refuses the file instead.
 /// * 3: a `Libraries` frame names the CUDA libraries attached (path, SONAME, version, build
 ///   id), written at the start and whenever one is added.
-pub const SCHEMA_VERSION: u32 = 3;
+/// * 4: a `Faults` frame (the probes' rare paths) just before `End`. A schema-3 reader would
+///   count it as damage and lose the `End` behind it: it refuses the file instead.
+pub const SCHEMA_VERSION: u32 = 4;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).

@@ -199,6 +199,37 @@ fn a_file_of_the_first_schema_still_reads() {
 }
 
 #[test]
+fn a_schema_3_file_ends_cleanly_without_faults() {
+    // Written before the Faults frame existed: an End, no Faults; the report has no
+    // probe_faults (not zeros: unknown).
+    let t = Tmp::new("schema3");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    w.record(&launch(100, 0, 0x4000, 2_000));
+    w.frame(&Frame::End(End {
+        duration_ns: 9_000,
+        drops: BTreeMap::new(),
+        submitted: BTreeMap::new(),
+        stop_reason: "interrupted".into(),
+    }));
+    w.flush();
+    drop(w);
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    std::fs::write(&t.0, &bytes).unwrap();
+    let r = replay(&t.0).unwrap();
+    assert!(r.recovery.complete);
+    assert_eq!(r.report.duration_ns, 9_000);
+    assert!(r.report.probe_faults.is_empty());
+    assert!(!serde_json::to_string(&r.report).unwrap().contains("probe_faults"));
+}
+
+#[test]
 fn a_clean_end_brings_drops_duration_and_stub_names() {
     let t = Tmp::new("end");
     write_capture(&t.0, true);

@@ -11,5 +11,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = gpuprofd::store::replay(&path);
     let _ =
         gpuprofd::store::for_each_record(&path, |_, _, _| Ok::<(), std::convert::Infallible>(()));
+    let _ = gpuprofd::store::for_each_record_named(&path, |_, _, _, _| {
+        Ok::<(), std::convert::Infallible>(())
+    });
     let _ = gpuprofd::store::nvml_samples(&path);
 });

@@ -3,8 +3,9 @@
 //! tests, doc links — is an edge M → X; an edge to a later module fails, and so does a
 //! top-level module that is not in the list (a new one must be given its place).
 //!
-//! Comments are left out (they may name any module), string literals too (`"crate::main"` in
-//! a demangler test is text, not a path).
+//! Plain comments are left out (they may name any module), string literals too
+//! (`"crate::main"` in a demangler test is text, not a path); doc comments count, for their
+//! intra-doc links.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -51,8 +52,21 @@ fn code_only(text: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'/' if b.get(i + 1) == Some(&b'/') => {
+            // Doc comments (`///`, `//!`) stay: their intra-doc links are paths too.
+            b'/' if b.get(i + 1) == Some(&b'/')
+                && !matches!(b.get(i + 2), Some(b'/') | Some(b'!')) =>
+            {
                 while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                // A doc comment: its text as code, so that `[`crate::x`]` counts (and
+                // quotes or apostrophes in prose start no literal).
+                while i < b.len() && b[i] != b'\n' {
+                    if b[i] != b'"' && b[i] != b'\'' {
+                        out.push(b[i] as char);
+                    }
                     i += 1;
                 }
             }
@@ -217,8 +231,9 @@ fn no_module_imports_a_later_stage() {
 fn the_reader_of_paths_sees_what_it_should() {
     let code = code_only(
         "use crate::{a, b::{c, d}, e};\n// crate::f\nlet s = \"crate::g\";\nlet r = r#\"crate::h\"#;\n\
-         x = crate::i::j; y = gpuprofd_crate::k; let c = '\"'; z = crate::l;",
+         x = crate::i::j; y = gpuprofd_crate::k; let c = '\"'; z = crate::l;\n\
+         /// See [`crate::m`]'s \"n\".\n",
     );
     let got: Vec<String> = crate_refs(&code).into_iter().collect();
-    assert_eq!(got, ["a", "b", "e", "i", "l"]);
+    assert_eq!(got, ["a", "b", "e", "i", "l", "m"]);
 }

@@ -93,7 +93,11 @@ fn the_kit_installs_where_the_unit_expects_it() {
         .collect();
     assert!(links.len() >= 10, "{links:?}");
     for l in links {
-        assert_eq!(mode(&format!("usr/local/share/doc/gpuprofd/{l}")), 0o644, "{l}");
+        assert_eq!(
+            mode(&format!("usr/local/share/doc/gpuprofd/{l}")),
+            0o644,
+            "{l}"
+        );
     }
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/gpuprofd.service")).unwrap();
     assert!(!unit.contains('@'), "every placeholder filled: {unit}");

@@ -155,7 +155,11 @@ fn dist() -> Result<PathBuf> {
     for e in std::fs::read_dir(root().join("docs"))? {
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "md") {
-            let name = p.file_name().expect("a file").to_string_lossy().into_owned();
+            let name = p
+                .file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned();
             copy(p, &format!("docs/{name}"))?;
         }
     }

@@ -1,4 +1,4 @@
-//! Turning the aggregator's counters into a [`Report`]: names are resolved here, not on the hot path.
+//! Turning the aggregator's counters into a [`Report`](super::snapshot::Report): names are resolved here, not on the hot path.
 
 use super::hash::{FastMap, FastSet};
 use super::process::ProcState;

@@ -17,7 +17,7 @@ pub struct ReportMeta {
     /// CLOCK_MONOTONIC ns at the capture's start: the origin of the report's timelines.
     pub started_mono_ns: u64,
     pub duration_ns: u64,
-    /// Records lost per kind (see [`drops_by_kind`]).
+    /// Records lost per kind (see [`crate::capture::drops_by_kind`]).
     pub drops: BTreeMap<String, u64>,
     /// Records the probes wrote into the ring buffer, per kind.
     pub submitted: BTreeMap<String, u64>,

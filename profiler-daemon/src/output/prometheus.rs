@@ -3,7 +3,7 @@
 //! OpenMetrics output is rewritten: counter families named with their `_total` samples, no
 //! `# EOF`), which every scraper and `promtool check metrics` read.
 //!
-//! Served by the service's HTTP responder ([`crate::service::http`]) on `--metrics-addr` (off
+//! Served by the service's HTTP responder (`service::http`) on `--metrics-addr` (off
 //! unless asked for; the service's default is 127.0.0.1:9400). Each scrape asks the aggregator
 //! for a snapshot.
 //!

@@ -167,14 +167,7 @@ pub(crate) async fn aggregate(
                     Some(q) = queries.recv() => Some(q),
                 }
             } => match c {
-                Some(Ctl::Finish { meta, stop_reason, reply }) => {
-                    // Everything the reader handed over is applied before the report.
-                    while let Ok(batch) = rx.try_recv() {
-                        t.seen.apply_batch(&mut t.agg, &mut t.taps, &batch);
-                    }
-                    let _ = reply.send(t.finish(meta, stop_reason));
-                }
-                Some(c) => t.on(c),
+                Some(c) => t.on(c, &mut rx),
                 None => break,
             },
         }
@@ -182,7 +175,9 @@ pub(crate) async fn aggregate(
 }
 
 impl Task {
-    fn on(&mut self, c: Ctl) {
+    /// A message from the run loop or a questioner (`rx`: the reader's batches, drained before
+    /// the final report).
+    fn on(&mut self, c: Ctl, rx: &mut mpsc::Receiver<Batch>) {
         match c {
             Ctl::Nvml(m) => self.nvml(m),
             Ctl::DeepStart { req, reply } => {
@@ -212,8 +207,17 @@ impl Task {
                 drops,
                 forget_after,
             } => self.tick(interval, drops, forget_after),
-            // Answered by the task's loop (it drains the batches first).
-            Ctl::Finish { .. } => {}
+            Ctl::Finish {
+                meta,
+                stop_reason,
+                reply,
+            } => {
+                // Everything the reader handed over is applied before the report.
+                while let Ok(batch) = rx.try_recv() {
+                    self.seen.apply_batch(&mut self.agg, &mut self.taps, &batch);
+                }
+                let _ = reply.send(self.finish(meta, stop_reason));
+            }
         }
     }
 

@@ -406,12 +406,15 @@ pub fn may_start(
 /// stacks need, from the first record of each on.
 impl RecordTap for DeepCapture {
     fn record(&mut self, rec: &[u8], ev: Option<&Event>, agg: &Aggregator) {
-        let exit = match ev {
-            Some(Event::Exit(..)) => true,
-            Some(Event::Exec(..) | Event::Launches(..) | Event::Map(..)) | None => return,
-            Some(_) => false,
+        let Some(ev) = ev else {
+            return;
         };
-        let tgid = ev.map_or(0, |e| e.header().tgid);
+        let exit = match ev {
+            Event::Exit(..) => true,
+            Event::Exec(..) | Event::Launches(..) | Event::Map(..) => return,
+            _ => false,
+        };
+        let tgid = ev.header().tgid;
         if self.wants(tgid, agg) {
             self.keep(tgid, rec, exit);
         }

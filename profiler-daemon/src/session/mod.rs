@@ -191,11 +191,6 @@ pub trait Companion: Send {
     }
 }
 
-/// A session with nothing beside it.
-pub struct Alone;
-
-impl Companion for Alone {}
-
 /// The default stack sampling period of `--all-jobs` captures and the service: one call in 64
 /// per thread keeps the always-on cost of stacks small (a stack costs a few microseconds).
 pub const ALL_JOBS_STACK_PERIOD: u32 = 64;

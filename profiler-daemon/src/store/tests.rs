@@ -226,7 +226,11 @@ fn a_schema_3_file_ends_cleanly_without_faults() {
     assert!(r.recovery.complete);
     assert_eq!(r.report.duration_ns, 9_000);
     assert!(r.report.probe_faults.is_empty());
-    assert!(!serde_json::to_string(&r.report).unwrap().contains("probe_faults"));
+    assert!(
+        !serde_json::to_string(&r.report)
+            .unwrap()
+            .contains("probe_faults")
+    );
 }
 
 #[test]

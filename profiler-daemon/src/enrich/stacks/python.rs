@@ -11,7 +11,7 @@
 //! and 3.12.6, 3.13.0 and 3.13.18 agree on every field read). 3.9 and 3.10 keep no kernel
 //! thread id in their thread states, only `pthread_self()`: the probe matches that against
 //! the calling thread's FS base, read from its `task_struct` at the offset the kernel's BTF
-//! gives ([`super::kernel_btf`]); without BTF those versions get native frames only.
+//! gives ([`crate::sys::btf`]); without BTF those versions get native frames only.
 
 use profiler_common::{PY_NONE, PyOffsets};
 use std::collections::HashMap;

@@ -230,20 +230,18 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
     // behind them (the aggregator also serves the run loop first).
     let (query_tx, query_rx) = mpsc::channel::<Ctl>(4);
     let symbols = Arc::new(ProcSymbols::new());
-    let journal = match (&opts.output, out_file.take()) {
-        (Some(p), Some(f)) if store::is_capture_path(p) => {
+    // A capture file takes the output file; a JSON report keeps it for the end.
+    let journal = match &opts.output {
+        Some(p) if store::is_capture_path(p) => out_file.take().map(|f| {
             let mut header = store::header_now(crate::sys::kernel::hostname(), describe(&opts));
             // The file's origin is the report's (timelines read from either agree).
             header.started_at_monotonic_ns = started_mono;
             header.started_at_unix_ns = started_at
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
-            Some(store::Writer::new(f, p, header))
-        }
-        (_, f) => {
-            out_file = f;
-            None
-        }
+            store::Writer::new(f, p, header)
+        }),
+        _ => None,
     };
     let ring = probes.ring.take().expect("taken once");
     let counting = probes.counting.take();

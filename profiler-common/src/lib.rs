@@ -8,6 +8,7 @@
 pub mod cookie;
 #[cfg(feature = "user")]
 pub mod decode;
+pub mod pairing;
 
 /// Names of the maps in the eBPF object (looked up by name from userspace).
 pub mod maps {
@@ -30,8 +31,7 @@ pub mod maps {
     pub const FILTER_VERDICT: &str = "FILTER_VERDICT";
     /// Task-local storage (`BPF_MAP_TYPE_TASK_STORAGE`, one [`crate::Pending`] per thread, freed
     /// with the thread; no userspace access): the runtime call in flight (pairing runtime with
-    /// driver, runtime return probes), and the thread's stack-sampling countdown
-    /// (`Pending::stack_left`).
+    /// driver, runtime return probes).
     pub const PEND_RT: &str = "PEND_RT";
     /// Task-local storage like [`PEND_RT`]: the driver call in flight (driver return probes).
     pub const PEND_DRV: &str = "PEND_DRV";
@@ -41,8 +41,9 @@ pub mod maps {
     /// tracepoint's record, or 0 where the kernel's record has no such field (before 6.16); the
     /// process's end is then recorded at its group leader's exit instead of its last thread's.
     pub const EXIT_CONFIG: &str = "EXIT_CONFIG";
-    /// `Array<u32>` of length 1: take a call stack at every Nth launch or blocking sync of each
-    /// thread (0: never, 1: every one). See [`crate::StackBody`].
+    /// `Array<u32>` of length 1: the stack-sampling period N; each launch, copy or blocking
+    /// sync has its call stack taken with probability 1/N, drawn independently per call (0:
+    /// never, 1: every one). See [`crate::StackBody`].
     pub const STACK_CONFIG: &str = "STACK_CONFIG";
     /// `LruHashMap<u32 tgid, PyProc>`: CPython processes whose Python frames the probes read.
     pub const PY_PROCS: &str = "PY_PROCS";
@@ -508,7 +509,8 @@ pub struct StackBody {
     pub py_len: u32,
     /// [`stackflags`].
     pub flags: u32,
-    /// The sampling period in force: this stack stands for this many calls of its thread.
+    /// The sampling period in force: each call was drawn with probability 1/period, so this
+    /// stack stands for `period` calls.
     pub period: u32,
     pub _pad: u32,
     pub native: [u64; STACK_NATIVE_MAX],
@@ -641,10 +643,7 @@ pub struct Pending {
     pub kind: u32,
     /// [`PENDING_HAS_RETURN`] when a return probe will clear this entry.
     pub state: u32,
-    /// In the thread's `PEND_RT` slot: calls it has left until its next stack sample (see
-    /// `STACK_CONFIG`). Kept in the slot the launch probes look up anyway, so counting costs
-    /// no map lookup of its own; writes of the rest of the slot leave it as it is.
-    pub stack_left: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(core::mem::size_of::<Pending>() == 88);
 

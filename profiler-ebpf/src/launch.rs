@@ -74,11 +74,11 @@ pub(crate) fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> 
     }
 }
 
-/// Records a launch (or, in service mode, counts it), and its stack when the thread's sampling
+/// Records a launch (or, in service mode, counts it), and its stack when the sampling draw
 /// says so. The precise clock is read only where a time is kept: a record, a counter's first
 /// launch, a stack sample (0 in `now`: not read yet).
 #[inline(always)]
-pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBody, home: Home) {
+pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBody) {
     let mut now = 0;
     let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
         && count_launch(api, pt, &mut now, &body);
@@ -98,7 +98,6 @@ pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBod
         body.func,
         0,
         Some(body.caller),
-        home,
     );
 }
 
@@ -110,7 +109,7 @@ pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBod
 pub fn drv_launch(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, blockZ, smem, stream]
-    let Some((pt, c, r, s, home)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, s)) = begin_stack::<4>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let fl = if c.has(cookie::F_COOP) {
@@ -118,7 +117,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
     } else {
         0
     };
-    emit_launch(&ctx, c.api, pt, drv_launch_body(r, s, fl), home);
+    emit_launch(&ctx, c.api, pt, drv_launch_body(r, s, fl));
     0
 }
 
@@ -142,7 +141,7 @@ pub(crate) fn drv_launch_body(r: &pt_regs, s: [u64; 4], flags: u32) -> LaunchBod
 #[uprobe]
 pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
-    let Some((pt, c, r, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem, pad, hStream lo, hStream hi]: one read
@@ -156,7 +155,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, body, home);
+    emit_launch(&ctx, c.api, pt, body);
     0
 }
 
@@ -168,7 +167,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
 pub fn rt_launch(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     // [ret, sharedMem, stream]
-    let Some((pt, c, r, s, home)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, s)) = begin_stack::<3>(&ctx, class::LAUNCH) else {
         return 0;
     };
     let body = LaunchBody {
@@ -184,7 +183,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, body, home);
+    emit_launch(&ctx, c.api, pt, body);
     0
 }
 
@@ -194,7 +193,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
-    let Some((pt, c, r, [ret], home)) = begin_stack::<1>(&ctx, class::LAUNCH) else {
+    let Some((pt, c, r, [ret])) = begin_stack::<1>(&ctx, class::LAUNCH) else {
         return 0;
     };
     // [grid x,y,z, block x,y,z, smem lo, smem hi, stream lo, stream hi]
@@ -208,7 +207,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, body, home);
+    emit_launch(&ctx, c.api, pt, body);
     0
 }
 

@@ -23,9 +23,9 @@ use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
-        bpf_get_current_uid_gid, bpf_get_stack, bpf_jiffies64, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
-        bpf_task_storage_get,
+        bpf_get_current_uid_gid, bpf_get_prandom_u32, bpf_get_stack, bpf_jiffies64,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes, bpf_task_storage_get,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
@@ -35,8 +35,8 @@ use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
     GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey,
     MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY,
-    PENDING_ENTRY_ONLY_MAX_JIFFIES, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE,
-    Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
+    PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE, Pending, PyProc, Record,
+    STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
     dir, fault, flags, kind, memkind, memop, stackflags,
 };

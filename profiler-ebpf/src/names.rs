@@ -72,7 +72,7 @@ pub fn name_ret(ctx: RetProbeContext) -> u32 {
     kernel_stack(&ctx, &NO_PRIV_STACK);
     let pid_tgid = bpf_get_current_pid_tgid();
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let Some((_, p)) = take(slots(&c)) else {
+    let Some(p) = take(slots(&c)) else {
         return 0;
     };
     let ret: i64 = ctx.ret();

@@ -2,48 +2,51 @@
 //! not recorded again; what an entry probe leaves for its return probe.
 
 use super::*;
+use profiler_common::pairing::{DriverCall, Nesting, RuntimeSlot, nesting};
 
 /// A driver call made inside a runtime call on the same thread is that runtime call seen one
-/// layer down: it is not recorded again.
+/// layer down: it is not recorded again. The decision, for ordinary calls and tail calls
+/// alike, is [`profiler_common::pairing::nesting`] (unit-tested there):
 ///
-/// * The runtime call has a return probe (`PENDING_HAS_RETURN`): every driver call beneath its
-///   stack frame is nested until the return probe clears the slot.
+/// * The runtime call has a return probe (`PENDING_HAS_RETURN`): every driver call at or
+///   beneath its stack frame is nested until the return probe clears the slot.
 /// * Entry-only runtime call (launch, async copy): the first driver call of the same class,
-///   beneath its frame while it is still running — the return address it was called with is
-///   still in its slot on the stack — consumes the slot (bounded by
+///   at or beneath its frame while it is still running — the return address it was called
+///   with is still in its slot on the stack — consumes the slot (bounded by
 ///   `PENDING_ENTRY_ONLY_MAX_JIFFIES`). Once the runtime call has returned, whatever the caller
 ///   calls next overwrites that slot.
 ///
-/// `None` when the call is nested; else the thread's `PEND_RT` slot, when it has one.
+/// `true` when the call is nested (not recorded).
 #[inline(always)]
-pub(crate) fn nested_in_runtime(cls: u32, sp: u64) -> Option<Home> {
+pub(crate) fn nested_in_runtime(cls: u32, sp: u64) -> bool {
     let Some(slot) = PEND_RT.get_ptr_mut() else {
-        return Some(None);
+        return false;
     };
     // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
     let p = unsafe { &mut *slot };
-    if sp >= p.sp {
-        return Some(Some(slot));
-    }
-    if p.state == PENDING_HAS_RETURN {
-        return None;
-    }
-    if p.state == PENDING_ENTRY_ONLY
-        && p.class == cls
+    let rt = RuntimeSlot {
+        state: p.state,
+        sp: p.sp,
+        class: p.class,
+        ret: p.v[0],
+        jiffies: p.v[1],
+    };
+    let call = DriverCall {
+        sp,
+        class: cls,
         // SAFETY: plain helper call (inlined by the verifier).
-        && unsafe { bpf_jiffies64() }.wrapping_sub(p.v[1]) < PENDING_ENTRY_ONLY_MAX_JIFFIES
-        && peek_user::<u64>(p.sp, 0) == p.v[0]
-    {
-        // Consumed in place: the thread keeps its slot (freed with the thread).
-        p.state = PENDING_NONE;
-        return None;
+        jiffies: unsafe { bpf_jiffies64() },
+    };
+    match nesting(&rt, &call, || peek_user::<u64>(rt.sp, 0)) {
+        Nesting::Outside => false,
+        Nesting::InReturning => true,
+        Nesting::ConsumesEntryOnly => {
+            // Consumed in place: the thread keeps its slot (freed with the thread).
+            p.state = PENDING_NONE;
+            true
+        }
     }
-    Some(Some(slot))
 }
-
-/// The calling thread's `PEND_RT` slot when a probe has already looked it up (`None`: not
-/// looked up, or the thread has none yet). Its stack-sampling countdown lives there.
-pub(crate) type Home = Option<*mut Pending>;
 
 /// The slots of a call of this cookie's layer: runtime calls in `PEND_RT`, driver calls in
 /// `PEND_DRV`.
@@ -59,12 +62,12 @@ pub(crate) fn slots(c: &Cookie) -> &'static TaskStorage<Pending> {
 /// For a return probe: the thread's slot and a copy of what [`save`] left in it, the slot
 /// cleared in place (it stays the thread's).
 #[inline(always)]
-pub(crate) fn take(map: &TaskStorage<Pending>) -> Option<(*mut Pending, Pending)> {
+pub(crate) fn take(map: &TaskStorage<Pending>) -> Option<Pending> {
     let slot = map.get_ptr_mut()?;
     // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
     let p = unsafe { *slot };
     unsafe { (*slot).state = PENDING_NONE };
-    Some((slot, p))
+    Some(p)
 }
 
 /// Clears a thread's slot in place (see [`save`]).
@@ -83,10 +86,12 @@ pub(crate) fn clear_slot(map: &TaskStorage<Pending>) {
 /// left: nothing reads it while the slot is entry-only, and [`save`] writes all of it), which
 /// spares the launch path a whole-slot copy.
 #[inline(always)]
-pub(crate) fn runtime_slot(cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home {
+pub(crate) fn runtime_slot(cls: u32, sp: u64, c: &Cookie, ret: u64) {
     // SAFETY: plain helper call (inlined by the verifier).
     let jiffies = unsafe { bpf_jiffies64() };
-    let slot = PEND_RT.get_or_create()?;
+    let Some(slot) = PEND_RT.get_or_create() else {
+        return;
+    };
     // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
     unsafe {
         (*slot).sp = sp;
@@ -97,31 +102,31 @@ pub(crate) fn runtime_slot(cls: u32, sp: u64, c: &Cookie, ret: u64) -> Home {
         (*slot).kind = 0;
         (*slot).state = PENDING_ENTRY_ONLY;
     }
-    Some(slot)
 }
 
 /// Entry bookkeeping shared by every recorded call. Returns `None` when the call is a nested
-/// driver call that must not be recorded, else the thread's `PEND_RT` slot when this looked it
-/// up. `ret`: the return address when the probe has already read it (it is read here
-/// otherwise, and only when needed).
+/// driver call that must not be recorded. `ret`: the return address when the probe has
+/// already read it (it is read here otherwise, and only when needed).
 #[inline(always)]
-pub(crate) fn enter(c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Option<Home> {
+pub(crate) fn enter(c: &Cookie, cls: u32, sp: u64, ret: Option<u64>) -> Option<()> {
     if c.has(cookie::F_RUNTIME) {
         if c.has(cookie::F_RET) {
-            return Some(None);
+            return Some(());
         }
         let ret = match ret {
             Some(v) => v,
             None => stack(sp, 0),
         };
-        Some(runtime_slot(cls, sp, c, ret))
-    } else {
-        let home = nested_in_runtime(cls, sp);
-        if home.is_none() && c.has(cookie::F_RET) {
+        runtime_slot(cls, sp, c, ret);
+        Some(())
+    } else if nested_in_runtime(cls, sp) {
+        if c.has(cookie::F_RET) {
             // No stale entry may be picked up by this call's return probe.
             clear_slot(&PEND_DRV);
         }
-        home
+        None
+    } else {
+        Some(())
     }
 }
 
@@ -149,24 +154,24 @@ pub(crate) fn begin(ctx: &ProbeContext, cls: u32) -> Option<(u64, Cookie, &pt_re
 pub(crate) fn begin_stack<const N: usize>(
     ctx: &ProbeContext,
     cls: u32,
-) -> Option<(u64, Cookie, &pt_regs, [u64; N], Home)> {
+) -> Option<(u64, Cookie, &pt_regs, [u64; N])> {
     let (pt, c) = start(ctx)?;
     let r = regs(ctx);
     let read = || -> [u64; N] { user(r.rsp, [0; N]) };
     // A runtime probe is never nested: it always records, so it reads now.
     let early = c.has(cookie::F_RUNTIME).then(read);
-    let home = enter(&c, cls, r.rsp, early.map(|s| s[0]))?;
+    enter(&c, cls, r.rsp, early.map(|s| s[0]))?;
     let s = match early {
         Some(s) => s,
         None => read(),
     };
-    Some((pt, c, r, s, home))
+    Some((pt, c, r, s))
 }
 
 /// Saves a call for its return probe. Runtime calls also mark the thread as "inside the runtime".
-/// The slot is written in place, one store per field: the stack-sampling countdown stays, and
-/// the zero words of `v` do not become a call to the BPF target's byte-wise `memset` (a
-/// subprogram call that cost a launch probe about as much as its ring-buffer record). A thread
+/// The slot is written in place, one store per field: the zero words of `v` do not become a
+/// call to the BPF target's byte-wise `memset` (a subprogram call that cost a launch probe
+/// about as much as its ring-buffer record). A thread
 /// whose slot the kernel cannot make (out of memory) loses this call's record: it is counted
 /// as dropped.
 #[inline(always)]

@@ -11,14 +11,8 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the context pointer is the program's own.
     let c = Cookie::unpack(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let Some((slot, p)) = take(slots(&c)) else {
+    let Some(p) = take(slots(&c)) else {
         return 0;
-    };
-    // The thread's own PEND_RT slot holds its stack-sampling countdown.
-    let home = if c.has(cookie::F_RUNTIME) {
-        Some(slot)
-    } else {
-        None
     };
     if p.state != PENDING_HAS_RETURN || p.cookie != c.pack() {
         return 0; // a slot left by another call: not ours to finish
@@ -50,7 +44,6 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 p.v[2],
                 dur,
                 None,
-                home,
             );
         }
         kind::SYNC => {
@@ -70,7 +63,6 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 p.v[0],
                 dur,
                 None,
-                home,
             );
         }
         kind::MEM => {

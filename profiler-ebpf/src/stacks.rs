@@ -1,17 +1,21 @@
-//! Call stacks, sampled every Nth call of each thread: the frame-pointer walk and the CPython
+//! Call stacks, sampled at random (on average one call in N): the frame-pointer walk and the CPython
 //! frame walk.
 
 use super::*;
 
 // Call stacks (sampled)
 
-/// The sampling period in force when this call of the calling thread is one whose stack is
-/// taken (every Nth per thread, the first included, so a thread's samples are the same
-/// whichever CPUs it ran on); `None` otherwise. The countdown is in the thread's `PEND_RT`
-/// slot: `home` when the probe has it, else looked up here (and made for a thread that has
-/// none: one that calls the driver directly).
+/// The sampling period in force when this call is one whose stack is taken; `None` otherwise.
+///
+/// Each call is drawn independently with probability 1/period (`bpf_get_prandom_u32`): a
+/// call's chance does not depend on where it falls in the program's call pattern, so a loop
+/// that makes the same sequence of calls every step cannot alias with the sampling (every
+/// Nth call of a 4-call step would see the same call every time). Each sample stands for
+/// `period` calls; docs/STACKS.md states the estimator and its error. The draw compares the
+/// top bits of `r × period` with zero: a probability of ⌈2³²/period⌉/2³², within 2⁻³² of
+/// 1/period, and no division on the probe path.
 #[inline(always)]
-pub(crate) fn stack_due(home: Home) -> Option<u32> {
+pub(crate) fn stack_due() -> Option<u32> {
     let period = match STACK_CONFIG.get(0) {
         Some(&p) if p > 0 => p,
         _ => return None,
@@ -19,16 +23,9 @@ pub(crate) fn stack_due(home: Home) -> Option<u32> {
     if period == 1 {
         return Some(1);
     }
-    // A thread's new slot is zeroed: its first call is sampled.
-    let slot = match home {
-        Some(slot) => slot,
-        None => PEND_RT.get_or_create()?,
-    };
-    // SAFETY: our own map's value; only this thread (its owner) touches it while it runs.
-    let left = unsafe { &mut (*slot).stack_left };
-    let n = *left;
-    *left = if n == 0 { period - 1 } else { n - 1 };
-    (n == 0).then_some(period)
+    // SAFETY: plain helper call.
+    let r = unsafe { bpf_get_prandom_u32() };
+    ((u64::from(r) * u64::from(period)) >> 32 == 0).then_some(period)
 }
 
 #[inline(always)]
@@ -138,7 +135,7 @@ pub(crate) fn python_frames(
 
 /// Emits the stack record of the call just recorded (same thread, same `ts`; 0 when the call
 /// read no precise time, as a launch counted into an existing counter: the clock is read here
-/// then) when this call is one of the thread's sampled ones ([`stack_due`]). At an entry probe,
+/// then) when this call is drawn for sampling ([`stack_due`]). At an entry probe,
 /// `caller` is the return address read off the stack: the frame-pointer walk cannot see the
 /// caller there (the callee has not pushed its frame yet), so it replaces the walk's first
 /// entry, which is the probed function itself.
@@ -152,9 +149,8 @@ pub(crate) fn sample_stack<C: EbpfContext>(
     handle: u64,
     dur_ns: u64,
     caller: Option<u64>,
-    home: Home,
 ) {
-    let Some(period) = stack_due(home) else {
+    let Some(period) = stack_due() else {
         return;
     };
     let ts = if ts == 0 {

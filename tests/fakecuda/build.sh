@@ -4,6 +4,7 @@
 # OUTDIR/lib      libcuda.so.1 (driver trampolines), libcudart.so.12 (push %rbp entries),
 #                 liblookalike.so (exports cuLaunchKernel but is not CUDA)
 # OUTDIR/lib-cet  libcudart.so.12 built with -fcf-protection=full (endbr64 entries)
+# OUTDIR/lib-tail libcudart.so.12 whose wrappers tail-jump into the driver (-DFAKE_TAILCALL)
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
 # OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
@@ -17,7 +18,7 @@
 set -eu
 SRC=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-$SRC/../../target/fakecuda}
-mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/lib-static" "$OUT/lib-nvml" "$OUT/bin"
+mkdir -p "$OUT/lib" "$OUT/lib-cet" "$OUT/lib-tail" "$OUT/lib-static" "$OUT/lib-nvml" "$OUT/bin"
 OUT=$(cd "$OUT" && pwd)
 CC=${CC:-gcc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation"
@@ -28,6 +29,7 @@ $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fcf-protection=none \
     -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
     -o "$OUT/lib/libcuda.so.1" driver.c driver_tramp.S -lpthread
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib-cet/libcuda.so.1"
+cp "$OUT/lib/libcuda.so.1" "$OUT/lib-tail/libcuda.so.1"
 
 # Runtime, twice: frame-pointer prologue and CET prologue. -fno-shrink-wrap keeps the frame
 # setup at the entry of leaf functions too, as every hooked export of the real libcudart has
@@ -39,6 +41,11 @@ $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrin
 $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap -fcf-protection=full \
     -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
     -o "$OUT/lib-cet/libcudart.so.12" runtime.c -ldl -lpthread
+# ... and a third time as a compiler's sibling-call optimisation shapes `return cuX(...)`: the
+# driver entry then runs on the runtime entry's stack pointer (checked below).
+$CC $CFLAGS -DFAKE_TAILCALL -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap \
+    -fcf-protection=none -Wl,-soname,libcudart.so.12 -Wl,--no-undefined \
+    -o "$OUT/lib-tail/libcudart.so.12" runtime.c -ldl -lpthread
 
 # The runtime as a static archive, as nvcc links it by default (-cudart static).
 $CC $CFLAGS -c -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fno-shrink-wrap -fcf-protection=none \
@@ -105,6 +112,27 @@ objdump -d --no-show-raw-insn --disassemble=__cudaLaunchKernel "$OUT/lib/libcuda
     echo "fakecuda/build.sh: __cudaLaunchKernel does not tail-jump to cudaLaunchKernel@plt" >&2
     exit 1
 }
+# lib-tail: each wrapper the tail-call test drives reaches the driver through a jump, never a call.
+jumps() { # LIB SYMBOL PATTERN
+    if ! objdump -d --no-show-raw-insn "--disassemble=$2" "$1" | grep -Eq "$3"; then
+        echo "fakecuda/build.sh: $2 in $1 does not tail-jump (/$3/)" >&2
+        exit 1
+    fi
+}
+TAIL="$OUT/lib-tail/libcudart.so.12"
+for f in cudaDeviceSynchronize cudaStreamSynchronize cudaMalloc cudaFree cudaMallocHost; do
+    jumps "$TAIL" "$f" 'jmp +\*0x[0-9a-f]+\(%rip\)'
+done
+jumps "$TAIL" cudaMemcpy 'jmp +[0-9a-f]+ <memcpy_sync>'
+jumps "$TAIL" cudaMemcpyAsync 'jmp +[0-9a-f]+ <memcpy_async>'
+# The copy helpers reach the driver through its function table: a jump, and no indirect call.
+for f in memcpy_sync memcpy_async; do
+    jumps "$TAIL" "$f" 'jmp +\*%r'
+    if objdump -d --no-show-raw-insn "--disassemble=$f" "$TAIL" | grep -Eq 'call +\*'; then
+        echo "fakecuda/build.sh: $f in $TAIL calls the driver instead of jumping" >&2
+        exit 1
+    fi
+done
 # workload_static: the runtime is in .symtab only (an executable exports nothing).
 if ! nm "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$' ||
     nm -D "$OUT/bin/workload_static" | grep -q ' T cudaLaunchKernel$'; then

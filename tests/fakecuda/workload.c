@@ -786,6 +786,38 @@ static int cmd_stack_chain(int argc, char **argv) {
     return 0;
 }
 
+/* stack_steps STEPS: a training loop's fixed call pattern, as in a model's step: each step calls
+ * step_attention() from three call sites, then step_mlp(); each launches one kernel through
+ * stack_chain_c. Four call sites, one launch each per step: any sampling that counts calls
+ * (every Nth) sees the same positions every step; a random draw gives each site its share. */
+__attribute__((noinline, noclone)) cudaError_t step_attention(void) {
+    cudaError_t r = stack_chain_c((const void *)&stub_relu); /* STEP_ATTN */
+    g_chain_sink += 1;
+    return r;
+}
+__attribute__((noinline, noclone)) cudaError_t step_mlp(void) {
+    cudaError_t r = stack_chain_c((const void *)&stub_vecAdd); /* STEP_MLP */
+    g_chain_sink += 1;
+    return r;
+}
+__attribute__((noinline, noclone)) int stack_steps(long steps) {
+    int bad = 0;
+    for (long i = 0; i < steps; i++) {
+        bad |= step_attention() != cudaSuccess; /* STEP_ATTN_1 */
+        bad |= step_attention() != cudaSuccess; /* STEP_ATTN_2 */
+        bad |= step_attention() != cudaSuccess; /* STEP_ATTN_3 */
+        bad |= step_mlp() != cudaSuccess;       /* STEP_MLP_1 */
+    }
+    g_chain_sink += 1;
+    return bad;
+}
+static int cmd_stack_steps(int argc, char **argv) {
+    if (need_rt()) return -1;
+    if (argc != 1) return FAIL("usage: STEPS");
+    if (stack_steps(atol(argv[0]))) return FAIL("a launch failed"); /* STEP_CMD */
+    return 0;
+}
+
 /* exec PATH [ARG...]: replace the process image, keeping its pid, stdin and stdout, as
    launchers and wrappers do (`exec python train.py`). Replies only when exec fails. */
 static int cmd_exec(int argc, char **argv) {
@@ -814,6 +846,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "exec")) return cmd_exec(argc, argv);
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
     if (!strcmp(c, "stack_chain")) return cmd_stack_chain(argc, argv);
+    if (!strcmp(c, "stack_steps")) return cmd_stack_steps(argc, argv);
     if (!strcmp(c, "rt_launch_ptsz")) return cmd_rt_launch(V_PTSZ, argc, argv);
     if (!strcmp(c, "rt_launch_stub")) return cmd_rt_launch(V_STUB, argc, argv);
     if (!strcmp(c, "rt_launch_ex")) return cmd_rt_launch(V_EX, argc, argv);

@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::process::Command;
 
 const RELU: &str = "relu(float*, int)";
+const VEC_ADD: &str = "vecAdd(float const*, float const*, float*, int)";
 const WORKLOAD_C: &str = include_str!("../fakecuda/workload.c");
 
 /// `workload.c:LINE FUNCTION (EXE)`, LINE being the line marked `/* MARKER */` (a frame named
@@ -260,43 +261,54 @@ fn native_call_chains_named_frame_by_frame() {
 }
 
 #[test]
-fn a_stack_every_nth_call_of_each_thread() {
-    // Calls 0..9 are launches (stacks at 0, 4, 8); calls 10..12 syncs (a stack at 12).
+fn sampling_does_not_alias_with_a_periodic_call_pattern() {
+    // 4,000 steps of a fixed pattern: attention() from three call sites, then mlp(). With
+    // --stack-period 4, a counter taking every 4th call would sample one site every time and
+    // never the others; each call is drawn with probability 1/4 instead.
+    const STEPS: u64 = 4_000;
+    const PERIOD: u64 = 4;
     let (fin, tgid) = capture_workload(
         "workload",
-        "4",
-        &["stack_chain 10 0 0", "stack_chain 0 0 3"],
+        &PERIOD.to_string(),
+        &[&format!("stack_steps {STEPS}")],
     );
     let p = process(&fin.report, tgid);
-    assert_eq!(p["launches"], 10);
-    assert_eq!(p["stacks"]["samples"], 4);
+    assert_eq!(p["launches"], 4 * STEPS);
     let w = |m: &str, f: &str| fr(m, f, "workload");
-    let abc = row(
-        p,
-        &[
-            w("STACK_A_B", "stack_chain_a"),
-            w("STACK_B", "stack_chain_b"),
-            w("STACK_C", "stack_chain_c"),
-        ],
-    );
-    // Measured: 3 samples; derived: each stands for 4 calls.
+    let c = w("STACK_C", "stack_chain_c");
+    let sites = [
+        ("STEP_ATTN_1", "STEP_ATTN", "step_attention", RELU),
+        ("STEP_ATTN_2", "STEP_ATTN", "step_attention", RELU),
+        ("STEP_ATTN_3", "STEP_ATTN", "step_attention", RELU),
+        ("STEP_MLP_1", "STEP_MLP", "step_mlp", VEC_ADD),
+    ];
+    // Each site makes STEPS calls; its samples are binomial(STEPS, 1/PERIOD): mean 1,000,
+    // standard deviation √(4000 · ¼ · ¾) ≈ 27.4. The bound is 5 standard deviations (a false
+    // failure about once in 400,000 runs per site); an aliasing sampler is off by 1,000.
+    let mean = STEPS / PERIOD;
+    let sd = ((STEPS as f64) * 0.25 * 0.75).sqrt();
+    let bound = (5.0 * sd).ceil() as u64;
+    let mut total = 0;
+    for (site, callee, func, kernel) in sites {
+        let r = row(p, &[w(site, "stack_steps"), w(callee, func), c.clone()]);
+        let samples = r["samples"].as_u64().unwrap();
+        assert!(
+            samples.abs_diff(mean) <= bound,
+            "{site}: {samples} samples, expected {mean} ± {bound}"
+        );
+        // Derived: each sample stands for PERIOD calls (the estimator docs/STACKS.md states).
+        assert_eq!(r["calls"].as_u64(), Some(samples * PERIOD), "{site}");
+        assert_eq!(r["launches"].as_u64(), Some(samples * PERIOD), "{site}");
+        assert_eq!(
+            kernels(r),
+            [(kernel.to_owned(), samples * PERIOD)],
+            "{site}"
+        );
+        total += samples;
+    }
     assert_eq!(
-        (
-            abc["samples"].as_u64(),
-            abc["calls"].as_u64(),
-            abc["launches"].as_u64()
-        ),
-        (Some(3), Some(12), Some(12))
-    );
-    assert_eq!(kernels(abc), [(RELU.to_owned(), 12)]);
-    let sy = row(p, &[w("STACK_SYNC", "stack_chain_sync")]);
-    assert_eq!(
-        (
-            sy["samples"].as_u64(),
-            sy["calls"].as_u64(),
-            sy["syncs"].as_u64()
-        ),
-        (Some(1), Some(4), Some(4))
+        p["stacks"]["samples"], total,
+        "no sample outside the four sites"
     );
 }
 

@@ -383,7 +383,7 @@ struct Row {
     none: f64,
     floor_entry: f64,
     floor: f64,
-    /// Default capture (a stack on every 64th call per thread).
+    /// Default capture (a stack on one call in 64, drawn at random).
     full: f64,
     /// `--stack-period 0`.
     no_stacks: f64,
@@ -992,7 +992,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
 
     // ---- report
     let mut md = String::new();
-    md.push_str("| entry shape | probe site | no probes ns/call | empty uprobe at entry | empty uprobe at gpuprofd's site (floor) | gpuprofd full capture (stack every 64th call) | gpuprofd added ÷ floor added | launches counted in the kernel (service default) | counted added ÷ floor added | full capture, no stacks | full capture, stack every call | bpftrace, same probes at the entry, counting |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| entry shape | probe site | no probes ns/call | empty uprobe at entry | empty uprobe at gpuprofd's site (floor) | gpuprofd full capture (stack on 1 call in 64) | gpuprofd added ÷ floor added | launches counted in the kernel (service default) | counted added ÷ floor added | full capture, no stacks | full capture, stack every call | bpftrace, same probes at the entry, counting |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in &rows {
         let ratio = |t: f64| (t - r.none) / (r.floor - r.none);
         md.push_str(&format!(
@@ -1012,7 +1012,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
                 .map_or("not run".to_owned(), |t| format!("{t:.0}")),
         ));
     }
-    md.push_str("\nThe probes' own time per call, as the kernel accounts it (`BPF_ENABLE_STATS`: run time of every BPF program that ran, summed over the call's probes; median of 3 more runs of the loop with statistics on, the timed runs above ran without them). This is the part of the added cost that gpuprofd's code decides; it leaves out the trap into the kernel and back (the floor column above). The statistics' own bookkeeping (two clock reads per program run) is inside every figure: the empty program, which does nothing, shows its size. The runtime shapes run two programs per call (the driver probe finds it is inside the runtime call and stops early):\n\n| entry shape | empty program (floor) ns | full capture, no stacks | full capture (stack every 64th call) | full capture, stack every call | counted | full capture by program (ns per call) |\n|---|---|---|---|---|---|---|\n");
+    md.push_str("\nThe probes' own time per call, as the kernel accounts it (`BPF_ENABLE_STATS`: run time of every BPF program that ran, summed over the call's probes; median of 3 more runs of the loop with statistics on, the timed runs above ran without them). This is the part of the added cost that gpuprofd's code decides; it leaves out the trap into the kernel and back (the floor column above). The statistics' own bookkeeping (two clock reads per program run) is inside every figure: the empty program, which does nothing, shows its size. The runtime shapes run two programs per call (the driver probe finds it is inside the runtime call and stops early):\n\n| entry shape | empty program (floor) ns | full capture, no stacks | full capture (stack on 1 call in 64) | full capture, stack every call | counted | full capture by program (ns per call) |\n|---|---|---|---|---|---|---|\n");
     for r in &rows {
         let f = |v: f64| {
             if v.is_nan() {
@@ -1271,14 +1271,14 @@ fn write_doc(root: &Path, summary: &str, ctx: &Ctx, sustain_secs: u64) -> Result
          buffer, read and aggregated). The runtime shapes go through two probes per call (the \
          runtime entry and the driver call it makes, which the kernel-side pairing suppresses). \
          The ratio column is gpuprofd's added time per call (default capture: a call stack on \
-         every 64th call of each thread) divided by the floor's added time; the last two columns \
+         one call in 64, drawn at random) divided by the floor's added time; the last two columns \
          are the same capture with `--stack-period 0` (no stacks) and `--stack-period 1` (a stack, \
          frame-pointer walk and 576-byte record, on every call), each from its own daemon run. \
          gpuprofd and the empty probes are attached the same way: one `uprobe_multi` link per \
          program and library where the kernel has them (6.6+), else a perf-event uprobe each.\n\
          * **Counted**: the same loop under `gpuprofd --all-jobs --count-launches 1s`, what \
          `gpuprofd serve` runs by default: launches are added to a counter in a BPF hash map \
-         instead of a ring-buffer record each (stacks still sampled every 64th call).\n\
+         instead of a ring-buffer record each (stacks still sampled on one call in 64).\n\
          * **Lower bound**: the same loop with `gpuprofd floor --program record` at gpuprofd's \
          site of the outermost call: a program that does only what any probe recording a launch \
          must do (one user-memory read of the stack-passed arguments, one clock read, one ring \

@@ -140,8 +140,8 @@ pub struct CaptureArgs {
     /// Do not print the per-second live lines on stderr.
     #[arg(long)]
     pub no_live: bool,
-    /// Take the call stack (native frames, and Python frames in CPython 3.9–3.13) of every Nth
-    /// launch, blocking sync and blocking copy of each thread, for the code and callers views.
+    /// Take the call stack (native frames, and Python frames in CPython 3.9–3.13) of one launch,
+    /// blocking sync or blocking copy in N, each drawn at random, for the code and callers views.
     /// Default: 1 (every call) with --pid or a command, 64 with --all-jobs; 0: no stacks.
     #[arg(long, value_name = "N")]
     pub stack_period: Option<u32>,

@@ -29,8 +29,8 @@ jobs = []
 cgroups = []
 # Ring-buffer size in MiB between the probes and the daemon (a power of two, 1 to 1024).
 ring_buffer_mb = 16
-# Take the call stack of every Nth launch / blocking sync / blocking copy of each thread (code
-# and callers views); 0: no stacks.
+# Take the call stack of one launch / blocking sync / blocking copy in N, each drawn at random
+# (code and callers views); 0: no stacks.
 stack_period = 64
 # (reload) How often to rescan /proc for CUDA libraries behind the kernel's mmap watcher; "0": never.
 rescan_interval = "30s"

@@ -1,6 +1,6 @@
 //! Naming the frames of sampled call stacks (launches, blocking syncs and blocking copies).
 //!
-//! The probes take a stack on every Nth such call of each thread ([`STACK_CONFIG`] period) —
+//! The probes take a stack of one such call in N, drawn at random ([`STACK_CONFIG`] period) —
 //! native return addresses from the kernel's frame-pointer walk, and for CPython processes the
 //! interpreter's frames (code object, instruction). Here they are named: native addresses
 //! through the ELF symbol tables of the files the process maps, Python frames by reading the

@@ -183,9 +183,11 @@ impl Companion for Beside {
         if let Some((listener, path)) = self.control.take() {
             self.serve_control(s.clone(), listener, path);
         }
-        s.notifier.ready(&format!(
-            "capturing: {probes} probes on {libs} CUDA libraries"
-        ));
+        s.notifier.ready(&if libs == 0 {
+            "waiting for the first CUDA library".to_owned()
+        } else {
+            format!("capturing: {probes} probes on {libs} CUDA libraries")
+        });
     }
 
     fn asks(&self) -> bool {

@@ -106,9 +106,11 @@ pub enum SessionError {
         source: std::io::Error,
     },
     #[error(
-        "no CUDA library to attach to: none is mapped by a running process, none was found in the \
-         dynamic linker's cache, and no --lib was given. Point --lib at libcuda.so.1 / \
-         libcudart.so.* (files or directories)"
+        "no CUDA library to attach to: none was given with --lib or found in the dynamic \
+         linker's cache, and the libraries processes load cannot be found without following \
+         /proc/PID/map_files (CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN). Give the daemon one of \
+         those capabilities, or point --lib at libcuda.so.1 / libcudart.so.* (files or \
+         directories)"
     )]
     NothingToAttach,
     #[error("could not start \"{cmd}\": {source}")]
@@ -205,18 +207,24 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
         .map_err(|e| SessionError::Internal(format!("SIGINT handler: {e}")))?;
     let sigterm = signal(SignalKind::terminate())
         .map_err(|e| SessionError::Internal(format!("SIGTERM handler: {e}")))?;
-    // Fail on an unwritable output before attaching anything.
-    let mut out_file =
-        match &opts.output {
-            Some(p) => Some(crate::sys::files::create_output(p).map_err(|source| {
-                SessionError::Output {
-                    path: p.display().to_string(),
-                    source,
-                }
-            })?),
-            None => None,
-        };
+    // Fail on an unwritable output before attaching anything; a run that fails before its
+    // capture starts leaves the path as it was (see `EarlyOutput`).
+    let output_error = |p: &std::path::Path, source| SessionError::Output {
+        path: p.display().to_string(),
+        source,
+    };
+    let early = match &opts.output {
+        Some(p) => Some(crate::sys::files::EarlyOutput::open(p).map_err(|e| output_error(p, e))?),
+        None => None,
+    };
     let mut probes = Probes::start(&opts).await?;
+    let (mut out_file, created_output) = match (early, &opts.output) {
+        (Some(early), Some(p)) => {
+            let (f, created) = early.keep().map_err(|e| output_error(p, e))?;
+            (Some(f), created)
+        }
+        _ => (None, false),
+    };
 
     let started_at = SystemTime::now();
     let started = Instant::now();
@@ -283,23 +291,37 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
     );
     companion.started(queries.clone());
     let (n_probes, libs) = (probes.probe_count(), probes.attacher.libraries().count());
-    console::say(format_args!(
-        "ready: {n_probes} probes on {libs} CUDA libraries ({}); capturing ({})",
-        if probes.attacher.uses_multi() {
-            "uprobe_multi links"
-        } else {
-            "perf-event uprobes"
-        },
-        describe(&opts)
-    ));
+    if libs == 0 {
+        console::say(format_args!(
+            "ready: waiting for the first CUDA library: no running process maps libcuda.so.1 \
+             or libcudart.so.* and none was found on disk; each is attached as a process maps \
+             it ({})",
+            describe(&opts)
+        ));
+    } else {
+        console::say(format_args!(
+            "ready: {n_probes} probes on {libs} CUDA libraries ({}); capturing ({})",
+            if probes.attacher.uses_multi() {
+                "uprobe_multi links"
+            } else {
+                "perf-event uprobes"
+            },
+            describe(&opts)
+        ));
+    }
     companion.ready(n_probes, libs);
 
     let child = match opts.command.first() {
-        Some(prog) => Some(spawn(
-            prog,
-            &opts.command[1..],
-            opts.command_stdin.as_deref(),
-        )?),
+        Some(prog) => match spawn(prog, &opts.command[1..], opts.command_stdin.as_deref()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                // Nothing ran: no output file of this run is left behind.
+                if let (true, Some(p)) = (created_output, &opts.output) {
+                    let _ = std::fs::remove_file(p);
+                }
+                return Err(e);
+            }
+        },
         None => None,
     };
     let mut ends = Ends {

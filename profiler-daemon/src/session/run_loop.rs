@@ -155,7 +155,21 @@ impl RunLoop<'_> {
 
     /// Attaches libraries found while running; the aggregator hears of the API table's growth.
     async fn attach(&mut self, found: Vec<crate::discovery::CudaLibrary>) {
+        let waiting = self.probes.attacher.libraries().next().is_none();
         if self.probes.attach_new(found, self.opts.verbose) {
+            if waiting {
+                // The end of the wait the ready line announced.
+                let first = self.probes.attacher.library_list();
+                super::console::say(format_args!(
+                    "attached: {} probes on {}; capturing",
+                    self.probes.probe_count(),
+                    first
+                        .iter()
+                        .map(|l| l.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
             let api = self.probes.attacher.api().clone();
             let libs = self.probes.attacher.library_list();
             let _ = self.ctl_tx.send(Ctl::Api(api, libs)).await;

@@ -34,10 +34,14 @@ impl Probes {
         let mut selection = Selection::new(opts)?;
         let mut scanner = Scanner::new();
         // Said before the search, which it cripples (and which may then find nothing).
-        if let Err(e) = discovery::map_files_followable() {
-            super::console::warn(format_args!("{e}: {}", discovery::MAP_FILES_HINT));
-        }
-        let initial = initial_libraries(opts, &mut scanner).await?;
+        let maps_followable = match discovery::map_files_followable() {
+            Ok(()) => true,
+            Err(e) => {
+                super::console::warn(format_args!("{e}: {}", discovery::MAP_FILES_HINT));
+                false
+            }
+        };
+        let initial = initial_libraries(opts, &mut scanner, maps_followable).await?;
         // Every attached library holds descriptors (links, or perf events before 6.6): a node
         // with many runtime copies outgrows a shell's soft limit of 1,024 (see `rlimit`).
         match crate::sys::rlimit::raise_open_files() {
@@ -151,10 +155,14 @@ fn attach_initial(
     }
 }
 
-/// The libraries to attach before capture starts; validates `--pid`.
+/// The libraries to attach before capture starts; validates `--pid`. With `--all-jobs` (and
+/// the service) an empty list is fine: the capture waits for the first process that maps a
+/// CUDA library, as "all jobs, now or later" promises — unless the daemon cannot follow
+/// `/proc/PID/map_files`, when no library a process maps could ever be attached.
 async fn initial_libraries(
     opts: &CaptureOptions,
     scanner: &mut Scanner,
+    maps_followable: bool,
 ) -> Result<Vec<CudaLibrary>, SessionError> {
     let mut libs: Vec<CudaLibrary> = Vec::new();
     let add = |l: CudaLibrary, libs: &mut Vec<CudaLibrary>| {
@@ -189,7 +197,7 @@ async fn initial_libraries(
             }
         }
     }
-    if libs.is_empty() {
+    if libs.is_empty() && !(matches!(opts.target, Target::AllJobs) && maps_followable) {
         return Err(SessionError::NothingToAttach);
     }
     Ok(libs)

@@ -512,51 +512,56 @@ fn pythons() -> Vec<(u8, std::path::PathBuf)> {
     found
 }
 
-#[test]
-fn python_frames_by_file_line_and_function() {
-    // One daemon; the same model run by every interpreter found, one after the other.
-    let interpreters = pythons();
-    eprintln!("CPython versions checked: {interpreters:?}");
-    assert!(
-        interpreters.iter().any(|(m, _)| *m == 11),
-        "the system's CPython 3.11 (/usr/bin/python3) is missing: {interpreters:?}"
-    );
-    let dir = TempDir::new("pystack");
-    let script = dir.path().join("model.py");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let s = script.to_str().unwrap();
-    let line = |marker: &str| {
-        SCRIPT
-            .lines()
-            .position(|l| l.ends_with(marker))
-            .unwrap_or_else(|| panic!("{marker}"))
-            + 1
-    };
-    let d = daemon("1");
-    let mut tgids = Vec::new();
-    for (_, exe) in &interpreters {
-        let mut cmd = Command::new(exe);
-        cmd.arg(&script).arg(fakecuda().join("lib/libcudart.so.12"));
-        let mut w = Workload::spawn_command(cmd);
-        // The daemon learns that the process is a CPython when it maps the CUDA runtime;
-        // calls made before that carry native frames only. The first call comes after this
-        // pause.
-        std::thread::sleep(std::time::Duration::from_millis(1000));
-        w.cmd("step");
-        tgids.push(w.tgid);
-        let_the_daemon_drain();
-        w.exit();
+/// The model script run by each interpreter, and what its report must show.
+struct PyModel {
+    _dir: TempDir,
+    script: std::path::PathBuf,
+}
+
+impl PyModel {
+    /// Every CPython 3.9–3.13 found (the system's 3.11 at least) and the script.
+    fn new() -> (PyModel, Vec<(u8, std::path::PathBuf)>) {
+        let interpreters = pythons();
+        eprintln!("CPython versions checked: {interpreters:?}");
+        assert!(
+            interpreters.iter().any(|(m, _)| *m == 11),
+            "the system's CPython 3.11 (/usr/bin/python3) is missing: {interpreters:?}"
+        );
+        let dir = TempDir::new("pystack");
+        let script = dir.path().join("model.py");
+        std::fs::write(&script, SCRIPT).unwrap();
+        (PyModel { _dir: dir, script }, interpreters)
     }
-    let fin = d.stop();
-    let f = |marker: &str, func: &str| format!("{s}:{} {func}", line(marker));
-    for ((minor, exe), tgid) in interpreters.iter().zip(tgids) {
-        let p = process(&fin.report, tgid);
-        let what = format!("CPython 3.{minor} ({})", exe.display());
+
+    /// `exe` running the model, past its `ready` line: the CUDA runtime is mapped by then.
+    fn spawn(&self, exe: &std::path::Path) -> Workload {
+        let mut cmd = Command::new(exe);
+        cmd.arg(&self.script)
+            .arg(fakecuda().join("lib/libcudart.so.12"));
+        Workload::spawn_command(cmd)
+    }
+
+    /// Every one of the process's 5 launches (one `step`, a stack taken on every call) under
+    /// its Python frames: file, line and function of each, outermost first, then the native
+    /// frames called from Python.
+    fn check(&self, report: &Value, tgid: u32, minor: u8, what: &str) {
+        let s = self.script.to_str().unwrap();
+        let line = |marker: &str| {
+            SCRIPT
+                .lines()
+                .position(|l| l.ends_with(marker))
+                .unwrap_or_else(|| panic!("{marker}"))
+                + 1
+        };
+        let f = |marker: &str, func: &str| format!("{s}:{} {func}", line(marker));
+        let p = process(report, tgid);
         assert_eq!(p["launches"], 5, "{what}");
         assert_eq!(p["stacks"]["samples"], 5, "{what}");
         assert_eq!(p["stacks"]["python_no_thread"], 0, "{what}");
         assert_eq!(p["stacks"]["python_fault"], 0, "{what}");
-        let py = p["stacks"]["python"].as_str().expect("a CPython process");
+        let py = p["stacks"]["python"].as_str().unwrap_or_else(|| {
+            panic!("{what}: no Python frames: {:#}", p["stacks"]);
+        });
         assert!(
             py.starts_with(&format!("CPython 3.{minor} (")) && py.contains("python3."),
             "{what}: {py}"
@@ -607,6 +612,65 @@ fn python_frames_by_file_line_and_function() {
                 "{what}"
             );
         }
+    }
+}
+
+#[test]
+fn python_frames_by_file_line_and_function() {
+    // One daemon; the same model run by every interpreter found, one after the other, each
+    // started after the daemon.
+    let (model, interpreters) = PyModel::new();
+    let d = daemon("1");
+    let mut tgids = Vec::new();
+    for (_, exe) in &interpreters {
+        let mut w = model.spawn(exe);
+        // The daemon learns that the process is a CPython when the kernel reports that it
+        // maps the CUDA runtime; calls made before the daemon has read that report carry
+        // native frames only. The first call comes after this pause.
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        w.cmd("step");
+        tgids.push(w.tgid);
+        let_the_daemon_drain();
+        w.exit();
+    }
+    let fin = d.stop();
+    for ((minor, exe), tgid) in interpreters.iter().zip(tgids) {
+        let what = format!("CPython 3.{minor} ({}), started after", exe.display());
+        model.check(&fin.report, tgid, *minor, &what);
+    }
+}
+
+#[test]
+fn python_frames_of_interpreters_running_before_the_attach() {
+    // Live attach: every interpreter has loaded the CUDA runtime before the daemon starts, and
+    // its first call comes right after the daemon's ready line (no pause): all of its stacks
+    // must carry the same Python frames as one started after. Once with `--all-jobs` (all
+    // interpreters at once), once with `--pid` for each.
+    let (model, interpreters) = PyModel::new();
+    let mut running: Vec<Workload> = interpreters.iter().map(|(_, e)| model.spawn(e)).collect();
+    let d = daemon("1");
+    let mut tgids = Vec::new();
+    for mut w in running.drain(..) {
+        w.cmd("step");
+        tgids.push(w.tgid);
+        let_the_daemon_drain();
+        w.exit();
+    }
+    let fin = d.stop();
+    for ((minor, exe), tgid) in interpreters.iter().zip(tgids) {
+        let what = format!("CPython 3.{minor} ({}), --all-jobs", exe.display());
+        model.check(&fin.report, tgid, *minor, &what);
+    }
+    for (minor, exe) in &interpreters {
+        let mut w = model.spawn(exe);
+        let pid = w.tgid.to_string();
+        let d = Daemon::capturing(&["--pid", &pid, "--stack-period", "1", "--no-nvml"]);
+        w.cmd("step");
+        let_the_daemon_drain();
+        let fin = d.stop();
+        let what = format!("CPython 3.{minor} ({}), --pid", exe.display());
+        model.check(&fin.report, w.tgid, *minor, &what);
+        w.exit();
     }
 }
 

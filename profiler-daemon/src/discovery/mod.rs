@@ -436,6 +436,11 @@ impl Scanner {
             || self.cuda_tgids.contains(&tgid)
     }
 
+    /// The processes found mapping a CUDA library (and not forgotten since).
+    pub fn cuda_processes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.cuda_tgids.iter().copied()
+    }
+
     pub fn is_cuda_process(&self, tgid: u32) -> bool {
         self.cuda_tgids.contains(&tgid)
     }

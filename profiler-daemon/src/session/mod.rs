@@ -12,6 +12,7 @@
 mod aggregator;
 pub mod console;
 pub mod deep;
+mod python;
 mod queries;
 mod run_loop;
 mod seen;
@@ -27,7 +28,7 @@ use crate::enrich::process::ProcSymbols;
 use crate::store;
 use aggregator::Ctl;
 use queries::Gauges;
-use run_loop::{Ends, PythonProcs, RunLoop};
+use run_loop::{Ends, RunLoop};
 use seen::{Seen, Sighting};
 use setup::Probes;
 use std::fs::File;
@@ -342,7 +343,6 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
             stats: stats.clone(),
             queries,
             symbols,
-            python: PythonProcs::default(),
         };
         (run_loop.run(&mut ends).await?, run_loop.nvml_rx.take())
     };

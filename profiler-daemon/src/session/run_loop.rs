@@ -10,8 +10,7 @@ use super::setup::Probes;
 use super::{CaptureOptions, Companion, SessionError, Target};
 use crate::capture::{self, ReaderStats};
 use crate::enrich::process::ProcSymbols;
-use aya::Ebpf;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -39,7 +38,6 @@ pub(super) struct RunLoop<'a> {
     pub stats: Arc<ReaderStats>,
     pub queries: Queries,
     pub symbols: Arc<ProcSymbols>,
-    pub python: PythonProcs,
 }
 
 impl RunLoop<'_> {
@@ -123,11 +121,13 @@ impl RunLoop<'_> {
             let (t, addr, len) = match s {
                 Sighting::Map(t, addr, len) => (t, addr, len),
                 Sighting::New(t) => {
-                    self.python.seen(&mut self.probes.ebpf, t, stack_period);
+                    self.probes
+                        .python
+                        .seen(&mut self.probes.ebpf, t, stack_period);
                     continue;
                 }
                 Sighting::Gone(t) => {
-                    self.python.checked.remove(&t);
+                    self.probes.python.forget(t);
                     self.probes.scanner.forget(t);
                     continue;
                 }
@@ -143,7 +143,9 @@ impl RunLoop<'_> {
             // Its files, while it runs: the stacks of a process that ends before its records
             // are read are still named from this.
             self.symbols.remember(t);
-            self.python.seen(&mut self.probes.ebpf, t, stack_period);
+            self.probes
+                .python
+                .seen(&mut self.probes.ebpf, t, stack_period);
         }
         let mut new = Vec::new();
         for t in tgids {
@@ -204,6 +206,12 @@ impl RunLoop<'_> {
             Target::Pid(p) => self.probes.scanner.scan_process(p),
             Target::AllJobs => self.probes.scanner.scan_all(),
         };
+        if rescan {
+            // Processes the rescan found (the kernel's mmap reports missed or unavailable).
+            let p = &mut *self.probes;
+            p.python
+                .seen_cuda(&mut p.ebpf, &p.scanner, self.opts.stack_period);
+        }
         self.attach(new).await;
         let fresh = self.probes.selection.refresh();
         if !fresh.is_empty() {
@@ -247,41 +255,6 @@ impl RunLoop<'_> {
         let now = capture::fill(ebpf, &self.stats, self.opts.count_launches.is_some());
         if let Ok(mut f) = self.gauges.fill.lock() {
             *f = now;
-        }
-    }
-}
-
-/// The CPython processes whose Python frames the probes read (`PY_PROCS`).
-#[derive(Default)]
-pub(super) struct PythonProcs {
-    /// Processes looked at, with their start time (a reused tgid is looked at again).
-    checked: HashMap<u32, u64>,
-}
-
-/// Processes remembered as looked at, at most (then the oldest knowledge is dropped).
-const MAX_PYTHON_CHECKED: usize = 65536;
-
-impl PythonProcs {
-    /// Looks at `tgid` once (per process): if it runs a supported CPython, the probes read its
-    /// Python frames from now on.
-    fn seen(&mut self, ebpf: &mut Ebpf, tgid: u32, stack_period: u32) {
-        if stack_period == 0 {
-            return;
-        }
-        let start = crate::enrich::process::start_time(tgid).unwrap_or(0);
-        if self.checked.get(&tgid) == Some(&start) {
-            return;
-        }
-        if self.checked.len() >= MAX_PYTHON_CHECKED {
-            self.checked.clear();
-        }
-        self.checked.insert(tgid, start);
-        let found = crate::enrich::stacks::python::detect(tgid);
-        let value = found.as_ref().and_then(|p| p.probe());
-        if let Err(e) = capture::set_python(ebpf, tgid, value) {
-            super::console::warn(format_args!(
-                "Python frames of process {tgid} not read: {e}"
-            ));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Before the capture runs: check the target, find the CUDA libraries, load the eBPF object,
 //! set its filter, attach the probes, and take the ring buffer and the launch counters.
 
+use super::python::PythonProcs;
 use super::selection::Selection;
 use super::{CaptureOptions, SessionError, Target};
 use crate::attach::{AttachError, Attacher, layer_label};
@@ -25,6 +26,8 @@ pub(super) struct Probes {
     /// Service mode: launches counted in the kernel, read every period.
     pub counting: Option<capture::Counting>,
     pub launch_mode: Option<capture::counted::LaunchMode>,
+    /// The processes whose Python frames the probes read.
+    pub python: PythonProcs,
 }
 
 impl Probes {
@@ -68,6 +71,10 @@ impl Probes {
         // Now, while the eBPF object still holds every map (the ring and the counters are
         // taken below): `uprobe_multi` programs are loaded against them.
         attacher.load_programs(&mut ebpf)?;
+        // A live attach: the CPython processes already running are known to the probes before
+        // any is attached, so that their first call after the attach has its Python frames.
+        let mut python = PythonProcs::default();
+        python.seen_cuda(&mut ebpf, &scanner, opts.stack_period);
         attach_initial(&mut attacher, &mut ebpf, &initial, opts.verbose)?;
         // Late loads: an mmap watcher in the kernel reports executable file mappings as they
         // happen; the /proc rescan is then only a slow safety net.
@@ -101,6 +108,7 @@ impl Probes {
             ring: Some(ring),
             counting,
             launch_mode,
+            python,
         })
     }
 

@@ -88,6 +88,25 @@ impl Probes {
                 (opts.rescan.unwrap_or(Duration::from_secs(1)), false)
             }
         };
+        // A process that mapped a CUDA library after the start-up scan but before the watcher
+        // started is in neither: one more scan closes that gap (the watcher reports everything
+        // from here on). It matters most to an `--all-jobs` that starts with nothing to attach.
+        if matches!(opts.target, Target::AllJobs) && maps_followable {
+            let late: Vec<CudaLibrary> = scanner
+                .scan_all()
+                .into_iter()
+                .filter(|l| !attacher.is_attached(l))
+                .collect();
+            python.seen_cuda(&mut ebpf, &scanner, opts.stack_period);
+            for lib in &late {
+                if let Err(e) = attach_and_report(&mut attacher, &mut ebpf, lib, opts.verbose) {
+                    super::console::warn(format_args!(
+                        "not attached to \"{}\": {e}; capture goes on without it",
+                        lib.display
+                    ));
+                }
+            }
+        }
         let ring = capture::take_ring(&mut ebpf)?;
         // Service mode's default: launches are counted in the kernel, read every period.
         let (counting, launch_mode) = match opts.count_launches {

@@ -548,35 +548,28 @@ static CUresult set_mem_async(CUdeviceptr d, size_t pitch, unsigned v, unsigned 
 }
 /* The real prototypes: cuMemsetD<bits>(dst, value, N), cuMemsetD2D<bits>(dst, pitch, value,
  * Width, Height) with Width in elements, and their Async variants with a stream last. */
-#define MEMSET_1D(name, vty, esz)                                                             \
-    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n) {                               \
-        CNT(name);                                                                            \
-        return set_mem(d, 0, v, esz, n, 1);                                                   \
+#define MEMSET_1D(name, vty, esz) \
+    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n) { CNT(name); return set_mem(d, 0, v, esz, n, 1); }
+#define MEMSET_1D_ASYNC(name, vty, esz)                                         \
+    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n, CUstream st) {    \
+        CNT(name);                                                              \
+        return set_mem_async(d, 0, v, esz, n, 1, st);                           \
     }
-#define MEMSET_1D_ASYNC(name, vty, esz)                                                       \
-    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n, CUstream st) {                  \
-        CNT(name);                                                                            \
-        return set_mem_async(d, 0, v, esz, n, 1, st);                                         \
+#define MEMSET_2D(name, vty, esz)                                                         \
+    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h) {   \
+        CNT(name);                                                                        \
+        return set_mem(d, pitch, v, esz, w, h);                                           \
     }
-#define MEMSET_2D(name, vty, esz)                                                             \
-    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h) {       \
-        CNT(name);                                                                            \
-        return set_mem(d, pitch, v, esz, w, h);                                               \
+#define MEMSET_2D_ASYNC(name, vty, esz)                                                                  \
+    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h, CUstream st) {     \
+        CNT(name);                                                                                       \
+        return set_mem_async(d, pitch, v, esz, w, h, st);                                                \
     }
-#define MEMSET_2D_ASYNC(name, vty, esz)                                                       \
-    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h, CUstream st) { \
-        CNT(name);                                                                            \
-        return set_mem_async(d, pitch, v, esz, w, h, st);                                     \
-    }
-#define MEMSET_FAMILY(bits, vty, esz)                                                         \
-    MEMSET_1D(cuMemsetD##bits##_v2, vty, esz)                                                 \
-    MEMSET_1D(cuMemsetD##bits##_v2_ptds, vty, esz)                                            \
-    MEMSET_1D_ASYNC(cuMemsetD##bits##Async, vty, esz)                                         \
-    MEMSET_1D_ASYNC(cuMemsetD##bits##Async_ptsz, vty, esz)                                    \
-    MEMSET_2D(cuMemsetD2D##bits##_v2, vty, esz)                                               \
-    MEMSET_2D(cuMemsetD2D##bits##_v2_ptds, vty, esz)                                          \
-    MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async, vty, esz)                                       \
-    MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async_ptsz, vty, esz)
+#define MEMSET_FAMILY(bits, vty, esz)                                                                    \
+    MEMSET_1D(cuMemsetD##bits##_v2, vty, esz) MEMSET_1D(cuMemsetD##bits##_v2_ptds, vty, esz)             \
+    MEMSET_1D_ASYNC(cuMemsetD##bits##Async, vty, esz) MEMSET_1D_ASYNC(cuMemsetD##bits##Async_ptsz, vty, esz) \
+    MEMSET_2D(cuMemsetD2D##bits##_v2, vty, esz) MEMSET_2D(cuMemsetD2D##bits##_v2_ptds, vty, esz)         \
+    MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async, vty, esz) MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async_ptsz, vty, esz)
 MEMSET_FAMILY(8, unsigned char, 1)
 MEMSET_FAMILY(16, unsigned short, 2)
 MEMSET_FAMILY(32, unsigned int, 4)

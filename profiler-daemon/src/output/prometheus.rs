@@ -143,13 +143,13 @@ impl Families {
         let copies = Family::<ProcDir, Counter>::default();
         reg.register(
             "gpuprofd_copies",
-            "Memory copies the process made, by direction",
+            "Memory copies the process made, by direction (memsets: direction \"memset\")",
             copies.clone(),
         );
         let copy_bytes = Family::<ProcDir, Counter>::default();
         reg.register(
             "gpuprofd_copy_bytes",
-            "Bytes the process copied, by direction",
+            "Bytes the process copied, by direction (memsets: the bytes set)",
             copy_bytes.clone(),
         );
         let api_calls = Family::<ProcApi, Counter>::default();

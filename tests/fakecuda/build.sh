@@ -129,7 +129,7 @@ jumps() { # LIB SYMBOL PATTERN
     fi
 }
 TAIL="$OUT/lib-tail/libcudart.so.12"
-for f in cudaDeviceSynchronize cudaStreamSynchronize cudaMalloc cudaFree cudaMallocHost; do
+for f in cudaDeviceSynchronize cudaStreamSynchronize cudaMalloc cudaFree cudaMallocHost cudaMemset cudaMemsetAsync; do
     jumps "$TAIL" "$f" 'jmp +\*0x[0-9a-f]+\(%rip\)'
 done
 jumps "$TAIL" cudaMemcpy 'jmp +[0-9a-f]+ <memcpy_sync>'

@@ -35,12 +35,38 @@ pub fn trim() {
 pub fn in_use() -> Option<u64> {
     #[cfg(target_env = "gnu")]
     {
-        // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
-        let m = unsafe { libc::mallinfo2() };
-        Some(m.uordblks as u64 + m.hblkhd as u64)
+        // mallinfo2 (glibc 2.33+) is looked up at run time, not linked: the release binary runs
+        // on glibc 2.28 (README, Requirements), which has only mallinfo, whose `int` fields wrap
+        // at 4 GiB (read as unsigned), far above what the daemon holds.
+        match mallinfo2() {
+            Some(f) => {
+                // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+                let m = unsafe { f() };
+                Some(m.uordblks as u64 + m.hblkhd as u64)
+            }
+            None => {
+                // SAFETY: mallinfo takes no arguments and returns a plain struct.
+                let m = unsafe { libc::mallinfo() };
+                Some(u64::from(m.uordblks as u32) + u64::from(m.hblkhd as u32))
+            }
+        }
     }
     #[cfg(not(target_env = "gnu"))]
     None
+}
+
+/// glibc's `mallinfo2`, where this glibc has it (2.33+).
+#[cfg(target_env = "gnu")]
+fn mallinfo2() -> Option<unsafe extern "C" fn() -> libc::mallinfo2> {
+    use std::sync::OnceLock;
+    static SYM: OnceLock<usize> = OnceLock::new();
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks a symbol up.
+    let addr = *SYM
+        .get_or_init(|| unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) } as usize);
+    // SAFETY: glibc's mallinfo2 has exactly this signature.
+    (addr != 0).then(|| unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn() -> libc::mallinfo2>(addr)
+    })
 }
 
 #[cfg(test)]
@@ -55,5 +81,11 @@ mod tests {
         // Other test threads allocate too; 64 MiB stands far above their noise.
         assert!(during >= before + (60 << 20), "{before} -> {during}");
         assert!(after + (60 << 20) <= during, "{during} -> {after}");
+    }
+
+    #[test]
+    fn mallinfo2_is_found_where_glibc_has_it() {
+        // This machine's glibc is newer than 2.33: the run-time lookup must find it.
+        assert!(super::mallinfo2().is_some());
     }
 }

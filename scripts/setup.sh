@@ -4,6 +4,9 @@
 #   - nightly rust-src (eBPF is built with -Z build-std=core for bpfel-unknown-none)
 #   - LLVM 22 dev packages (bpf-linker must link against the same LLVM as rustc nightly)
 #   - bpf-linker 0.13 built against LLVM 22
+#   - cargo-zigbuild and Zig (PyPI's prebuilt wheels, under ~/.cache/gpuprofd/zigbuild): the
+#     release binary is linked against glibc 2.28 so that it runs on RHEL 8, Ubuntu 20.04,
+#     Debian 11 and newer (xtask/src/package.rs says why Zig)
 #   - test tools: gcc (present), binutils
 #   - with --test-tools: Chromium (the HTML report is checked in headless Chromium), and
 #     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
@@ -51,6 +54,8 @@ for p in "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" libzstd-dev zlib1
 done
 # python3 runs the GPU harness's comparison tests (any python3 will do, e.g. pyenv's)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-pip)
+# pip installs cargo-zigbuild and Zig (below)
+python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 if [ -n "$TEST_TOOLS" ]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
   python3 -m venv --help >/dev/null 2>&1 || need_pkgs+=(python3-venv)
@@ -106,4 +111,18 @@ if [ "$have_linker" != "$BPF_LINKER_VERSION" ]; then
     cargo install --locked bpf-linker --version "$BPF_LINKER_VERSION" \
       --no-default-features --features "llvm-${LLVM_MAJOR}"
 fi
-log "toolchain ready: $(rustc --version), $(rustc +nightly --version), bpf-linker $(bpf-linker --version | awk '{print $2}')"
+# The release build (cargo xtask build/dist): cargo-zigbuild links the daemon against glibc 2.28
+# with Zig. Both come prebuilt from PyPI, pinned, into one directory (pip --target: no venv, and
+# no conflict with a system Python's own packages); xtask runs them from there.
+CARGO_ZIGBUILD_VERSION=0.24.0
+ZIGLANG_VERSION=0.15.2
+ZIGBUILD_DIR="$HOME/.cache/gpuprofd/zigbuild"
+if [ "$("$ZIGBUILD_DIR/bin/cargo-zigbuild" --version 2>/dev/null)" != "cargo-zigbuild $CARGO_ZIGBUILD_VERSION" ] ||
+  [ "$("$ZIGBUILD_DIR/ziglang/zig" version 2>/dev/null)" != "$ZIGLANG_VERSION" ]; then
+  log "installing cargo-zigbuild $CARGO_ZIGBUILD_VERSION and Zig $ZIGLANG_VERSION (PyPI) into $ZIGBUILD_DIR"
+  rm -rf "$ZIGBUILD_DIR"
+  python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
+    --only-binary :all: --target "$ZIGBUILD_DIR" \
+    "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" "ziglang==$ZIGLANG_VERSION"
+fi
+log "toolchain ready: $(rustc --version), $(rustc +nightly --version), bpf-linker $(bpf-linker --version | awk '{print $2}'), zig $("$ZIGBUILD_DIR/ziglang/zig" version)"

@@ -5,6 +5,7 @@ mod against;
 mod bench;
 mod bpfstats;
 mod cpucap;
+mod package;
 mod reliability;
 
 use anyhow::{Context as _, Result, bail};
@@ -23,7 +24,8 @@ struct Cli {
 enum Cmd {
     /// Install the toolchain pieces a fresh machine lacks (nightly rust-src, LLVM 22, bpf-linker).
     Setup,
-    /// Build gpuprofd (release, eBPF object embedded) and the fake CUDA libraries.
+    /// Build gpuprofd (release, eBPF object embedded, linked against glibc 2.28 with
+    /// cargo-zigbuild; copied to target/release/gpuprofd) and the fake CUDA libraries.
     Build,
     /// Build, then run gpuprofd with ARGS (as root; via sudo when not root). Without ARGS it runs
     /// `gpuprofd demo`: the fake-CUDA training loop under the real probes.
@@ -40,8 +42,8 @@ enum Cmd {
     },
     /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
     /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, gpuprofd-metrics.socket,
-    /// least-privilege.conf, config.toml, install.sh, README.md) and the same as a .tar.gz
-    /// beside it.
+    /// least-privilege.conf, config.toml, install.sh, README.md), the same as a .tar.gz beside
+    /// it, and the Debian package target/dist/gpuprofd_VERSION_amd64.deb.
     Dist,
     /// Run every fuzz target (fuzz/, cargo-fuzz on nightly) for SECONDS each, from the seeds in
     /// fuzz/corpus; a crash fails it and leaves its input in fuzz/artifacts/TARGET/.
@@ -116,80 +118,16 @@ fn fakecuda_dir() -> PathBuf {
 
 fn build() -> Result<PathBuf> {
     setup()?;
-    run(cargo().args(["build", "--release", "-p", "profiler-daemon"]))?;
+    let bin = package::build_release()?;
     run(Command::new("bash")
         .arg(root().join("tests/fakecuda/build.sh"))
         .arg(fakecuda_dir()))?;
-    Ok(root().join("target/release/gpuprofd"))
+    Ok(bin)
 }
 
 fn dist() -> Result<PathBuf> {
     setup()?;
-    run(cargo().args(["build", "--release", "-p", "profiler-daemon"]))?;
-    let bin = root().join("target/release/gpuprofd");
-    let name = format!("gpuprofd-{}-x86_64-linux", env!("CARGO_PKG_VERSION"));
-    let out = root().join("target/dist");
-    let dir = out.join(&name);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(dir.join("bin"))?;
-    let copy = |from: PathBuf, to: &str| -> Result<()> {
-        std::fs::copy(&from, dir.join(to))
-            .with_context(|| format!("copying {} into the kit", from.display()))?;
-        Ok(())
-    };
-    copy(bin.clone(), "bin/gpuprofd")?;
-    for f in [
-        "gpuprofd.service",
-        "gpuprofd.socket",
-        "gpuprofd-metrics.socket",
-        "least-privilege.conf",
-        "install.sh",
-    ] {
-        copy(root().join("scripts/dist").join(f), f)?;
-    }
-    copy(root().join("README.md"), "README.md")?;
-    // The README links into docs/: the kit carries them, to be installed beside it.
-    std::fs::create_dir_all(dir.join("docs"))?;
-    for e in std::fs::read_dir(root().join("docs"))? {
-        let p = e?.path();
-        if p.extension().is_some_and(|x| x == "md") {
-            let name = p
-                .file_name()
-                .expect("a file")
-                .to_string_lossy()
-                .into_owned();
-            copy(p, &format!("docs/{name}"))?;
-        }
-    }
-    // The default configuration as the binary prints it: one source of truth.
-    let cfg = Command::new(&bin)
-        .args(["serve", "--print-default-config"])
-        .output()
-        .context("running gpuprofd serve --print-default-config")?;
-    if !cfg.status.success() {
-        bail!(
-            "gpuprofd serve --print-default-config failed: {}",
-            cfg.status
-        );
-    }
-    std::fs::write(dir.join("config.toml"), &cfg.stdout)?;
-    let tarball = out.join(format!("{name}.tar.gz"));
-    run(Command::new("tar")
-        .arg("-czf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&out)
-        .arg(&name))?;
-    eprintln!(
-        "xtask: dist kit in {} and {}; install with `sudo {}/install.sh`, then \
-         `systemctl enable --now gpuprofd`",
-        dir.display(),
-        tarball.display(),
-        dir.display()
-    );
-    Ok(dir)
+    package::dist(&package::build_release()?)
 }
 
 /// The fuzz targets, in fuzz/Cargo.toml's order.
@@ -310,7 +248,7 @@ fn main() -> Result<()> {
                 );
             }
             // The install kit, for the tests of the unit file and install script.
-            let kit = dist()?;
+            let kit = package::dist(&bin)?;
             run(cargo()
                 .args(["test", "-p", "gpuprofd-tests", "--", "--test-threads=1"])
                 .env("GPUPROFD_DIST", &kit)
@@ -335,7 +273,7 @@ fn main() -> Result<()> {
             run(Command::new("bash")
                 .arg(root().join("scripts/setup.sh"))
                 .arg("--test-tools"))?;
-            let kit = dist()?;
+            let kit = package::dist(&bin)?;
             reliability::run(
                 &root(),
                 &bin,

@@ -509,3 +509,55 @@ fn install_adds_the_least_privilege_drop_in_only_where_it_works() {
     std::fs::remove_file(&dropin).unwrap();
     assert_eq!(sys_admin(&units), "✗");
 }
+
+/// The `GLIBC_x.y[.z]` symbol versions `bin`'s dynamic symbols need (`objdump -T`), as numbers;
+/// `GLIBC_PRIVATE` and the like as `None`.
+fn glibc_versions(bin: &Path) -> Vec<Option<Vec<u32>>> {
+    let (rc, dynsyms) = output(Command::new("objdump").arg("-T").arg(bin));
+    assert_eq!(rc, 0, "objdump -T {}: {dynsyms}", bin.display());
+    dynsyms
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .map(|v| v.split('.').map(|n| n.parse().ok()).collect())
+        .collect()
+}
+
+#[test]
+fn the_kits_binary_runs_on_glibc_2_28() {
+    let bin = kit().join("bin/gpuprofd");
+    let versions = glibc_versions(&bin);
+    assert!(
+        versions.iter().all(Option::is_some),
+        "the binary needs a private glibc symbol: it would run on this glibc only"
+    );
+    let newest = versions.into_iter().flatten().max();
+    // Dynamically linked against glibc (2.2.5 is x86-64's first symbol version) ...
+    assert!(newest >= Some(vec![2, 2, 5]), "{newest:?}");
+    // ... and nothing newer than RHEL 8's, Ubuntu 20.04's and Debian 11's glibc 2.28 (README,
+    // Requirements).
+    assert!(
+        newest <= Some(vec![2, 28]),
+        "{} needs GLIBC_{}: built without `cargo xtask build` (cargo-zigbuild for glibc 2.28)?",
+        bin.display(),
+        newest
+            .unwrap()
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(".")
+    );
+    // It still runs here, with its eBPF object: doctor's probe round trip goes through it.
+    let (rc, out) = output(Command::new(&bin).arg("--version"));
+    assert_eq!(
+        (rc, out.as_str()),
+        (0, concat!("gpuprofd ", env!("CARGO_PKG_VERSION"), "\n"))
+    );
+    require_bpf();
+    let (rc, out) = output(Command::new(&bin).args(["doctor", "--no-system-libs"]));
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   bpf_round_trip  3 calls, 3 records")),
+        "{out}"
+    );
+}

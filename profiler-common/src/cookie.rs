@@ -36,7 +36,7 @@ pub struct Cookie {
     pub e: u8,
     /// Program-specific: copy direction, memory kind, name source.
     pub p: u8,
-    /// Program-specific: memory operation.
+    /// Program-specific: memory operation; a memset's element size in bytes.
     pub q: u8,
     pub flags: u8,
 }

@@ -8,6 +8,7 @@
 pub mod cookie;
 #[cfg(feature = "user")]
 pub mod decode;
+pub mod memset;
 pub mod pairing;
 
 /// Names of the maps in the eBPF object (looked up by name from userspace).
@@ -168,7 +169,7 @@ pub mod kind {
 }
 
 /// Copy directions (`CopyBody::direction`); the runtime's `cudaMemcpyKind` values 0..=4 map to
-/// `H2H`, `H2D`, `D2H`, `D2D`, `DEFAULT`.
+/// `H2H`, `H2D`, `D2H`, `D2D`, `DEFAULT`. Memsets are copies of direction [`dir::MEMSET`].
 pub mod dir {
     pub const H2H: u32 = 0;
     pub const H2D: u32 = 1;
@@ -180,6 +181,9 @@ pub mod dir {
     pub const PEER: u32 = 5;
     /// A value we could not interpret (a bad `cudaMemcpyKind` passed by the program).
     pub const UNKNOWN: u32 = 6;
+    /// A memset (`cuMemsetD*`, `cudaMemset*`): `dst` is the memory set, `src` is 0, `bytes`
+    /// as [`crate::memset::bytes`] counts them.
+    pub const MEMSET: u32 = 7;
 }
 
 /// Memory operations (`MemBody::op`).

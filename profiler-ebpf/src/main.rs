@@ -47,6 +47,7 @@ mod copy;
 mod launch;
 mod maps;
 mod memory;
+mod memset;
 mod names;
 mod pairing;
 mod ret;

@@ -103,6 +103,15 @@ expect() { # LIB SYMBOL N PATTERN
 }
 expect "$OUT/lib/libcuda.so.1" cuLaunchKernel 3 '^cmpl \$0x321cba00,0x[0-9a-f]+\(%rip\).*;je [0-9a-f]+.*;jmp \*0x[0-9a-f]+\(%rip\)'
 expect "$OUT/lib/libcuda.so.1" cuMemcpyHtoD_v2 3 '^cmpl \$0x321cba00.*;je .*;jmp \*'
+# The memsets: the 8- and 16-bit ones zero-extend the value between the je and the jmp, as the
+# real driver's do (a probe placed on the je still sees the caller's registers).
+expect "$OUT/lib/libcuda.so.1" cuMemsetD8_v2 4 '^cmpl \$0x321cba00.*;je .*;movzbl %sil,%esi;jmp \*0x[0-9a-f]+\(%rip\)'
+expect "$OUT/lib/libcuda.so.1" cuMemsetD16Async_ptsz 4 '^cmpl \$0x321cba00.*;je .*;movzwl %si,%esi;jmp \*'
+expect "$OUT/lib/libcuda.so.1" cuMemsetD2D8_v2_ptds 4 '^cmpl \$0x321cba00.*;je .*;movzbl %dl,%edx;jmp \*'
+expect "$OUT/lib/libcuda.so.1" cuMemsetD2D16Async 4 '^cmpl \$0x321cba00.*;je .*;movzwl %dx,%edx;jmp \*'
+expect "$OUT/lib/libcuda.so.1" cuMemsetD2D32_v2 3 '^cmpl \$0x321cba00.*;je .*;jmp \*'
+expect "$OUT/lib/libcudart.so.12" cudaMemset 1 '^push %rbp;'
+expect "$OUT/lib/libcudart.so.12" cudaMemset3DAsync 1 '^push %rbp;'
 expect "$OUT/lib/libcudart.so.12" cudaLaunchKernel 2 '^push %rbp;mov %rsp,%rbp;'
 expect "$OUT/lib/libcudart.so.12" cudaMemcpy 1 '^push %rbp;'
 expect "$OUT/lib-cet/libcudart.so.12" cudaLaunchKernel 2 '^endbr64 ?;push %rbp;'
@@ -120,7 +129,7 @@ jumps() { # LIB SYMBOL PATTERN
     fi
 }
 TAIL="$OUT/lib-tail/libcudart.so.12"
-for f in cudaDeviceSynchronize cudaStreamSynchronize cudaMalloc cudaFree cudaMallocHost; do
+for f in cudaDeviceSynchronize cudaStreamSynchronize cudaMalloc cudaFree cudaMallocHost cudaMemset cudaMemsetAsync; do
     jumps "$TAIL" "$f" 'jmp +\*0x[0-9a-f]+\(%rip\)'
 done
 jumps "$TAIL" cudaMemcpy 'jmp +[0-9a-f]+ <memcpy_sync>'

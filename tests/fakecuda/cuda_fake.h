@@ -172,6 +172,23 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
                            CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                                 CUcontext srcContext, size_t ByteCount, CUstream hStream);
+/* Memsets (cuda.h 12.9/13.5): N / Width count elements of 8, 16 or 32 bits. */
+#define FAKE_MEMSET_PROTOS(bits, vty)                                                                         \
+    CUresult cuMemsetD##bits##_v2(CUdeviceptr dstDevice, vty value, size_t N);                                \
+    CUresult cuMemsetD##bits##_v2_ptds(CUdeviceptr dstDevice, vty value, size_t N);                           \
+    CUresult cuMemsetD##bits##Async(CUdeviceptr dstDevice, vty value, size_t N, CUstream hStream);            \
+    CUresult cuMemsetD##bits##Async_ptsz(CUdeviceptr dstDevice, vty value, size_t N, CUstream hStream);       \
+    CUresult cuMemsetD2D##bits##_v2(CUdeviceptr dstDevice, size_t dstPitch, vty value, size_t Width,          \
+                                    size_t Height);                                                           \
+    CUresult cuMemsetD2D##bits##_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, vty value, size_t Width,     \
+                                         size_t Height);                                                      \
+    CUresult cuMemsetD2D##bits##Async(CUdeviceptr dstDevice, size_t dstPitch, vty value, size_t Width,        \
+                                      size_t Height, CUstream hStream);                                       \
+    CUresult cuMemsetD2D##bits##Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, vty value, size_t Width,   \
+                                           size_t Height, CUstream hStream);
+FAKE_MEMSET_PROTOS(8, unsigned char)
+FAKE_MEMSET_PROTOS(16, unsigned short)
+FAKE_MEMSET_PROTOS(32, unsigned int)
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
@@ -318,6 +335,33 @@ cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, si
 cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
                                 cudaStream_t stream);
+struct cudaPitchedPtr {
+    void *ptr;
+    size_t pitch;
+    size_t xsize;
+    size_t ysize;
+};
+struct cudaExtent {
+    size_t width; /* in bytes for linear memory */
+    size_t height;
+    size_t depth;
+};
+cudaError_t cudaMemset(void *devPtr, int value, size_t count);
+cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count);
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream);
+cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream);
+cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height);
+cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width, size_t height);
+cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height,
+                              cudaStream_t stream);
+cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t width, size_t height,
+                                   cudaStream_t stream);
+cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent);
+cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent);
+cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent,
+                              cudaStream_t stream);
+cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent,
+                                   cudaStream_t stream);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMallocHost(void **ptr, size_t size);
@@ -412,6 +456,8 @@ FAKE_OFF(cudaLaunchConfig_t, dynamicSmemBytes, 24);
 FAKE_OFF(cudaLaunchConfig_t, stream, 32);
 FAKE_OFF(cudaLaunchConfig_t, attrs, 40);
 FAKE_OFF(cudaLaunchConfig_t, numAttrs, 48);
+_Static_assert(sizeof(struct cudaPitchedPtr) == 32, "cudaPitchedPtr");
+_Static_assert(sizeof(struct cudaExtent) == 24, "cudaExtent");
 _Static_assert(sizeof(__fatBinC_Wrapper_t) == 24, "__fatBinC_Wrapper_t");
 FAKE_OFF(__fatBinC_Wrapper_t, data, 8);
 _Static_assert(sizeof(struct fake_fatbin) == 16, "fake_fatbin");

@@ -524,6 +524,56 @@ IMPL CUresult impl_cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdevicep
     return copy_peer(d, dc, s, sc, n, st);
 }
 
+/* -------------------------------------------------------------- memset */
+/* w elements of esz bytes per row, h rows pitch bytes apart (h = 1, pitch unused: 1D).
+ * Alignment as the real driver asks it: the pointer (and a 2D pitch) a multiple of esz. */
+static CUresult set_mem(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h) {
+    if (w && h && !d) return CUDA_ERROR_INVALID_VALUE;
+    if (d % esz || (h > 1 && (pitch % esz || pitch < w * esz))) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < h; y++) {
+        unsigned char *row = (unsigned char *)(uintptr_t)(d + y * pitch);
+        for (size_t x = 0; x < w; x++) {
+            if (esz == 1) row[x] = (unsigned char)v;
+            else if (esz == 2) ((unsigned short *)row)[x] = (unsigned short)v;
+            else ((unsigned *)row)[x] = v;
+        }
+    }
+    DIG(w * h * esz, h ? fake_bytes_hash((const void *)(uintptr_t)d, w * esz) : 0);
+    return CUDA_SUCCESS;
+}
+static CUresult set_mem_async(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h,
+                              CUstream s) {
+    if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
+    return set_mem(d, pitch, v, esz, w, h);
+}
+/* The real prototypes: cuMemsetD<bits>(dst, value, N), cuMemsetD2D<bits>(dst, pitch, value,
+ * Width, Height) with Width in elements, and their Async variants with a stream last. */
+#define MEMSET_1D(name, vty, esz) \
+    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n) { CNT(name); return set_mem(d, 0, v, esz, n, 1); }
+#define MEMSET_1D_ASYNC(name, vty, esz)                                         \
+    IMPL CUresult impl_##name(CUdeviceptr d, vty v, size_t n, CUstream st) {    \
+        CNT(name);                                                              \
+        return set_mem_async(d, 0, v, esz, n, 1, st);                           \
+    }
+#define MEMSET_2D(name, vty, esz)                                                         \
+    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h) {   \
+        CNT(name);                                                                        \
+        return set_mem(d, pitch, v, esz, w, h);                                           \
+    }
+#define MEMSET_2D_ASYNC(name, vty, esz)                                                                  \
+    IMPL CUresult impl_##name(CUdeviceptr d, size_t pitch, vty v, size_t w, size_t h, CUstream st) {     \
+        CNT(name);                                                                                       \
+        return set_mem_async(d, pitch, v, esz, w, h, st);                                                \
+    }
+#define MEMSET_FAMILY(bits, vty, esz)                                                                    \
+    MEMSET_1D(cuMemsetD##bits##_v2, vty, esz) MEMSET_1D(cuMemsetD##bits##_v2_ptds, vty, esz)             \
+    MEMSET_1D_ASYNC(cuMemsetD##bits##Async, vty, esz) MEMSET_1D_ASYNC(cuMemsetD##bits##Async_ptsz, vty, esz) \
+    MEMSET_2D(cuMemsetD2D##bits##_v2, vty, esz) MEMSET_2D(cuMemsetD2D##bits##_v2_ptds, vty, esz)         \
+    MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async, vty, esz) MEMSET_2D_ASYNC(cuMemsetD2D##bits##Async_ptsz, vty, esz)
+MEMSET_FAMILY(8, unsigned char, 1)
+MEMSET_FAMILY(16, unsigned short, 2)
+MEMSET_FAMILY(32, unsigned int, 4)
+
 /* ------------------------------------------------- streams and events */
 static void *new_handle(int type) {
     void *h = calloc(1, 16);

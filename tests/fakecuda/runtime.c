@@ -26,6 +26,9 @@
     X(cudaMemcpy2D_ptds) X(cudaMemcpy2DAsync) X(cudaMemcpy2DAsync_ptsz) X(cudaMemcpyPeer) X(cudaMemcpyPeerAsync)  \
     X(cudaMalloc) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) X(cudaMallocManaged)            \
     X(cudaHostRegister) X(cudaHostUnregister)                                                                   \
+    X(cudaMemset) X(cudaMemset_ptds) X(cudaMemsetAsync) X(cudaMemsetAsync_ptsz) X(cudaMemset2D)                  \
+    X(cudaMemset2D_ptds) X(cudaMemset2DAsync) X(cudaMemset2DAsync_ptsz) X(cudaMemset3D) X(cudaMemset3D_ptds)     \
+    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz)                                                              \
     X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaMallocPitch)         \
     X(cudaDeviceSynchronize) X(cudaStreamSynchronize) X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize)      \
     X(cudaStreamWaitEvent) X(cudaStreamWaitEvent_ptsz) X(cudaStreamCreate) X(cudaEventCreate)                   \
@@ -77,7 +80,9 @@ EXPORT unsigned long long fakecudart_calls(const char *name) {
     X(cuMemAllocPitch_v2, "cuMemAllocPitch") X(cuCtxSynchronize, "cuCtxSynchronize")          \
     X(cuStreamSynchronize, "cuStreamSynchronize") X(cuEventSynchronize, "cuEventSynchronize") \
     X(cuStreamWaitEvent, "cuStreamWaitEvent") X(cuStreamCreate, "cuStreamCreate")             \
-    X(cuEventCreate, "cuEventCreate") X(cuEventRecord, "cuEventRecord")
+    X(cuEventCreate, "cuEventCreate") X(cuEventRecord, "cuEventRecord")                     \
+    X(cuMemsetD8_v2, "cuMemsetD8") X(cuMemsetD8Async, "cuMemsetD8Async")                      \
+    X(cuMemsetD2D8_v2, "cuMemsetD2D8") X(cuMemsetD2D8Async, "cuMemsetD2D8Async")
 
 struct drv {
 #define X(field, name) __typeof__(field) *field;
@@ -445,6 +450,82 @@ EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src
     INIT(D);
     if (dstDevice != 0 || srcDevice != 0) return ret(cudaErrorInvalidDevice);
     RET_DRV(T->cuMemcpyPeerAsync(DP_(dst), g_ctx, DP_(src), g_ctx, n, s));
+}
+
+/* --------------------------------------------------------------- memset */
+/* Byte memsets through the driver's 8-bit memsets, one driver call each, as cudaMemcpy does. */
+EXPORT cudaError_t cudaMemset(void *p, int v, size_t n) {
+    CNT(cudaMemset);
+    INIT(D);
+    RET_DRV(T->cuMemsetD8_v2(DP_(p), (unsigned char)v, n));
+}
+EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
+    CNT(cudaMemset_ptds);
+    INIT(DP);
+    RET_DRV(T->cuMemsetD8_v2(DP_(p), (unsigned char)v, n));
+}
+EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    CNT(cudaMemsetAsync);
+    INIT(D);
+    RET_DRV(T->cuMemsetD8Async(DP_(p), (unsigned char)v, n, s));
+}
+EXPORT cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
+    CNT(cudaMemsetAsync_ptsz);
+    INIT(DP);
+    RET_DRV(T->cuMemsetD8Async(DP_(p), (unsigned char)v, n, s));
+}
+EXPORT cudaError_t cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h) {
+    CNT(cudaMemset2D);
+    INIT(D);
+    RET_DRV(T->cuMemsetD2D8_v2(DP_(p), pitch, (unsigned char)v, w, h));
+}
+EXPORT cudaError_t cudaMemset2D_ptds(void *p, size_t pitch, int v, size_t w, size_t h) {
+    CNT(cudaMemset2D_ptds);
+    INIT(DP);
+    RET_DRV(T->cuMemsetD2D8_v2(DP_(p), pitch, (unsigned char)v, w, h));
+}
+EXPORT cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
+    CNT(cudaMemset2DAsync);
+    INIT(D);
+    RET_DRV(T->cuMemsetD2D8Async(DP_(p), pitch, (unsigned char)v, w, h, s));
+}
+EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
+    CNT(cudaMemset2DAsync_ptsz);
+    INIT(DP);
+    RET_DRV(T->cuMemsetD2D8Async(DP_(p), pitch, (unsigned char)v, w, h, s));
+}
+/* A 3D memset is a 2D one over height × depth rows when its slices are contiguous rows of the
+ * allocation (extent.height == ysize, or one slice). The fake refuses the other case rather
+ * than make one driver call per slice: every runtime call makes at most one driver call. */
+#define MEMSET3D_ROWS(pp, e) \
+    ((e).depth > 1 && (e).height != (pp).ysize ? (size_t)-1 : (e).height * (e).depth)
+EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr pp, int v, struct cudaExtent e) {
+    CNT(cudaMemset3D);
+    INIT(D);
+    size_t rows = MEMSET3D_ROWS(pp, e);
+    if (rows == (size_t)-1) return ret(cudaErrorInvalidValue);
+    RET_DRV(T->cuMemsetD2D8_v2(DP_(pp.ptr), pp.pitch, (unsigned char)v, e.width, rows));
+}
+EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pp, int v, struct cudaExtent e) {
+    CNT(cudaMemset3D_ptds);
+    INIT(DP);
+    size_t rows = MEMSET3D_ROWS(pp, e);
+    if (rows == (size_t)-1) return ret(cudaErrorInvalidValue);
+    RET_DRV(T->cuMemsetD2D8_v2(DP_(pp.ptr), pp.pitch, (unsigned char)v, e.width, rows));
+}
+EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pp, int v, struct cudaExtent e, cudaStream_t s) {
+    CNT(cudaMemset3DAsync);
+    INIT(D);
+    size_t rows = MEMSET3D_ROWS(pp, e);
+    if (rows == (size_t)-1) return ret(cudaErrorInvalidValue);
+    RET_DRV(T->cuMemsetD2D8Async(DP_(pp.ptr), pp.pitch, (unsigned char)v, e.width, rows, s));
+}
+EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pp, int v, struct cudaExtent e, cudaStream_t s) {
+    CNT(cudaMemset3DAsync_ptsz);
+    INIT(DP);
+    size_t rows = MEMSET3D_ROWS(pp, e);
+    if (rows == (size_t)-1) return ret(cudaErrorInvalidValue);
+    RET_DRV(T->cuMemsetD2D8Async(DP_(pp.ptr), pp.pitch, (unsigned char)v, e.width, rows, s));
 }
 
 /* --------------------------------------------------------------- memory */

@@ -50,7 +50,10 @@
     X(cudaHostRegister) X(cudaHostUnregister)                                                             \
     X(cudaStreamWaitEvent) X(cudaStreamCreate) X(cudaEventCreate) X(__cudaRegisterFatBinary)               \
     X(cudaGraphInstantiate) X(cudaGraphLaunch)                                                            \
-    X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls) X(fakecudart_digest)
+    X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls) X(fakecudart_digest) \
+    X(cudaMemset) X(cudaMemset_ptds) X(cudaMemsetAsync) X(cudaMemsetAsync_ptsz) X(cudaMemset2D)                \
+    X(cudaMemset2D_ptds) X(cudaMemset2DAsync) X(cudaMemset2DAsync_ptsz) X(cudaMemset3D) X(cudaMemset3D_ptds)   \
+    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz)
 
 #define DRV_API(X)                                                                                      \
     X(cuInit) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleGetFunction) \
@@ -66,6 +69,12 @@
     X(cuMemHostRegister_v2) X(cuMemHostUnregister)                                                      \
     X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) X(cuGraphInstantiate) X(cuGraphLaunch)     \
     X(cuGraphLaunch_ptsz)                                                                               \
+    X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) \
+    X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds) X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz) \
+    X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz) \
+    X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) \
+    X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) \
+    X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) \
     X(fakecuda_set_sync_delay_us)
 
 static struct {
@@ -456,6 +465,70 @@ static int cmd_memcpy_peer(int drv, int argc, char **argv) {
         int r = drv ? D.cuMemcpyPeer((CUdeviceptr)(uintptr_t)g_dst, g_ctx, (CUdeviceptr)(uintptr_t)g_src, g_ctx, n)
                     : R.cudaMemcpyPeer(g_dst, 0, g_src, 0, n);
         if (r) return FAIL("copy %ld returned %d", i, r);
+    }
+    return 0;
+}
+
+/* Memsets into the copy scratch (g_dst), value 0x5a in every byte. The pitch of a 2D or 3D
+ * memset is its row plus 64 bytes, so that the bytes set (row × height) differ from the rows'
+ * span (pitch × height); a 3D memset's slices are contiguous rows (ysize = height).
+ *   rt_memset[_ptds] BYTES COUNT             rt_memset_async[_ptsz] BYTES COUNT STREAM
+ *   rt_memset2d[_ptds] WIDTH HEIGHT COUNT    rt_memset2d_async[_ptsz] WIDTH HEIGHT COUNT STREAM
+ *   rt_memset3d[_ptds] WIDTH HEIGHT DEPTH COUNT   rt_memset3d_async[_ptsz] ... COUNT STREAM
+ *   drv_memset[_ptds] d8|d16|d32 N COUNT     drv_memset_async[_ptsz] d8|d16|d32 N COUNT STREAM
+ *   drv_memset2d[_ptds] d8|d16|d32 WIDTH HEIGHT COUNT   drv_memset2d_async[_ptsz] ... COUNT STREAM
+ * (the driver's N and WIDTH count elements of 1, 2 or 4 bytes; the runtime's are bytes) */
+#define MEMSET_PAD 64
+#define DRV_MEMSET(bits, v)                                                                            \
+    (dims == 1 ? (async ? (pt ? D.cuMemsetD##bits##Async_ptsz : D.cuMemsetD##bits##Async)(dp, v, w, ds)  \
+                        : (pt ? D.cuMemsetD##bits##_v2_ptds : D.cuMemsetD##bits##_v2)(dp, v, w))         \
+               : (async ? (pt ? D.cuMemsetD2D##bits##Async_ptsz : D.cuMemsetD2D##bits##Async)(dp, pitch, v, w, h, ds) \
+                        : (pt ? D.cuMemsetD2D##bits##_v2_ptds : D.cuMemsetD2D##bits##_v2)(dp, pitch, v, w, h)))
+static int cmd_memset(const char *c, int argc, char **argv) {
+    int drv = c[0] == 'd';
+    if (drv ? need_drv() : need_rt()) return -1;
+    const char *rest = c + (drv ? strlen("drv_memset") : strlen("rt_memset"));
+    int dims = 1;
+    if (!strncmp(rest, "2d", 2) || (!drv && !strncmp(rest, "3d", 2))) dims = rest[0] - '0', rest += 2;
+    int async = !strncmp(rest, "_async", 6);
+    if (async) rest += 6;
+    int pt = !strcmp(rest, async ? "_ptsz" : "_ptds");
+    if (*rest && !pt) return FAIL("unknown command");
+    unsigned esz = 1;
+    if (drv) {
+        if (argc < 1) return FAIL("usage: d8|d16|d32 ...");
+        esz = !strcmp(argv[0], "d8") ? 1 : !strcmp(argv[0], "d16") ? 2 : !strcmp(argv[0], "d32") ? 4 : 0;
+        if (!esz) return FAIL("element size must be d8, d16 or d32");
+        argc--, argv++;
+    }
+    if (argc != dims + 1 + async)
+        return FAIL("usage: %s%s COUNT%s", drv ? "d8|d16|d32 " : "",
+                    dims == 1 ? "N" : dims == 2 ? "WIDTH HEIGHT" : "WIDTH HEIGHT DEPTH", async ? " STREAM" : "");
+    size_t w = (size_t)atol(argv[0]), h = dims > 1 ? (size_t)atol(argv[1]) : 1;
+    size_t depth = dims > 2 ? (size_t)atol(argv[2]) : 1;
+    size_t row = w * esz, pitch = dims > 1 ? row + MEMSET_PAD : row;
+    if (pitch * h * depth > SCRATCH) return FAIL("at most %u bytes", SCRATCH);
+    cudaStream_t s = NULL;
+    CUstream ds = NULL;
+    if (async && (drv ? drv_stream((unsigned)atoi(argv[dims + 1]), &ds) : rt_stream((unsigned)atoi(argv[dims + 1]), &s)))
+        return -1;
+    CUdeviceptr dp = (CUdeviceptr)(uintptr_t)g_dst;
+    struct cudaPitchedPtr pp = {g_dst, pitch, w, h};
+    struct cudaExtent ext = {w, h, depth};
+    for (long i = 0, n = atol(argv[dims]); i < n; i++) {
+        int r;
+        if (drv)
+            r = esz == 1 ? DRV_MEMSET(8, 0x5a) : esz == 2 ? DRV_MEMSET(16, 0x5a5a) : DRV_MEMSET(32, 0x5a5a5a5au);
+        else if (dims == 1)
+            r = async ? (pt ? R.cudaMemsetAsync_ptsz : R.cudaMemsetAsync)(g_dst, 0x5a, w, s)
+                      : (pt ? R.cudaMemset_ptds : R.cudaMemset)(g_dst, 0x5a, w);
+        else if (dims == 2)
+            r = async ? (pt ? R.cudaMemset2DAsync_ptsz : R.cudaMemset2DAsync)(g_dst, pitch, 0x5a, w, h, s)
+                      : (pt ? R.cudaMemset2D_ptds : R.cudaMemset2D)(g_dst, pitch, 0x5a, w, h);
+        else
+            r = async ? (pt ? R.cudaMemset3DAsync_ptsz : R.cudaMemset3DAsync)(pp, 0x5a, ext, s)
+                      : (pt ? R.cudaMemset3D_ptds : R.cudaMemset3D)(pp, 0x5a, ext);
+        if (r) return FAIL("memset %ld returned %d", i, r);
     }
     return 0;
 }
@@ -875,6 +948,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "rt_memcpy2d")) return cmd_memcpy2d(0, argc, argv);
     if (!strcmp(c, "drv_memcpy2d")) return cmd_memcpy2d(1, argc, argv);
     if (!strcmp(c, "rt_memcpy_peer")) return cmd_memcpy_peer(0, argc, argv);
+    if (!strncmp(c, "rt_memset", 9) || !strncmp(c, "drv_memset", 10)) return cmd_memset(c, argc, argv);
     if (!strcmp(c, "drv_memcpy_peer")) return cmd_memcpy_peer(1, argc, argv);
     if (!strcmp(c, "rt_malloc") || !strcmp(c, "rt_malloc_host") || !strcmp(c, "rt_malloc_managed") ||
         !strcmp(c, "drv_malloc")) {

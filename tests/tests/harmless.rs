@@ -463,6 +463,7 @@ fn no_probe_runs_on_a_per_cpu_private_stack() {
         "drv_launch_ex",
         "graph_launch",
         "mem_entry",
+        "memset_entry",
         "mmap_enter",
         "mmap_exit",
         "name_entry",

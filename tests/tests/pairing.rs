@@ -18,6 +18,8 @@ fn a_runtime_that_tail_calls_the_driver_is_counted_once() {
         "rt_memcpy h2d 4096 3",
         "rt_memcpy d2h 1000 2",
         "rt_memcpy_async h2d 100 2 1",
+        "rt_memset 4096 3",
+        "rt_memset_async 1000 2 1",
         "rt_sync_device 3",
         "rt_sync_stream 2 4",
         "rt_malloc 4096 5",
@@ -35,6 +37,8 @@ fn a_runtime_that_tail_calls_the_driver_is_counted_once() {
     assert_eq!(w.count("cuCtxSynchronize"), 3);
     assert_eq!(w.count("cuStreamSynchronize"), 4 + 2);
     assert_eq!(w.count("cuMemAlloc_v2"), 5 + 1);
+    assert_eq!(w.count("cuMemsetD8_v2"), 3);
+    assert_eq!(w.count("cuMemsetD8Async"), 2);
     let tgid = w.tgid;
     let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).unwrap_or_default();
     assert!(
@@ -53,6 +57,7 @@ fn a_runtime_that_tail_calls_the_driver_is_counted_once() {
     };
     assert_eq!(c("h2d"), (3 + 2 + 1, 3 * 4096 + 2 * 100 + 11, 2));
     assert_eq!(c("d2h"), (2, 2000, 0));
+    assert_eq!(c("memset"), (3 + 2, 3 * 4096 + 2 * 1000, 2));
     let mut want: Vec<(String, u64)> = [
         ("cudaFree", 5),
         ("cudaLaunchKernel", 4),
@@ -60,6 +65,8 @@ fn a_runtime_that_tail_calls_the_driver_is_counted_once() {
         ("cudaMallocHost", 1),
         ("cudaMemcpy", 3 + 2),
         ("cudaMemcpyAsync", 2),
+        ("cudaMemset", 3),
+        ("cudaMemsetAsync", 2),
         ("cudaDeviceSynchronize", 3),
         ("cudaStreamSynchronize", 4),
         // The program's own driver calls only: none of the runtime's is counted again.

@@ -13,7 +13,7 @@ use std::process::Command;
 
 const POOL: &str = "http://deb.debian.org/debian/pool/non-free/n/nvidia-graphics-drivers";
 /// Driver packages (version, package revision) and the symbols gpuprofd hooks in each.
-const DRIVERS: [(&str, &str, usize); 2] = [("535.261.03", "1", 71), ("550.163.01", "2", 73)];
+const DRIVERS: [(&str, &str, usize); 2] = [("535.261.03", "1", 95), ("550.163.01", "2", 97)];
 const RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 
 fn cache() -> PathBuf {
@@ -105,9 +105,21 @@ fn placement_on_the_real_driver_and_runtime() {
         assert_eq!(syms.len(), *hooked, "hooked symbols of {}", drv.display());
         for s in syms {
             let bytes = s["entry_bytes"].as_str().unwrap();
-            // cmpl $0x321cba00, disp(%rip); je +0x18; jmp *disp(%rip)
+            let name = s["symbol"].as_str().unwrap();
+            // cmpl $0x321cba00, disp(%rip); je +0x18; jmp *disp(%rip) — and in the 8- and
+            // 16-bit memsets, movzbl/movzwl of the value between the je and the jmp (the probe
+            // on the je still sees the caller's registers).
             assert!(bytes.starts_with("81 3d"), "{s}");
-            assert_eq!(&bytes[18..38], "00 ba 1c 32 74 0c ff", "{s}");
+            let zero_extends = ["cuMemsetD8", "cuMemsetD16", "cuMemsetD2D8", "cuMemsetD2D16"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            if zero_extends {
+                assert_eq!(&bytes[18..33], "00 ba 1c 32 74 ", "{s}");
+                let movz = ["40 0f b6 f6", "0f b7 f6", "0f b6 d2", "0f b7 d2"];
+                assert!(movz.iter().any(|m| bytes[36..].starts_with(m)), "{s}");
+            } else {
+                assert_eq!(&bytes[18..38], "00 ba 1c 32 74 0c ff", "{s}");
+            }
             assert_eq!(s["probe_at"], "+0xa", "{s}");
             assert!(s["site"].as_str().unwrap().starts_with("je "), "{s}");
         }
@@ -123,6 +135,9 @@ fn placement_on_the_real_driver_and_runtime() {
             "cuMemHostRegister_v2",
             "cuMemHostRegister",
             "cuMemHostUnregister",
+            "cuMemsetD8_v2",
+            "cuMemsetD2D16Async_ptsz",
+            "cuMemsetD32_v2_ptds",
         ] {
             assert!(
                 names.contains(&must),
@@ -138,7 +153,7 @@ fn placement_on_the_real_driver_and_runtime() {
         (&"libcudart.so.12".into(), &"runtime".into())
     );
     let syms = r["symbols"].as_array().unwrap();
-    assert_eq!(syms.len(), 53, "hooked symbols of runtime 12.9.79");
+    assert_eq!(syms.len(), 65, "hooked symbols of runtime 12.9.79");
     for s in syms {
         assert!(
             s["entry_bytes"]
@@ -153,4 +168,5 @@ fn placement_on_the_real_driver_and_runtime() {
     assert!(!names.contains(&"__cudaLaunchKernel"));
     assert!(names.contains(&"cudaLaunchKernel") && names.contains(&"__cudaRegisterFunction"));
     assert!(names.contains(&"cudaHostRegister") && names.contains(&"cudaHostUnregister"));
+    assert!(names.contains(&"cudaMemset3DAsync_ptsz") && names.contains(&"cudaMemset"));
 }

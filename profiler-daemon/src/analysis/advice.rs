@@ -286,7 +286,8 @@ fn tiny_copies(p: &ProcessReport, out: &mut Vec<Advice>) {
     let mut push = |rule, evidence: String, suggestion: &str| {
         out.push(Advice::about(p, rule, evidence, suggestion))
     };
-    for c in &p.copies {
+    // Memsets are no transfers: many small ones cost an enqueue each, like launches.
+    for c in p.copies.iter().filter(|c| c.direction != "memset") {
         if c.calls >= TINY_COPY_CALLS && c.bytes / c.calls.max(1) < TINY_COPY_BYTES {
             push(
                 "tiny_copies",
@@ -336,7 +337,8 @@ fn pageable_copies(p: &ProcessReport, out: &mut Vec<Advice>) {
     }
 }
 
-/// The host blocked in synchronous copies for a large share of its active time.
+/// The host blocked in synchronous copies for a large share of its active time (memsets left
+/// out: pinned memory and non_blocking copies do nothing for them).
 fn blocking_copies(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
     let mut push = |rule, evidence: String, suggestion: &str| {
         out.push(Advice::about(p, rule, evidence, suggestion))
@@ -345,7 +347,7 @@ fn blocking_copies(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advi
     let sync_copy_ns: u64 = p
         .copies
         .iter()
-        .filter(|c| c.async_calls < c.calls)
+        .filter(|c| c.async_calls < c.calls && c.direction != "memset")
         .map(|c| c.blocked_ns)
         .sum();
     if share(sync_copy_ns) >= BLOCKING_COPY_SHARE {

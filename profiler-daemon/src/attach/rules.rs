@@ -23,6 +23,7 @@ pub enum Prog {
     Copy2d,
     Copy3d,
     CopyRt3d,
+    Memset,
     SyncEntry,
     MemEntry,
     NameEntry,
@@ -30,7 +31,7 @@ pub enum Prog {
 }
 
 impl Prog {
-    pub const ALL: [Prog; 13] = [
+    pub const ALL: [Prog; 14] = [
         Prog::DrvLaunch,
         Prog::DrvLaunchEx,
         Prog::RtLaunch,
@@ -40,6 +41,7 @@ impl Prog {
         Prog::Copy2d,
         Prog::Copy3d,
         Prog::CopyRt3d,
+        Prog::Memset,
         Prog::SyncEntry,
         Prog::MemEntry,
         Prog::NameEntry,
@@ -58,6 +60,7 @@ impl Prog {
             Prog::Copy2d => "copy_2d",
             Prog::Copy3d => "copy_3d",
             Prog::CopyRt3d => "copy_rt3d",
+            Prog::Memset => "memset_entry",
             Prog::SyncEntry => "sync_entry",
             Prog::MemEntry => "mem_entry",
             Prog::NameEntry => "name_entry",
@@ -204,6 +207,22 @@ fn peer_copy(is_async: bool) -> Rule {
     .rule(Prog::CopyLinear)
 }
 
+/// A memset of `elem`-byte elements: dst in arg 0, the element count (or row width) in arg
+/// `width`, the rows in arg `height` when there are rows, the stream in arg `stream` for the
+/// async variants (which have no return probe, as async copies have none).
+fn memset(elem: u32, width: u8, height: Option<u8>, stream: Option<u8>) -> Rule {
+    let b = B::new().a(0).c(width).q(elem);
+    let b = match height {
+        Some(h) => b.b(h),
+        None => b,
+    };
+    match stream {
+        Some(s) => b.d(s).f(F_ASYNC),
+        None => b.f(F_RET),
+    }
+    .rule(Prog::Memset)
+}
+
 fn driver_rule(base: &str) -> Option<Rule> {
     use Prog::*;
     let sync_copy = |d: u32| B::new().a(0).b(1).c(2).p(d).f(F_RET).rule(CopyLinear);
@@ -239,6 +258,21 @@ fn driver_rule(base: &str) -> Option<Rule> {
         "cuMemcpy3DAsync_v2" => B::new().d(1).f(F_ASYNC).rule(Copy3d),
         "cuMemcpy3DPeer" => B::new().p(dir::PEER).f(F_RET).rule(Copy3d),
         "cuMemcpy3DPeerAsync" => B::new().p(dir::PEER).d(1).f(F_ASYNC).rule(Copy3d),
+        // cuMemsetD{8,16,32}_v2(dst, value, N) / …Async(…, stream): N elements
+        "cuMemsetD8_v2" => memset(1, 2, None, None),
+        "cuMemsetD16_v2" => memset(2, 2, None, None),
+        "cuMemsetD32_v2" => memset(4, 2, None, None),
+        "cuMemsetD8Async" => memset(1, 2, None, Some(3)),
+        "cuMemsetD16Async" => memset(2, 2, None, Some(3)),
+        "cuMemsetD32Async" => memset(4, 2, None, Some(3)),
+        // cuMemsetD2D{8,16,32}_v2(dst, pitch, value, Width, Height) / …Async(…, stream): Width
+        // in elements
+        "cuMemsetD2D8_v2" => memset(1, 3, Some(4), None),
+        "cuMemsetD2D16_v2" => memset(2, 3, Some(4), None),
+        "cuMemsetD2D32_v2" => memset(4, 3, Some(4), None),
+        "cuMemsetD2D8Async" => memset(1, 3, Some(4), Some(5)),
+        "cuMemsetD2D16Async" => memset(2, 3, Some(4), Some(5)),
+        "cuMemsetD2D32Async" => memset(4, 3, Some(4), Some(5)),
         "cuCtxSynchronize" => B::new().f(F_RET).rule(SyncEntry),
         "cuStreamSynchronize" | "cuEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
         "cuStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
@@ -368,6 +402,25 @@ fn runtime_rule(base: &str) -> Option<Rule> {
             .rule(CopyLinear),
         "cudaMemcpy3D" => B::new().f(F_RET).rule(CopyRt3d),
         "cudaMemcpy3DAsync" => B::new().d(1).f(F_ASYNC).rule(CopyRt3d),
+        // cudaMemset(dst, value, count) / Async(…, stream)
+        "cudaMemset" => memset(1, 2, None, None),
+        "cudaMemsetAsync" => memset(1, 2, None, Some(3)),
+        // cudaMemset2D(dst, pitch, value, width, height) / Async(…, stream)
+        "cudaMemset2D" => memset(1, 3, Some(4), None),
+        "cudaMemset2DAsync" => memset(1, 3, Some(4), Some(5)),
+        // cudaMemset3D(cudaPitchedPtr p, int value, cudaExtent e) / Async(…, stream): both
+        // structs are passed in memory, p at stack slots 1–4 (ptr = argument 6), e at slots
+        // 5–7 (width, height, depth = arguments 10, 11, 12); value in edi, stream in rsi.
+        "cudaMemset3D" => B::new().a(6).c(10).b(11).e(12).q(1).f(F_RET).rule(Memset),
+        "cudaMemset3DAsync" => B::new()
+            .a(6)
+            .c(10)
+            .b(11)
+            .e(12)
+            .q(1)
+            .d(1)
+            .f(F_ASYNC)
+            .rule(Memset),
         "cudaDeviceSynchronize" => B::new().f(F_RET).rule(SyncEntry),
         "cudaStreamSynchronize" | "cudaEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
         "cudaStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
@@ -447,6 +500,78 @@ mod tests {
         assert!(r.has_return());
         let r = rule_for(Layer::Driver, "cuCtxSynchronize").unwrap();
         assert_eq!(r.cookie.a, NO_ARG);
+    }
+
+    #[test]
+    fn memsets_read_their_arguments_where_the_abi_puts_them() {
+        // (dst, count/width, height, depth, stream, element bytes)
+        let at = |layer, sym| {
+            let r = rule_for(layer, sym).unwrap_or_else(|| panic!("{sym} not hooked"));
+            assert_eq!(r.prog, Prog::Memset, "{sym}");
+            let c = r.cookie;
+            (c.a, c.c, c.b, c.e, c.d, c.q)
+        };
+        let n = NO_ARG;
+        assert_eq!(at(Layer::Driver, "cuMemsetD8_v2"), (0, 2, n, n, n, 1));
+        assert_eq!(at(Layer::Driver, "cuMemsetD16_v2_ptds"), (0, 2, n, n, n, 2));
+        assert_eq!(
+            at(Layer::Driver, "cuMemsetD32Async_ptsz"),
+            (0, 2, n, n, 3, 4)
+        );
+        assert_eq!(at(Layer::Driver, "cuMemsetD2D8_v2"), (0, 3, 4, n, n, 1));
+        assert_eq!(at(Layer::Driver, "cuMemsetD2D16Async"), (0, 3, 4, n, 5, 2));
+        assert_eq!(
+            at(Layer::Driver, "cuMemsetD2D32_v2_ptds"),
+            (0, 3, 4, n, n, 4)
+        );
+        assert_eq!(at(Layer::Runtime, "cudaMemset"), (0, 2, n, n, n, 1));
+        assert_eq!(
+            at(Layer::Runtime, "cudaMemsetAsync_ptsz"),
+            (0, 2, n, n, 3, 1)
+        );
+        assert_eq!(at(Layer::Runtime, "cudaMemset2D_ptds"), (0, 3, 4, n, n, 1));
+        assert_eq!(at(Layer::Runtime, "cudaMemset2DAsync"), (0, 3, 4, n, 5, 1));
+        assert_eq!(at(Layer::Runtime, "cudaMemset3D"), (6, 10, 11, 12, n, 1));
+        assert_eq!(
+            at(Layer::Runtime, "cudaMemset3DAsync_ptsz"),
+            (6, 10, 11, 12, 1, 1)
+        );
+        // Blocking variants have a return probe (blocked time), async ones none; the runtime's
+        // are marked so that the driver memset inside them is not counted again.
+        for (layer, s) in [
+            (Layer::Driver, "cuMemsetD8_v2"),
+            (Layer::Driver, "cuMemsetD2D32_v2"),
+            (Layer::Runtime, "cudaMemset"),
+            (Layer::Runtime, "cudaMemset3D"),
+        ] {
+            let r = rule_for(layer, s).unwrap();
+            assert!(r.has_return() && !r.cookie.has(F_ASYNC), "{s}");
+        }
+        for (layer, s) in [
+            (Layer::Driver, "cuMemsetD8Async"),
+            (Layer::Driver, "cuMemsetD2D16Async_ptsz"),
+            (Layer::Runtime, "cudaMemsetAsync"),
+            (Layer::Runtime, "cudaMemset3DAsync"),
+        ] {
+            let r = rule_for(layer, s).unwrap();
+            assert!(!r.has_return() && r.cookie.has(F_ASYNC), "{s}");
+        }
+        assert!(
+            rule_for(Layer::Runtime, "cudaMemset2D")
+                .unwrap()
+                .cookie
+                .has(F_RUNTIME)
+        );
+        // v1 ABI (32-bit pointer and count): not read as the v2 one.
+        for s in [
+            "cuMemsetD8",
+            "cuMemsetD16",
+            "cuMemsetD32",
+            "cuMemsetD2D8",
+            "cuMemsetD2D32",
+        ] {
+            assert_eq!(rule_for(Layer::Driver, s), None, "{s}");
+        }
     }
 
     #[test]

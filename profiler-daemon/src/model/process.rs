@@ -9,8 +9,9 @@ use std::hash::{Hash, Hasher};
 
 /// Distinct streams remembered per launch configuration; more are not counted.
 pub const MAX_STREAMS_PER_KEY: usize = 4096;
-/// Number of copy directions (`dir::H2H..=dir::UNKNOWN`).
-pub const DIRECTIONS: usize = 7;
+/// Number of copy directions (`dir::H2H..=dir::MEMSET`).
+pub const DIRECTIONS: usize = 8;
+const _: () = assert!(DIRECTIONS == dir::MEMSET as usize + 1);
 
 /// One launch configuration as the program issued it; names are resolved at report time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub fn direction_name(d: u32) -> &'static str {
 }
 
 /// Copy directions in report order, with their labels.
-const DIRECTION_ORDER: [(u32, &str); 7] = [
+const DIRECTION_ORDER: [(u32, &str); 8] = [
     (dir::H2D, "h2d"),
     (dir::D2H, "d2h"),
     (dir::D2D, "d2d"),
@@ -28,6 +28,7 @@ const DIRECTION_ORDER: [(u32, &str); 7] = [
     (dir::PEER, "peer"),
     (dir::DEFAULT, "default"),
     (dir::UNKNOWN, "unknown"),
+    (dir::MEMSET, "memset"),
 ];
 
 /// A kernel's name as the report shows it.

@@ -154,7 +154,8 @@ pub struct ProcessReport {
     pub unnamed_launches: u64,
     /// Sorted by calls (descending), then name.
     pub kernels: Vec<KernelReport>,
-    /// In the order h2d, d2h, d2d, h2h, peer, default, unknown; directions without calls left out.
+    /// In the order h2d, d2h, d2d, h2h, peer, default, unknown, memset (memory the process set
+    /// with `cuMemsetD*`/`cudaMemset*`); directions without calls left out.
     pub copies: Vec<CopyReport>,
     /// Sorted by calls (descending), then name.
     pub api: Vec<ApiReport>,

@@ -135,8 +135,16 @@ impl Families {
             "Kernel launches made (CUDA graph launches excluded)",
         );
         let graphs = counter(reg, "gpuprofd_graph_launches", "CUDA graph launches made");
-        let copies = counter(reg, "gpuprofd_copies", "Memory copies made, by direction");
-        let copy_bytes = counter(reg, "gpuprofd_copy_bytes", "Bytes copied, by direction");
+        let copies = counter(
+            reg,
+            "gpuprofd_copies",
+            "Memory copies made, by direction (memsets: direction \"memset\")",
+        );
+        let copy_bytes = counter(
+            reg,
+            "gpuprofd_copy_bytes",
+            "Bytes copied, by direction (memsets: the bytes set)",
+        );
         let api_calls = counter(
             reg,
             "gpuprofd_api_calls",

@@ -39,7 +39,11 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   id), written at the start and whenever one is added.
 /// * 4: a `Faults` frame (the probes' rare paths) just before `End`. A schema-3 reader would
 ///   count it as damage and lose the `End` behind it: it refuses the file instead.
-pub const SCHEMA_VERSION: u32 = 4;
+/// * 5: copy records may be memsets (direction `dir::MEMSET`, 7). A schema-4 reader would read
+///   them without complaint and report every memset as a copy of `unknown` direction, a wrong
+///   figure with no warning: it refuses the file instead. (The record layout is unchanged, so
+///   schema 1–4 files read as before.)
+pub const SCHEMA_VERSION: u32 = 5;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).

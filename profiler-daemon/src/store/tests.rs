@@ -522,3 +522,60 @@ fn stacks_named_by_names_written_after_them_and_per_process() {
         ]
     );
 }
+
+#[test]
+fn a_memset_replays_as_one_and_schema_4_files_still_read() {
+    use profiler_common::{CopyBody, dir, flags};
+    let copy = |direction, bytes, ts_ns| {
+        encode(&Record {
+            header: Header {
+                kind: kind::COPY,
+                api: 0,
+                tgid: 100,
+                tid: 100,
+                ts_ns,
+            },
+            body: CopyBody {
+                dst: 0x7000,
+                bytes,
+                direction,
+                flags: flags::ASYNC,
+                ..Default::default()
+            },
+        })
+        .to_vec()
+    };
+    let t = Tmp::new("memset");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    w.record(&copy(dir::MEMSET, 4096, 2_000));
+    w.record(&copy(dir::H2D, 100, 2_100));
+    w.flush();
+    drop(w);
+    let got = |bytes: &[u8]| {
+        std::fs::write(&t.0, bytes).unwrap();
+        let r = replay(&t.0).unwrap().report;
+        r.processes[0]
+            .copies
+            .iter()
+            .map(|c| (c.direction.clone(), c.calls, c.bytes, c.async_calls))
+            .collect::<Vec<_>>()
+    };
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
+    assert_eq!(
+        got(&bytes),
+        [("h2d".into(), 1, 100, 1), ("memset".into(), 1, 4096, 1)]
+    );
+    // The record layout did not change: a schema-4 file (which has no memsets) reads the same.
+    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    assert_eq!(
+        got(&bytes),
+        [("h2d".into(), 1, 100, 1), ("memset".into(), 1, 4096, 1)]
+    );
+}

@@ -133,6 +133,22 @@ fn tiny_and_blocking_copies() {
 }
 
 #[test]
+fn memsets_are_not_copies_to_batch_or_pin() {
+    // 4000 small blocking memsets, 30% of the time inside them: neither copy rule applies.
+    let p = process(
+        9,
+        10,
+        &[],
+        &[("memset", 4_000, 4_000 * 512, 0, 3_000_000_000)],
+        0,
+    );
+    assert_eq!(
+        rules(&report(vec![p], 0)),
+        Vec::<(&str, Option<u32>)>::new()
+    );
+}
+
+#[test]
 fn alloc_churn_and_lost_records() {
     let r = report(vec![process(11, 10, &[], &[], 5_000)], 42);
     assert_eq!(

@@ -6,8 +6,8 @@
 //!
 //! The capture: three processes (one pid reused, one exited, jobs with and without a name),
 //! two threads in one, launches through the runtime and the driver (named by a Symbols frame,
-//! by a Name record, and unknown) on the default stream and on others, copies timed and not,
-//! syncs timed, untimed, GPU-side and failed, allocations and frees (a failed one, an unknown
+//! by a Name record, and unknown) on the default stream and on others, copies timed and not, a
+//! memset, syncs timed, untimed, GPU-side and failed, allocations and frees (a failed one, an unknown
 //! pointer), a graph launch, a stack named with characters JSON escapes, a counted launch
 //! record, an exec, an exit, NVML rounds before, inside and after the window, a training loop
 //! (steps), a burst of launches longer than the Perfetto writer holds slices for, and a call
@@ -42,6 +42,7 @@ const FREE: u32 = 7;
 const GRAPH_LAUNCH: u32 = 8;
 const DEVICE_SYNC: u32 = 9;
 const MODULE_GET_FUNCTION: u32 = 10;
+const MEMSET: u32 = 11;
 
 fn api_table() -> ApiTable {
     let mut t = ApiTable::new();
@@ -57,6 +58,7 @@ fn api_table() -> ApiTable {
         ("cudaGraphLaunch", Layer::Runtime),
         ("cudaDeviceSynchronize", Layer::Runtime),
         ("cuModuleGetFunction", Layer::Driver),
+        ("cudaMemset", Layer::Runtime),
     ] {
         t.intern(name, layer);
     }
@@ -297,6 +299,16 @@ fn python(w: &mut Writer) {
         _reserved: 0,
     };
     w.record(&rec(kind::EXEC, 0, 100, 100, 600_900, exec));
+    // A blocking memset: a copy of direction memset, named by its API alone.
+    let memset = CopyBody {
+        dst: 0xa000,
+        bytes: 65536,
+        dur_ns: 2_222,
+        direction: dir::MEMSET,
+        flags: flags::HAS_RETURN,
+        ..Default::default()
+    };
+    w.record(&copy(MEMSET, 100, 610_000, memset));
 }
 
 /// Process 200, twice: the first exits and its pid is reused.

@@ -42,6 +42,41 @@ fn copies_per_direction() {
 }
 
 #[test]
+fn memsets_are_a_direction_of_their_own() {
+    let r = flags::HAS_RETURN;
+    let v = only(
+        &mut agg(),
+        &[
+            copy(MEMSET_ASYNC, dir::MEMSET, 1 << 20, flags::ASYNC, 0, 0),
+            copy(MEMCPY, dir::H2D, 100, r, 10, 0),
+            copy(MEMSET_ASYNC, dir::MEMSET, 4000, flags::ASYNC, 0, 0),
+            copy(MEMSET_ASYNC, dir::MEMSET, 64, r, 25, 0),
+            copy(MEMSET_ASYNC, dir::MEMSET, 99, r, 5, 2), // failed: no bytes
+        ],
+    );
+    // After every copy direction; no host side, so never pageable.
+    assert_eq!(
+        v["copies"],
+        json!([
+            {"direction": "h2d", "calls": 1, "bytes": 100, "async_calls": 0, "blocked_ns": 10,
+             "pageable_calls": 1, "pageable_bytes": 100, "size_histogram": [1, 0, 0, 0, 0, 0]},
+            {"direction": "memset", "calls": 4, "bytes": 1_052_640, "async_calls": 2,
+             "blocked_ns": 30, "pageable_calls": 0, "pageable_bytes": 0,
+             "size_histogram": [3, 0, 0, 1, 0, 0]},
+        ])
+    );
+    // Memory operations: the stream's copy figures count memsets too.
+    assert_eq!(
+        v["streams"],
+        json!([{"stream": "default", "launches": 0, "copies": 5, "copy_bytes": 1_052_740}])
+    );
+    assert_eq!(
+        v["api"][0],
+        json!({"name": "cudaMemsetAsync", "calls": 4, "blocked_ns": 30, "p50_ns": 5, "p99_ns": 25, "max_ns": 25})
+    );
+}
+
+#[test]
 fn copy_size_buckets_at_their_edges() {
     use crate::model::process::copy_size_bucket;
     let at = [

@@ -26,6 +26,7 @@ const GRAPH_LAUNCH: u32 = 8;
 const MEM_CREATE: u32 = 9;
 const MEM_RELEASE: u32 = 10;
 const MALLOC_HOST: u32 = 11;
+const MEMSET_ASYNC: u32 = 12;
 
 fn apis() -> ApiTable {
     let mut t = ApiTable::new();
@@ -42,6 +43,7 @@ fn apis() -> ApiTable {
         ("cuMemCreate", Layer::Driver),
         ("cuMemRelease", Layer::Driver),
         ("cudaMallocHost", Layer::Runtime),
+        ("cudaMemsetAsync", Layer::Runtime),
     ] {
         t.intern(name, layer);
     }

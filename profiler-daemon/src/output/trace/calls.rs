@@ -9,7 +9,7 @@ use crate::model::direction_name as dir_name;
 use crate::model::mem::LiveMemory;
 use crate::store;
 use profiler_common::decode::Event;
-use profiler_common::{CopyBody, LaunchBody, LaunchesBody, flags};
+use profiler_common::{CopyBody, LaunchBody, LaunchesBody, dir, flags};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -268,9 +268,14 @@ impl Calls<'_> {
         })
     }
 
-    /// A copy on its thread (timed or not) and, as an instant, on its stream's track.
+    /// A copy on its thread (timed or not) and, as an instant, on its stream's track. A memset
+    /// is named by its API alone (`cudaMemset`), its direction being its name.
     fn copy(&mut self, emit: &mut Emit, call: &Call, c: &CopyBody) -> Result<(), TraceError> {
-        let name = format!("{} {}", call.api, dir_name(c.direction));
+        let name = if c.direction == dir::MEMSET {
+            call.api.clone()
+        } else {
+            format!("{} {}", call.api, dir_name(c.direction))
+        };
         let args = Args::from([
             ("bytes", Arg::Uint(c.bytes)),
             ("direction", Arg::Str(dir_name(c.direction).to_owned())),

@@ -14,8 +14,8 @@ use serde_json::json;
 use std::path::PathBuf;
 
 /// The views tests' report, with what it lacks: a third process (long names with commas,
-/// quotes and non-ASCII, no timeline, ended holding memory, unblocked and pageable copies, an
-/// empty size histogram) in a Kubernetes job, a fourth without a job that made one call, and
+/// quotes and non-ASCII, no timeline, ended holding memory, unblocked and pageable copies,
+/// memsets, an empty size histogram) in a Kubernetes job, a fourth without a job that made one call, and
 /// sampled call stacks for the code and callers views.
 fn rich() -> Report {
     let mut r = report();
@@ -41,7 +41,10 @@ fn rich() -> Report {
              "blocked_ns": 0, "size_histogram": []},
             {"direction": "peer", "calls": 1, "bytes": 300_000_000u64, "async_calls": 1,
              "blocked_ns": 7_000, "pageable_calls": 0, "pageable_bytes": 0,
-             "size_histogram": [0, 0, 0, 0, 0, 1]}],
+             "size_histogram": [0, 0, 0, 0, 0, 1]},
+            {"direction": "memset", "calls": 5, "bytes": 5_242_880u64, "async_calls": 3,
+             "blocked_ns": 40_000, "pageable_calls": 0, "pageable_bytes": 0,
+             "size_histogram": [0, 0, 0, 5, 0, 0]}],
         "api": [
             {"name": "cudaGraphInstantiateWithFlags", "calls": 3, "blocked_ns": 9_999_999,
              "p50_ns": 1_234_567, "p99_ns": 5_000_001, "max_ns": 7_654_321},

@@ -21,7 +21,8 @@ pub mod maps {
     pub const SUBMITTED: &str = "SUBMITTED";
     /// `Array<u32>` of length 1: the in-kernel filter mode (see [`crate::FILTER_ALL`]).
     pub const FILTER_MODE: &str = "FILTER_MODE";
-    /// `HashMap<u32 tgid, u8>`: processes selected when the filter mode is [`crate::FILTER_TGIDS`].
+    /// `HashMap<u32 tgid, u8>`: processes selected when the filter mode is [`crate::FILTER_TGIDS`]
+    /// or [`crate::FILTER_TREE`] (which adds their children as they are made).
     pub const FILTER_TGIDS: &str = "FILTER_TGIDS";
     /// `HashMap<u64 cgroup id, u8>`: cgroups (v2) whose processes, at any depth below, are
     /// selected when the filter mode is [`crate::FILTER_CGROUPS`].
@@ -80,6 +81,9 @@ pub const FILTER_ALL: u32 = 0;
 pub const FILTER_TGIDS: u32 = 1;
 /// Filter mode: only processes in (or below) the cgroups in `FILTER_CGROUPS`.
 pub const FILTER_CGROUPS: u32 = 2;
+/// Filter mode: the tgids in `FILTER_TGIDS` and every process they start, at any depth: the
+/// fork watcher adds a selected process's child before the child runs (a wrapped command's tree).
+pub const FILTER_TREE: u32 = 3;
 /// Deepest cgroup level the filter looks at (root = 0).
 pub const MAX_CGROUP_DEPTH: i32 = 24;
 

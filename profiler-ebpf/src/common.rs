@@ -73,12 +73,14 @@ pub(crate) fn in_selected_cgroup(tgid: u32) -> bool {
     yes
 }
 
-/// Whether the in-kernel filter (`--pid`, `--cgroup`, `--job`) selects process `tgid`.
+/// Whether the in-kernel filter (`--pid`, a wrapped command's tree, `--cgroup`, `--job`)
+/// selects process `tgid`.
 #[inline(always)]
 pub(crate) fn selected(tgid: u32) -> bool {
     if let Some(&mode) = FILTER_MODE.get(0) {
         // SAFETY: read-only lookup of a plain value.
-        if mode == MODE_TGIDS && unsafe { FILTER_TGIDS.get(&tgid) }.is_none() {
+        if (mode == MODE_TGIDS || mode == MODE_TREE) && unsafe { FILTER_TGIDS.get(&tgid) }.is_none()
+        {
             return false;
         }
         if mode == MODE_CGROUPS && !in_selected_cgroup(tgid) {

@@ -117,12 +117,39 @@ fn the_kit_installs_where_the_unit_expects_it() {
         "StateDirectory=gpuprofd",
         "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_RESOURCE CAP_SYS_PTRACE CAP_DAC_READ_SEARCH",
         "RestartPreventExitStatus=6",
+        // Ceilings sized from docs/PERFORMANCE.md (the unit says how).
+        "CPUQuota=50%",
+        "MemoryHigh=512M",
+        "MemoryMax=1G",
     ] {
         assert!(
             unit.lines().any(|l| l == line),
             "{line} missing from the unit"
         );
     }
+    // Stop means stop: both sockets stop with the service, so that neither a scrape nor a
+    // `gpuprofd ctl` starts a daemon an admin stopped; the metrics port is not dcgm-exporter's.
+    let socket_unit =
+        |name: &str| std::fs::read_to_string(root.join("etc/systemd/system").join(name)).unwrap();
+    let metrics_socket = socket_unit("gpuprofd-metrics.socket");
+    let keys = |text: &str, prefix: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        keys(&metrics_socket, "PartOf="),
+        ["PartOf=gpuprofd.service"]
+    );
+    assert_eq!(
+        keys(&metrics_socket, "ListenStream="),
+        ["ListenStream=127.0.0.1:19400"]
+    );
+    assert_eq!(
+        keys(&socket_unit("gpuprofd.socket"), "PartOf="),
+        ["PartOf=gpuprofd.service"]
+    );
     // An edited configuration survives a reinstall; the new default goes beside it.
     std::fs::write(
         root.join("etc/gpuprofd/config.toml"),

@@ -42,6 +42,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
         lib.to_str().unwrap(),
         "--metrics-addr",
         &addr,
+        "--metrics-per-process",
     ]);
     let mut w = Workload::start();
     w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 3"]);
@@ -58,7 +59,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
     assert_eq!(
         value(
             &body,
-            "gpuprofd_kernel_calls_total{",
+            "gpuprofd_top_kernel_launches_total{",
             "gemm(float const*, float const*"
         ),
         Some(7.0)
@@ -119,8 +120,9 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus missing: run scripts/setup.sh --test-tools");
+    // Prometheus's own `job` label (the scrape job's name) arrives intact: ours is `workload`.
     let query = format!(
-        "/api/v1/query?query=gpuprofd_kernel_launches_total%7Bpid%3D%22{}%22%7D",
+        "/api/v1/query?query=gpuprofd_kernel_launches_total%7Bjob%3D%22gpuprofd%22%2Cpid%3D%22{}%22%7D",
         w.tgid
     );
     let got = std::panic::catch_unwind(|| {
@@ -142,4 +144,68 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
     w.exit();
     let r = d.stop().report;
     assert_eq!(r["nvml"]["state"], "off");
+}
+
+/// The per-workload default (no pid, no comm), on a wrapped command's tree so that no other
+/// process on the machine adds to the one workload series.
+#[test]
+fn by_default_series_are_per_workload() {
+    require_bpf();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dir = TempDir::new("metrics-workload");
+    let go = dir.path().join("go");
+    let workload = fakecuda().join("bin/workload");
+    let cmd = format!(
+        "printf 'rt_launch gemm 7 1 1 1 32 1 1 0 0\\n' | {w} >/dev/null; \\
+         while [ ! -e {go} ]; do sleep 0.02; done",
+        w = workload.display(),
+        go = go.display()
+    );
+    let lib = fakecuda().join("lib");
+    let mut child = Command::new(daemon_bin())
+        .args(["--no-system-libs", "--no-nvml", "--no-live", "--lib"])
+        .arg(&lib)
+        .args(["--metrics-addr", &addr, "--", "/bin/sh", "-c", &cmd])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    err.wait_for("the ready line", |l| l.contains("gpuprofd: ready"));
+    let body = wait_for("7 launches in /metrics", Duration::from_secs(10), || {
+        let (_, body) = http_get(&addr, "/metrics")?;
+        let lines: Vec<String> = body
+            .lines()
+            .filter(|l| l.starts_with("gpuprofd_kernel_launches_total{"))
+            .map(str::to_owned)
+            .collect();
+        (lines.len() == 1 && lines[0].ends_with(" 7")).then_some(body)
+    });
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_bounded(&mut child).code(), Some(0));
+    let launches: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpuprofd_kernel_launches_total{"))
+        .collect();
+    assert!(
+        launches[0].starts_with("gpuprofd_kernel_launches_total{workload=\""),
+        "{}",
+        launches[0]
+    );
+    for l in body.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            !l.contains("pid=") && !l.contains("comm=") && !l.contains("job="),
+            "{l}"
+        );
+    }
+    assert_eq!(
+        value(
+            &body,
+            "gpuprofd_top_kernel_launches_total{",
+            "gemm(float const*"
+        ),
+        Some(7.0)
+    );
+    assert_eq!(value(&body, "gpuprofd_processes", ""), Some(1.0));
 }

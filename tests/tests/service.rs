@@ -227,6 +227,7 @@ fn service_readiness_watchdog_reload_and_stop() {
     assert_eq!(status["reloads"], 0);
     assert_eq!(status["config_file"], config.to_str().unwrap());
     assert_eq!(status["config"]["metrics"]["top_kernels"], 10);
+    assert_eq!(status["config"]["metrics"]["per_process"], false);
     assert_eq!(status["you"]["role"], "admin");
     let (rc, table, _) = ctl(&bin, &socket, &["processes"], None);
     assert_eq!(rc, 0);
@@ -285,7 +286,7 @@ fn service_readiness_watchdog_reload_and_stop() {
         config_text(
             &lib,
             &socket,
-            "top_kernels = 3\n\n[log]\nlevel = \"debug\"\n",
+            "top_kernels = 3\nper_process = true\n\n[log]\nlevel = \"debug\"\n",
         )
         .replace(
             "system_libs = false\n",
@@ -303,6 +304,7 @@ fn service_readiness_watchdog_reload_and_stop() {
     assert_eq!(status["reloads"], 1);
     assert_eq!(status["failed_reloads"], 0);
     assert_eq!(status["config"]["metrics"]["top_kernels"], 3);
+    assert_eq!(status["config"]["metrics"]["per_process"], true);
     assert_eq!(status["config"]["log"]["level"], "debug");
     assert_eq!(status["config"]["capture"]["ring_buffer_mb"], 16);
     assert_eq!(
@@ -690,7 +692,10 @@ fn sockets_handed_over_by_systemd_are_the_ones_served() {
         &config,
         config_text(&lib, &configured_socket, "").replace(
             "[metrics]\nenabled = false\n",
-            &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{configured_port}\"\n"),
+            &format!(
+                "[metrics]\nenabled = true\nlisten = \"127.0.0.1:{configured_port}\"\n\
+                 per_process = true\n"
+            ),
         ),
     )
     .unwrap();
@@ -793,7 +798,7 @@ fn ten_thousand_short_processes_leave_nothing_behind() {
         &config,
         config_text(&fakecuda().join("lib"), &socket, "").replace(
             "[metrics]\nenabled = false\n",
-            &format!("[metrics]\nlisten = \"{addr}\"\nexpire_after = \"1s\"\n"),
+            &format!("[metrics]\nlisten = \"{addr}\"\nexpire_after = \"1s\"\nper_process = true\n"),
         ),
     )
     .unwrap();

@@ -7,7 +7,7 @@
 pub mod counted;
 mod watch;
 
-pub use watch::{WatchError, watch_processes};
+pub use watch::{WatchError, follow_forks, watch_processes};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
@@ -120,6 +120,9 @@ fn raise_memlock_rlimit() {
 pub enum Filter {
     All,
     Tgids(Vec<u32>),
+    /// These processes and every process they start, at any depth (a wrapped command's tree:
+    /// see [`follow_forks`] and [`seed_tree`]).
+    Tree,
     /// Processes in these cgroups (v2 ids), at any depth below them.
     Cgroups(Vec<u64>),
 }
@@ -187,6 +190,7 @@ pub fn set_filter(ebpf: &mut Ebpf, filter: &Filter) -> Result<(), CaptureError> 
             }
         }
         Filter::Cgroups(ids) => add_cgroups(ebpf, ids)?,
+        Filter::Tree => {}
     }
     let map = ebpf
         .map_mut(maps::FILTER_MODE)
@@ -198,8 +202,40 @@ pub fn set_filter(ebpf: &mut Ebpf, filter: &Filter) -> Result<(), CaptureError> 
         Filter::All => FILTER_ALL,
         Filter::Tgids(_) => FILTER_TGIDS,
         Filter::Cgroups(_) => FILTER_CGROUPS,
+        Filter::Tree => profiler_common::FILTER_TREE,
     };
     mode.set(0, v, 0).map_err(map_err(maps::FILTER_MODE))
+}
+
+fn tgid_set(ebpf: &mut Ebpf) -> Result<BpfHashMap<&mut aya::maps::MapData, u32, u8>, CaptureError> {
+    let map = ebpf
+        .map_mut(maps::FILTER_TGIDS)
+        .ok_or(CaptureError::MissingMap {
+            name: maps::FILTER_TGIDS,
+        })?;
+    BpfHashMap::try_from(map).map_err(map_err(maps::FILTER_TGIDS))
+}
+
+/// Selects (or deselects) `tgid` in the tree mode: while the daemon's own tgid is selected, the
+/// fork watcher selects the process it starts, before that process runs its first instruction.
+/// The daemon selects itself around the command's spawn only.
+pub fn seed_tree(ebpf: &mut Ebpf, tgid: u32, on: bool) -> Result<(), CaptureError> {
+    let mut set = tgid_set(ebpf)?;
+    if on {
+        set.insert(tgid, 1, 0).map_err(map_err(maps::FILTER_TGIDS))
+    } else {
+        let _ = set.remove(&tgid);
+        Ok(())
+    }
+}
+
+/// The processes the tgid (or tree) filter selects now: in the tree mode, the live processes
+/// of the command's tree (the probes remove a process at its end).
+pub fn selected_tgids(ebpf: &mut Ebpf) -> Result<Vec<u32>, CaptureError> {
+    let set = tgid_set(ebpf)?;
+    let mut v: Vec<u32> = set.keys().filter_map(Result::ok).collect();
+    v.sort_unstable();
+    Ok(v)
 }
 
 /// Adds cgroups to the selection (a job whose cgroup appeared after the start) and forgets

@@ -1,5 +1,6 @@
-//! The process watchers: tracepoints on executable file mappings (late loads), process ends
-//! and images replaced by exec, mounting tracefs where a fresh machine has it unmounted.
+//! The process watchers: tracepoints on executable file mappings (late loads), process ends,
+//! images replaced by exec and, for a wrapped command's tree, new processes; mounting tracefs
+//! where a fresh machine has it unmounted.
 
 use super::CaptureError;
 use aya::Ebpf;
@@ -68,6 +69,27 @@ pub fn watch_processes(ebpf: &mut Ebpf) -> Result<bool, WatchError> {
             .map_err(failed("attaching to", format!("{category}:{event}")))?;
     }
     Ok(group_dead != 0)
+}
+
+/// Attaches the fork watcher (`task:task_newtask`), which selects the children of selected
+/// processes in the tree mode ([`super::Filter::Tree`]). Needs tracefs, which
+/// [`watch_processes`] mounts where it is missing. Not attached in other modes: every process
+/// start on the node would run it for nothing.
+pub fn follow_forks(ebpf: &mut Ebpf) -> Result<(), WatchError> {
+    use aya::programs::TracePoint;
+    ensure_tracefs()?;
+    let prog = "proc_fork";
+    let failed =
+        |what: &'static str, prog: String| move |source| WatchError::Program { what, prog, source };
+    let tp: &mut TracePoint = ebpf
+        .program_mut(prog)
+        .ok_or(WatchError::NoProgram(prog))?
+        .try_into()
+        .map_err(failed("program", prog.into()))?;
+    tp.load().map_err(failed("loading", prog.into()))?;
+    tp.attach("task", "task_newtask")
+        .map_err(failed("attaching to", "task:task_newtask".into()))?;
+    Ok(())
 }
 
 /// The byte offset of `field` in a tracepoint's `format` file (`field:bool group_dead;

@@ -9,6 +9,7 @@ pub use ctl::{CtlArgs, CtlCommand, TopArgs};
 pub use serve::ServeArgs;
 
 use crate::session::{self, CaptureOptions, Target};
+use crate::sys::account::Account;
 use crate::sys::duration::{parse_duration, parse_duration_or_zero};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -73,7 +74,7 @@ pub enum Command {
     Export(crate::output::trace::ExportArgs),
     /// Run as a service (what the systemd unit starts): capture every CUDA process like
     /// `--all-jobs`, configured by a TOML file (/etc/gpuprofd/config.toml; SIGHUP re-reads it),
-    /// with Prometheus metrics on 127.0.0.1:9400, the control socket /run/gpuprofd.sock and
+    /// with Prometheus metrics on 127.0.0.1:19400, the control socket /run/gpuprofd.sock and
     /// systemd readiness (Type=notify) and watchdog. Flags override the file.
     Serve(ServeArgs),
     /// Ask the running service through its control socket: status, processes, snapshot (the
@@ -167,19 +168,29 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub no_nvml: bool,
     /// Serve Prometheus metrics (text exposition format 0.0.4) at http://ADDR/metrics while capturing,
-    /// e.g. 127.0.0.1:9400. Off unless given; an address other than loopback exposes the
+    /// e.g. 127.0.0.1:19400. Off unless given; an address other than loopback exposes the
     /// figures to the network.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Metrics per process (labels pid, comm and workload) instead of per workload.
+    #[arg(long, requires = "metrics_addr")]
+    pub metrics_per_process: bool,
     /// Ring-buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ring_buffer_mb: u32,
     /// Say which symbols were attached where, at which probe offset and why.
     #[arg(long, short)]
     pub verbose: bool,
-    /// Run this command under the profiler and stop when it exits (after `--`).
+    /// Run this command under the profiler and stop when it exits (after `--`): its processes
+    /// only (it and every process it starts) unless --all-jobs, --job or --cgroup says
+    /// otherwise. gpuprofd exits with its status (128 + N when signal N killed it) and passes
+    /// SIGINT and SIGTERM on to it. Under sudo it runs as the user who ran sudo.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Run the command as this user (a name or a uid; its groups as a login gives them):
+    /// default, under sudo, the user who ran sudo (SUDO_UID, SUDO_GID); else as gpuprofd runs.
+    #[arg(long, value_name = "NAME|UID", requires = "command")]
+    pub user: Option<String>,
 }
 
 fn init_logging(verbose: bool) {
@@ -221,6 +232,7 @@ fn run_session(
     opts: CaptureOptions,
     svc: Option<std::sync::Arc<crate::service::Service>>,
     metrics_addr: Option<std::net::SocketAddr>,
+    per_process: bool,
 ) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -235,14 +247,16 @@ fn run_session(
     };
     rt.block_on(async {
         let mut beside = match crate::service::companion::Beside::bind(svc, metrics_addr).await {
-            Ok(b) => b,
+            Ok(b) => b.per_process(per_process),
             Err(e) => {
                 eprintln!("gpuprofd: error: {e:#}");
                 return ExitCode::from(2);
             }
         };
         match session::run(opts, &mut beside).await {
-            Ok(()) => ExitCode::SUCCESS,
+            // A wrapper's status is its command's.
+            Ok(Some(status)) => ExitCode::from(session::command::exit_code(status)),
+            Ok(None) => ExitCode::SUCCESS,
             Err(e) => {
                 // A session that failed before its stop leaves no control socket behind.
                 session::Companion::stopped(&mut beside);
@@ -311,6 +325,7 @@ pub fn main() -> ExitCode {
             nvml_lib: nvml_lib.clone(),
         }));
     }
+    let per_process = cli.capture.metrics_per_process;
     let (opts, metrics_addr) = match to_options(cli) {
         Ok(o) => o,
         Err(msg) => {
@@ -318,7 +333,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    run_session(opts, None, metrics_addr)
+    run_session(opts, None, metrics_addr, per_process)
 }
 
 /// The capture the command line asks for, and the metrics address to serve beside it.
@@ -351,6 +366,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                 verbose: cli.capture.verbose,
                 command: vec![workload.display().to_string()],
                 command_stdin: Some(script),
+                run_as: None,
                 cgroups: vec![],
                 jobs: vec![],
                 rescan: None,
@@ -366,9 +382,8 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
     let target = match (a.all_jobs, a.pid) {
         (_, Some(pid)) => Target::Pid(pid),
         (true, None) => Target::AllJobs,
-        (false, None) if !a.command.is_empty() || !a.cgroups.is_empty() || !a.jobs.is_empty() => {
-            Target::AllJobs
-        }
+        (false, None) if !a.cgroups.is_empty() || !a.jobs.is_empty() => Target::AllJobs,
+        (false, None) if !a.command.is_empty() => Target::Command,
         (false, None) => {
             return Err(
                 "say what to capture: --all-jobs (every CUDA process), --pid PID (one \
@@ -384,6 +399,15 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
             a.ring_buffer_mb
         ));
     }
+    let run_as = match (&a.user, a.command.is_empty()) {
+        (_, true) => None,
+        (Some(u), false) => Some(Account::named(u).map_err(|e| e.to_string())?),
+        // SAFETY: geteuid cannot fail.
+        (None, false) => {
+            Account::sudo_invoker(unsafe { libc::geteuid() }, |k| std::env::var(k).ok())
+                .map_err(|e| e.to_string())?
+        }
+    };
     let stack_period = a.stack_period.unwrap_or(match target {
         Target::AllJobs if a.command.is_empty() => crate::session::ALL_JOBS_STACK_PERIOD,
         _ => 1,
@@ -423,6 +447,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
             live: !a.no_live,
             ring_bytes: a.ring_buffer_mb << 20,
             verbose: a.verbose,
+            run_as,
             command: a.command,
             command_stdin: None,
             cgroups: a.cgroups,
@@ -452,5 +477,24 @@ mod tests {
         assert!(Cli::try_parse_from(["gpuprofd", "--wait"]).is_err());
         let cli = Cli::try_parse_from(["gpuprofd", "--all-jobs", "--ring-buffer-mb", "3"]).unwrap();
         assert!(to_options(cli).unwrap_err().contains("power of two"));
+    }
+
+    #[test]
+    fn a_command_alone_is_its_tree_and_runs_as_whom_it_should() {
+        let opts = |args: &[&str]| to_options(Cli::try_parse_from(args).unwrap()).map(|o| o.0);
+        let o = opts(&["gpuprofd", "--", "true"]).unwrap();
+        assert_eq!(o.target, Target::Command);
+        assert_eq!(o.command, ["true"]);
+        let o = opts(&["gpuprofd", "--all-jobs", "--", "true"]).unwrap();
+        assert_eq!(o.target, Target::AllJobs);
+        let o = opts(&["gpuprofd", "--job", "1234", "--", "true"]).unwrap();
+        assert_eq!(o.target, Target::AllJobs);
+        let o = opts(&["gpuprofd", "--user", "0", "--", "true"]).unwrap();
+        assert_eq!(o.run_as.map(|a| (a.uid, a.gid)), Some((0, 0)));
+        let e = opts(&["gpuprofd", "--user", "no-such-user-gpuprofd", "--", "true"]).unwrap_err();
+        assert!(e.contains("no such user"), "{e}");
+        // --user names whom the command runs as: without a command it means nothing.
+        assert!(Cli::try_parse_from(["gpuprofd", "--all-jobs", "--user", "0"]).is_err());
+        assert!(Cli::try_parse_from(["gpuprofd", "--all-jobs", "--metrics-per-process"]).is_err());
     }
 }

@@ -94,7 +94,7 @@ fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
         eprintln!(
             "gpuprofd report --live: steps and the HTML page are found in a capture's records; \
              take one with `gpuprofd ctl capture --pid PID -o FILE.gpuprof` and report that (the \
-             service's dashboard is at http://127.0.0.1:9400/)"
+             service's dashboard is at http://127.0.0.1:19400/)"
         );
         return 2;
     }

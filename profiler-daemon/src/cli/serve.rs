@@ -116,6 +116,7 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
         verbose: false,
         command: Vec::new(),
         command_stdin: None,
+        run_as: None,
         cgroups: cfg.capture.cgroups.clone(),
         jobs: cfg.capture.jobs.clone(),
         rescan: Some(cfg.capture.rescan_interval.0),
@@ -126,5 +127,5 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
     };
     let metrics_addr = cfg.metrics_addr();
     let svc = crate::service::Service::new(source, overrides, cfg, used, log_reload);
-    run_session(opts, Some(std::sync::Arc::new(svc)), metrics_addr)
+    run_session(opts, Some(std::sync::Arc::new(svc)), metrics_addr, false)
 }

@@ -1,15 +1,22 @@
-//! Prometheus `/metrics`: the running daemon's figures per job and process, NVML gauges, loss
-//! and self counters, in the Prometheus text format 0.0.4 (built with prometheus-client, whose
-//! OpenMetrics output is rewritten: counter families named with their `_total` samples, no
-//! `# EOF`), which every scraper and `promtool check metrics` read.
+//! Prometheus `/metrics`: the running daemon's figures per workload (job) or, when asked, per
+//! process; NVML gauges per GPU; loss and self counters. In the Prometheus text format 0.0.4
+//! (built with prometheus-client, whose OpenMetrics output is rewritten: counter families named
+//! with their `_total` samples, no `# EOF`), which every scraper and `promtool check metrics`
+//! read. Names and units follow Prometheus's naming guide (base units: seconds, bytes, ratios).
 //!
 //! Served by the service's HTTP responder (`service::http`) on `--metrics-addr` (off
-//! unless asked for; the service's default is 127.0.0.1:9400). Each scrape asks the aggregator
-//! for a snapshot.
+//! unless asked for; the service's default is [`DEFAULT_LISTEN`]). Each scrape asks the
+//! aggregator for a snapshot.
+//!
+//! Labels: the job a process belongs to is `workload` (`slurm:1234`, `k8s:<pod uid>`, …), not
+//! `job`, which Prometheus sets on every scraped series itself (ours would arrive as
+//! `exported_job`). `pid` and `comm` only with `per_process` (`metrics.per_process`,
+//! `--metrics-per-process`): every new process would otherwise start new series, and a node
+//! that starts thousands a day would fill the server with series that each live minutes.
 //!
 //! Cardinality is bounded: kernel series only for the [`TOP_KERNELS`] most launched kernels of
-//! each process, and a process that ended leaves the exposition [`EXITED_GRACE`] after its end
-//! (its last values stay visible for one or two scrapes, then the series stop).
+//! each workload (or process), and a process that ended leaves the exposition [`EXITED_GRACE`]
+//! after its end (its last values stay visible for one or two scrapes, then the series stop).
 
 use crate::model::snapshot::{ProcessReport, Report};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -22,41 +29,18 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-/// Kernel series per process.
+/// Kernel series per workload (or process).
 pub const TOP_KERNELS: usize = 10;
+/// Where the service serves metrics unless configured otherwise. 9400 is dcgm-exporter's, which
+/// most GPU nodes run; the exporters' range of Prometheus's port allocations (9100-9999) is
+/// fully allocated, so the port is outside it, below Linux's ephemeral ports (32768+), and
+/// easy to place beside dcgm-exporter's.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:19400";
 /// How long an ended process stays in the exposition.
 pub const EXITED_GRACE: Duration = Duration::from_secs(60);
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Proc {
-    pid: String,
-    comm: String,
-    job: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcDir {
-    pid: String,
-    comm: String,
-    job: String,
-    direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcApi {
-    pid: String,
-    comm: String,
-    job: String,
-    api: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcKernel {
-    pid: String,
-    comm: String,
-    job: String,
-    kernel: String,
-}
+/// The labels of a workload's (or process's) series, and the family's own after them.
+type Labels = Vec<(&'static str, String)>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Kind {
@@ -95,29 +79,44 @@ pub struct Extra {
     pub bpf_maps: Vec<crate::capture::MapFill>,
     /// Bytes the daemon has allocated and not freed ([`crate::sys::heap::in_use`]).
     pub heap_in_use: Option<u64>,
-    /// Kernel series per process (the [`TOP_KERNELS`] default, or the service's
+    /// Kernel series per workload or process (the [`TOP_KERNELS`] default, or the service's
     /// `metrics.top_kernels`).
     pub top_kernels: usize,
+    /// Series per process (`pid`, `comm` and `workload` labels) instead of per workload.
+    pub per_process: bool,
 }
 
-fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Proc, Counter> {
-    let f = Family::<Proc, Counter>::default();
+fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
+    let f = Family::<Labels, Counter>::default();
     reg.register(name, help, f.clone());
     f
 }
 
+fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let f = Family::<Labels, Gauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// `base` and one more label.
+fn with(base: &Labels, key: &'static str, value: &str) -> Labels {
+    let mut l = base.clone();
+    l.push((key, value.to_owned()));
+    l
+}
+
 /// The exposition's families, registered in the order they are written.
 struct Families {
-    launches: Family<Proc, Counter>,
-    graphs: Family<Proc, Counter>,
-    copies: Family<ProcDir, Counter>,
-    copy_bytes: Family<ProcDir, Counter>,
-    api_calls: Family<ProcApi, Counter>,
-    api_blocked: Family<ProcApi, Counter<f64, AtomicU64>>,
-    kernels: Family<ProcKernel, Counter>,
-    live: Family<Proc, Gauge>,
-    held: Family<Proc, Gauge>,
-    gpu_util: Family<Gpu, Gauge>,
+    launches: Family<Labels, Counter>,
+    graphs: Family<Labels, Counter>,
+    copies: Family<Labels, Counter>,
+    copy_bytes: Family<Labels, Counter>,
+    api_calls: Family<Labels, Counter>,
+    api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
+    kernels: Family<Labels, Counter>,
+    live: Family<Labels, Gauge>,
+    held: Family<Labels, Gauge>,
+    gpu_util: Family<Gpu, Gauge<f64, AtomicU64>>,
     gpu_mem: Family<Gpu, Gauge>,
     lost: Family<Kind, Counter>,
     submitted: Family<Kind, Counter>,
@@ -133,59 +132,49 @@ impl Families {
         let launches = counter(
             reg,
             "gpuprofd_kernel_launches",
-            "Kernel launches the process made (CUDA graph launches excluded)",
+            "Kernel launches made (CUDA graph launches excluded)",
         );
-        let graphs = counter(
+        let graphs = counter(reg, "gpuprofd_graph_launches", "CUDA graph launches made");
+        let copies = counter(
             reg,
-            "gpuprofd_graph_launches",
-            "CUDA graph launches the process made",
-        );
-        let copies = Family::<ProcDir, Counter>::default();
-        reg.register(
             "gpuprofd_copies",
-            "Memory copies the process made, by direction (memsets: direction \"memset\")",
-            copies.clone(),
+            "Memory copies made, by direction (memsets: direction \"memset\")",
         );
-        let copy_bytes = Family::<ProcDir, Counter>::default();
-        reg.register(
+        let copy_bytes = counter(
+            reg,
             "gpuprofd_copy_bytes",
-            "Bytes the process copied, by direction (memsets: the bytes set)",
-            copy_bytes.clone(),
+            "Bytes copied, by direction (memsets: the bytes set)",
         );
-        let api_calls = Family::<ProcApi, Counter>::default();
-        reg.register(
+        let api_calls = counter(
+            reg,
             "gpuprofd_api_calls",
             "Calls of each hooked CUDA API function",
-            api_calls.clone(),
         );
-        let api_blocked = Family::<ProcApi, Counter<f64, AtomicU64>>::default();
+        let api_blocked = Family::<Labels, Counter<f64, AtomicU64>>::default();
         reg.register(
             "gpuprofd_api_blocked_seconds",
-            "CPU time the process spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
+            "CPU time spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
             api_blocked.clone(),
         );
-        let kernels = Family::<ProcKernel, Counter>::default();
-        reg.register(
-            "gpuprofd_kernel_calls",
-            "Launches per kernel (the most launched kernels of each process only)",
-            kernels.clone(),
+        let kernels = counter(
+            reg,
+            "gpuprofd_top_kernel_launches",
+            "Launches per kernel, of the most launched kernels of each workload (or process) only",
         );
-        let live = Family::<Proc, Gauge>::default();
-        reg.register(
+        let live = gauge(
+            reg,
             "gpuprofd_device_memory_live_bytes",
-            "Device memory the process allocated through the hooked APIs and has not freed",
-            live.clone(),
+            "Device memory allocated through the hooked APIs and not freed",
         );
-        let held = Family::<Proc, Gauge>::default();
-        reg.register(
-            "gpuprofd_process_gpu_memory_bytes",
-            "GPU memory NVML says the process holds (all of it)",
-            held.clone(),
+        let held = gauge(
+            reg,
+            "gpuprofd_gpu_memory_held_bytes",
+            "GPU memory NVML says the processes hold (all of it)",
         );
-        let gpu_util = Family::<Gpu, Gauge>::default();
+        let gpu_util = Family::<Gpu, Gauge<f64, AtomicU64>>::default();
         reg.register(
-            "gpuprofd_gpu_utilization_percent",
-            "NVML: percent of the last sample period a kernel ran on the GPU",
+            "gpuprofd_gpu_utilization_ratio",
+            "NVML: share of the last sample period a kernel ran on the GPU (0 to 1)",
             gpu_util.clone(),
         );
         let gpu_mem = Family::<Gpu, Gauge>::default();
@@ -256,45 +245,32 @@ impl Families {
         }
     }
 
-    /// The series of one process.
-    fn process(&self, p: &ProcessReport, held_bytes: Option<u64>, top_kernels: usize) {
-        let job = p
-            .job
-            .as_ref()
-            .map(|j| format!("{}:{}", j.kind, j.id))
-            .unwrap_or_default();
-        let l = Proc {
-            pid: p.tgid.to_string(),
-            comm: p.comm.clone(),
-            job: job.clone(),
-        };
-        self.launches.get_or_create(&l).inc_by(p.launches);
-        self.graphs.get_or_create(&l).inc_by(p.graphs.launches);
+    /// The series of one process, under `l` (its workload's labels, or its own); its kernels
+    /// go into `kernels` for [`Self::top_kernels`].
+    fn process(
+        &self,
+        l: &Labels,
+        p: &ProcessReport,
+        held_bytes: Option<u64>,
+        kernels: &mut BTreeMap<Labels, BTreeMap<String, u64>>,
+    ) {
+        self.launches.get_or_create(l).inc_by(p.launches);
+        self.graphs.get_or_create(l).inc_by(p.graphs.launches);
         self.live
-            .get_or_create(&l)
-            .set(p.allocations.live_bytes.min(i64::MAX as u64) as i64);
+            .get_or_create(l)
+            .inc_by(p.allocations.live_bytes.min(i64::MAX as u64) as i64);
         if let Some(b) = held_bytes {
             self.held
-                .get_or_create(&l)
-                .set(b.min(i64::MAX as u64) as i64);
+                .get_or_create(l)
+                .inc_by(b.min(i64::MAX as u64) as i64);
         }
         for c in &p.copies {
-            let d = ProcDir {
-                pid: l.pid.clone(),
-                comm: l.comm.clone(),
-                job: job.clone(),
-                direction: c.direction.clone(),
-            };
+            let d = with(l, "direction", &c.direction);
             self.copies.get_or_create(&d).inc_by(c.calls);
             self.copy_bytes.get_or_create(&d).inc_by(c.bytes);
         }
         for a in &p.api {
-            let k = ProcApi {
-                pid: l.pid.clone(),
-                comm: l.comm.clone(),
-                job: job.clone(),
-                api: a.name.clone(),
-            };
+            let k = with(l, "api", &a.name);
             self.api_calls.get_or_create(&k).inc_by(a.calls);
             if a.blocked_ns > 0 {
                 self.api_blocked
@@ -302,22 +278,23 @@ impl Families {
                     .inc_by(a.blocked_ns as f64 / 1e9);
             }
         }
-        // Kernels by name (launch configurations summed), the most launched first.
-        let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
+        // Kernels by name (launch configurations summed).
+        let by_name = kernels.entry(l.clone()).or_default();
         for k in &p.kernels {
-            *by_name.entry(&k.name).or_default() += k.calls;
+            *by_name.entry(k.name.clone()).or_default() += k.calls;
         }
-        let mut top: Vec<(&str, u64)> = by_name.into_iter().collect();
-        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (name, calls) in top.into_iter().take(top_kernels) {
-            self.kernels
-                .get_or_create(&ProcKernel {
-                    pid: l.pid.clone(),
-                    comm: l.comm.clone(),
-                    job: job.clone(),
-                    kernel: name.to_owned(),
-                })
-                .inc_by(calls);
+    }
+
+    /// The most launched kernels of each workload (or process), `top` of each.
+    fn top_kernels(&self, kernels: BTreeMap<Labels, BTreeMap<String, u64>>, top: usize) {
+        for (l, by_name) in kernels {
+            let mut v: Vec<(String, u64)> = by_name.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (name, calls) in v.into_iter().take(top) {
+                self.kernels
+                    .get_or_create(&with(&l, "kernel", &name))
+                    .inc_by(calls);
+            }
         }
     }
 
@@ -330,7 +307,7 @@ impl Families {
             };
             if let Some((util, mem)) = extra.facts.gpu_now.get(&g.index) {
                 if let Some(u) = util {
-                    self.gpu_util.get_or_create(&l).set(i64::from(*u));
+                    self.gpu_util.get_or_create(&l).set(f64::from(*u) / 100.0);
                 }
                 if let Some(m) = mem {
                     self.gpu_mem
@@ -348,6 +325,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     let f = Families::register(&mut reg);
     let mut shown = 0;
     let mut seen: Vec<u32> = Vec::new();
+    let mut kernels = BTreeMap::new();
     // A reused pid: only its latest process is exposed (series are keyed by pid).
     for p in r.processes.iter().rev() {
         if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
@@ -356,8 +334,9 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         seen.push(p.tgid);
         shown += 1;
         let held = extra.facts.process_gpu_bytes.get(&p.tgid).copied();
-        f.process(p, held, extra.top_kernels);
+        f.process(&labels(p, extra.per_process), p, held, &mut kernels);
     }
+    f.top_kernels(kernels, extra.top_kernels);
     f.gpus(r, extra);
     for (k, v) in &r.drops {
         f.lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
@@ -390,6 +369,23 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);
     to_prometheus_text(&out)
+}
+
+/// The labels of `p`'s series: its workload (`kind:id` of its job; empty for a process gpuprofd
+/// could not attribute), and with `per_process` its pid and command name first.
+fn labels(p: &ProcessReport, per_process: bool) -> Labels {
+    let workload = p
+        .job
+        .as_ref()
+        .map(|j| format!("{}:{}", j.kind, j.id))
+        .unwrap_or_default();
+    let mut l = Vec::with_capacity(3);
+    if per_process {
+        l.push(("pid", p.tgid.to_string()));
+        l.push(("comm", p.comm.clone()));
+    }
+    l.push(("workload", workload));
+    l
 }
 
 /// How full the probes' per-process and per-thread maps are: a count that keeps growing while

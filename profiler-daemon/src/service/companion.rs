@@ -42,6 +42,9 @@ pub struct Beside {
     metrics: Option<TcpListener>,
     /// Whether `/metrics` is served (its figures are then refreshed every tick).
     metrics_on: bool,
+    /// Series per process outside the service (`--metrics-per-process`; the service reads
+    /// `metrics.per_process` at each scrape).
+    per_process: bool,
     control: Option<(UnixListener, PathBuf)>,
     /// The control socket's path when we created it (systemd's stays when we stop).
     owned_socket: Option<PathBuf>,
@@ -101,6 +104,7 @@ impl Beside {
         Ok(Beside {
             svc,
             metrics_on: metrics.is_some(),
+            per_process: false,
             metrics,
             control,
             owned_socket,
@@ -111,16 +115,23 @@ impl Beside {
         })
     }
 
+    /// Series per process on `/metrics` outside the service (`--metrics-per-process`).
+    pub fn per_process(mut self, on: bool) -> Beside {
+        self.per_process = on;
+        self
+    }
+
     /// Serves `/metrics` and the dashboard from `queries`.
     fn serve_metrics(&mut self, listener: TcpListener, queries: Queries) {
         let served_at = listener.local_addr().ok();
         let svc = self.svc.clone();
+        let per_process = self.per_process;
         let page = move |page: Page| {
             let (queries, svc) = (queries.clone(), svc.clone());
             async move {
                 match page {
                     Page::Dashboard => queries.dashboard().await,
-                    Page::Metrics => exposition(&queries, svc.as_deref()).await,
+                    Page::Metrics => exposition(&queries, svc.as_deref(), per_process).await,
                 }
             }
         };
@@ -268,13 +279,21 @@ async fn metrics_listener(m: MetricsSocket) -> Result<Option<TcpListener>, Compa
 }
 
 /// The Prometheus exposition now.
-async fn exposition(queries: &Queries, svc: Option<&Service>) -> Option<String> {
-    let (top, grace) = match svc {
+async fn exposition(queries: &Queries, svc: Option<&Service>, per_process: bool) -> Option<String> {
+    let (top, grace, per_process) = match svc {
         Some(s) => {
             let c = s.config();
-            (c.metrics.top_kernels, c.metrics.expire_after.0)
+            (
+                c.metrics.top_kernels,
+                c.metrics.expire_after.0,
+                c.metrics.per_process,
+            )
         }
-        None => (prometheus::TOP_KERNELS, prometheus::EXITED_GRACE),
+        None => (
+            prometheus::TOP_KERNELS,
+            prometheus::EXITED_GRACE,
+            per_process,
+        ),
     };
     let (report, facts) = queries.metrics(grace).await?;
     let me = queries.figures();
@@ -286,6 +305,7 @@ async fn exposition(queries: &Queries, svc: Option<&Service>) -> Option<String> 
         bpf_maps: me.bpf_maps,
         heap_in_use: me.heap_in_use_bytes,
         top_kernels: top,
+        per_process,
     };
     Some(prometheus::render(&report, &extra))
 }

@@ -53,9 +53,13 @@ interval = "1s"
 # Serve Prometheus metrics at http://LISTEN/metrics.
 enabled = true
 # Address to listen on; loopback unless you mean to expose the figures to the network. Under
-# systemd, gpuprofd-metrics.socket holds the port: its ListenStream= is used instead.
-listen = "127.0.0.1:9400"
-# (reload) Kernel-name series per process: the most launched kernels only.
+# systemd, gpuprofd-metrics.socket holds the port: its ListenStream= is used instead. (9400 is
+# dcgm-exporter's: this one leaves it free.)
+listen = "127.0.0.1:19400"
+# (reload) Series per process (labels pid and comm beside workload) instead of per workload:
+# every process then starts series of its own, which a node with many short processes pays for.
+per_process = false
+# (reload) Kernel-name series per workload (or process): the most launched kernels only.
 top_kernels = 10
 # (reload) How long a process that ended stays in the metrics and snapshots (and in memory).
 expire_after = "60s"
@@ -141,6 +145,7 @@ pub struct NvmlConfig {
 pub struct MetricsConfig {
     pub enabled: bool,
     pub listen: String,
+    pub per_process: bool,
     pub top_kernels: usize,
     pub expire_after: Dur,
 }
@@ -188,7 +193,8 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             enabled: true,
-            listen: "127.0.0.1:9400".into(),
+            listen: crate::output::prometheus::DEFAULT_LISTEN.into(),
+            per_process: false,
             top_kernels: crate::output::prometheus::TOP_KERNELS,
             expire_after: Dur(crate::output::prometheus::EXITED_GRACE),
         }
@@ -378,7 +384,7 @@ impl Config {
             return Err(bad(
                 "metrics.listen",
                 format!("\"{}\"", self.metrics.listen),
-                "is not an IP address and port, e.g. \"127.0.0.1:9400\"",
+                "is not an IP address and port, e.g. \"127.0.0.1:19400\"",
             ));
         }
         if !(1..=1000).contains(&self.metrics.top_kernels) {
@@ -445,6 +451,12 @@ impl Config {
             "capture.rescan_interval",
             &mut next.capture.rescan_interval,
             &new.capture.rescan_interval,
+            c,
+        );
+        take(
+            "metrics.per_process",
+            &mut next.metrics.per_process,
+            &new.metrics.per_process,
             c,
         );
         take(

@@ -149,18 +149,18 @@ mod tests {
     fn only_loopback_hosts_are_served_on_loopback() {
         let req = |host: &str| format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n");
         for ok in [
-            "127.0.0.1:9400",
-            "localhost:9400",
+            "127.0.0.1:19400",
+            "localhost:19400",
             "LOCALHOST",
-            "[::1]:9400",
+            "[::1]:19400",
             "127.0.0.2",
         ] {
             assert!(host_is_loopback(&req(ok)), "{ok}");
         }
         for bad in [
-            "evil.example:9400",
-            "10.0.0.1:9400",
-            "[fe80::1]:9400",
+            "evil.example:19400",
+            "10.0.0.1:19400",
+            "[fe80::1]:19400",
             "localhost.evil.example",
         ] {
             assert!(!host_is_loopback(&req(bad)), "{bad}");

@@ -10,6 +10,7 @@
 //! [`Companion`]: the session calls it and never names it.
 
 mod aggregator;
+pub mod command;
 pub mod console;
 pub mod deep;
 mod python;
@@ -31,9 +32,8 @@ use queries::Gauges;
 use run_loop::{Ends, RunLoop};
 use seen::{Seen, Sighting};
 use setup::Probes;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,6 +45,17 @@ use tokio_util::sync::CancellationToken;
 pub enum Target {
     AllJobs,
     Pid(u32),
+    /// The wrapped command's processes: it and every process it starts, at any depth.
+    Command,
+}
+
+impl Target {
+    /// Whether the libraries are searched for on the whole node before the start (`--all-jobs`,
+    /// and a command's tree, whose libraries are not mapped yet and are mostly those other
+    /// processes already use); else in the one process.
+    fn scans_node(&self) -> bool {
+        matches!(self, Target::AllJobs | Target::Command)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +78,8 @@ pub struct CaptureOptions {
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
     pub command_stdin: Option<PathBuf>,
+    /// Whom the command runs as (`None`: as gpuprofd runs).
+    pub run_as: Option<crate::sys::account::Account>,
     /// `--cgroup`: only processes in these cgroups (with --all-jobs semantics otherwise).
     pub cgroups: Vec<String>,
     /// `--job`: only processes of these jobs (by their cgroups, found now and on every tick).
@@ -114,6 +127,17 @@ pub enum SessionError {
          directories)"
     )]
     NothingToAttach,
+    #[error(
+        "cannot follow the command's processes: {0}. Give --all-jobs to capture every CUDA \
+         process on the node until the command ends instead"
+    )]
+    FollowForks(#[source] crate::capture::WatchError),
+    #[error("{source} (after the command ran: gpuprofd exits with its status, {})", command::describe(*status))]
+    AfterCommand {
+        status: ExitStatus,
+        #[source]
+        source: Box<SessionError>,
+    },
     #[error("could not start \"{cmd}\": {source}")]
     Spawn {
         cmd: String,
@@ -144,7 +168,9 @@ impl SessionError {
             SessionError::NothingToAttach => 5,
             SessionError::Capture(CaptureError::Permission { .. })
             | SessionError::Attach(crate::attach::AttachError::Permission { .. }) => 6,
-            SessionError::Capture(_) | SessionError::Attach(_) => 7,
+            SessionError::Capture(_) | SessionError::Attach(_) | SessionError::FollowForks(_) => 7,
+            // Once the command ran, its status is gpuprofd's, whatever failed here.
+            SessionError::AfterCommand { status, .. } => command::exit_code(*status),
             SessionError::Spawn { .. } => 8,
             SessionError::NoCgroup2 | SessionError::NoSuchCgroup(_) => 2,
             SessionError::Internal(_) => 1,
@@ -198,8 +224,13 @@ pub trait Companion: Send {
 /// per thread keeps the always-on cost of stacks small (a stack costs a few microseconds).
 pub const ALL_JOBS_STACK_PERIOD: u32 = 64;
 
-/// Runs one capture until it ends; the results are written before this returns.
-pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<(), SessionError> {
+/// Runs one capture until it ends; the results are written before this returns. With a
+/// command, its exit status (the capture may stop before it ends: `--duration`; it is then
+/// waited for).
+pub async fn run(
+    opts: CaptureOptions,
+    companion: &mut dyn Companion,
+) -> Result<Option<ExitStatus>, SessionError> {
     // Signal handlers first: a Ctrl-C or SIGTERM that arrives while attaching (or right after
     // the ready line) must stop the capture cleanly, not kill the process with the default
     // action and lose the report.
@@ -312,8 +343,14 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
     }
     companion.ready(n_probes, libs);
 
-    let child = match opts.command.first() {
-        Some(prog) => match spawn(prog, &opts.command[1..], opts.command_stdin.as_deref()) {
+    let command = match opts.command.first() {
+        Some(_) => match command::Wrapped::spawn(
+            &mut probes.ebpf,
+            opts.target == Target::Command,
+            &opts.command,
+            opts.command_stdin.as_deref(),
+            opts.run_as.as_ref(),
+        ) {
             Ok(c) => Some(c),
             Err(e) => {
                 // Nothing ran: no output file of this run is left behind.
@@ -328,7 +365,7 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
     let mut ends = Ends {
         sigint,
         sigterm,
-        child,
+        command,
         deadline: opts.duration.map(|d| tokio::time::Instant::now() + d),
     };
     let (stop_reason, nvml_rx) = {
@@ -344,24 +381,39 @@ pub async fn run(opts: CaptureOptions, companion: &mut dyn Companion) -> Result<
             queries,
             symbols,
         };
-        (run_loop.run(&mut ends).await?, run_loop.nvml_rx.take())
+        let ran = run_loop.run(&mut ends).await;
+        (ran, run_loop.nvml_rx.take())
     };
-    stop::Stopping {
-        opts: &opts,
-        probes,
-        companion,
-        ctl_tx,
-        query_tx,
-        nvml_rx,
-        cancel,
-        reader,
-        agg,
-        stats,
-        started: (started_at, started, started_mono),
-        out_file,
+    let stopped = match stop_reason {
+        Ok(why) => {
+            stop::Stopping {
+                opts: &opts,
+                probes,
+                companion,
+                ctl_tx,
+                query_tx,
+                nvml_rx,
+                cancel,
+                reader,
+                agg,
+                stats,
+                started: (started_at, started, started_mono),
+                out_file,
+            }
+            .stop(why)
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let status = run_loop::finish_command(&mut ends).await;
+    match (stopped, status) {
+        (Ok(()), status) => Ok(status),
+        (Err(e), Some(status)) => Err(SessionError::AfterCommand {
+            status,
+            source: Box::new(e),
+        }),
+        (Err(e), None) => Err(e),
     }
-    .stop(stop_reason)
-    .await
 }
 
 /// Starts NVML sampling; the aggregator hears of it either way (a report says whether NVML
@@ -400,30 +452,10 @@ fn describe(opts: &CaptureOptions) -> String {
         }
         Target::AllJobs => "all CUDA processes".to_string(),
         Target::Pid(p) => format!("process {p}"),
+        Target::Command => "the command's processes".to_string(),
     };
     match opts.duration {
         Some(d) => format!("{what} for {d:?}"),
         None => format!("{what} until Ctrl-C"),
     }
-}
-
-fn spawn(
-    prog: &str,
-    args: &[String],
-    stdin: Option<&Path>,
-) -> Result<tokio::process::Child, SessionError> {
-    let mut cmd = tokio::process::Command::new(prog);
-    cmd.args(args);
-    if let Some(p) = stdin {
-        let f = File::open(p).map_err(|source| SessionError::Spawn {
-            cmd: p.display().to_string(),
-            source,
-        })?;
-        cmd.stdin(Stdio::from(f));
-        cmd.stdout(Stdio::null());
-    }
-    cmd.spawn().map_err(|source| SessionError::Spawn {
-        cmd: prog.to_owned(),
-        source,
-    })
 }

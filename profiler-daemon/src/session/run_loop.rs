@@ -1,5 +1,6 @@
 //! The session's run loop: waits for whatever ends the capture (a signal, the duration, the
-//! command's exit, the process's exit) and does the chores in between — new CUDA libraries
+//! command's exit, the process's exit; a signal that comes while a wrapped command runs is passed
+//! on to it, and its end ends the capture) and does the chores in between — new CUDA libraries
 //! from the kernel's mmap reports and /proc rescans, new cgroups of the selected jobs, NVML
 //! samples to the aggregator, the once-a-second tick.
 
@@ -23,7 +24,7 @@ const TRIM_EVERY: Duration = Duration::from_secs(10);
 pub(super) struct Ends {
     pub sigint: tokio::signal::unix::Signal,
     pub sigterm: tokio::signal::unix::Signal,
-    pub child: Option<tokio::process::Child>,
+    pub command: Option<super::command::Wrapped>,
     pub deadline: Option<tokio::time::Instant>,
 }
 
@@ -57,9 +58,9 @@ impl RunLoop<'_> {
                 }
             };
             let child_exit = async {
-                match ends.child.as_mut() {
-                    Some(c) => c.wait().await.ok(),
-                    None => std::future::pending().await,
+                match ends.command.as_mut() {
+                    Some(c) if c.status.is_none() => c.wait().await,
+                    _ => std::future::pending().await,
                 }
             };
             let alive = async {
@@ -75,12 +76,20 @@ impl RunLoop<'_> {
                 }
             };
             tokio::select! {
-                _ = ends.sigint.recv() => return Ok("interrupted".into()),
-                _ = ends.sigterm.recv() => return Ok("terminated".into()),
+                _ = ends.sigint.recv() => {
+                    if !ends.command.as_ref().is_some_and(|c| c.forward(libc::SIGINT)) {
+                        return Ok("interrupted".into());
+                    }
+                }
+                _ = ends.sigterm.recv() => {
+                    if !ends.command.as_ref().is_some_and(|c| c.forward(libc::SIGTERM)) {
+                        return Ok("terminated".into());
+                    }
+                }
                 _ = alive => self.companion.alive(),
                 _ = deadline => return Ok("duration reached".into()),
                 st = child_exit => {
-                    let st = st.map(|s| s.to_string()).unwrap_or_default();
+                    let st = st.map(super::command::describe).unwrap_or_default();
                     return Ok(format!("command exited ({st})"));
                 }
                 Some(m) = nvml => self.nvml(m).await,
@@ -205,6 +214,11 @@ impl RunLoop<'_> {
             _ if !rescan => Vec::new(),
             Target::Pid(p) => self.probes.scanner.scan_process(p),
             Target::AllJobs => self.probes.scanner.scan_all(),
+            // The command's tree as the kernel's filter holds it now.
+            Target::Command => capture::selected_tgids(&mut self.probes.ebpf)?
+                .into_iter()
+                .flat_map(|t| self.probes.scanner.scan_process(t))
+                .collect(),
         };
         if rescan {
             // Processes the rescan found (the kernel's mmap reports missed or unavailable).
@@ -257,4 +271,23 @@ impl RunLoop<'_> {
             *f = now;
         }
     }
+}
+
+/// After the capture stopped: waits for a wrapped command that still runs (the capture ended
+/// at its `--duration`, or failed), passing on the signals gpuprofd gets; its exit status.
+pub(super) async fn finish_command(ends: &mut Ends) -> Option<std::process::ExitStatus> {
+    let c = ends.command.as_mut()?;
+    if c.status.is_none() {
+        super::console::say(format_args!(
+            "capture ended; waiting for the command to end"
+        ));
+    }
+    while c.status.is_none() {
+        tokio::select! {
+            st = c.wait() => if st.is_none() { break },
+            _ = ends.sigint.recv() => { c.forward(libc::SIGINT); }
+            _ = ends.sigterm.recv() => { c.forward(libc::SIGTERM); }
+        }
+    }
+    c.status
 }

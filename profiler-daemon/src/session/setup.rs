@@ -64,6 +64,7 @@ impl Probes {
                 capture::Filter::Cgroups(selection.refresh().iter().map(|c| c.id).collect())
             }
             Target::AllJobs => capture::Filter::All,
+            Target::Command => capture::Filter::Tree,
         };
         capture::set_filter(&mut ebpf, &filter)?;
         capture::set_stack_period(&mut ebpf, opts.stack_period)?;
@@ -88,6 +89,9 @@ impl Probes {
                 (opts.rescan.unwrap_or(Duration::from_secs(1)), false)
             }
         };
+        if opts.target == Target::Command {
+            capture::follow_forks(&mut ebpf).map_err(SessionError::FollowForks)?;
+        }
         // A process that mapped a CUDA library after the start-up scan but before the watcher
         // started is in neither: one more scan closes that gap (the watcher reports everything
         // from here on). It matters most to an `--all-jobs` that starts with nothing to attach.
@@ -211,7 +215,7 @@ async fn initial_libraries(
                 add(l, &mut libs);
             }
         }
-        Target::AllJobs => {
+        Target::AllJobs | Target::Command => {
             for l in scanner.scan_all() {
                 add(l, &mut libs);
             }
@@ -224,7 +228,7 @@ async fn initial_libraries(
             }
         }
     }
-    if libs.is_empty() && !(matches!(opts.target, Target::AllJobs) && maps_followable) {
+    if libs.is_empty() && !(opts.target.scans_node() && maps_followable) {
         return Err(SessionError::NothingToAttach);
     }
     Ok(libs)

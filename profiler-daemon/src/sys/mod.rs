@@ -1,4 +1,4 @@
-//! What the daemon asks of the system it runs on: kernel release and capabilities, the clock
+//! What the daemon asks of the system it runs on: kernel release and capabilities, accounts, the clock
 //! the probes stamp records with, output files, the open-file limit, its own heap, the kernel's
 //! type information, and the text forms of durations and sizes.
 //!
@@ -6,6 +6,7 @@
 //! stage may use it. A helper two stages need moves here (or into `profiler-common`), never
 //! sideways between them.
 
+pub mod account;
 pub mod btf;
 pub mod clock;
 pub mod duration;

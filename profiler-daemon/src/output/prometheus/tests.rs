@@ -79,6 +79,7 @@ fn extra() -> Extra {
         ],
         heap_in_use: Some(5 << 20),
         top_kernels: TOP_KERNELS,
+        per_process: true,
     }
 }
 
@@ -97,7 +98,7 @@ fn exposition_has_exact_values() {
         t.contains("# TYPE gpuprofd_kernel_launches_total counter\n"),
         "{t}"
     );
-    let l = r#"{pid="100",comm="python3",job="slurm:77"}"#;
+    let l = r#"{pid="100",comm="python3",workload="slurm:77"}"#;
     assert_eq!(
         samples(&t, "gpuprofd_kernel_launches_total"),
         [format!("gpuprofd_kernel_launches_total{l} 1000")]
@@ -105,22 +106,22 @@ fn exposition_has_exact_values() {
     assert_eq!(
         samples(&t, "gpuprofd_copy_bytes_total"),
         [
-            r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",job="slurm:77",direction="h2d"} 3072"#
+            r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",direction="h2d"} 3072"#
         ]
     );
     assert_eq!(
         samples(&t, "gpuprofd_api_blocked_seconds_total"),
         [
-            r#"gpuprofd_api_blocked_seconds_total{pid="100",comm="python3",job="slurm:77",api="cudaStreamSynchronize"} 2.5"#
+            r#"gpuprofd_api_blocked_seconds_total{pid="100",comm="python3",workload="slurm:77",api="cudaStreamSynchronize"} 2.5"#
         ]
     );
     assert_eq!(
-        samples(&t, "gpuprofd_process_gpu_memory_bytes"),
-        [format!("gpuprofd_process_gpu_memory_bytes{l} 1073741824")]
+        samples(&t, "gpuprofd_gpu_memory_held_bytes"),
+        [format!("gpuprofd_gpu_memory_held_bytes{l} 1073741824")]
     );
     assert_eq!(
-        samples(&t, "gpuprofd_gpu_utilization_percent"),
-        [r#"gpuprofd_gpu_utilization_percent{gpu="0",uuid="GPU-1"} 87"#]
+        samples(&t, "gpuprofd_gpu_utilization_ratio"),
+        [r#"gpuprofd_gpu_utilization_ratio{gpu="0",uuid="GPU-1"} 0.87"#]
     );
     let mut lost = samples(&t, "gpuprofd_records_lost_total");
     lost.sort();
@@ -208,7 +209,7 @@ fn series_are_bounded() {
     // The ended process (200) and the old holder of pid 100 are gone; kernel series: top 10.
     assert!(!t.contains(r#"pid="200""#), "{t}");
     assert!(!t.contains(r#"comm="old""#), "{t}");
-    let k = samples(&t, "gpuprofd_kernel_calls_total");
+    let k = samples(&t, "gpuprofd_top_kernel_launches_total");
     assert_eq!(k.len(), TOP_KERNELS);
     assert!(
         k.iter().any(|s| s.contains(r#"kernel="k00"} 105"#)),
@@ -223,7 +224,7 @@ fn series_are_bounded() {
             ..extra()
         },
     );
-    let mut k = samples(&t, "gpuprofd_kernel_calls_total");
+    let mut k = samples(&t, "gpuprofd_top_kernel_launches_total");
     k.retain(|s| s.contains(r#"pid="100""#));
     assert_eq!(k.len(), 3, "{k:?}");
     assert!(!k.iter().any(|s| s.contains("k03")), "{k:?}");
@@ -265,4 +266,65 @@ fn promtool_accepts_the_exposition_if_installed() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn by_default_series_are_per_workload() {
+    // Two live processes of one Slurm job and one without a job: two workload series, no pid.
+    let mut r = report();
+    r.processes[2].exited = false;
+    let mut other = r.processes[0].clone();
+    other.tgid = 300;
+    other.job = None;
+    r.processes.push(other);
+    let t = render(
+        &r,
+        &Extra {
+            per_process: false,
+            facts: crate::model::snapshot::MetricsFacts {
+                expired: vec![],
+                ..extra().facts
+            },
+            ..extra()
+        },
+    );
+    assert!(!t.contains("pid=") && !t.contains("comm="), "{t}");
+    assert!(
+        !t.contains("job="),
+        "Prometheus's own job label is left alone: {t}"
+    );
+    let mut launches = samples(&t, "gpuprofd_kernel_launches_total");
+    launches.sort();
+    assert_eq!(
+        launches,
+        [
+            r#"gpuprofd_kernel_launches_total{workload=""} 1000"#,
+            r#"gpuprofd_kernel_launches_total{workload="slurm:77"} 2000"#,
+        ]
+    );
+    let mut copied = samples(&t, "gpuprofd_copy_bytes_total");
+    copied.sort();
+    assert_eq!(
+        copied,
+        [
+            r#"gpuprofd_copy_bytes_total{workload="",direction="h2d"} 3072"#,
+            r#"gpuprofd_copy_bytes_total{workload="slurm:77",direction="h2d"} 6144"#,
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_memory_held_bytes"),
+        [r#"gpuprofd_gpu_memory_held_bytes{workload="slurm:77"} 1073741824"#]
+    );
+    // Top kernels per workload: the job's two processes' counts summed, ten kept.
+    let mut k = samples(&t, "gpuprofd_top_kernel_launches_total");
+    k.retain(|s| s.contains(r#"workload="slurm:77""#));
+    assert_eq!(k.len(), TOP_KERNELS, "{k:?}");
+    assert!(
+        k.contains(
+            &r#"gpuprofd_top_kernel_launches_total{workload="slurm:77",kernel="k00"} 210"#
+                .to_string()
+        ),
+        "{k:?}"
+    );
+    assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 3"]);
 }

@@ -117,6 +117,7 @@ fn a_reload_takes_the_reloadable_keys_and_names_the_rest() {
     let old = Config::default();
     let mut new = Config::default();
     new.metrics.top_kernels = 3;
+    new.metrics.per_process = true;
     new.log.level = "debug".into();
     new.capture.ring_buffer_mb = 64;
     new.metrics.listen = "127.0.0.1:9500".into();
@@ -125,14 +126,18 @@ fn a_reload_takes_the_reloadable_keys_and_names_the_rest() {
         changed,
         pending,
     } = old.reload_from(&new);
-    assert_eq!(changed, ["metrics.top_kernels", "log.level"]);
+    assert_eq!(
+        changed,
+        ["metrics.per_process", "metrics.top_kernels", "log.level"]
+    );
     assert_eq!(next.metrics.top_kernels, 3);
+    assert!(next.metrics.per_process);
     assert_eq!(next.log.level, "debug");
     assert_eq!(
         next.capture.ring_buffer_mb, 16,
         "running value kept until a restart"
     );
-    assert_eq!(next.metrics.listen, "127.0.0.1:9400");
+    assert_eq!(next.metrics.listen, "127.0.0.1:19400");
     assert_eq!(pending, ["capture.ring_buffer_mb", "metrics.listen"]);
     let same = old.reload_from(&old);
     assert_eq!(same.next, old);

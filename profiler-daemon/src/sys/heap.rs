@@ -44,15 +44,19 @@ pub fn in_use() -> Option<u64> {
                 let m = unsafe { f() };
                 Some(m.uordblks as u64 + m.hblkhd as u64)
             }
-            None => {
-                // SAFETY: mallinfo takes no arguments and returns a plain struct.
-                let m = unsafe { libc::mallinfo() };
-                Some(u64::from(m.uordblks as u32) + u64::from(m.hblkhd as u32))
-            }
+            None => Some(in_use_before_2_33()),
         }
     }
     #[cfg(not(target_env = "gnu"))]
     None
+}
+
+/// [`in_use`] from `mallinfo`, for glibc before 2.33.
+#[cfg(target_env = "gnu")]
+fn in_use_before_2_33() -> u64 {
+    // SAFETY: mallinfo takes no arguments and returns a plain struct.
+    let m = unsafe { libc::mallinfo() };
+    u64::from(m.uordblks as u32) + u64::from(m.hblkhd as u32)
 }
 
 /// glibc's `mallinfo2`, where this glibc has it (2.33+).
@@ -87,5 +91,14 @@ mod tests {
     fn mallinfo2_is_found_where_glibc_has_it() {
         // This machine's glibc is newer than 2.33: the run-time lookup must find it.
         assert!(super::mallinfo2().is_some());
+    }
+
+    #[test]
+    fn the_older_glibcs_count_sees_a_live_allocation_too() {
+        let before = super::in_use_before_2_33();
+        let v: Vec<u8> = Vec::with_capacity(64 << 20);
+        let during = super::in_use_before_2_33();
+        drop(v);
+        assert!(during >= before + (60 << 20), "{before} -> {during}");
     }
 }

@@ -12,6 +12,7 @@
 mod aggregator;
 pub mod console;
 pub mod deep;
+mod driver_names;
 mod python;
 mod queries;
 mod run_loop;

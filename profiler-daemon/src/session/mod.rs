@@ -13,6 +13,7 @@ mod aggregator;
 pub mod command;
 pub mod console;
 pub mod deep;
+mod driver_names;
 mod python;
 mod queries;
 mod run_loop;

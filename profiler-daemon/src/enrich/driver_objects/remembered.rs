@@ -102,14 +102,14 @@ struct Head {
 
 fn valid_build_id(id: &str) -> bool {
     (2..=128).contains(&id.len())
-        && id.len() % 2 == 0
+        && id.len().is_multiple_of(2)
         && id
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn chain_of(c: &ChainV1) -> Option<Chain> {
-    let word = |o: u16, scan: usize| o % 8 == 0 && usize::from(o) < scan;
+    let word = |o: u16, scan: usize| o.is_multiple_of(8) && usize::from(o) < scan;
     match c.inner {
         None => word(c.outer, OUTER_SCAN).then_some(Chain::Direct(c.outer)),
         Some(i) => (word(c.outer, OUTER_SCAN) && word(i, INNER_SCAN))

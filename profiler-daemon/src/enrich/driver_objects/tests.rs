@@ -471,7 +471,7 @@ fn a_confirmed_layout_names_the_next_sessions_old_handles_from_the_start() {
     }
     function(&a, 0x91_0000, "_Z4old2v");
     d.launched(1, 0x91_0000, || false);
-    assert_eq!(d.take()[0].remembered, false);
+    assert!(!d.take()[0].remembered);
     drop(d);
     assert_eq!(
         remembered_file(&dir)[&(BUILD.to_owned(), HandleKind::Function)].samples,

@@ -6,6 +6,9 @@
 //! The fake driver keeps a function's (and a kernel's) name pointer at +8 of its object, as the
 //! real 550 driver does; `drv_hold NAME [kernel|elsewhere]` makes a handle of its own module
 //! (`elsewhere`: an object that keeps no name pointer) and `drv_launch_held` launches it.
+//!
+//! A confirmed layout is remembered in the state directory (`--state-dir`): a later run names
+//! the handles made before its attach from its first launch (`driver_object_remembered`).
 
 use gpuprofd_tests::*;
 use serde_json::{Value, json};
@@ -240,6 +243,245 @@ fn handles_made_before_the_attach_are_named_with_launches_counted_in_the_kernel(
         f.report["submitted"]["launch"], 0,
         "{}",
         f.report["submitted"]
+    );
+    w.exit();
+}
+
+// ---- layouts remembered across runs (the state directory) --------------------------------
+
+/// The GNU build id of the fake driver, as `readelf -n` prints it.
+fn driver_build_id() -> String {
+    let out = std::process::Command::new("readelf")
+        .arg("-n")
+        .arg(fakecuda().join("lib/libcuda.so.1"))
+        .output()
+        .expect("run readelf");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {text}"));
+    id.to_owned()
+}
+
+fn layouts_file(state: &TempDir) -> Value {
+    let text = std::fs::read_to_string(state.path().join("driver-layouts.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The file's layouts without their times: (build id, kind, chains, samples).
+fn layouts(state: &TempDir) -> Vec<(String, String, Value, u64)> {
+    let f = layouts_file(state);
+    assert_eq!(f["format"], "gpuprofd.driver-layouts/1");
+    f["layouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["build_id"].as_str().unwrap().to_owned(),
+                l["kind"].as_str().unwrap().to_owned(),
+                l["chains"].clone(),
+                l["samples"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The layout 3 handles of the fake driver confirm: the name pointer at +8, and the chains that
+/// reach it by coincidence of the fake driver's heap for handles of one-kernel modules (the
+/// module at +0 whose name table holds its only kernel's name, …), which every read must
+/// agree with too. All are remembered, as the session confirmed them.
+fn at8(kind: &str, samples: u64) -> (String, String, Value, u64) {
+    (
+        driver_build_id(),
+        kind.to_owned(),
+        json!([
+            { "outer": 0, "inner": 48 },
+            { "outer": 0, "inner": 232 },
+            { "outer": 8 },
+            { "outer": 8, "inner": 88 },
+            { "outer": 32, "inner": 8 }
+        ]),
+        samples,
+    )
+}
+
+fn state_args(state: &TempDir) -> Vec<String> {
+    vec![
+        "--state-dir".to_owned(),
+        state.path().to_str().unwrap().to_owned(),
+    ]
+}
+
+#[test]
+fn a_layout_confirmed_in_one_run_names_the_next_runs_old_handles() {
+    let state = TempDir::new("layouts");
+    let st = state_args(&state);
+    // Run 1: three functions and three kernels named after the attach confirm both layouts.
+    let mut w = Workload::spawn("workload_drv", &[]);
+    let pid = w.tgid.to_string();
+    let d = Daemon::start(&["--pid", &pid, &st[0], &st[1]]);
+    for args in [
+        "_Z4cal1Pf",
+        "_Z4cal2Pf",
+        "_Z4cal3Pf",
+        "_Z4ker1Pf kernel",
+        "_Z4ker2Pf kernel",
+        "_Z4ker3Pf kernel",
+    ] {
+        hold(&mut w, args);
+    }
+    w.script(&["drv_launch_held _Z4cal1Pf 1"]);
+    d.stop();
+    w.exit();
+    assert_eq!(layouts(&state), vec![at8("function", 3), at8("kernel", 3)]);
+    // Run 2: a new process whose every handle was made before the attach and which makes none
+    // after: named from its first launch, through the remembered layouts.
+    let mut w = Workload::spawn("workload_drv", &[]);
+    hold(&mut w, "_Z9pre_alphaPf");
+    hold(&mut w, "triton_pre_beta_0");
+    hold(&mut w, "_Z9pre_gammaPKf kernel");
+    let pid = w.tgid.to_string();
+    let d = Daemon::capturing(&["--pid", &pid, &st[0], &st[1]]);
+    w.script(&[
+        "drv_launch_held _Z9pre_alphaPf 3",
+        "drv_launch_held triton_pre_beta_0 5",
+        "drv_launch_held _Z9pre_gammaPKf 7",
+    ]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    let p = process(&f.report, tgid);
+    let src = "driver_object_remembered";
+    assert_eq!(
+        rows(p),
+        vec![
+            row("pre_alpha(float*)", 3, src, "cuLaunchKernel"),
+            row("pre_gamma(float const*)", 7, src, "cuLaunchKernel"),
+            row("triton_pre_beta_0", 5, src, "cuLaunchKernel"),
+        ]
+    );
+    assert_eq!(
+        (&p["launches"], &p["unnamed_launches"]),
+        (&json!(15), &json!(0))
+    );
+    let said: Vec<&String> = f
+        .stderr
+        .iter()
+        .filter(|l| l.contains("driver object layout remembered from an earlier run"))
+        .collect();
+    assert_eq!(said.len(), 2, "{:#?}", f.stderr);
+    // Nothing calibrated: the file is as run 1 left it.
+    assert_eq!(layouts(&state), vec![at8("function", 3), at8("kernel", 3)]);
+    w.exit();
+}
+
+#[test]
+fn a_corrupt_state_file_is_ignored_with_a_warning_and_rewritten() {
+    let state = TempDir::new("layouts");
+    let st = state_args(&state);
+    let file = state.path().join("driver-layouts.json");
+    std::fs::write(
+        &file,
+        "{\"format\": \"gpuprofd.driver-layouts/1\", \"layouts\": [{\"bu",
+    )
+    .unwrap();
+    let mut w = Workload::spawn("workload_drv", &[]);
+    let old = hold(&mut w, "_Z3oldPf");
+    let pid = w.tgid.to_string();
+    let d = Daemon::start(&["--pid", &pid, &st[0], &st[1]]);
+    hold(&mut w, "_Z4cal1Pf");
+    hold(&mut w, "_Z4cal2Pf");
+    w.script(&["drv_launch_held _Z3oldPf 4"]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    // As with no file: two samples confirm nothing.
+    let p = process(&f.report, tgid);
+    assert_eq!(
+        rows(p),
+        vec![row(
+            &format!("<unknown {old}>"),
+            4,
+            "unknown",
+            "cuLaunchKernel"
+        )]
+    );
+    let warned: Vec<&String> = f
+        .stderr
+        .iter()
+        .filter(|l| l.contains("driver layouts file is ignored"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:#?}", f.stderr);
+    assert!(
+        warned[0].contains("WARN")
+            && warned[0].contains(file.to_str().unwrap())
+            && warned[0].contains("it will be rewritten")
+            && warned[0].contains("not JSON of the expected shape"),
+        "{}",
+        warned[0]
+    );
+    // The next run that confirms a layout writes a good file over it.
+    let d = Daemon::start(&["--pid", &pid, &st[0], &st[1]]);
+    for name in ["_Z4cal3Pf", "_Z4cal4Pf", "_Z4cal5Pf"] {
+        hold(&mut w, name);
+    }
+    w.script(&["drv_launch_held _Z4cal3Pf 1"]);
+    let f = d.stop();
+    assert_eq!(
+        f.stderr
+            .iter()
+            .filter(|l| l.contains("driver layouts file is ignored"))
+            .count(),
+        1,
+        "{:#?}",
+        f.stderr
+    );
+    assert_eq!(layouts(&state), vec![at8("function", 3)]);
+    w.exit();
+}
+
+#[test]
+fn a_remembered_layout_a_calibration_handle_contradicts_is_dropped() {
+    let state = TempDir::new("layouts");
+    let st = state_args(&state);
+    std::fs::write(
+        state.path().join("driver-layouts.json"),
+        json!({
+            "format": "gpuprofd.driver-layouts/1",
+            "layouts": [{
+                "build_id": driver_build_id(), "kind": "function", "chains": [{"outer": 8}],
+                "samples": 3, "confirmed_unix_s": 1, "refreshed_unix_s": 1
+            }]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut w = Workload::spawn("workload_drv", &[]);
+    let old = hold(&mut w, "_Z3oldPf");
+    let pid = w.tgid.to_string();
+    let d = Daemon::start(&["--pid", &pid, &st[0], &st[1]]);
+    // Its object keeps no name pointer at +8: the remembered layout is wrong for this driver.
+    hold(&mut w, "_Z4cal3Pf elsewhere");
+    w.script(&["drv_launch_held _Z4cal3Pf 1", "drv_launch_held _Z3oldPf 6"]);
+    let tgid = w.tgid;
+    let f = d.stop();
+    let p = process(&f.report, tgid);
+    assert_eq!(
+        rows(p),
+        vec![
+            row(&format!("<unknown {old}>"), 6, "unknown", "cuLaunchKernel"),
+            row("cal3(float*)", 1, "module_get_function", "cuLaunchKernel"),
+        ]
+    );
+    assert_eq!(layouts(&state), vec![]);
+    assert_eq!(
+        f.stderr
+            .iter()
+            .filter(|l| l.contains("the layout remembered from an earlier run is dropped"))
+            .count(),
+        1,
+        "{:#?}",
+        f.stderr
     );
     w.exit();
 }

@@ -22,9 +22,17 @@
 //! candidate offsets takes a few thousand reads, once per build, which a probe could not do, and
 //! launches, the hot path, stay as they are. The learner itself ([`Learner`], [`read_name`])
 //! reads through the [`Memory`] trait, so it is tested on made-up objects.
+//!
+//! A confirmed layout is remembered across runs in the state directory ([`remembered`]), so a
+//! later attach to a process that makes no new handle still names the old ones: such a layout
+//! is checked by this session's samples as a learned one is, and names read through it before
+//! this session confirmed it on its own samples say so (`driver_object_remembered`).
+
+pub mod remembered;
 
 use crate::discovery;
 use crate::sys::hash::{FastMap, FastSet};
+use remembered::Remembered;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -122,9 +130,36 @@ pub struct Learner {
     candidates: Option<Vec<Chain>>,
     agreed: u32,
     refuted: bool,
+    /// Taken from the state file ([`Learner::remembered`]), not learned in this session.
+    remembered: bool,
+    /// Samples of this session that agreed (`agreed` counts the remembered ones too).
+    session_agreed: u32,
 }
 
 impl Learner {
+    /// A layout an earlier session confirmed on `samples` samples: confirmed now, and checked
+    /// by every sample of this session as a learned one is.
+    pub fn remembered(chains: Vec<Chain>, samples: u32) -> Self {
+        Self {
+            candidates: Some(chains),
+            agreed: samples,
+            refuted: false,
+            remembered: true,
+            session_agreed: 0,
+        }
+    }
+
+    /// Confirmed only by what an earlier session remembered: this session's own samples are
+    /// fewer than [`MIN_AGREEING`].
+    pub fn only_remembered(&self) -> bool {
+        self.remembered && self.session_agreed < MIN_AGREEING
+    }
+
+    /// Samples of this session that agreed.
+    pub fn session_agreed(&self) -> u32 {
+        self.session_agreed
+    }
+
     /// Checks the layout against `handle`, whose name is known to be `name` (`truncated`: the
     /// probe kept only its first bytes).
     pub fn calibrate(
@@ -175,7 +210,8 @@ impl Learner {
             return Sample::Disagreed;
         }
         self.candidates = Some(found);
-        self.agreed += 1;
+        self.agreed = self.agreed.saturating_add(1);
+        self.session_agreed += 1;
         Sample::Agreed
     }
 
@@ -386,6 +422,9 @@ pub struct Learned {
     pub tgid: u32,
     pub handle: u64,
     pub name: Vec<u8>,
+    /// Read through a layout this session took from the state file and has not confirmed on
+    /// [`MIN_AGREEING`] samples of its own.
+    pub remembered: bool,
 }
 
 /// The session's learners (per driver build and kind of handle) and the handles launched
@@ -395,6 +434,8 @@ pub struct DriverObjects {
     /// tgid → its driver's build id (`None`: none, or unreadable).
     builds: HashMap<u32, Option<String>>,
     learners: HashMap<(String, HandleKind), Learner>,
+    /// Layouts confirmed by earlier sessions, and where this session's go.
+    remembered: Remembered,
     /// Driver handles each process launched, each considered once (checked on every launch).
     considered: FastMap<u32, FastSet<u64>>,
     pending: HashMap<u32, Vec<u64>>,
@@ -403,29 +444,53 @@ pub struct DriverObjects {
 }
 
 impl DriverObjects {
-    pub fn new(procs: Box<dyn Processes + Send>) -> Self {
+    pub fn new(procs: Box<dyn Processes + Send>, remembered: Remembered) -> Self {
         Self {
             procs,
             builds: HashMap::new(),
             learners: HashMap::new(),
+            remembered,
             considered: FastMap::default(),
             pending: HashMap::new(),
             dirty: false,
         }
     }
 
-    /// For the live processes of this host.
-    pub fn live() -> Self {
-        Self::new(Box::new(LiveProcesses::default()))
+    /// For the live processes of this host, with the layouts `remembered` from earlier runs.
+    pub fn live(remembered: Remembered) -> Self {
+        Self::new(Box::new(LiveProcesses::default()), remembered)
     }
 
+    /// `tgid`'s driver build; a build seen for the first time starts with the layouts the
+    /// state file remembers for it.
     fn build(&mut self, tgid: u32) -> Option<String> {
         if let Some(b) = self.builds.get(&tgid) {
             return b.clone();
         }
         let b = self.procs.driver_build(tgid);
         self.builds.insert(tgid, b.clone());
+        if let Some(build) = &b {
+            for kind in [HandleKind::Function, HandleKind::Kernel] {
+                let key = (build.clone(), kind);
+                if self.learners.contains_key(&key) {
+                    continue;
+                }
+                if let Some(e) = self.remembered.get(build, kind) {
+                    let layout: Vec<String> = e.chains.iter().map(|c| c.to_string()).collect();
+                    tracing::info!(build = %build, ?kind, layout = ?layout, samples = e.samples,
+                        "driver object layout remembered from an earlier run");
+                    self.learners
+                        .insert(key, Learner::remembered(e.chains.clone(), e.samples));
+                    self.dirty = true;
+                }
+            }
+        }
         b
+    }
+
+    /// Writes what the state file does not have yet (refreshed layouts).
+    pub fn flush(&mut self) {
+        self.remembered.flush();
     }
 
     /// A probe saw `handle` (of `kind`) named `name` in `tgid`: a calibration sample for its
@@ -450,20 +515,27 @@ impl DriverObjects {
             return;
         };
         let sample = learner.calibrate(&*mem, handle, name, truncated);
+        let chains = learner.layout().unwrap_or_default().to_vec();
         match (sample, learner.state()) {
-            (Sample::Agreed, State::Confirmed) if learner.agreed() == MIN_AGREEING => {
-                let layout: Vec<String> = learner
-                    .layout()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect();
+            (Sample::Agreed, State::Confirmed) if learner.session_agreed() == MIN_AGREEING => {
+                let layout: Vec<String> = chains.iter().map(|c| c.to_string()).collect();
                 tracing::info!(build = %build, ?kind, layout = ?layout, "driver object layout confirmed");
+                self.remembered
+                    .confirmed(&build, kind, &chains, learner.agreed());
                 self.dirty = true;
             }
+            (Sample::Agreed, State::Confirmed) => {
+                self.remembered
+                    .agreed(&build, kind, &chains, learner.agreed());
+            }
             (Sample::Disagreed, _) => {
+                let was = if self.remembered.refuted(&build, kind) {
+                    "the layout remembered from an earlier run is dropped"
+                } else {
+                    "no names from this driver's objects"
+                };
                 tracing::warn!(build = %build, ?kind, tgid, handle = format_args!("{handle:#x}"),
-                    "a driver handle's name is not where the others' were: no names from this driver's objects");
+                    "a driver handle's name is not where the others' were: {was}");
             }
             _ => {}
         }
@@ -493,15 +565,19 @@ impl DriverObjects {
         let tgids: Vec<u32> = self.pending.keys().copied().collect();
         for tgid in tgids {
             let build = self.build(tgid);
-            let states: Vec<(State, Option<&[Chain]>)> = [HandleKind::Function, HandleKind::Kernel]
+            let learners: Vec<&Learner> = [HandleKind::Function, HandleKind::Kernel]
                 .iter()
                 .filter_map(|&k| {
                     build
                         .as_ref()
                         .and_then(|b| self.learners.get(&(b.clone(), k)))
                 })
-                .map(|l| (l.state(), l.layout()))
                 .collect();
+            let states: Vec<(State, Option<&[Chain]>)> =
+                learners.iter().map(|l| (l.state(), l.layout())).collect();
+            let remembered = learners
+                .iter()
+                .any(|l| l.layout().is_some() && l.only_remembered());
             let layouts: Vec<&[Chain]> = states.iter().filter_map(|s| s.1).collect();
             if layouts.is_empty() {
                 let hopeless = build.is_none()
@@ -517,7 +593,12 @@ impl DriverObjects {
             };
             for handle in handles {
                 if let Some(name) = read_name(&*mem, handle, &layouts) {
-                    out.push(Learned { tgid, handle, name });
+                    out.push(Learned {
+                        tgid,
+                        handle,
+                        name,
+                        remembered,
+                    });
                 }
             }
         }

@@ -124,6 +124,9 @@ pub enum NameSource {
     /// Read from the driver's function object of a handle created before the attach, through
     /// a layout confirmed for that driver build ([`super::driver_objects`]).
     DriverObject,
+    /// As [`Self::DriverObject`], through a layout an earlier run confirmed and remembered
+    /// (the state file), not yet confirmed by this run's own samples.
+    DriverObjectRemembered,
     /// A name record with a source this daemon does not know.
     Other,
     /// The process's ELF symbol tables ([`SymbolResolver`]).
@@ -142,6 +145,7 @@ impl NameSource {
             namesrc::LIBRARY_GET_KERNEL => Self::LibraryGetKernel,
             namesrc::GET_NAME => Self::GetName,
             namesrc::DRIVER_OBJECT => Self::DriverObject,
+            namesrc::DRIVER_OBJECT_REMEMBERED => Self::DriverObjectRemembered,
             _ => Self::Other,
         }
     }
@@ -155,6 +159,7 @@ impl NameSource {
             Self::LibraryGetKernel => namesrc::LIBRARY_GET_KERNEL,
             Self::GetName => namesrc::GET_NAME,
             Self::DriverObject => namesrc::DRIVER_OBJECT,
+            Self::DriverObjectRemembered => namesrc::DRIVER_OBJECT_REMEMBERED,
             _ => 0,
         }
     }
@@ -167,6 +172,7 @@ impl NameSource {
             Self::LibraryGetKernel => "library_get_kernel",
             Self::GetName => "get_name",
             Self::DriverObject => "driver_object",
+            Self::DriverObjectRemembered => "driver_object_remembered",
             Self::Other => "other",
             Self::Symbols => "symbols",
             Self::Unknown => "unknown",

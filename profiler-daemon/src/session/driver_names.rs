@@ -40,14 +40,18 @@ pub(crate) fn observe(driver: &mut DriverObjects, agg: &Aggregator, ev: &Event) 
 }
 
 /// The names read since the last call, as records of source
-/// [`namesrc::DRIVER_OBJECT`]: kept by the taps (a capture file replays them) and applied.
+/// [`namesrc::DRIVER_OBJECT`] (or [`namesrc::DRIVER_OBJECT_REMEMBERED`]): kept by the taps (a capture file replays them) and applied.
 pub(crate) fn record(driver: &mut DriverObjects, agg: &mut Aggregator, taps: &mut Taps) {
     for l in driver.take() {
         let n = l.name.len().min(NAME_CAP);
         let mut body = NameBody {
             handle: l.handle,
             scope: 0,
-            source: namesrc::DRIVER_OBJECT,
+            source: if l.remembered {
+                namesrc::DRIVER_OBJECT_REMEMBERED
+            } else {
+                namesrc::DRIVER_OBJECT
+            },
             len: n as u32,
             flags: if l.name.len() > n {
                 flags::TRUNCATED

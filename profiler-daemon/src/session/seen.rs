@@ -49,6 +49,7 @@ impl Seen {
         symbols: Arc<ProcSymbols>,
         maps_tx: mpsc::UnboundedSender<Sighting>,
         launch_mode: Option<crate::capture::counted::LaunchMode>,
+        remembered: crate::enrich::driver_objects::remembered::Remembered,
     ) -> Seen {
         Seen {
             known: HashSet::new(),
@@ -57,7 +58,7 @@ impl Seen {
             symbols,
             maps_tx,
             launch_mode,
-            driver: DriverObjects::live(),
+            driver: DriverObjects::live(remembered),
         }
     }
 

@@ -303,7 +303,7 @@ fn handles_wait_for_a_layout_then_are_named_once() {
         mem: HashMap::from([(1, a.clone()), (2, b.clone())]),
         builds: HashMap::from([(1, "d47d5f".to_owned()), (2, "d47d5f".to_owned())]),
     };
-    let mut d = DriverObjects::new(Box::new(procs));
+    let mut d = DriverObjects::new(Box::new(procs), Remembered::none());
     // Made before the attach: launched, never named by a probe.
     function(&a, 0x90_0000, "_Z3oldv");
     function(&b, 0x91_0000, "_Z4old2v");
@@ -328,12 +328,14 @@ fn handles_wait_for_a_layout_then_are_named_once() {
             Learned {
                 tgid: 1,
                 handle: 0x90_0000,
-                name: b"_Z3oldv".to_vec()
+                name: b"_Z3oldv".to_vec(),
+                remembered: false,
             },
             Learned {
                 tgid: 2,
                 handle: 0x91_0000,
-                name: b"_Z4old2v".to_vec()
+                name: b"_Z4old2v".to_vec(),
+                remembered: false,
             },
         ]
     );
@@ -350,7 +352,7 @@ fn a_refuted_or_unknown_build_gives_up_its_handles() {
         mem: HashMap::from([(1, a.clone()), (3, base())]),
         builds: HashMap::from([(1, "b1".to_owned())]),
     };
-    let mut d = DriverObjects::new(Box::new(procs));
+    let mut d = DriverObjects::new(Box::new(procs), Remembered::none());
     function(&a, 0x90_0000, "_Z3oldv");
     d.launched(1, 0x90_0000, || false);
     d.launched(3, 0x90_0000, || false);
@@ -405,4 +407,96 @@ fn a_longer_chain_cannot_stand_in_for_a_broken_shorter_one() {
         Sample::Disagreed
     );
     assert_eq!(l.state(), State::Refuted);
+}
+
+const BUILD: &str = "d47d5faef020f05b1a7a3293dbc88644fecb50aa";
+
+fn state_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("gpuprofd-do-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// One process (tgid 1) of driver build [`BUILD`], and the session's objects with the state
+/// of `dir`.
+fn session(dir: &std::path::Path) -> (FakeMem, DriverObjects) {
+    let a = base();
+    let procs = Fake {
+        mem: HashMap::from([(1, a.clone())]),
+        builds: HashMap::from([(1, BUILD.to_owned())]),
+    };
+    (
+        a,
+        DriverObjects::new(Box::new(procs), Remembered::open(dir)),
+    )
+}
+
+fn remembered_file(dir: &std::path::Path) -> remembered::Layouts {
+    remembered::parse(&std::fs::read(dir.join(remembered::FILE_NAME)).unwrap()).unwrap()
+}
+
+#[test]
+fn a_confirmed_layout_names_the_next_sessions_old_handles_from_the_start() {
+    let dir = state_dir("next");
+    {
+        let (a, mut d) = session(&dir);
+        for (h, n) in [(0x10_0000, "n1"), (0x20_0000, "n2"), (0x30_0000, "n3")] {
+            function(&a, h, n);
+            d.calibrate(1, HandleKind::Function, h, n.as_bytes(), false);
+        }
+    }
+    let file = remembered_file(&dir);
+    let e = &file[&(BUILD.to_owned(), HandleKind::Function)];
+    assert_eq!(
+        (e.chains.as_slice(), e.samples),
+        (&[Chain::Direct(8)][..], 3)
+    );
+    // The next session: no calibration at all, the old handle is named at once.
+    let (a, mut d) = session(&dir);
+    function(&a, 0x90_0000, "_Z3oldv");
+    d.launched(1, 0x90_0000, || false);
+    assert_eq!(
+        d.take(),
+        vec![Learned {
+            tgid: 1,
+            handle: 0x90_0000,
+            name: b"_Z3oldv".to_vec(),
+            remembered: true,
+        }]
+    );
+    // Three samples of its own: its names are its own from then on, and the file counts them.
+    for (h, n) in [(0x40_0000, "n4"), (0x50_0000, "n5"), (0x60_0000, "n6")] {
+        function(&a, h, n);
+        d.calibrate(1, HandleKind::Function, h, n.as_bytes(), false);
+    }
+    function(&a, 0x91_0000, "_Z4old2v");
+    d.launched(1, 0x91_0000, || false);
+    assert!(!d.take()[0].remembered);
+    drop(d);
+    assert_eq!(
+        remembered_file(&dir)[&(BUILD.to_owned(), HandleKind::Function)].samples,
+        6
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_remembered_layout_one_sample_contradicts_is_dropped_from_the_file() {
+    let dir = state_dir("drop");
+    {
+        let (a, mut d) = session(&dir);
+        for (h, n) in [(0x10_0000, "n1"), (0x20_0000, "n2"), (0x30_0000, "n3")] {
+            function(&a, h, n);
+            d.calibrate(1, HandleKind::Function, h, n.as_bytes(), false);
+        }
+    }
+    let (a, mut d) = session(&dir);
+    a.string(0x30_1000, "n3");
+    a.object(0x30_0000, 0x60, &[(0x30, 0x30_1000)]);
+    d.calibrate(1, HandleKind::Function, 0x30_0000, b"n3", false);
+    assert_eq!(remembered_file(&dir), remembered::Layouts::new());
+    function(&a, 0x90_0000, "_Z3oldv");
+    d.launched(1, 0x90_0000, || false);
+    assert_eq!(d.take(), vec![]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

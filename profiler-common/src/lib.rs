@@ -226,6 +226,13 @@ pub mod namesrc {
     pub const LIBRARY_GET_KERNEL: u32 = 3;
     /// `cuFuncGetName` / `cuKernelGetName`: handle = CUfunction / CUkernel.
     pub const GET_NAME: u32 = 4;
+    /// Read by the daemon from the driver's own function object through a layout learned from
+    /// handles whose names the probes saw (handle = CUfunction / CUkernel). The probes never
+    /// send it; the daemon writes it into the records it makes for such names.
+    pub const DRIVER_OBJECT: u32 = 5;
+    /// As [`DRIVER_OBJECT`], through a layout an earlier run confirmed for that driver build
+    /// (the daemon's state file) that this run's own samples have not confirmed yet.
+    pub const DRIVER_OBJECT_REMEMBERED: u32 = 6;
 }
 
 /// Record flags.

@@ -410,6 +410,10 @@ unsigned long long fakecudart_digest(void);
 /* ------------------------------------------------------------ fake image */
 #define FATBINC_MAGIC 0x466243B1
 #define FAKE_FATBIN_MAGIC 0x466243B1u
+/* An image whose function objects keep no name pointer of their own (the fake driver finds
+ * the name through the module): a driver object laid out otherwise, for the tests of the
+ * daemon's layout learner. */
+#define FAKE_FATBIN_MAGIC_ELSEWHERE 0x466243B2u
 struct fake_fatbin {
     unsigned magic; /* FAKE_FATBIN_MAGIC */
     unsigned count;

@@ -118,18 +118,24 @@ static int stream_ok(CUstream s) {
 
 /* ------------------------------------------------- modules and kernels */
 struct fmod;
+/* The name pointer at +8 of both objects, as 550.163.01's cuFuncGetName/cuKernelGetName read it
+ * (docs/ARCHITECTURE.md, "Names from the driver's objects"); gpuprofd learns it, assumes nothing. */
 struct CUfunc_st {
-    const char *name;
     struct fmod *mod;
+    const char *name; /* NULL for an image of FAKE_FATBIN_MAGIC_ELSEWHERE: mod->names[index] */
+    unsigned index;
 };
 struct CUkern_st {
-    const char *name;
     struct fmod *lib;
+    const char *name;
     struct CUfunc_st *fn; /* from cuKernelGetFunction, created lazily */
 };
+_Static_assert(__builtin_offsetof(struct CUfunc_st, name) == 8, "name at +8, as the real driver");
+_Static_assert(__builtin_offsetof(struct CUkern_st, name) == 8, "name at +8, as the real driver");
 struct fmod {
     unsigned n;
     int is_lib;
+    int elsewhere; /* FAKE_FATBIN_MAGIC_ELSEWHERE */
     char **names;
     struct CUfunc_st **fns;  /* modules */
     struct CUkern_st **kerns; /* libraries */
@@ -138,9 +144,9 @@ struct fmod {
 static CUresult load_image(struct fmod **out, const void *image, int is_lib) {
     const struct fake_fatbin *fb = image;
     if (!out || !fb) return CUDA_ERROR_INVALID_VALUE;
-    if (fb->magic != FAKE_FATBIN_MAGIC) return CUDA_ERROR_INVALID_IMAGE;
+    if (fb->magic != FAKE_FATBIN_MAGIC && fb->magic != FAKE_FATBIN_MAGIC_ELSEWHERE) return CUDA_ERROR_INVALID_IMAGE;
     struct fmod *m = calloc(1, sizeof *m);
-    m->n = fb->count, m->is_lib = is_lib;
+    m->n = fb->count, m->is_lib = is_lib, m->elsewhere = fb->magic == FAKE_FATBIN_MAGIC_ELSEWHERE;
     m->names = calloc(m->n + 1, sizeof(char *));
     m->fns = calloc(m->n + 1, sizeof(void *));
     m->kerns = calloc(m->n + 1, sizeof(void *));
@@ -194,7 +200,7 @@ IMPL CUresult impl_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
     int fresh = 0;
     if (!f) {
         f = m->fns[i] = calloc(1, sizeof *f);
-        f->name = m->names[i], f->mod = m, fresh = 1;
+        f->name = m->elsewhere ? NULL : m->names[i], f->mod = m, f->index = (unsigned)i, fresh = 1;
     }
     pthread_mutex_unlock(&g_mu);
     if (fresh) reg_add((uintptr_t)f, O_FUNC, 0);
@@ -240,7 +246,7 @@ IMPL CUresult impl_cuFuncGetName(const char **name, CUfunction hfunc) {
     CNT(cuFuncGetName);
     if (!name) return CUDA_ERROR_INVALID_VALUE;
     if (!hfunc || reg_type((uintptr_t)hfunc) != O_FUNC) return CUDA_ERROR_INVALID_HANDLE;
-    *name = hfunc->name;
+    *name = hfunc->name ? hfunc->name : hfunc->mod->names[hfunc->index];
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuKernelGetName(const char **name, CUkernel hfunc) {

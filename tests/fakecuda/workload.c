@@ -910,6 +910,63 @@ static void sleep_ms(long ms) {
     }
 }
 
+/* ------------------------------------------- held handles (live attach names) */
+/* drv_hold NAME [kernel|elsewhere]: a module of its own holding NAME (`kernel`: a library,
+ * and its CUkernel; `elsewhere`: an image whose function objects keep no name pointer) and
+ * the handle, kept for drv_launch_held; replies the handle. What a program that loads its
+ * kernels once and launches them later does (Triton, cuBLAS): the handle may be made before
+ * gpuprofd attaches and launched after.
+ * drv_launch_held NAME COUNT: cuLaunchKernel of that handle COUNT times (grid 1, block 32). */
+#define MAXH 32
+static struct {
+    char name[128];
+    CUfunction f;
+} g_held[MAXH];
+static unsigned g_nheld;
+
+static int cmd_drv_hold(int argc, char **argv, char *extra, size_t extra_len) {
+    if (need_drv()) return -1;
+    const char *how = argc == 2 ? argv[1] : "";
+    if (argc < 1 || argc > 2 || (argc == 2 && strcmp(how, "kernel") && strcmp(how, "elsewhere")))
+        return FAIL("usage: NAME [kernel|elsewhere]");
+    if (g_nheld >= MAXH) return FAIL("at most %d held handles", MAXH);
+    if (strlen(argv[0]) >= sizeof g_held[0].name) return FAIL("name too long");
+    const char *names[1] = {argv[0]}; /* the driver copies them */
+    struct fake_fatbin img = {strcmp(how, "elsewhere") ? FAKE_FATBIN_MAGIC : FAKE_FATBIN_MAGIC_ELSEWHERE, 1, names};
+    CUfunction f;
+    CUresult r;
+    if (!strcmp(how, "kernel")) {
+        CUlibrary lib;
+        CUkernel k;
+        if ((r = D.cuLibraryLoadData(&lib, &img, NULL, NULL, 0, NULL, NULL, 0))) return FAIL("cuLibraryLoadData: %d", r);
+        if ((r = D.cuLibraryGetKernel(&k, lib, argv[0]))) return FAIL("cuLibraryGetKernel: %d", r);
+        f = (CUfunction)k;
+    } else {
+        CUmodule m;
+        if ((r = D.cuModuleLoadData(&m, &img))) return FAIL("cuModuleLoadData: %d", r);
+        if ((r = D.cuModuleGetFunction(&f, m, argv[0]))) return FAIL("cuModuleGetFunction: %d", r);
+    }
+    snprintf(g_held[g_nheld].name, sizeof g_held[0].name, "%s", argv[0]);
+    g_held[g_nheld++].f = f;
+    snprintf(extra, extra_len, " %p", (void *)f);
+    return 0;
+}
+
+static int cmd_drv_launch_held(int argc, char **argv) {
+    if (need_drv()) return -1;
+    if (argc != 2) return FAIL("usage: NAME COUNT");
+    CUfunction f = NULL;
+    for (unsigned i = 0; i < g_nheld; i++)
+        if (!strcmp(g_held[i].name, argv[0])) f = g_held[i].f;
+    if (!f) return FAIL("no held handle %s", argv[0]);
+    void *params[1] = {NULL};
+    for (long i = 0, n = atol(argv[1]); i < n; i++) {
+        CUresult r = D.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL);
+        if (r) return FAIL("launch %ld returned %d", i, r);
+    }
+    return 0;
+}
+
 /* returns 1 to exit, 0 ok, -1 error (err_buf) */
 static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     const char *c = argv[0];
@@ -933,6 +990,8 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "drv_launch_coop")) return cmd_drv_launch(DV_COOP, argc, argv);
     if (!strcmp(c, "drv_launch_lib")) return cmd_drv_launch(DV_LIB, argc, argv);
     if (!strcmp(c, "drv_launch_kfunc")) return cmd_drv_launch(DV_KFUNC, argc, argv);
+    if (!strcmp(c, "drv_hold")) return cmd_drv_hold(argc, argv, reply_extra, extra_len);
+    if (!strcmp(c, "drv_launch_held")) return cmd_drv_launch_held(argc, argv);
     if (!strcmp(c, "rt_memcpy")) return cmd_rt_memcpy(0, 0, argc, argv);
     if (!strcmp(c, "rt_memcpy_ptds")) return cmd_rt_memcpy(0, 1, argc, argv);
     if (!strcmp(c, "rt_memcpy_pinned")) return cmd_rt_memcpy_pinned(argc, argv);

@@ -63,6 +63,9 @@ pub fn require_bpf() {
 pub struct Service {
     child: Child,
     pub stderr: Lines,
+    /// Its state directory (`$STATE_DIRECTORY`, as systemd sets it): its own, so that layouts
+    /// one test's daemon learns never reach another's.
+    _state: TempDir,
 }
 
 impl Service {
@@ -78,14 +81,20 @@ impl Service {
 
     /// Starts `cmd` with its stderr read line by line.
     fn spawn(mut cmd: Command) -> Service {
+        let state = TempDir::new("state");
         let mut child = cmd
+            .env("STATE_DIRECTORY", state.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start gpuprofd serve");
         let stderr = Lines::new(child.stderr.take().unwrap());
-        Service { child, stderr }
+        Service {
+            child,
+            stderr,
+            _state: state,
+        }
     }
 
     /// `gpuprofd serve` as systemd starts it with sockets to hand over (socket activation):
@@ -247,7 +256,9 @@ impl Daemon {
         require_bpf();
         let dir = TempDir::new("daemon");
         let output = dir.path().join(file);
+        // Its own state directory (tests that share one pass --state-dir).
         let mut child = Command::new(daemon_bin())
+            .env("STATE_DIRECTORY", dir.path().join("state"))
             .envs(env.iter().copied())
             .args(args)
             .arg("--output")
@@ -514,7 +525,9 @@ pub fn run_all_jobs(extra: &[&str]) -> (i32, String, String) {
 
 /// [`run_daemon`] with extra environment variables.
 pub fn run_daemon_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let state = TempDir::new("state");
     let mut child = Command::new(daemon_bin())
+        .env("STATE_DIRECTORY", state.path())
         .envs(env.iter().copied())
         .args(args)
         .stdin(Stdio::null())

@@ -43,7 +43,13 @@ fn all_jobs_waits_for_the_first_cuda_library() {
 fn the_ready_line_says_the_capture_is_waiting() {
     require_bpf();
     let mut child = std::process::Command::new(daemon_bin())
-        .args(["--all-jobs", "--no-system-libs", "--no-nvml", "--no-live"])
+        .args([
+            "--all-jobs",
+            "--no-system-libs",
+            "--no-nvml",
+            "--no-live",
+            "--no-state",
+        ])
         .args(["--duration", "1s"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

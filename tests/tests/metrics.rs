@@ -163,7 +163,13 @@ fn by_default_series_are_per_workload() {
     );
     let lib = fakecuda().join("lib");
     let mut child = Command::new(daemon_bin())
-        .args(["--no-system-libs", "--no-nvml", "--no-live", "--lib"])
+        .args([
+            "--no-system-libs",
+            "--no-nvml",
+            "--no-live",
+            "--no-state",
+            "--lib",
+        ])
         .arg(&lib)
         .args(["--metrics-addr", &addr, "--", "/bin/sh", "-c", &cmd])
         .stdin(Stdio::null())

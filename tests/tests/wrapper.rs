@@ -15,12 +15,18 @@ fn wrapper(extra: &[&str], argv: &[&str]) -> Command {
     require_bpf();
     let lib = fakecuda().join("lib");
     let mut c = Command::new(daemon_bin());
-    c.args(["--no-system-libs", "--no-nvml", "--no-live", "--lib"])
-        .arg(&lib)
-        .args(extra)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null());
+    c.args([
+        "--no-system-libs",
+        "--no-nvml",
+        "--no-live",
+        "--no-state",
+        "--lib",
+    ])
+    .arg(&lib)
+    .args(extra)
+    .arg("--")
+    .args(argv)
+    .stdin(Stdio::null());
     c
 }
 

@@ -37,6 +37,8 @@ pub enum AttachError {
         #[source]
         source: elf::ElfError,
     },
+    #[error("could not load the probes: {detail}; {hint}")]
+    Descriptors { detail: String, hint: &'static str },
     #[error("cannot attach any uprobe to \"{path}\": {detail}. {hint}")]
     Permission {
         path: String,
@@ -207,6 +209,13 @@ impl Attacher {
                 self.multi = Some(m);
                 self.loaded = true;
                 return Ok(());
+            }
+            Err(e) if e.out_of_fds().is_some() => {
+                let hint = e.out_of_fds().map_or("", crate::sys::rlimit::io_hint);
+                return Err(AttachError::Descriptors {
+                    detail: e.to_string(),
+                    hint,
+                });
             }
             // Expected before 6.6; on a kernel that has them it is a fault worth seeing (a
             // map the loader could not hand over once made every start fall back silently).

@@ -73,6 +73,20 @@ pub enum MultiError {
     },
 }
 
+impl MultiError {
+    /// The descriptor shortage behind this failure, if that is what it was: falling back to
+    /// perf-event uprobes cannot help then (each needs a descriptor too).
+    pub fn out_of_fds(&self) -> Option<&std::io::Error> {
+        let io = match self {
+            MultiError::ProgramArray { source, .. }
+            | MultiError::Load { source, .. }
+            | MultiError::Link { source, .. } => source,
+            _ => return None,
+        };
+        matches!(io.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)).then_some(io)
+    }
+}
+
 fn verifier_tail(v: &Option<String>) -> String {
     v.as_ref()
         .map(|t| format!("; verifier: {t}"))
@@ -356,4 +370,30 @@ pub fn attach_program(
         _link: None,
         how: "perf-event uprobes",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(errno: i32) -> MultiError {
+        MultiError::Load {
+            name: "name_ret".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+            verifier: None,
+        }
+    }
+
+    #[test]
+    fn only_a_descriptor_shortage_counts_as_out_of_fds() {
+        assert_eq!(
+            load(libc::EMFILE)
+                .out_of_fds()
+                .and_then(|e| e.raw_os_error()),
+            Some(libc::EMFILE)
+        );
+        assert!(load(libc::ENFILE).out_of_fds().is_some());
+        assert!(load(libc::EPERM).out_of_fds().is_none());
+        assert!(MultiError::Disabled.out_of_fds().is_none());
+    }
 }

@@ -191,6 +191,22 @@ pub struct CaptureArgs {
     /// default, under sudo, the user who ran sudo (SUDO_UID, SUDO_GID); else as gpuprofd runs.
     #[arg(long, value_name = "NAME|UID", requires = "command")]
     pub user: Option<String>,
+    /// Remember driver object layouts (where the driver keeps a kernel's name, confirmed per
+    /// driver build) across runs in DIR/driver-layouts.json, so that a later live attach names
+    /// kernels made before it. Default: $STATE_DIRECTORY (systemd), else /var/lib/gpuprofd.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_state")]
+    pub state_dir: Option<PathBuf>,
+    /// Neither read nor write the state directory (layouts are learned afresh each run).
+    #[arg(long)]
+    pub no_state: bool,
+}
+
+/// The state directory `--state-dir` and `--no-state` ask for.
+pub(crate) fn state_dir(dir: &Option<PathBuf>, none: bool) -> Option<PathBuf> {
+    (!none).then(|| {
+        dir.clone()
+            .unwrap_or_else(|| session::default_state_dir(|k| std::env::var_os(k)))
+    })
 }
 
 fn init_logging(verbose: bool) {
@@ -374,6 +390,8 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                     lib: None,
                     interval: Duration::from_secs(1),
                 }),
+                // A demo leaves the node's state alone.
+                state_dir: None,
             },
             None,
         ));
@@ -457,6 +475,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                 lib: a.nvml_lib,
                 interval: a.nvml_interval,
             }),
+            state_dir: state_dir(&a.state_dir, a.no_state),
         },
         a.metrics_addr,
     ))

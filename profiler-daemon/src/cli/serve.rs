@@ -48,6 +48,14 @@ pub struct ServeArgs {
     /// log.level.
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
+    /// Remember driver object layouts (where the driver keeps a kernel's name, confirmed per
+    /// driver build) across runs in DIR/driver-layouts.json, so that a later live attach names
+    /// kernels made before it. Default: $STATE_DIRECTORY (systemd), else /var/lib/gpuprofd.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_state")]
+    pub state_dir: Option<PathBuf>,
+    /// Neither read nor write the state directory (layouts are learned afresh each run).
+    #[arg(long)]
+    pub no_state: bool,
 }
 
 pub(super) fn serve(a: &ServeArgs) -> ExitCode {
@@ -124,6 +132,7 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
             lib: cfg.nvml.lib.clone(),
             interval: cfg.nvml.interval.0,
         }),
+        state_dir: super::state_dir(&a.state_dir, a.no_state),
     };
     let metrics_addr = cfg.metrics_addr();
     let svc = crate::service::Service::new(source, overrides, cfg, used, log_reload);

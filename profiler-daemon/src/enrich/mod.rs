@@ -2,6 +2,7 @@
 //! environment), kernel names (handles, host stubs, demangling) and the frames of sampled call
 //! stacks (ELF symbols, DWARF lines, CPython code objects).
 
+pub mod driver_objects;
 pub mod itanium;
 pub mod jobs;
 pub mod names;

@@ -121,6 +121,12 @@ pub enum NameSource {
     LibraryGetKernel,
     /// `cuFuncGetName` / `cuKernelGetName`.
     GetName,
+    /// Read from the driver's function object of a handle created before the attach, through
+    /// a layout confirmed for that driver build ([`super::driver_objects`]).
+    DriverObject,
+    /// As [`Self::DriverObject`], through a layout an earlier run confirmed and remembered
+    /// (the state file), not yet confirmed by this run's own samples.
+    DriverObjectRemembered,
     /// A name record with a source this daemon does not know.
     Other,
     /// The process's ELF symbol tables ([`SymbolResolver`]).
@@ -138,11 +144,13 @@ impl NameSource {
             namesrc::MODULE_GET_FUNCTION => Self::ModuleGetFunction,
             namesrc::LIBRARY_GET_KERNEL => Self::LibraryGetKernel,
             namesrc::GET_NAME => Self::GetName,
+            namesrc::DRIVER_OBJECT => Self::DriverObject,
+            namesrc::DRIVER_OBJECT_REMEMBERED => Self::DriverObjectRemembered,
             _ => Self::Other,
         }
     }
 
-    /// The wire value ([`profiler_common::namesrc`]; 0 for the sources the probes never send).
+    /// The wire value ([`profiler_common::namesrc`]; 0 for the sources no record carries).
     pub fn to_wire(self) -> u32 {
         use profiler_common::namesrc;
         match self {
@@ -150,6 +158,8 @@ impl NameSource {
             Self::ModuleGetFunction => namesrc::MODULE_GET_FUNCTION,
             Self::LibraryGetKernel => namesrc::LIBRARY_GET_KERNEL,
             Self::GetName => namesrc::GET_NAME,
+            Self::DriverObject => namesrc::DRIVER_OBJECT,
+            Self::DriverObjectRemembered => namesrc::DRIVER_OBJECT_REMEMBERED,
             _ => 0,
         }
     }
@@ -161,6 +171,8 @@ impl NameSource {
             Self::ModuleGetFunction => "module_get_function",
             Self::LibraryGetKernel => "library_get_kernel",
             Self::GetName => "get_name",
+            Self::DriverObject => "driver_object",
+            Self::DriverObjectRemembered => "driver_object_remembered",
             Self::Other => "other",
             Self::Symbols => "symbols",
             Self::Unknown => "unknown",

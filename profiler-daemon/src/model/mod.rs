@@ -8,7 +8,8 @@
 
 pub mod activity;
 pub mod gpu;
-pub mod hash;
+/// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
+pub use crate::sys::hash;
 pub mod hist;
 pub mod history;
 pub mod mem;

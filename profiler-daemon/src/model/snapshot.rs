@@ -257,7 +257,7 @@ pub struct KernelReport {
     pub streams: u64,
     pub api: String,
     /// Where the name came from: register_function, module_get_function, library_get_kernel,
-    /// get_name, other, symbols, unknown.
+    /// get_name, driver_object, driver_object_remembered, other, symbols, unknown.
     pub name_source: String,
 }
 

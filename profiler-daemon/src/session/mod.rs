@@ -13,6 +13,7 @@ mod aggregator;
 pub mod command;
 pub mod console;
 pub mod deep;
+mod driver_names;
 mod python;
 mod queries;
 mod run_loop;
@@ -32,7 +33,7 @@ use queries::Gauges;
 use run_loop::{Ends, RunLoop};
 use seen::{Seen, Sighting};
 use setup::Probes;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -89,6 +90,22 @@ pub struct CaptureOptions {
     pub rescan: Option<Duration>,
     /// NVML sampling (`None`: off).
     pub nvml: Option<NvmlOptions>,
+    /// The state directory: driver object layouts remembered across runs (`None`: no state,
+    /// nothing read or written).
+    pub state_dir: Option<PathBuf>,
+}
+
+/// The state directory when none is given: systemd's `$STATE_DIRECTORY` (its first path: the
+/// unit's `StateDirectory=`), else `/var/lib/gpuprofd`.
+pub fn default_state_dir(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    env("STATE_DIRECTORY")
+        .and_then(|v| {
+            let first = v.to_str()?.split(':').next()?.to_owned();
+            Path::new(&first)
+                .is_absolute()
+                .then(|| PathBuf::from(first))
+        })
+        .unwrap_or_else(|| PathBuf::from(crate::enrich::driver_objects::remembered::DEFAULT_DIR))
 }
 
 #[derive(Clone, Debug)]
@@ -287,11 +304,16 @@ pub async fn run(
     let counting = probes.counting.take();
     let reader = capture::spawn_reader(ring, tx, cancel.clone(), stats.clone(), counting)?;
     let (maps_tx, maps_rx) = mpsc::unbounded_channel::<Sighting>();
+    let remembered = match &opts.state_dir {
+        Some(d) => crate::enrich::driver_objects::remembered::Remembered::open(d),
+        None => crate::enrich::driver_objects::remembered::Remembered::none(),
+    };
     let seen = Seen::new(
         probes.exit_final,
         symbols.clone(),
         maps_tx,
         probes.launch_mode.take(),
+        remembered,
     );
     let inbox = aggregator::Inbox {
         batches: rx,

@@ -2,8 +2,10 @@
 //! which ended, whether a record comes from a new process that was given an old pid; and the
 //! first sight of a process (procfs read while it is still there).
 
+use super::driver_names;
 use super::taps::{SETTLE_ALL, Taps};
 use crate::capture::Batch;
+use crate::enrich::driver_objects::DriverObjects;
 use crate::enrich::process::{ProcSymbols, read_proc_info};
 use crate::model::{Aggregator, ProcessMeta};
 use crate::store::{Frame, StoredProcess};
@@ -37,6 +39,8 @@ pub(crate) struct Seen {
     /// The probes' launch mode, when launches are counted in the kernel (service mode): a
     /// record per launch while a deep capture runs.
     launch_mode: Option<crate::capture::counted::LaunchMode>,
+    /// Names of handles made before the attach, read from the driver's objects.
+    driver: DriverObjects,
 }
 
 impl Seen {
@@ -45,6 +49,7 @@ impl Seen {
         symbols: Arc<ProcSymbols>,
         maps_tx: mpsc::UnboundedSender<Sighting>,
         launch_mode: Option<crate::capture::counted::LaunchMode>,
+        remembered: crate::enrich::driver_objects::remembered::Remembered,
     ) -> Seen {
         Seen {
             known: HashSet::new(),
@@ -53,6 +58,7 @@ impl Seen {
             symbols,
             maps_tx,
             launch_mode,
+            driver: DriverObjects::live(remembered),
         }
     }
 
@@ -78,6 +84,7 @@ impl Seen {
                 }
             }
         }
+        driver_names::record(&mut self.driver, agg, taps);
         // Native names found while the batch was applied, of any process.
         taps.names_out(agg, None);
     }
@@ -98,6 +105,7 @@ impl Seen {
         }
         taps.record(rec, Some(ev), agg);
         agg.apply(ev);
+        self.driver.forget(tgid);
     }
 
     /// The process runs another program from now on: what it did is the old program's, and
@@ -117,6 +125,7 @@ impl Seen {
         }
         taps.retire(tgid);
         self.symbols.forget(tgid);
+        self.driver.forget(tgid);
         self.known.remove(&tgid);
         let _ = self.maps_tx.send(Sighting::Gone(tgid));
     }
@@ -138,6 +147,7 @@ impl Seen {
                 taps.retire(tgid);
                 agg.retire(tgid);
                 self.symbols.forget(tgid);
+                self.driver.forget(tgid);
                 self.known.remove(&tgid);
                 self.ended.remove(&tgid);
             }
@@ -162,6 +172,7 @@ impl Seen {
         }
         taps.record(rec, Some(ev), agg);
         agg.apply(ev);
+        driver_names::observe(&mut self.driver, agg, ev);
     }
 
     /// Sets the probes' launch mode for the deep captures running (or `starting` one): a
@@ -185,6 +196,7 @@ impl Seen {
         self.known.remove(&tgid);
         self.ended.remove(&tgid);
         self.symbols.forget(tgid);
+        self.driver.forget(tgid);
         let _ = self.maps_tx.send(Sighting::Gone(tgid));
     }
 

@@ -161,6 +161,14 @@ impl Probes {
     }
 }
 
+/// Whether a library that failed to attach at the start was only reachable through a process
+/// (`/proc/PID/map_files`, `/proc/PID/root`) that may have ended between the scan and the
+/// attach: on a busy node that is a race, not the user's mistake, and must not stop the capture
+/// of everything else (a `--lib` file that cannot be read still does).
+fn gone_with_its_process(lib: &CudaLibrary, e: &AttachError) -> bool {
+    matches!(e, AttachError::Elf { .. }) && lib.open_path.starts_with("/proc/")
+}
+
 /// Attaches the libraries found before the start. A library the kernel refused every probe of
 /// for want of privilege is reported and skipped; the capture stops only when that left it no
 /// probe at all.
@@ -176,6 +184,13 @@ fn attach_initial(
             Err(e @ AttachError::Permission { .. }) => {
                 super::console::warn(&e);
                 denied.get_or_insert(e);
+            }
+            Err(e) if gone_with_its_process(lib, &e) => {
+                super::console::warn(format_args!(
+                    "not attached to \"{}\": {e}; the process that mapped it has probably \
+                     ended; capture goes on without it",
+                    lib.display
+                ));
             }
             r => r?,
         }
@@ -292,4 +307,49 @@ fn attach_and_report(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Layer;
+
+    fn lib(open_path: &str) -> CudaLibrary {
+        CudaLibrary {
+            open_path: open_path.into(),
+            display: "/usr/lib/libcuda.so.1".into(),
+            soname: "libcuda.so.1".into(),
+            layer: Layer::Driver,
+            dev: 1,
+            ino: 2,
+            static_runtime: false,
+        }
+    }
+
+    fn elf_error() -> AttachError {
+        AttachError::Elf {
+            path: "x".into(),
+            source: crate::discovery::elf::ElfError::Io {
+                path: "/proc/27212/map_files/7fda1b365000-7fda1b36b000".into(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            },
+        }
+    }
+
+    #[test]
+    fn a_library_seen_through_a_vanished_process_is_skipped_a_lib_file_is_not() {
+        assert!(gone_with_its_process(
+            &lib("/proc/27212/map_files/7fda1b365000-7fda1b36b000"),
+            &elf_error()
+        ));
+        assert!(!gone_with_its_process(
+            &lib("/opt/cuda/lib64/libcuda.so.1"),
+            &elf_error()
+        ));
+        let missing = AttachError::MissingProgram { name: "p".into() };
+        assert!(!gone_with_its_process(
+            &lib("/proc/1/root/usr/lib/libcuda.so.1"),
+            &missing
+        ));
+    }
 }

@@ -1,5 +1,6 @@
-//! Files the daemon writes for users (reports, capture files, traces, pages): created without
-//! following a symbolic link, with a mode that keeps them from other users.
+//! Files the daemon writes for users (reports, capture files, traces, pages) and for itself (its
+//! state): created without following a symbolic link, with a mode that keeps them from other
+//! users.
 use std::fs::File;
 use std::path::Path;
 
@@ -82,6 +83,56 @@ impl Drop for EarlyOutput {
     }
 }
 
+/// Replaces the file at `p` with `bytes` all at once: written to a new temporary file beside
+/// it (`O_EXCL`, mode 0640, never through a link) and renamed over `p`, so a reader sees the
+/// old file or the new one, never a part; a link at `p` is replaced, not followed.
+pub fn replace_file(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = p
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = p.with_file_name(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(refused_link)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, p)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Reads the file at `p`, without following a link at its path, when it holds at most `max`
+/// bytes (`Ok(None)`: it is larger).
+pub fn read_small(p: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(refused_link)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    let mut out = Vec::new();
+    f.take(max + 1).read_to_end(&mut out)?;
+    Ok((out.len() as u64 <= max).then_some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +181,39 @@ mod tests {
         let e = EarlyOutput::open(&p).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+    #[test]
+    fn a_replaced_file_is_whole_and_a_link_is_replaced_not_followed() {
+        let d = scratch("replace");
+        let target = d.join("victim");
+        std::fs::write(&target, b"keep me").unwrap();
+        let p = d.join("state.json");
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        replace_file(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        assert_eq!(read_small(&p, 3).unwrap(), Some(b"new".to_vec()));
+        assert_eq!(read_small(&p, 2).unwrap(), None);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & !0o640, 0, "{mode:o}");
+        assert_eq!(
+            std::fs::read_dir(&d).unwrap().count(),
+            2,
+            "no temporary file left"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_small_read_refuses_a_link() {
+        let d = scratch("readlink");
+        let target = d.join("victim");
+        std::fs::write(&target, b"secret").unwrap();
+        let p = d.join("state.json");
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let e = read_small(&p, 100).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -11,6 +11,7 @@ pub mod btf;
 pub mod clock;
 pub mod duration;
 pub mod files;
+pub mod hash;
 pub mod heap;
 pub mod kernel;
 pub mod rlimit;

@@ -172,22 +172,15 @@ pub fn static_runtime_in(data: &[u8]) -> Result<Option<Vec<ExportedFn>>, ElfErro
     Ok(None)
 }
 
-/// The `DT_SONAME` of an ELF64 x86-64 file, read with a handful of small reads (ELF header,
-/// program headers, the dynamic segment, one string) rather than the whole file: cheap enough
-/// to ask of every library a process maps. `None` for anything else or anything malformed.
-pub fn read_soname(path: &Path) -> Option<String> {
+/// An ELF64 x86-64 file's program headers, read with two small reads (ELF header, program
+/// headers); the file stays open for more. `None` for anything else or anything malformed.
+fn program_headers(path: &Path) -> Option<(File, Vec<ProgramHeader64<LE>>)> {
     use object::pod::slice_from_bytes;
-    use std::os::unix::fs::FileExt;
     let f = File::open(path).ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;
     }
-    let read = |off: u64, len: usize| -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        f.read_exact_at(&mut buf, off).ok()?;
-        Some(buf)
-    };
-    let eh = read(0, std::mem::size_of::<FileHeader64<LE>>())?;
+    let eh = read_at(&f, 0, std::mem::size_of::<FileHeader64<LE>>())?;
     let eh = FileHeader64::<LE>::parse(&*eh).ok()?;
     if eh.endian().is_err() || eh.e_machine(LE) != elf::EM_X86_64 {
         return None;
@@ -199,11 +192,63 @@ pub fn read_soname(path: &Path) -> Option<String> {
     {
         return None;
     }
-    let ph = read(
+    let ph = read_at(
+        &f,
         eh.e_phoff(LE),
         phnum * std::mem::size_of::<ProgramHeader64<LE>>(),
     )?;
     let (phdrs, _) = slice_from_bytes::<ProgramHeader64<LE>>(&ph, phnum).ok()?;
+    Some((f, phdrs.to_vec()))
+}
+
+/// `len` bytes of `f` at `off`, all of them or `None`.
+fn read_at(f: &File, off: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, off).ok()?;
+    Some(buf)
+}
+
+/// The `NT_GNU_BUILD_ID` of an ELF64 x86-64 file, from its `PT_NOTE` segments (each read up to
+/// 64 KiB), not the whole file: a driver is 30 MB. `None` without one or when malformed.
+pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
+    let (f, phdrs) = program_headers(path)?;
+    for p in phdrs.iter().filter(|p| p.p_type(LE) == elf::PT_NOTE) {
+        let size = usize::try_from(p.p_filesz(LE).min(64 << 10)).ok()?;
+        let notes = read_at(&f, p.p_offset(LE), size)?;
+        let mut at = 0usize;
+        let word = |i: usize| -> Option<usize> {
+            let b = notes.get(i..i + 4)?;
+            Some(u32::from_le_bytes(b.try_into().ok()?) as usize)
+        };
+        let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+        while at + 12 <= notes.len() {
+            let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
+            let name_at = at + 12;
+            let desc_at = name_at.checked_add(align4(namesz)?)?;
+            let end = desc_at.checked_add(align4(descsz)?)?;
+            let name = notes.get(name_at..name_at.checked_add(namesz)?)?;
+            let desc = notes.get(desc_at..desc_at.checked_add(descsz)?)?;
+            if kind == elf::NT_GNU_BUILD_ID as usize
+                && name == b"GNU\0"
+                && !desc.is_empty()
+                && desc.len() <= MAX_BUILD_ID_BYTES
+            {
+                return Some(desc.to_vec());
+            }
+            at = end;
+        }
+    }
+    None
+}
+
+/// The `DT_SONAME` of an ELF64 x86-64 file, read with a handful of small reads (ELF header,
+/// program headers, the dynamic segment, one string) rather than the whole file: cheap enough
+/// to ask of every library a process maps. `None` for anything else or anything malformed.
+pub fn read_soname(path: &Path) -> Option<String> {
+    use object::pod::slice_from_bytes;
+    let (f, phdrs) = program_headers(path)?;
+    let read = |off: u64, len: usize| read_at(&f, off, len);
     let loads: Vec<&ProgramHeader64<LE>> = phdrs
         .iter()
         .filter(|p| p.p_type(LE) == elf::PT_LOAD)

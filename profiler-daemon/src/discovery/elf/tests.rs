@@ -33,6 +33,9 @@ fn libc_identity_and_malloc() {
     assert_eq!(info.soname.as_deref(), Some("libc.so.6"));
     let build_id = info.build_id.as_ref().expect("libc has a build-id");
     assert!(build_id.len() >= 16, "{build_id:?}");
+    // The small-read path (notes segments only) finds the same one.
+    assert_eq!(read_build_id(Path::new(LIBC)).as_ref(), Some(build_id));
+    assert_eq!(read_build_id(Path::new("/nonexistent/libc.so.6")), None);
 
     assert!(info.exports.len() > 1000, "{}", info.exports.len());
     assert!(info.exports.windows(2).all(|w| w[0].name < w[1].name));

@@ -55,6 +55,10 @@ impl Tabular for Kernels {
             Cell::Int(r.x.streams)
         }),
         Column::new("api", "API", LEFT.cut(24).wide(), |r| Cell::text(&r.x.api)),
+        // Where the name came from (`driver_object`: read from the driver's objects).
+        Column::new("name_source", "NAME FROM", LEFT.wide(), |r| {
+            Cell::text(&r.x.name_source)
+        }),
     ];
 
     fn rows<'a>(r: &'a Report, _: &'a [ProcessSteps]) -> Vec<Of<'a, KernelReport>> {

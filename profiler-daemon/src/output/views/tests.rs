@@ -278,7 +278,7 @@ fn narrow_columns_come_back_when_selected() {
     let csv = show(&["--view", "kernels", "--format", "csv", "--top", "1"]).unwrap();
     assert_eq!(
         csv.lines().next().unwrap(),
-        "pid,kernel,calls,rate,share,grid,block,shared_bytes,streams,api"
+        "pid,kernel,calls,rate,share,grid,block,shared_bytes,streams,api,name_source"
     );
 }
 

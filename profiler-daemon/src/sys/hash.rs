@@ -1,4 +1,5 @@
-//! A fast, non-cryptographic hasher for the aggregator's integer keys (tgids, handles, pointers).
+//! A fast, non-cryptographic hasher for integer keys (tgids, handles, pointers): the
+//! aggregator's, and the driver handles of every launch that `enrich::driver_objects` checks.
 //!
 //! The keys come from the kernel and the profiled programs, never from a network peer, so
 //! HashDoS resistance buys nothing here and SipHash would cost a large share of the hot path.

@@ -249,6 +249,9 @@ pub mod flags {
     pub const TRUNCATED: u32 = 1 << 4;
     /// Sync: the wait happens on the GPU (cuStreamWaitEvent), the CPU does not block.
     pub const GPU_SIDE: u32 = 1 << 5;
+    /// Launch under a runtime API whose `func` is the driver's handle: a runtime launch seen
+    /// at the driver call it made (one trap per launch: the runtime entry is not probed).
+    pub const DRIVER_HANDLE: u32 = 1 << 6;
 }
 
 /// Common header of every record.
@@ -293,8 +296,11 @@ pub const LAUNCHES_TO_RING: u32 = 0;
 /// [`maps::LAUNCH_COUNTS`]; no record per launch.
 pub const LAUNCHES_COUNTED: u32 = 1;
 
-/// Key of [`maps::LAUNCH_COUNTS`]: a process and a launch configuration (a [`LaunchBody`]
-/// without its caller, which differs per call site and would multiply the entries).
+/// Key of [`maps::LAUNCH_COUNTS`]: a process and a launch configuration. A runtime launch's
+/// key has no caller (it differs per call site of the program and would multiply the
+/// entries); a driver launch's keeps it: the code that called the driver is a runtime's own
+/// launch path in a handful of places, and it tells a runtime launch seen one layer down (the
+/// runtime's launch entry left unprobed) from the program's own driver call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LaunchKey {
@@ -307,8 +313,10 @@ pub struct LaunchKey {
     pub block: [u32; 3],
     pub shared_bytes: u32,
     pub flags: u32,
+    /// Driver launches: the return address at entry (runtime launches: 0).
+    pub caller: u64,
 }
-const _: () = assert!(core::mem::size_of::<LaunchKey>() == 56);
+const _: () = assert!(core::mem::size_of::<LaunchKey>() == 64);
 
 /// Value of [`maps::LAUNCH_COUNTS`].
 #[repr(C)]

@@ -15,7 +15,13 @@ use super::*;
 /// indirect call); `last_ns` only places the counts on the timeline, whose resolution is the
 /// read period.
 #[inline(always)]
-pub(crate) fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> bool {
+pub(crate) fn count_launch(
+    api: u16,
+    runtime: bool,
+    pt: u64,
+    now: &mut u64,
+    b: &LaunchBody,
+) -> bool {
     let key = LaunchKey {
         tgid: (pt >> 32) as u32,
         api: api as u32,
@@ -25,6 +31,7 @@ pub(crate) fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> 
         block: b.block,
         shared_bytes: b.shared_bytes,
         flags: b.flags,
+        caller: if runtime { 0 } else { b.caller },
     };
     let add = |v: *mut LaunchCount| {
         // SAFETY: `v` points at a value of our own map; the count is shared by every CPU, so it
@@ -78,10 +85,10 @@ pub(crate) fn count_launch(api: u16, pt: u64, now: &mut u64, b: &LaunchBody) -> 
 /// says so. The precise clock is read only where a time is kept: a record, a counter's first
 /// launch, a stack sample (0 in `now`: not read yet).
 #[inline(always)]
-pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, pt: u64, body: LaunchBody) {
+pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, runtime: bool, pt: u64, body: LaunchBody) {
     let mut now = 0;
     let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
-        && count_launch(api, pt, &mut now, &body);
+        && count_launch(api, runtime, pt, &mut now, &body);
     if !counted {
         if now == 0 {
             // SAFETY: plain helper call.
@@ -117,7 +124,7 @@ pub fn drv_launch(ctx: ProbeContext) -> u32 {
     } else {
         0
     };
-    emit_launch(&ctx, c.api, pt, drv_launch_body(r, s, fl));
+    emit_launch(&ctx, c.api, false, pt, drv_launch_body(r, s, fl));
     0
 }
 
@@ -155,7 +162,7 @@ pub fn drv_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, body);
+    emit_launch(&ctx, c.api, false, pt, body);
     0
 }
 
@@ -183,7 +190,7 @@ pub fn rt_launch(ctx: ProbeContext) -> u32 {
             0
         },
     };
-    emit_launch(&ctx, c.api, pt, body);
+    emit_launch(&ctx, c.api, true, pt, body);
     0
 }
 
@@ -207,7 +214,7 @@ pub fn rt_launch_ex(ctx: ProbeContext) -> u32 {
         shared_bytes: cfg[6],
         flags: flags::LAUNCH_EX,
     };
-    emit_launch(&ctx, c.api, pt, body);
+    emit_launch(&ctx, c.api, true, pt, body);
     0
 }
 

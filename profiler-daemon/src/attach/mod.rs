@@ -121,6 +121,9 @@ pub struct LibraryAttach {
     pub symbols: Vec<SymbolAttach>,
     /// The file's `NT_GNU_BUILD_ID` (none for a static runtime, whose file is the program's).
     pub build_id: Option<Vec<u8>>,
+    /// Runtime launch entries left unprobed (one trap per launch): their launches are seen at
+    /// the driver call they make.
+    pub seen_at_driver: Vec<String>,
 }
 
 impl LibraryAttach {
@@ -132,10 +135,28 @@ impl LibraryAttach {
     }
 }
 
+/// How many probes a runtime's kernel launch passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LaunchTraps {
+    /// The runtime's launch entry and the driver launch it calls are both probed (the driver
+    /// one is not recorded again).
+    #[default]
+    Two,
+    /// A shared runtime's launch entries are left unprobed: the launch is seen at the driver
+    /// call it makes, reported under the runtime's API when the driver's caller is that
+    /// runtime's code, named by the driver's handle. A runtime linked into a program keeps
+    /// both: its code cannot be told from the program's by mapping.
+    One,
+}
+
 /// Owns the API table and the record of what is attached where.
 #[derive(Default)]
 pub struct Attacher {
     api: ApiTable,
+    launch_traps: LaunchTraps,
+    /// Driver launch API → the runtime launch API it stands for when a runtime whose launch
+    /// entries are left unprobed called it.
+    via_runtime: HashMap<u32, u32>,
     libraries: HashMap<(u64, u64), LibraryAttach>,
     loaded: bool,
     /// The uprobe programs loaded for `uprobe_multi` links, where the kernel has them.
@@ -151,8 +172,25 @@ impl Attacher {
         Self::default()
     }
 
+    /// One or two traps per runtime launch, for the libraries attached from now on.
+    pub fn set_launch_traps(&mut self, t: LaunchTraps) {
+        self.launch_traps = t;
+    }
+
     pub fn api(&self) -> &ApiTable {
         &self.api
+    }
+
+    /// What a driver launch stands for when a runtime called it: driver API → runtime API, and
+    /// the runtime files (device, inode) whose launch entries are left unprobed.
+    pub fn seen_at_driver(&self) -> (HashMap<u32, u32>, Vec<(u64, u64)>) {
+        let files = self
+            .libraries
+            .iter()
+            .filter(|(_, l)| !l.seen_at_driver.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        (self.via_runtime.clone(), files)
     }
 
     pub fn libraries(&self) -> impl Iterator<Item = &LibraryAttach> {
@@ -277,10 +315,22 @@ impl Attacher {
         };
         let mut symbols = Vec::new();
         let mut sites = Vec::new();
+        let mut seen_at_driver = Vec::new();
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
             };
+            if self.launch_traps == LaunchTraps::One
+                && lib.layer == Layer::Runtime
+                && !lib.static_runtime
+                && let Some(driver) = rules::driver_launch_of(&f.name)
+            {
+                let rt = self.api.intern(&f.name, Layer::Runtime);
+                let drv = self.api.intern(&driver, Layer::Driver);
+                self.via_runtime.insert(u32::from(drv), u32::from(rt));
+                seen_at_driver.push(f.name.clone());
+                continue;
+            }
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
             let error = if placement.reason == placement::Reason::Refused {
@@ -350,6 +400,7 @@ impl Attacher {
                 lib: lib.clone(),
                 symbols,
                 build_id,
+                seen_at_driver,
             },
         );
         match denied {

@@ -340,6 +340,23 @@ fn driver_rule(base: &str) -> Option<Rule> {
     })
 }
 
+/// The driver launch a runtime launch entry calls (`cudaLaunchKernel_ptsz` →
+/// `cuLaunchKernel_ptsz`): with one trap per launch the runtime's entry is left unprobed and
+/// its launches are seen there. `None` for anything that is not a runtime kernel launch.
+pub fn driver_launch_of(runtime_symbol: &str) -> Option<String> {
+    let (base, suffix) = match runtime_symbol.strip_suffix("_ptsz") {
+        Some(b) => (b, "_ptsz"),
+        None => (runtime_symbol, ""),
+    };
+    let driver = match base {
+        "cudaLaunchKernel" => "cuLaunchKernel",
+        "cudaLaunchCooperativeKernel" => "cuLaunchCooperativeKernel",
+        "cudaLaunchKernelExC" => "cuLaunchKernelEx",
+        _ => return None,
+    };
+    Some(format!("{driver}{suffix}"))
+}
+
 fn runtime_rule(base: &str) -> Option<Rule> {
     use Prog::*;
     Some(match base {
@@ -476,6 +493,21 @@ mod tests {
         assert_eq!(rule_for(Layer::Runtime, "__cudaLaunchKernel_ptsz"), None);
         // a driver name in the runtime table (and vice versa) is not a rule
         assert_eq!(rule_for(Layer::Runtime, "cuLaunchKernel"), None);
+        assert_eq!(
+            driver_launch_of("cudaLaunchKernel_ptsz").as_deref(),
+            Some("cuLaunchKernel_ptsz")
+        );
+        assert_eq!(
+            driver_launch_of("cudaLaunchKernelExC").as_deref(),
+            Some("cuLaunchKernelEx")
+        );
+        assert_eq!(
+            driver_launch_of("cudaLaunchCooperativeKernel").as_deref(),
+            Some("cuLaunchCooperativeKernel")
+        );
+        assert_eq!(driver_launch_of("__cudaLaunchKernel"), None);
+        assert_eq!(driver_launch_of("cudaGraphLaunch"), None);
+        assert_eq!(driver_launch_of("cudaMemcpyAsync"), None);
         assert_eq!(rule_for(Layer::Driver, "cudaLaunchKernel"), None);
     }
 

@@ -10,12 +10,13 @@
 //! after a read that started once its process was gone. A launch that finds the map full is
 //! recorded in the ring instead (see the eBPF object's `count_launch`).
 
+use super::origin::LaunchOrigin;
 use super::{Batch, CaptureError};
 use aya::Ebpf;
 use aya::maps::{Array, MapData};
 use profiler_common::{
     Header, LAUNCHES_COUNTED, LAUNCHES_TO_RING, LaunchCount, LaunchKey, LaunchesBody, Record,
-    decode::encode, kind, maps,
+    decode::encode, flags, kind, maps,
 };
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -132,17 +133,23 @@ impl LaunchCounts {
 
     /// Appends a `LAUNCHES` record to `batch` for every entry that grew since the last read;
     /// returns the launches they carry.
-    pub fn read(&mut self, batch: &mut Batch) -> Result<u64, CaptureError> {
-        self.read_split(batch, None).map(|(n, _)| n)
+    pub fn read(
+        &mut self,
+        batch: &mut Batch,
+        origin: &mut dyn LaunchOrigin,
+    ) -> Result<u64, CaptureError> {
+        self.read_split(batch, None, origin).map(|(n, _)| n)
     }
 
     /// [`Self::read`], except that the records of process `tgid`'s entries first made at or
     /// after `ts_ns` (an exec: the new program's) are returned to go after it, with their
-    /// launches counted in the total.
+    /// launches counted in the total. A driver launch that `origin` says a runtime made is
+    /// reported under the runtime's API (see [`super::origin`]).
     pub fn read_split(
         &mut self,
         batch: &mut Batch,
         after: Option<(u32, u64)>,
+        origin: &mut dyn LaunchOrigin,
     ) -> Result<(u64, Vec<Record<LaunchesBody>>), CaptureError> {
         self.read_started_ns = crate::sys::clock::monotonic_ns();
         let mut grew = Vec::new();
@@ -162,10 +169,14 @@ impl LaunchCounts {
                 .map_or(0, |s| s.0);
             let n = v.count - before;
             total += n;
+            let runtime = match k.caller {
+                0 => None,
+                c => origin.runtime_api(k.tgid, k.api, c),
+            };
             let rec = Record {
                 header: Header {
                     kind: kind::LAUNCHES,
-                    api: k.api,
+                    api: runtime.unwrap_or(k.api),
                     tgid: k.tgid,
                     tid: 0,
                     // Stamped once per kernel tick per entry: at most a tick before the
@@ -179,7 +190,10 @@ impl LaunchCounts {
                     grid: k.grid,
                     block: k.block,
                     shared_bytes: k.shared_bytes,
-                    flags: k.flags,
+                    flags: match runtime {
+                        Some(_) => k.flags | flags::DRIVER_HANDLE,
+                        None => k.flags,
+                    },
                 },
             };
             match after {

@@ -5,6 +5,7 @@
 //! counted, never dropped silently.
 
 pub mod counted;
+pub mod origin;
 mod watch;
 
 pub use watch::{WatchError, follow_forks, watch_processes};
@@ -450,6 +451,13 @@ impl Batch {
         self.records += 1;
     }
 
+    /// [`Self::push`], the record relabelled in place where `origin` says a runtime made it.
+    fn push_from_ring(&mut self, rec: &[u8], origin: &mut dyn origin::LaunchOrigin) {
+        self.push(rec);
+        let start = self.bytes.len() - rec.len();
+        origin::relabel(&mut self.bytes[start..], origin);
+    }
+
     /// The records in order.
     pub fn iter(&self) -> BatchIter<'_> {
         records(&self.bytes)
@@ -529,15 +537,20 @@ impl Counting {
         }
     }
 
-    fn read(&mut self, batch: &mut Batch) {
-        self.read_split(batch, None);
+    fn read(&mut self, batch: &mut Batch, origin: &mut dyn origin::LaunchOrigin) {
+        self.read_split(batch, None, origin);
     }
 
     /// A read, holding back what `after` says ([`counted::LaunchCounts::read_split`]); the
     /// records held back are returned, already counted in `batch`'s figures.
-    fn read_split(&mut self, batch: &mut Batch, after: Option<(u32, u64)>) -> Vec<Vec<u8>> {
+    fn read_split(
+        &mut self,
+        batch: &mut Batch,
+        after: Option<(u32, u64)>,
+        origin: &mut dyn origin::LaunchOrigin,
+    ) -> Vec<Vec<u8>> {
         let before = batch.records;
-        match self.counts.read_split(batch, after) {
+        match self.counts.read_split(batch, after, origin) {
             Ok((n, held)) => {
                 batch.counted_records += batch.records - before + held.len();
                 batch.counted_launches += n;
@@ -555,7 +568,7 @@ impl Counting {
     /// The periodic read, and the removal of entries of processes that ended unseen (their end
     /// record lost, or never selected): gone before the read started, so it has their last
     /// launches.
-    fn tick(&mut self, batch: &mut Batch) {
+    fn tick(&mut self, batch: &mut Batch, origin: &mut dyn origin::LaunchOrigin) {
         if !self.last_drain && self.last.elapsed() < self.period {
             return;
         }
@@ -566,9 +579,10 @@ impl Counting {
             .into_iter()
             .filter(|&t| !is_live_process(t))
             .collect();
-        self.read(batch);
+        self.read(batch, origin);
         for t in gone {
             self.counts.forget(t);
+            origin.forget(t);
         }
     }
 }
@@ -597,6 +611,7 @@ pub fn spawn_reader(
     cancel: CancellationToken,
     stats: Arc<ReaderStats>,
     counting: Option<Counting>,
+    origin: Box<dyn origin::LaunchOrigin>,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<(), CaptureError>>, CaptureError> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -607,7 +622,7 @@ pub fn spawn_reader(
                 .enable_time()
                 .build()
                 .map_err(CaptureError::Io)
-                .and_then(|rt| rt.block_on(run_reader(ring, tx, cancel, stats, counting)));
+                .and_then(|rt| rt.block_on(run_reader(ring, tx, cancel, stats, counting, origin)));
             let _ = done_tx.send(ended);
         })
         .map_err(CaptureError::Io)?;
@@ -621,6 +636,7 @@ async fn run_reader(
     cancel: CancellationToken,
     stats: Arc<ReaderStats>,
     mut counting: Option<Counting>,
+    mut origin: Box<dyn origin::LaunchOrigin>,
 ) -> Result<(), CaptureError> {
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -635,16 +651,22 @@ async fn run_reader(
             _ = cancel.cancelled() => break,
             guard = afd.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &tx, &stats, counting.as_mut());
+                drain(guard.get_inner_mut(), &tx, &stats, counting.as_mut(), origin.as_mut());
                 guard.clear_ready();
             }
-            _ = tick.tick() => drain(afd.get_mut(), &tx, &stats, counting.as_mut()),
+            _ = tick.tick() => drain(afd.get_mut(), &tx, &stats, counting.as_mut(), origin.as_mut()),
         }
     }
     if let Some(c) = counting.as_mut() {
         c.last_drain = true;
     }
-    drain(afd.get_mut(), &tx, &stats, counting.as_mut());
+    drain(
+        afd.get_mut(),
+        &tx,
+        &stats,
+        counting.as_mut(),
+        origin.as_mut(),
+    );
     Ok(())
 }
 
@@ -655,16 +677,21 @@ pub fn drain(
     tx: &mpsc::Sender<Batch>,
     stats: &ReaderStats,
     mut counting: Option<&mut Counting>,
+    origin: &mut dyn origin::LaunchOrigin,
 ) {
     let mut batch = Batch::default();
     while let Some(item) = ring.next() {
+        let ended = match peek(&item) {
+            Some((kind::EXIT, tgid, _)) => Some(tgid),
+            _ => None,
+        };
         if let Some(c) = counting.as_deref_mut()
             && let Some((k, tgid, ts)) = peek(&item)
         {
             // A process's end: every launch it made is counted by now; they go first.
             if k == kind::EXIT {
                 if c.counts.needs_read_before(ts) {
-                    c.read(&mut batch);
+                    c.read(&mut batch, origin);
                 }
                 c.counts.forget(tgid);
             }
@@ -683,7 +710,7 @@ pub fn drain(
                     // The old program's last launches before the exec, the new one's after it.
                     // A count that spans the exec (same kernel and configuration in both)
                     // goes to the old program for the launches since the last read.
-                    let held = c.read_split(&mut batch, Some((tgid, ts)));
+                    let held = c.read_split(&mut batch, Some((tgid, ts)), origin);
                     batch.push(&item);
                     for r in held {
                         batch.push(&r);
@@ -695,13 +722,16 @@ pub fn drain(
                 }
             }
         }
-        batch.push(&item);
+        batch.push_from_ring(&item, origin);
+        if let Some(t) = ended {
+            origin.forget(t);
+        }
         if batch.records >= BATCH_RECORDS {
             hand_over(std::mem::take(&mut batch), tx, stats);
         }
     }
     if let Some(c) = counting {
-        c.tick(&mut batch);
+        c.tick(&mut batch, origin);
         stats
             .counted_entries
             .store(c.counts.entries() as u64, Ordering::Relaxed);

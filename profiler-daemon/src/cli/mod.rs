@@ -153,6 +153,14 @@ pub struct CaptureArgs {
     #[arg(long, value_parser = crate::sys::duration::parse_duration, value_name = "INTERVAL",
           num_args = 0..=1, default_missing_value = "1s")]
     pub count_launches: Option<Duration>,
+    /// Probes a runtime kernel launch passes: `one` leaves the shared runtime's launch entries
+    /// (`cudaLaunchKernel`…) unprobed and sees each launch at the driver call it makes,
+    /// reported under the runtime's API when the runtime's code made it, named by the driver's
+    /// handle; `two` probes both layers (the driver call is not counted again) and names a
+    /// runtime launch by its host stub's symbol too. `auto`: two with --pid (a process
+    /// already running, whose older handles only a learned layout could name), one otherwise.
+    #[arg(long, value_enum, default_value_t = LaunchTrapsArg::Auto, value_name = "N")]
+    pub launch_traps: LaunchTrapsArg,
     /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
     /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
     #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
@@ -379,6 +387,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                 ring_bytes: crate::capture::DEFAULT_RING_BYTES,
                 stack_period: 1,
                 count_launches: None,
+                launch_traps: cli.capture.launch_traps.resolve(&Target::AllJobs),
                 verbose: cli.capture.verbose,
                 command: vec![workload.display().to_string()],
                 command_stdin: Some(script),
@@ -452,9 +461,11 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
         }
         Some(d) => Some(d),
     };
+    let launch_traps = a.launch_traps.resolve(&target);
     Ok((
         CaptureOptions {
             target,
+            launch_traps,
             stack_period,
             count_launches,
             wait: a.wait,
@@ -479,6 +490,28 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
         },
         a.metrics_addr,
     ))
+}
+
+/// `--launch-traps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LaunchTrapsArg {
+    Auto,
+    One,
+    Two,
+}
+
+impl LaunchTrapsArg {
+    /// What `auto` means for this target: two probes for a running process picked by --pid
+    /// (its runtime launches keep the names of their host stubs' symbols whatever the driver
+    /// build), one for everything else.
+    pub fn resolve(self, target: &Target) -> crate::attach::LaunchTraps {
+        use crate::attach::LaunchTraps;
+        match (self, target) {
+            (LaunchTrapsArg::One, _) => LaunchTraps::One,
+            (LaunchTrapsArg::Two, _) | (LaunchTrapsArg::Auto, Target::Pid(_)) => LaunchTraps::Two,
+            (LaunchTrapsArg::Auto, _) => LaunchTraps::One,
+        }
+    }
 }
 
 #[cfg(test)]

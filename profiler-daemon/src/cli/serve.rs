@@ -121,6 +121,7 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
             .capture
             .count_launches
             .then_some(cfg.capture.count_interval.0),
+        launch_traps: cfg.capture.launch_traps.into(),
         verbose: false,
         command: Vec::new(),
         command_stdin: None,

@@ -5,6 +5,7 @@
 pub mod driver_objects;
 pub mod itanium;
 pub mod jobs;
+pub mod launch_origin;
 pub mod names;
 pub mod process;
 pub mod stacks;

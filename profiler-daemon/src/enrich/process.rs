@@ -257,6 +257,26 @@ impl ProcSymbols {
             .remove(&tgid);
     }
 
+    /// The file (device, inode) whose executable mapping holds `addr` in `tgid`; `None` when
+    /// none does (or the process is gone). Reads the maps again, once, for an address the
+    /// snapshot does not hold (a library mapped since).
+    pub fn file_at(&self, tgid: u32, addr: u64) -> Option<(u64, u64)> {
+        let find = |maps: &[ExecMapping]| {
+            maps.iter()
+                .find(|m| m.start <= addr && addr < m.end)
+                .map(|m| (m.dev, m.inode))
+        };
+        {
+            let inner = self.inner.lock().expect("symbol cache poisoned");
+            if let Some(hit) = inner.maps.get(&tgid).and_then(|m| find(m)) {
+                return Some(hit);
+            }
+        }
+        self.remember(tgid);
+        let inner = self.inner.lock().expect("symbol cache poisoned");
+        find(inner.maps.get(&tgid)?)
+    }
+
     /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.
     pub fn symbol_at(&self, tgid: u32, addr: u64) -> Option<String> {
         self.lookup(tgid, addr, |idx, vaddr, _| idx.lookup_exact(vaddr))?

@@ -40,6 +40,10 @@ rescan_interval = "30s"
 count_launches = true
 # How often the in-kernel launch counts are read (the live figures' resolution).
 count_interval = "1s"
+# Probes per runtime kernel launch: "one" leaves the shared runtime's launch entries
+# (cudaLaunchKernel…) unprobed and sees each launch at the driver call it makes (reported under
+# the runtime's API, named by the driver's handle); "two" probes both layers.
+launch_traps = "one"
 
 [nvml]
 # Sample GPU utilisation, memory, clocks and per-process GPU memory through NVML.
@@ -129,6 +133,25 @@ pub struct CaptureConfig {
     pub rescan_interval: Dur,
     pub count_launches: bool,
     pub count_interval: Dur,
+    pub launch_traps: LaunchTrapsConfig,
+}
+
+/// `capture.launch_traps`: probes per runtime kernel launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LaunchTrapsConfig {
+    #[default]
+    One,
+    Two,
+}
+
+impl From<LaunchTrapsConfig> for crate::attach::LaunchTraps {
+    fn from(c: LaunchTrapsConfig) -> Self {
+        match c {
+            LaunchTrapsConfig::One => crate::attach::LaunchTraps::One,
+            LaunchTrapsConfig::Two => crate::attach::LaunchTraps::Two,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -175,6 +198,7 @@ impl Default for CaptureConfig {
             rescan_interval: Dur(Duration::from_secs(30)),
             count_launches: true,
             count_interval: Dur(Duration::from_secs(1)),
+            launch_traps: LaunchTrapsConfig::One,
         }
     }
 }
@@ -505,6 +529,10 @@ impl Config {
             (
                 "capture.count_interval",
                 next.capture.count_interval != new.capture.count_interval,
+            ),
+            (
+                "capture.launch_traps",
+                next.capture.launch_traps != new.capture.launch_traps,
             ),
             ("nvml", next.nvml != new.nvml),
             (

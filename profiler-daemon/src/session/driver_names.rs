@@ -12,7 +12,7 @@ use profiler_common::{Header, NAME_CAP, NameBody, Record, flags, kind, namesrc};
 /// A name a probe saw is a calibration sample; a driver launch of a handle with no name is
 /// one to read once a layout is confirmed. Called after `ev` was applied.
 pub(crate) fn observe(driver: &mut DriverObjects, agg: &Aggregator, ev: &Event) {
-    let (h, func) = match ev {
+    let (h, func, launch_flags) = match ev {
         Event::Name(h, n) => {
             if let Some(k) = HandleKind::of_source(n.source) {
                 let truncated = n.flags & flags::TRUNCATED != 0;
@@ -20,17 +20,18 @@ pub(crate) fn observe(driver: &mut DriverObjects, agg: &Aggregator, ev: &Event) 
             }
             return;
         }
-        Event::Launch(h, l) => (h, l.func),
-        Event::Launches(h, l) => (h, l.func),
+        Event::Launch(h, l) => (h, l.func, l.flags),
+        Event::Launches(h, l) => (h, l.func, l.flags),
         _ => return,
     };
-    // A runtime launch names a host stub, which the symbol tables name.
-    if func == 0
+    // A runtime launch names a host stub, which the symbol tables name; one seen at the
+    // driver call it made (one trap per launch) carries the driver's handle.
+    let driver_handle = launch_flags & flags::DRIVER_HANDLE != 0
         || agg
             .api_table()
             .get(h.api)
-            .is_none_or(|a| a.layer != Layer::Driver)
-    {
+            .is_some_and(|a| a.layer == Layer::Driver);
+    if func == 0 || !driver_handle {
         return;
     }
     driver.launched(h.tgid, func, || {

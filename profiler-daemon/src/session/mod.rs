@@ -75,6 +75,8 @@ pub struct CaptureOptions {
     /// Count launches in the kernel and read the counts this often (`None`: a record per
     /// launch). Never with a capture file.
     pub count_launches: Option<Duration>,
+    /// One or two probes per runtime kernel launch (see [`crate::attach::LaunchTraps`]).
+    pub launch_traps: crate::attach::LaunchTraps,
     pub verbose: bool,
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
@@ -302,7 +304,16 @@ pub async fn run(
     };
     let ring = probes.ring.take().expect("taken once");
     let counting = probes.counting.take();
-    let reader = capture::spawn_reader(ring, tx, cancel.clone(), stats.clone(), counting)?;
+    let origin =
+        crate::enrich::launch_origin::Origins::new(probes.seen_at_driver.clone(), symbols.clone());
+    let reader = capture::spawn_reader(
+        ring,
+        tx,
+        cancel.clone(),
+        stats.clone(),
+        counting,
+        Box::new(origin),
+    )?;
     let (maps_tx, maps_rx) = mpsc::unbounded_channel::<Sighting>();
     let remembered = match &opts.state_dir {
         Some(d) => crate::enrich::driver_objects::remembered::Remembered::open(d),

@@ -7,6 +7,7 @@ use super::{CaptureOptions, SessionError, Target};
 use crate::attach::{AttachError, Attacher, layer_label};
 use crate::capture;
 use crate::discovery::{self, CudaLibrary, Scanner};
+use crate::enrich::launch_origin::SeenAtDriver;
 use crate::enrich::process::read_proc_info;
 use aya::Ebpf;
 use aya::maps::{MapData, RingBuf};
@@ -28,6 +29,9 @@ pub(super) struct Probes {
     pub launch_mode: Option<capture::counted::LaunchMode>,
     /// The processes whose Python frames the probes read.
     pub python: PythonProcs,
+    /// What a driver launch stands for when a runtime called it (one trap per launch), as
+    /// the attach says; read by the ring reader.
+    pub seen_at_driver: SeenAtDriver,
 }
 
 impl Probes {
@@ -69,6 +73,7 @@ impl Probes {
         capture::set_filter(&mut ebpf, &filter)?;
         capture::set_stack_period(&mut ebpf, opts.stack_period)?;
         let mut attacher = Attacher::new();
+        attacher.set_launch_traps(opts.launch_traps);
         // Now, while the eBPF object still holds every map (the ring and the counters are
         // taken below): `uprobe_multi` programs are loaded against them.
         attacher.load_programs(&mut ebpf)?;
@@ -121,7 +126,10 @@ impl Probes {
             }
             None => (None, None),
         };
+        let seen_at_driver = SeenAtDriver::default();
+        publish(&attacher, &seen_at_driver);
         Ok(Probes {
+            seen_at_driver,
             ebpf,
             attacher,
             scanner,
@@ -144,7 +152,10 @@ impl Probes {
         for lib in found {
             if !self.attacher.is_attached(&lib) {
                 match attach_and_report(&mut self.attacher, &mut self.ebpf, &lib, verbose) {
-                    Ok(()) => grew = true,
+                    Ok(()) => {
+                        grew = true;
+                        publish(&self.attacher, &self.seen_at_driver);
+                    }
                     Err(e) => super::console::warn(format_args!(
                         "not attached to \"{}\": {e}; capture goes on without it",
                         lib.display
@@ -159,6 +170,12 @@ impl Probes {
     pub fn probe_count(&self) -> usize {
         self.attacher.libraries().map(|l| l.attached()).sum()
     }
+}
+
+/// Hands the attach's view of runtime launches seen at the driver to the reader.
+fn publish(attacher: &Attacher, to: &SeenAtDriver) {
+    let (via, runtimes) = attacher.seen_at_driver();
+    to.set(via, &runtimes);
 }
 
 /// Whether a library that failed to attach at the start was only reachable through a process

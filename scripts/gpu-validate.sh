@@ -288,6 +288,10 @@ if wanted live; then
         live_run live
         # The service's default: launches counted in the kernel, compared the same way.
         live_run live_counted --count-launches 1s
+        # One trap per runtime launch on a warmed-up process (--pid's default is two): how many
+        # of the handles it launches the driver-object layout (learned by the coverage runs
+        # before, remembered in the state directory) names.
+        live_run live_one_trap --launch-traps one
     fi
 fi
 
@@ -416,9 +420,9 @@ overhead_round() { # NAME STEPS SCRIPT ROUND [args...]: the modes in an order ro
     shift 4
     local name=$base
     [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
-    local modes=(none counted gpuprofd prof) i
-    for i in 0 1 2 3; do
-        overhead_mode "${modes[$(((i + round - 1) % 4))]}" "$name" "$n" "$script" "$@"
+    local modes=(none counted gpuprofd gpuprofd_two prof) i
+    for i in "${!modes[@]}"; do
+        overhead_mode "${modes[$(((i + round - 1) % ${#modes[@]}))]}" "$name" "$n" "$script" "$@"
     done
 }
 overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
@@ -446,6 +450,15 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
             record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
+        ;;
+    gpuprofd_two)
+        # Full capture with both layers probed (two traps per runtime launch), as before #35.
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_gpuprofd_two" overhead; return; fi
+        echo "  $name: gpuprofd full capture, two traps per runtime launch"
+        "$BIN" --all-jobs --no-live --launch-traps two --output "$OUT/runs/oh_${name}_gpuprofd_two.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd_two.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd_two.err" &&
+            record "oh_${name}_gpuprofd_two" overhead gpuprofd-two-traps "" "" "$OUT/runs/oh_${name}_gpuprofd_two.json"
         ;;
     prof)
         echo "  $name: torch.profiler"

@@ -4,7 +4,7 @@
 use crate::{
     AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, LaunchesBody, MapBody, MemBody,
     NAME_CAP, NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody,
-    kind, record_size,
+    WindowBody, kind, record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -28,6 +28,7 @@ pub enum Event {
     Stack(Header, StackBody),
     Exec(Header, ExitBody),
     Launches(Header, LaunchesBody),
+    Window(Header, WindowBody),
 }
 
 impl Event {
@@ -44,7 +45,8 @@ impl Event {
             | Event::Exit(h, _)
             | Event::Stack(h, _)
             | Event::Exec(h, _)
-            | Event::Launches(h, _) => h,
+            | Event::Launches(h, _)
+            | Event::Window(h, _) => h,
         }
     }
 }
@@ -158,6 +160,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::STACK => Event::Stack(header, read(bytes, hs)),
         kind::EXEC => Event::Exec(header, read(bytes, hs)),
         kind::LAUNCHES => Event::Launches(header, read(bytes, hs)),
+        kind::WINDOW => Event::Window(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }

@@ -144,6 +144,10 @@ pub mod kind {
     /// [`crate::maps::LAUNCH_COUNTS`] (service mode), so they reach the aggregator like any other
     /// record. `tid` is 0 (counting does not keep threads apart); `ts_ns` is the latest launch's.
     pub const LAUNCHES: u32 = 12;
+    /// The launch probes were attached from `start_ns` to `end_ns` of a duty-cycle period
+    /// that ends at the record's `ts_ns` ([`crate::WindowBody`]). The daemon's own, like
+    /// [`LAUNCHES`]: every counted launch of the window precedes it.
+    pub const WINDOW: u32 = 13;
     /// Highest kind the probes write (the kinds the loss and submission counters cover);
     /// [`LAUNCHES`] is the daemon's own.
     pub const LAST: u32 = EXEC;
@@ -163,6 +167,7 @@ pub mod kind {
             STACK => "stack",
             EXEC => "exec",
             LAUNCHES => "counted_launches",
+            WINDOW => "launch_window",
             _ => return None,
         })
     }
@@ -350,6 +355,27 @@ pub struct LaunchesBody {
     pub flags: u32,
 }
 const _: () = assert!(core::mem::size_of::<LaunchesBody>() == 56);
+
+/// One duty-cycle window ([`kind::WINDOW`]): the launch probes were attached from `start_ns`
+/// to `end_ns` (CLOCK_MONOTONIC, as the probes' times) of a period of `period_ns`. With
+/// [`window::HELD`] they stayed attached the whole period (a deep capture needed every
+/// launch): its counts are exact, not a sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowBody {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub period_ns: u64,
+    pub flags: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<WindowBody>() == 32);
+
+/// [`WindowBody::flags`].
+pub mod window {
+    /// Attached the whole period (its counts are exact).
+    pub const HELD: u32 = 1 << 0;
+}
 
 impl LaunchesBody {
     /// One launch of this configuration, as a full capture would have recorded it (no caller).
@@ -633,6 +659,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::EXIT | kind::EXEC => core::mem::size_of::<ExitBody>(),
         kind::STACK => core::mem::size_of::<StackBody>(),
         kind::LAUNCHES => core::mem::size_of::<LaunchesBody>(),
+        kind::WINDOW => core::mem::size_of::<WindowBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

@@ -70,8 +70,11 @@ fn run(extra: &[&str]) -> (Value, u32) {
     assert_eq!(w.count("cuLaunchKernel"), 3 + 4 + 8);
     assert_eq!(w.count("cudaLaunchKernel"), 3 + 4);
     let tgid = w.tgid;
+    // The daemon stops first: a driver launch is told from a runtime's by the process's
+    // mappings, read while it runs (see docs/USAGE.md, "One trap per launch").
+    let r = d.stop().report;
     w.exit();
-    (d.stop().report, tgid)
+    (r, tgid)
 }
 
 fn expected_rows() -> Vec<(String, String, u64, String, String, u64)> {
@@ -191,8 +194,8 @@ fn a_runtime_that_tail_calls_the_driver_is_one_launch_with_one_trap() {
         "drv_launch triton_poi_fused_add_0 2 10 1 1 128 1 1 0 0",
     ]);
     let tgid = w.tgid;
-    w.exit();
     let r = d.stop().report;
+    w.exit();
     let p = process(&r, tgid);
     let mut want = vec![
         ("cuLaunchKernel".to_owned(), 2),
@@ -220,8 +223,8 @@ fn pid_attach_keeps_two_traps_by_default() {
     let pid = w.tgid.to_string();
     let d = Daemon::start(&["--pid", &pid, "--lib", lib.to_str().unwrap()]);
     w.script(&["rt_launch vecAdd 5 8 1 1 64 1 1 0 0"]);
-    w.exit();
     let r = d.stop().report;
+    w.exit();
     let p = process(&r, w_tgid(&pid));
     assert_eq!(
         kernel_rows(p),

@@ -2,6 +2,7 @@
 //!
 //! aya changes `UProbe::attach` between releases; this module is the only place that calls it.
 
+pub mod duty;
 pub mod multi;
 pub mod placement;
 #[cfg(test)]
@@ -157,6 +158,8 @@ pub struct Attacher {
     /// Driver launch API → the runtime launch API it stands for when a runtime whose launch
     /// entries are left unprobed called it.
     via_runtime: HashMap<u32, u32>,
+    /// Under a duty cycle: the launch probes' sites, linked only inside the windows.
+    duty_sites: Option<duty::LaunchSites>,
     libraries: HashMap<(u64, u64), LibraryAttach>,
     loaded: bool,
     /// The uprobe programs loaded for `uprobe_multi` links, where the kernel has them.
@@ -170,6 +173,18 @@ pub struct Attacher {
 impl Attacher {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Launch probes kept for a duty cycle's windows instead of attached now (libraries
+    /// attached from now on; only with `uprobe_multi` links, see [`Self::duty_possible`]).
+    pub fn set_duty_sites(&mut self, sites: duty::LaunchSites) {
+        self.duty_sites = Some(sites);
+    }
+
+    /// Whether the kernel gave `uprobe_multi` links (a duty cycle needs them: perf-event
+    /// probes take about 0.1 s each to detach).
+    pub fn duty_possible(&self) -> bool {
+        self.multi.is_some()
     }
 
     /// One or two traps per runtime launch, for the libraries attached from now on.
@@ -362,6 +377,9 @@ impl Attacher {
                 error,
             });
         }
+        if let (Some(m), Some(d)) = (&self.multi, &self.duty_sites) {
+            sites = keep_for_windows(m, d, lib, sites);
+        }
         if let Some(m) = &self.multi {
             for (i, e) in attach_multi(m, lib, &sites, &mut self.multi_links) {
                 symbols[i].error = Some(e);
@@ -436,6 +454,51 @@ impl Attacher {
 /// Return probes go first: a symbol whose return probe failed gets no entry probe, which would
 /// leave state that nobody clears. When a link fails, its symbols are tried one by one so the
 /// error names the symbol.
+/// Hands the launch probes' sites of `lib` to the duty cycle (linked in its windows only) and
+/// returns the rest to attach now. A launch program whose sites cannot be kept (the file cannot
+/// be opened again) is attached now, and says so.
+fn keep_for_windows(
+    m: &multi::MultiProgs,
+    d: &duty::LaunchSites,
+    lib: &CudaLibrary,
+    sites: Vec<(usize, Rule, u16, u64)>,
+) -> Vec<(usize, Rule, u16, u64)> {
+    let is_launch = |r: &Rule| {
+        matches!(
+            r.prog,
+            Prog::DrvLaunch | Prog::DrvLaunchEx | Prog::RtLaunch | Prog::RtLaunchEx
+        )
+    };
+    let (launch, mut rest): (Vec<_>, Vec<_>) = sites.into_iter().partition(|s| is_launch(&s.1));
+    let mut groups: BTreeMap<&'static str, Vec<(usize, Rule, u16, u64)>> = BTreeMap::new();
+    for s in launch {
+        groups.entry(s.1.prog.name()).or_default().push(s);
+    }
+    for (name, g) in groups {
+        let kept = m.fd(name).map(|fd| {
+            d.add(
+                fd,
+                &lib.open_path,
+                g.iter().map(|s| s.3).collect(),
+                g.iter().map(|s| s.1.packed_cookie(s.2)).collect(),
+            )
+        });
+        match kept {
+            Some(Ok(())) => {}
+            other => {
+                tracing::warn!(
+                    program = name,
+                    library = %lib.display,
+                    error = ?other.map(|r| r.err()),
+                    "launch probes attached all the time: the duty cycle cannot keep them"
+                );
+                rest.extend(g);
+            }
+        }
+    }
+    rest
+}
+
 fn attach_multi(
     m: &multi::MultiProgs,
     lib: &CudaLibrary,

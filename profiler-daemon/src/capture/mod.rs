@@ -612,6 +612,7 @@ pub fn spawn_reader(
     stats: Arc<ReaderStats>,
     counting: Option<Counting>,
     origin: Box<dyn origin::LaunchOrigin>,
+    windows: Option<Windows>,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<(), CaptureError>>, CaptureError> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -622,7 +623,11 @@ pub fn spawn_reader(
                 .enable_time()
                 .build()
                 .map_err(CaptureError::Io)
-                .and_then(|rt| rt.block_on(run_reader(ring, tx, cancel, stats, counting, origin)));
+                .and_then(|rt| {
+                    rt.block_on(run_reader(
+                        ring, tx, cancel, stats, counting, origin, windows,
+                    ))
+                });
             let _ = done_tx.send(ended);
         })
         .map_err(CaptureError::Io)?;
@@ -637,7 +642,9 @@ async fn run_reader(
     stats: Arc<ReaderStats>,
     mut counting: Option<Counting>,
     mut origin: Box<dyn origin::LaunchOrigin>,
+    mut windows: Option<Windows>,
 ) -> Result<(), CaptureError> {
+    let mut windows_open = windows.is_some();
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| CaptureError::Io(std::io::Error::other(e.to_string())))?;
@@ -655,6 +662,13 @@ async fn run_reader(
                 guard.clear_ready();
             }
             _ = tick.tick() => drain(afd.get_mut(), &tx, &stats, counting.as_mut(), origin.as_mut()),
+            w = next_window(&mut windows), if windows_open => match w {
+                Some(w) => {
+                    drain(afd.get_mut(), &tx, &stats, counting.as_mut(), origin.as_mut());
+                    close_window(&tx, &stats, counting.as_mut(), origin.as_mut(), w);
+                }
+                None => windows_open = false,
+            },
         }
     }
     if let Some(c) = counting.as_mut() {
@@ -668,6 +682,45 @@ async fn run_reader(
         origin.as_mut(),
     );
     Ok(())
+}
+
+/// The duty cycle's windows, as they end.
+pub type Windows = tokio::sync::mpsc::UnboundedReceiver<profiler_common::WindowBody>;
+
+async fn next_window(w: &mut Option<Windows>) -> Option<profiler_common::WindowBody> {
+    match w {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A duty-cycle window ended (the ring was just drained): the launches it counted, then its
+/// [`kind::WINDOW`] record, so that every count of the window reaches the model before it.
+fn close_window(
+    tx: &mpsc::Sender<Batch>,
+    stats: &ReaderStats,
+    counting: Option<&mut Counting>,
+    origin: &mut dyn origin::LaunchOrigin,
+    w: profiler_common::WindowBody,
+) {
+    let mut batch = Batch::default();
+    if let Some(c) = counting {
+        c.read(&mut batch, origin);
+    }
+    let rec = profiler_common::Record {
+        header: profiler_common::Header {
+            kind: kind::WINDOW,
+            api: 0,
+            tgid: 0,
+            tid: 0,
+            ts_ns: crate::sys::clock::monotonic_ns(),
+        },
+        body: w,
+    };
+    batch.push(profiler_common::decode::encode(&rec));
+    // The daemon's own record, not one read from the ring.
+    batch.counted_records += 1;
+    hand_over(batch, tx, stats);
 }
 
 /// Everything in the ring buffer now, in batches; with `counting`, the launches counted in the

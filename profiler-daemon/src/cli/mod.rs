@@ -161,6 +161,12 @@ pub struct CaptureArgs {
     /// already running, whose older handles only a learned layout could name), one otherwise.
     #[arg(long, value_enum, default_value_t = LaunchTrapsArg::Auto, value_name = "N")]
     pub launch_traps: LaunchTrapsArg,
+    /// With --count-launches: attach the launch probes for WINDOW out of every PERIOD only
+    /// (e.g. 100ms/1s), at a random phase each period, and estimate each process's launches
+    /// from the windows (the report says the sampled counts, the estimate and its error).
+    /// Everything else stays attached all the time. Not with --pid or a command.
+    #[arg(long, value_parser = crate::attach::duty::DutyCycle::parse, value_name = "WINDOW/PERIOD")]
+    pub launch_duty: Option<crate::attach::duty::DutyCycle>,
     /// How often to rescan /proc for CUDA library files, as a safety net behind the in-kernel
     /// mmap watcher (default 30s; 1s when the watcher is unavailable; 0 = never).
     #[arg(long, value_parser = parse_duration_or_zero, value_name = "DURATION")]
@@ -388,6 +394,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                 stack_period: 1,
                 count_launches: None,
                 launch_traps: cli.capture.launch_traps.resolve(&Target::AllJobs),
+                launch_duty: None,
                 verbose: cli.capture.verbose,
                 command: vec![workload.display().to_string()],
                 command_stdin: Some(script),
@@ -462,10 +469,26 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
         Some(d) => Some(d),
     };
     let launch_traps = a.launch_traps.resolve(&target);
+    let launch_duty = match a.launch_duty {
+        Some(d) if count_launches.is_none() => {
+            return Err(format!(
+                "--launch-duty {d} estimates launch totals from counts: it needs \
+                 --count-launches (and no capture file)"
+            ));
+        }
+        Some(d) if !matches!(target, Target::AllJobs) || !a.command.is_empty() => {
+            return Err(format!(
+                "--launch-duty {d} samples the node's launches; --pid and a command capture \
+                 every launch of their processes: drop --launch-duty"
+            ));
+        }
+        d => d,
+    };
     Ok((
         CaptureOptions {
             target,
             launch_traps,
+            launch_duty,
             stack_period,
             count_launches,
             wait: a.wait,

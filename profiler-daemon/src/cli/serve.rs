@@ -122,6 +122,11 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
             .count_launches
             .then_some(cfg.capture.count_interval.0),
         launch_traps: cfg.capture.launch_traps.into(),
+        launch_duty: cfg
+            .capture
+            .count_launches
+            .then_some(cfg.capture.launch_duty.0)
+            .flatten(),
         verbose: false,
         command: Vec::new(),
         command_stdin: None,

@@ -15,6 +15,7 @@ pub mod history;
 pub mod mem;
 pub mod process;
 pub(crate) mod report;
+pub mod sampling;
 pub mod snapshot;
 pub mod stacks;
 pub use report::direction_name;
@@ -82,6 +83,13 @@ pub struct Aggregator {
     stacks: crate::enrich::stacks::StackResolver,
     /// The CUDA libraries attached so far.
     libraries: Vec<crate::model::snapshot::LibraryReport>,
+    /// The launch probes' duty cycle, once a window record came (`None`: always attached).
+    duty: Option<sampling::DutyStats>,
+    /// The cycle configured, and its cost as the cycle measures it (live runs only).
+    duty_config: Option<(
+        String,
+        std::sync::Arc<std::sync::Mutex<crate::attach::duty::CycleCost>>,
+    )>,
 }
 
 impl Aggregator {
@@ -101,6 +109,8 @@ impl Aggregator {
             launches_total: 0,
             stacks: crate::enrich::stacks::StackResolver::replay(),
             libraries: Vec::new(),
+            duty: None,
+            duty_config: None,
         }
     }
 
@@ -144,6 +154,18 @@ impl Aggregator {
             // Discovery, not CUDA activity: the session acts on it; no process entry is made.
             // The session splits the process at its exec (see `Seen`); nothing to count.
             Event::Map(..) | Event::Exec(..) => return,
+            Event::Window(_, w) => {
+                self.duty.get_or_insert_default().close(w);
+                // Every process alive for the window, and one that ended in it (its last
+                // launches belong to it).
+                for (t, p) in self.procs.iter_mut() {
+                    let ended = self.meta.get(t).is_some_and(|m| m.exited);
+                    if !ended || p.sampling.has_pending() {
+                        p.sampling.close(w);
+                    }
+                }
+                return;
+            }
             Event::Exit(h, x) => {
                 if self.procs.contains_key(&h.tgid) {
                     self.mark_exited(h.tgid);
@@ -176,6 +198,7 @@ impl Aggregator {
                 self.launches_total += 1;
             }
             Event::Launches(_, l) => {
+                p.sampling.add(l.count);
                 p.launches_n(h.api, &l.launch(), l.count);
                 if h.api <= MAX_API_ID {
                     p.api_calls(h.api, l.count, None);
@@ -218,7 +241,7 @@ impl Aggregator {
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
             Event::Stack(_, st) => p.stacks.apply(h.api, st),
-            Event::Map(..) | Event::Exit(..) | Event::Exec(..) => {}
+            Event::Map(..) | Event::Exit(..) | Event::Exec(..) | Event::Window(..) => {}
         }
         if h.api > MAX_API_ID
             && !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..))
@@ -588,6 +611,33 @@ impl Aggregator {
                 .report(|pid| processes.iter().any(|p| p.tgid == pid)),
             processes,
             libraries: self.libraries.clone(),
+            launch_duty: self.duty_report(),
         }
+    }
+
+    /// Says that the launch probes run under `cycle`, whose own cost the cycle keeps in `cost`.
+    pub fn set_duty(
+        &mut self,
+        cycle: String,
+        cost: std::sync::Arc<std::sync::Mutex<crate::attach::duty::CycleCost>>,
+    ) {
+        self.duty_config = Some((cycle, cost));
+    }
+
+    fn duty_report(&self) -> Option<crate::model::snapshot::LaunchDutyReport> {
+        let (cycle, cost) = self.duty_config.as_ref()?;
+        let d = self.duty.clone().unwrap_or_default();
+        let c = cost.lock().map(|c| c.clone()).unwrap_or_default();
+        use crate::attach::duty::CycleCost;
+        Some(crate::model::snapshot::LaunchDutyReport {
+            cycle: cycle.clone(),
+            windows: d.windows,
+            held_windows: d.held,
+            attached_ms: d.attached_ns / 1_000_000,
+            observed_ms: d.observed_ns / 1_000_000,
+            attach_us_median: CycleCost::median(&c.attach_us),
+            detach_us_median: CycleCost::median(&c.detach_us),
+            failed_attaches: c.failed_attaches,
+        })
     }
 }

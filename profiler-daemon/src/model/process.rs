@@ -121,6 +121,8 @@ pub struct ProcState {
     pub streams: FastMap<u64, StreamStat>,
     /// Calls, launches and blocked time over the process's active span.
     pub activity: super::activity::Activity,
+    /// Launches counted in duty-cycle windows, and the estimate made from them.
+    pub sampling: super::sampling::Sampling,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -146,6 +148,7 @@ impl ProcState {
             gpu: Default::default(),
             streams: FastMap::default(),
             activity: Default::default(),
+            sampling: Default::default(),
         }
     }
 

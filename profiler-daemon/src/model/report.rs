@@ -260,7 +260,20 @@ pub(super) fn process(
         code,
         stacks: stack_summary,
         timeline: p.activity.report(origin_ns),
+        launch_sampling: sampling(&p.sampling),
     }
+}
+
+fn sampling(s: &super::sampling::Sampling) -> Option<crate::model::snapshot::LaunchSamplingReport> {
+    (s.windows > 0 || s.exact > 0).then(|| crate::model::snapshot::LaunchSamplingReport {
+        windows: s.windows,
+        counted_launches: s.counted,
+        exact_launches: s.exact,
+        estimated_launches: s.estimate().round() as u64,
+        standard_error: s.standard_error().map(|e| e.round() as u64),
+        attached_ms: s.attached_ns / 1_000_000,
+        observed_ms: s.observed_ns / 1_000_000,
+    })
 }
 
 /// The code rows of a process (kernels named as in the kernels view).

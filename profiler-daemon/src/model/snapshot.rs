@@ -57,6 +57,27 @@ pub struct Report {
     /// The CUDA driver and runtime libraries the probes were attached to, by path.
     #[serde(default)]
     pub libraries: Vec<LibraryReport>,
+    /// The launch probes' duty cycle (absent: attached all the time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_duty: Option<LaunchDutyReport>,
+}
+
+/// The launch probes' duty cycle over the run (measured: the windows and what one attach and
+/// one detach of every launch link took).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchDutyReport {
+    /// `WINDOW/PERIOD` as configured.
+    pub cycle: String,
+    pub windows: u64,
+    /// Periods a deep capture held the probes attached.
+    pub held_windows: u64,
+    pub attached_ms: u64,
+    pub observed_ms: u64,
+    /// Median time to attach / detach every launch link of one window (µs).
+    pub attach_us_median: Option<u64>,
+    pub detach_us_median: Option<u64>,
+    /// Windows whose attach failed for at least one library.
+    pub failed_attaches: u64,
 }
 
 /// One GPU as NVML sampled it (derived: NVML's own averages over its sample period, averaged
@@ -176,6 +197,31 @@ pub struct ProcessReport {
     /// When the process called CUDA (`null` when it made no call the probes saw).
     #[serde(default)]
     pub timeline: Option<crate::model::activity::TimelineReport>,
+    /// Under a duty cycle (`capture.launch_duty`), `launches` holds the launches the probes
+    /// counted inside the windows; this says what they stand for. Absent when the launch
+    /// probes were attached all the time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_sampling: Option<LaunchSamplingReport>,
+}
+
+/// A process's launches under the duty cycle (see `model::sampling` for the estimator).
+/// `counted_launches` and `exact_launches` are measured; `estimated_launches` and
+/// `standard_error` are derived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSamplingReport {
+    /// Sampled windows the process was alive for.
+    pub windows: u64,
+    /// Launches counted inside those windows.
+    pub counted_launches: u64,
+    /// Launches counted while a deep capture held the probes attached (exact, not scaled).
+    pub exact_launches: u64,
+    /// The process's launches over the whole time, estimated.
+    pub estimated_launches: u64,
+    /// The estimate's standard error (`null` below two windows).
+    pub standard_error: Option<u64>,
+    /// Time the probes were attached, out of the observed time, over the sampled windows.
+    pub attached_ms: u64,
+    pub observed_ms: u64,
 }
 
 /// The calls sampled on one call stack. `samples` is measured; `calls`, `launches`, `syncs`,

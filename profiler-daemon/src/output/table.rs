@@ -465,6 +465,7 @@ mod tests {
             code: Vec::new(),
             stacks: Default::default(),
             timeline: None,
+            launch_sampling: None,
         };
         Report {
             schema: SCHEMA.into(),
@@ -500,6 +501,7 @@ mod tests {
                     probes: 88,
                 },
             ],
+            launch_duty: None,
         }
     }
 

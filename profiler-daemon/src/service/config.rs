@@ -44,6 +44,10 @@ count_interval = "1s"
 # (cudaLaunchKernel…) unprobed and sees each launch at the driver call it makes (reported under
 # the runtime's API, named by the driver's handle); "two" probes both layers.
 launch_traps = "one"
+# Attach the launch probes for WINDOW out of every PERIOD only ("100ms/1s"), at a random phase
+# each period, and estimate each process's launches from the windows (with count_launches; a
+# deep capture holds them attached while it runs). "": attached all the time.
+launch_duty = ""
 
 [nvml]
 # Sample GPU utilisation, memory, clocks and per-process GPU memory through NVML.
@@ -134,6 +138,32 @@ pub struct CaptureConfig {
     pub count_launches: bool,
     pub count_interval: Dur,
     pub launch_traps: LaunchTrapsConfig,
+    pub launch_duty: DutyConfig,
+}
+
+/// `capture.launch_duty`: `"WINDOW/PERIOD"`, or `""` (launch probes attached all the time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DutyConfig(pub Option<crate::attach::duty::DutyCycle>);
+
+impl Serialize for DutyConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(d) => s.serialize_str(&d.to_string()),
+            None => s.serialize_str(""),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DutyConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim().is_empty() {
+            return Ok(DutyConfig(None));
+        }
+        crate::attach::duty::DutyCycle::parse(&s)
+            .map(|c| DutyConfig(Some(c)))
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// `capture.launch_traps`: probes per runtime kernel launch.
@@ -199,6 +229,7 @@ impl Default for CaptureConfig {
             count_launches: true,
             count_interval: Dur(Duration::from_secs(1)),
             launch_traps: LaunchTrapsConfig::One,
+            launch_duty: DutyConfig(None),
         }
     }
 }
@@ -533,6 +564,10 @@ impl Config {
             (
                 "capture.launch_traps",
                 next.capture.launch_traps != new.capture.launch_traps,
+            ),
+            (
+                "capture.launch_duty",
+                next.capture.launch_duty != new.capture.launch_duty,
             ),
             ("nvml", next.nvml != new.nvml),
             (

@@ -133,6 +133,9 @@ pub(crate) async fn aggregate(
         seen.symbols.clone(),
     ));
     agg.set_libraries(libraries.clone());
+    if let Some((cycle, control)) = &seen.duty {
+        agg.set_duty(cycle.clone(), control.cost.clone());
+    }
     let mut taps = Taps {
         journal,
         deep: Vec::new(),

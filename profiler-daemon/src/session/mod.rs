@@ -77,6 +77,9 @@ pub struct CaptureOptions {
     pub count_launches: Option<Duration>,
     /// One or two probes per runtime kernel launch (see [`crate::attach::LaunchTraps`]).
     pub launch_traps: crate::attach::LaunchTraps,
+    /// Launch probes attached for a window of each period only (service mode; needs
+    /// `count_launches`). `None`: attached all the time.
+    pub launch_duty: Option<crate::attach::duty::DutyCycle>,
     pub verbose: bool,
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
@@ -306,6 +309,7 @@ pub async fn run(
     let counting = probes.counting.take();
     let origin =
         crate::enrich::launch_origin::Origins::new(probes.seen_at_driver.clone(), symbols.clone());
+    let (windows, duty) = start_duty(&mut probes)?;
     let reader = capture::spawn_reader(
         ring,
         tx,
@@ -313,19 +317,23 @@ pub async fn run(
         stats.clone(),
         counting,
         Box::new(origin),
+        windows,
     )?;
     let (maps_tx, maps_rx) = mpsc::unbounded_channel::<Sighting>();
     let remembered = match &opts.state_dir {
         Some(d) => crate::enrich::driver_objects::remembered::Remembered::open(d),
         None => crate::enrich::driver_objects::remembered::Remembered::none(),
     };
-    let seen = Seen::new(
+    let mut seen = Seen::new(
         probes.exit_final,
         symbols.clone(),
         maps_tx,
         probes.launch_mode.take(),
         remembered,
     );
+    if let Some((cycle, control)) = duty {
+        seen.set_duty(cycle, control);
+    }
     let inbox = aggregator::Inbox {
         batches: rx,
         ctl: ctl_rx,
@@ -447,6 +455,35 @@ pub async fn run(
         }),
         (Err(e), None) => Err(e),
     }
+}
+
+/// Starts the launch probes' duty cycle on a thread of its own, when the setup kept their sites
+/// for it: the windows' receiver for the reader, and what the session shares with the cycle.
+#[allow(clippy::type_complexity)]
+fn start_duty(
+    probes: &mut setup::Probes,
+) -> Result<
+    (
+        Option<capture::Windows>,
+        Option<(String, crate::attach::duty::DutyControl)>,
+    ),
+    SessionError,
+> {
+    let Some((cycle, sites)) = probes.duty.take() else {
+        return Ok((None, None));
+    };
+    let (wtx, wrx) = mpsc::unbounded_channel();
+    let control = crate::attach::duty::DutyControl::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thread = {
+        let (control, stop) = (control.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("gpuprofd-duty".into())
+            .spawn(move || crate::attach::duty::run(cycle, sites, control, wtx, stop))
+            .map_err(|e| SessionError::Internal(format!("cannot start the duty cycle: {e}")))?
+    };
+    probes.duty_thread = Some((stop, thread));
+    Ok((Some(wrx), Some((cycle.to_string(), control))))
 }
 
 /// Starts NVML sampling; the aggregator hears of it either way (a report says whether NVML

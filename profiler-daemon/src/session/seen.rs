@@ -41,6 +41,8 @@ pub(crate) struct Seen {
     launch_mode: Option<crate::capture::counted::LaunchMode>,
     /// Names of handles made before the attach, read from the driver's objects.
     driver: DriverObjects,
+    /// The launch probes' duty cycle (held attached while a deep capture runs).
+    pub duty: Option<(String, crate::attach::duty::DutyControl)>,
 }
 
 impl Seen {
@@ -59,7 +61,13 @@ impl Seen {
             maps_tx,
             launch_mode,
             driver: DriverObjects::live(remembered),
+            duty: None,
         }
+    }
+
+    /// The launch probes run under `cycle`; `control` holds them attached for deep captures.
+    pub fn set_duty(&mut self, cycle: String, control: crate::attach::duty::DutyControl) {
+        self.duty = Some((cycle, control));
     }
 
     /// Applies a batch of raw records: decoded, each handed to the taps and the aggregator.
@@ -70,6 +78,11 @@ impl Seen {
                     // Discovery only, handed to the session: not a sign of CUDA use, so no procfs
                     // reads here for the thousands of short-lived processes a busy node runs.
                     let _ = self.maps_tx.send(Sighting::Map(h.tgid, m.addr, m.len));
+                }
+                Ok(ev @ Event::Window(..)) => {
+                    // The node's duty-cycle window: no process's, closes every one's.
+                    taps.record(rec, Some(&ev), agg);
+                    agg.apply(&ev);
                 }
                 Ok(ev @ Event::Exit(..)) => self.exit(agg, taps, rec, &ev),
                 Ok(ev @ Event::Exec(..)) => self.exec(agg, taps, rec, &ev),
@@ -182,6 +195,11 @@ impl Seen {
             return;
         };
         let counting = !starting && taps.deep.is_empty();
+        if let Some((_, control)) = &self.duty {
+            control
+                .hold
+                .store(!counting, std::sync::atomic::Ordering::Relaxed);
+        }
         if m.counting() != counting
             && let Err(e) = m.set(counting)
         {

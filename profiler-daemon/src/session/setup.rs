@@ -4,6 +4,7 @@
 use super::python::PythonProcs;
 use super::selection::Selection;
 use super::{CaptureOptions, SessionError, Target};
+use crate::attach::duty::{DutyCycle, LaunchSites};
 use crate::attach::{AttachError, Attacher, layer_label};
 use crate::capture;
 use crate::discovery::{self, CudaLibrary, Scanner};
@@ -32,6 +33,13 @@ pub(super) struct Probes {
     /// What a driver launch stands for when a runtime called it (one trap per launch), as
     /// the attach says; read by the ring reader.
     pub seen_at_driver: SeenAtDriver,
+    /// The duty cycle and the launch probes' sites kept for its windows (taken at the start).
+    pub duty: Option<(DutyCycle, LaunchSites)>,
+    /// The running cycle: its stop flag and thread (stopped before the reader's last drain).
+    pub duty_thread: Option<(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
 }
 
 impl Probes {
@@ -77,6 +85,22 @@ impl Probes {
         // Now, while the eBPF object still holds every map (the ring and the counters are
         // taken below): `uprobe_multi` programs are loaded against them.
         attacher.load_programs(&mut ebpf)?;
+        let duty = match opts.launch_duty {
+            Some(cycle) if attacher.duty_possible() => {
+                let sites = LaunchSites::default();
+                attacher.set_duty_sites(sites.clone());
+                Some((cycle, sites))
+            }
+            Some(cycle) => {
+                super::console::warn(format_args!(
+                    "no duty cycle ({cycle}): the kernel gave no uprobe_multi links, and \
+                     perf-event probes take about 0.1 s each to detach; launch probes stay \
+                     attached all the time"
+                ));
+                None
+            }
+            None => None,
+        };
         // A live attach: the CPython processes already running are known to the probes before
         // any is attached, so that their first call after the attach has its Python frames.
         let mut python = PythonProcs::default();
@@ -130,6 +154,8 @@ impl Probes {
         publish(&attacher, &seen_at_driver);
         Ok(Probes {
             seen_at_driver,
+            duty,
+            duty_thread: None,
             ebpf,
             attacher,
             scanner,

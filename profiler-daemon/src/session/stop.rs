@@ -52,6 +52,11 @@ impl Stopping<'_> {
                 let _ = self.ctl_tx.send(Ctl::Nvml(Some(m))).await;
             }
         }
+        // The duty cycle's last (partial) window goes to the reader before its last drain.
+        if let Some((stop, thread)) = self.probes.duty_thread.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         self.cancel.cancel();
         (&mut self.reader)
             .await

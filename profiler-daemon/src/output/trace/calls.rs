@@ -118,7 +118,12 @@ impl Calls<'_> {
                 values: vec![("live", Some(v))],
             })?;
         }
-        if !in_window || matches!(ev, Event::Map(..) | Event::Name(..) | Event::Alias(..)) {
+        if !in_window
+            || matches!(
+                ev,
+                Event::Map(..) | Event::Name(..) | Event::Alias(..) | Event::Window(..)
+            )
+        {
             return Ok(());
         }
         if self.threads.insert((pid, h.tid)) {
@@ -189,7 +194,9 @@ impl Calls<'_> {
                 call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
-            Event::Map(..) | Event::Name(..) | Event::Alias(..) => return Ok(()),
+            Event::Map(..) | Event::Name(..) | Event::Alias(..) | Event::Window(..) => {
+                return Ok(());
+            }
         };
         emit.send(e)
     }

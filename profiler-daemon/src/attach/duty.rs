@@ -1,0 +1,361 @@
+//! A duty cycle for the launch probes (service mode): attached for a window out of each
+//! period, detached the rest of it, so that an always-on daemon costs a training job the traps
+//! of a fraction of its launches.
+//!
+//! Why its own thread and links: attaching a `uprobe_multi` link writes a breakpoint into every
+//! process that maps the library, and releasing one waits for the kernel's grace periods, so
+//! each costs milliseconds that must not hold up the ring reader or the run loop. The launch
+//! probes' sites (program, file, offsets, cookies) are kept here instead of being linked at
+//! attach time; the file is held open and named through `/proc/self/fd` so that a library a
+//! process mapped through `/proc/PID/map_files` can still be attached after that process ends.
+//! Every other probe (copies, syncs, allocations, names, discovery) stays attached throughout:
+//! a job that starts between windows is discovered and its kernels named as before.
+//!
+//! Each period the window's start is drawn at random (a launch pattern with the period's
+//! rhythm cannot hide from it), the probes are attached, detached at the window's end, and the
+//! window — when the links were in place, and the period — goes to the reader, which reads the
+//! launch counters and passes a [`profiler_common::kind::WINDOW`] record on after the window's
+//! counts. While a deep capture runs the probes are held attached (every launch is needed):
+//! those periods are reported [`profiler_common::window::HELD`] and their counts are exact.
+
+use profiler_common::{WindowBody, window};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Window and period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DutyCycle {
+    pub window: Duration,
+    pub period: Duration,
+}
+
+impl DutyCycle {
+    /// Parses `WINDOW/PERIOD` (`100ms/1s`), the window shorter than the period.
+    pub fn parse(s: &str) -> Result<DutyCycle, String> {
+        let (w, p) = s.split_once('/').ok_or_else(|| {
+            format!("\"{s}\": write the duty cycle as WINDOW/PERIOD, e.g. 100ms/1s")
+        })?;
+        let d = |x: &str| {
+            crate::sys::duration::parse_duration(x.trim()).map_err(|e| format!("\"{s}\": {e}"))
+        };
+        let (window, period) = (d(w)?, d(p)?);
+        if period < Duration::from_millis(100) || period > Duration::from_secs(600) {
+            return Err(format!("\"{s}\": the period must be between 100ms and 10m"));
+        }
+        if window < Duration::from_millis(10) || window >= period {
+            return Err(format!(
+                "\"{s}\": the window must be at least 10ms and shorter than the period \
+                 (a window as long as the period is no duty cycle: leave it out)"
+            ));
+        }
+        Ok(DutyCycle { window, period })
+    }
+
+    pub fn fraction(&self) -> f64 {
+        self.window.as_secs_f64() / self.period.as_secs_f64()
+    }
+}
+
+impl std::fmt::Display for DutyCycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = |x: Duration| match x.as_millis() {
+            ms if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
+            ms => format!("{ms}ms"),
+        };
+        write!(f, "{}/{}", d(self.window), d(self.period))
+    }
+}
+
+/// One launch program's sites in one library.
+struct Site {
+    prog: OwnedFd,
+    /// Held open: the link is made through `/proc/self/fd/N`.
+    file: File,
+    offsets: Vec<u64>,
+    cookies: Vec<u64>,
+}
+
+/// The launch probes' sites, shared by the attach (which adds a library's) and the cycle.
+#[derive(Clone, Default)]
+pub struct LaunchSites(Arc<Mutex<Vec<Site>>>);
+
+impl LaunchSites {
+    /// Keeps `prog` at `offsets` of the file at `path` for the windows.
+    pub fn add(
+        &self,
+        prog: std::os::fd::BorrowedFd<'_>,
+        path: &std::path::Path,
+        offsets: Vec<u64>,
+        cookies: Vec<u64>,
+    ) -> std::io::Result<()> {
+        let site = Site {
+            prog: prog.try_clone_to_owned()?,
+            file: File::open(path)?,
+            offsets,
+            cookies,
+        };
+        self.0.lock().expect("launch sites poisoned").push(site);
+        Ok(())
+    }
+
+    /// Links every site; the links made and the errors (a site that failed is retried next
+    /// window).
+    fn attach(&self) -> (Vec<OwnedFd>, Vec<String>) {
+        let sites = self.0.lock().expect("launch sites poisoned");
+        let mut links = Vec::with_capacity(sites.len());
+        let mut errors = Vec::new();
+        for s in sites.iter() {
+            let path = PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
+            match super::multi::attach(s.prog.as_fd(), &path, &s.offsets, &s.cookies, false) {
+                Ok(l) => links.push(l),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        (links, errors)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("launch sites poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the cycle measured of itself: the time one attach and one detach of every launch link
+/// took (the last [`KEPT`] of each), and windows whose attach failed.
+#[derive(Clone, Debug, Default)]
+pub struct CycleCost {
+    pub attach_us: Vec<u64>,
+    pub detach_us: Vec<u64>,
+    pub failed_attaches: u64,
+}
+
+/// Attach and detach times kept.
+pub const KEPT: usize = 256;
+
+impl CycleCost {
+    fn push(v: &mut Vec<u64>, d: Duration) {
+        if v.len() == KEPT {
+            v.remove(0);
+        }
+        v.push(d.as_micros() as u64);
+    }
+
+    /// The median of `v` (µs), `None` when empty.
+    pub fn median(v: &[u64]) -> Option<u64> {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        s.get(s.len() / 2).copied()
+    }
+}
+
+/// What the cycle shares with the session.
+#[derive(Clone, Default)]
+pub struct DutyControl {
+    /// Keep the probes attached (a deep capture is running).
+    pub hold: Arc<AtomicBool>,
+    pub cost: Arc<Mutex<CycleCost>>,
+}
+
+/// A small generator for the windows' phases (xorshift64*: the phase needs no more, and the
+/// daemon has no random-number crate otherwise).
+struct Phase(u64);
+
+impl Phase {
+    fn new() -> Phase {
+        let seed = crate::sys::clock::monotonic_ns() ^ u64::from(std::process::id()) << 32;
+        Phase(seed | 1)
+    }
+
+    /// A value in `0..n` (`n` > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Runs the cycle until `stop` is set: each period, attach for the window (at a random
+/// phase), detach, and hand the window to `windows`. On the way out the probes are left
+/// detached.
+pub fn run(
+    duty: DutyCycle,
+    sites: LaunchSites,
+    control: DutyControl,
+    windows: tokio::sync::mpsc::UnboundedSender<WindowBody>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut phase = Phase::new();
+    let mut links: Vec<OwnedFd> = Vec::new();
+    let slack = duty.period - duty.window;
+    let tick = Duration::from_millis(5);
+    // Sleeps until `t` unless asked to stop (then `false`).
+    let sleep_until = |t: Instant| -> bool {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= t {
+                return true;
+            }
+            std::thread::sleep((t - now).min(tick));
+        }
+    };
+    let mut period_start = Instant::now();
+    let mut period_start_ns = crate::sys::clock::monotonic_ns();
+    // The window of the period in progress: attached since (ns), and detached at (ns).
+    let (mut on_ns, mut off_ns): (Option<u64>, Option<u64>) = (None, None);
+    let mut held = false;
+    loop {
+        held = held || control.hold.load(Ordering::Relaxed);
+        let offset = Duration::from_nanos(phase.below(slack.as_nanos() as u64 + 1));
+        let on_at = if held || !links.is_empty() {
+            // Held (or still attached from a held period): attached from the period's start.
+            period_start
+        } else {
+            period_start + offset
+        };
+        if !sleep_until(on_at) {
+            break;
+        }
+        if links.is_empty() {
+            let t = Instant::now();
+            let (made, errors) = sites.attach();
+            let took = t.elapsed();
+            let mut cost = control.cost.lock().expect("cycle cost poisoned");
+            CycleCost::push(&mut cost.attach_us, took);
+            if !errors.is_empty() {
+                cost.failed_attaches += 1;
+                tracing::warn!(errors = ?errors, "launch probes not attached for this window");
+            }
+            links = made;
+            // The window starts once the links are in place.
+            on_ns = Some(crate::sys::clock::monotonic_ns());
+        } else {
+            on_ns = Some(period_start_ns);
+        }
+        let period_end = period_start + duty.period;
+        let until = if held {
+            period_end
+        } else {
+            on_at + duty.window
+        };
+        if !sleep_until(until) {
+            break;
+        }
+        held = held || control.hold.load(Ordering::Relaxed);
+        if !held {
+            off_ns = Some(crate::sys::clock::monotonic_ns());
+            let t = Instant::now();
+            drop(std::mem::take(&mut links));
+            CycleCost::push(
+                &mut control.cost.lock().expect("cycle cost poisoned").detach_us,
+                t.elapsed(),
+            );
+        }
+        if !sleep_until(period_end) {
+            break;
+        }
+        let now_ns = crate::sys::clock::monotonic_ns();
+        let w = window_of(on_ns.take(), off_ns.take(), period_start_ns, now_ns, held);
+        if windows.send(w).is_err() {
+            return;
+        }
+        held = false;
+        period_start = period_end;
+        period_start_ns = now_ns;
+    }
+    // Stopped mid-period: the part of the period so far is the last window (its launches were
+    // counted and are read after it).
+    let now_ns = crate::sys::clock::monotonic_ns();
+    let attached_now = !links.is_empty();
+    drop(links);
+    let off = if attached_now { Some(now_ns) } else { off_ns };
+    let _ = windows.send(window_of(on_ns, off, period_start_ns, now_ns, held));
+}
+
+/// The window record of a period from `period_start_ns` to `now_ns`, attached from `on` to
+/// `off` (none: never attached in it).
+fn window_of(
+    on: Option<u64>,
+    off: Option<u64>,
+    period_start_ns: u64,
+    now_ns: u64,
+    held: bool,
+) -> WindowBody {
+    let (start_ns, end_ns) = match (on, off) {
+        (Some(a), Some(b)) => (a, b.max(a)),
+        (Some(a), None) => (a, now_ns),
+        _ => (now_ns, now_ns),
+    };
+    WindowBody {
+        start_ns,
+        end_ns,
+        period_ns: now_ns.saturating_sub(period_start_ns).max(1),
+        flags: if held { window::HELD } else { 0 },
+        _pad: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duty_cycle_is_a_window_shorter_than_its_period() {
+        let d = DutyCycle::parse("100ms/1s").unwrap();
+        assert_eq!(
+            (d.window, d.period),
+            (Duration::from_millis(100), Duration::from_secs(1))
+        );
+        assert!((d.fraction() - 0.1).abs() < 1e-12);
+        assert_eq!(d.to_string(), "100ms/1s");
+        for bad in ["100ms", "1s/1s", "2s/1s", "5ms/1s", "10ms/50ms", "x/1s"] {
+            assert!(DutyCycle::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn phases_cover_the_slack() {
+        let mut p = Phase(42);
+        let v: Vec<u64> = (0..1000).map(|_| p.below(10)).collect();
+        for k in 0..10 {
+            let n = v.iter().filter(|&&x| x == k).count();
+            assert!((50..=150).contains(&n), "{k}: {n}");
+        }
+    }
+
+    #[test]
+    fn a_window_says_when_the_probes_were_attached_in_its_period() {
+        let w = window_of(Some(300), Some(400), 100, 1100, false);
+        assert_eq!(
+            (w.start_ns, w.end_ns, w.period_ns, w.flags),
+            (300, 400, 1000, 0)
+        );
+        // stopped while attached, held, never attached
+        assert_eq!(window_of(Some(300), None, 100, 600, false).end_ns, 600);
+        assert_eq!(
+            window_of(Some(100), None, 100, 1100, true).flags,
+            window::HELD
+        );
+        let never = window_of(None, None, 100, 500, false);
+        assert_eq!(
+            (never.start_ns, never.end_ns, never.period_ns),
+            (500, 500, 400)
+        );
+    }
+
+    #[test]
+    fn the_median_of_the_cycle_costs() {
+        assert_eq!(CycleCost::median(&[5, 1, 9]), Some(5));
+        assert_eq!(CycleCost::median(&[]), None);
+    }
+}

@@ -1,0 +1,81 @@
+//! The launch probes' duty cycle (`--launch-duty WINDOW/PERIOD` with `--count-launches`, the
+//! service's `capture.launch_duty`): attached for a window out of each period, every launch
+//! inside the windows counted, each process's total estimated from them with its error.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+
+#[test]
+fn launches_are_counted_in_the_windows_and_the_total_estimated() {
+    let lib = fakecuda().join("lib");
+    let mut args: Vec<&str> = all_jobs_args(&lib).to_vec();
+    args.extend_from_slice(&["--count-launches", "100ms", "--launch-duty", "100ms/500ms"]);
+    let d = Daemon::start(&args);
+    let mut w = Workload::start();
+    // 2000 runtime launches a second for 6 s, in 1 ms slices.
+    w.cmd("pace 2000 6");
+    let truth = w.count("cudaLaunchKernel");
+    assert!(truth >= 11_000, "the workload fell short: {truth} launches");
+    let tgid = w.tgid;
+    let r = d.stop().report;
+    w.exit();
+
+    let duty = &r["launch_duty"];
+    assert_eq!(duty["cycle"], "100ms/500ms");
+    let windows = duty["windows"].as_u64().unwrap();
+    // At least one window per period of the 6 s the workload launched for.
+    assert!(windows >= 12, "{duty}");
+    assert_eq!(duty["held_windows"], 0);
+    assert_eq!(duty["failed_attaches"], 0);
+    // A tenth-of-a-second window every half second, give or take the attach's own time.
+    let share = duty["attached_ms"].as_f64().unwrap() / duty["observed_ms"].as_f64().unwrap();
+    assert!(
+        (0.15..=0.25).contains(&share),
+        "attached {share} of the time: {duty}"
+    );
+    assert!(duty["attach_us_median"].as_u64().is_some());
+
+    let p = process(&r, tgid);
+    let s = &p["launch_sampling"];
+    let counted = s["counted_launches"].as_u64().unwrap();
+    // Every launch the report counts is a window's (none was held).
+    assert_eq!(s["exact_launches"], 0);
+    assert_eq!(p["launches"].as_u64().unwrap(), counted);
+    // The probes saw only the windows' launches: about a fifth.
+    assert!(
+        counted > truth / 10 && counted < truth / 2,
+        "{counted} of {truth} counted"
+    );
+    let est = s["estimated_launches"].as_u64().unwrap() as f64;
+    let se = s["standard_error"].as_u64().expect("an error estimate") as f64;
+    assert!(se > 0.0, "{s}");
+    assert!(
+        (est - truth as f64).abs() <= 3.0 * se,
+        "estimate {est} ± {se} for {truth} launches"
+    );
+    // The kernel names and the runtime API come through as without the cycle.
+    assert_eq!(
+        kernels(p, "relu(float*, int)")[0]["api"],
+        "cudaLaunchKernel"
+    );
+}
+
+#[test]
+fn a_duty_cycle_needs_counted_launches_and_the_node() {
+    let (code, _, err) = run_all_jobs(&["--launch-duty", "100ms/1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs --count-launches"), "{err}");
+    let (code, _, err) = run_daemon(&[
+        "--pid",
+        "1",
+        "--count-launches",
+        "--launch-duty",
+        "100ms/1s",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("drop --launch-duty"), "{err}");
+    let (code, _, err) = run_all_jobs(&["--count-launches", "--launch-duty", "1s/1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("shorter than the period"), "{err}");
+}

@@ -20,14 +20,16 @@
 #   coverage     under gpuprofd --all-jobs, each workload with torch.profiler counting:
 #                torch_cnn eager / amp / compile, cublas_gemm, torch_graphs, cupy_raw, jax_jit
 #   live         a training loop started before gpuprofd, attached with --pid after warm-up;
-#                again with --count-launches (the service's in-kernel counting)
+#                again with --count-launches (the service's in-kernel counting), and with
+#                --launch-traps one (names of older handles from the driver's objects)
 #   service      gpuprofd serve; the same loop captured after warm-up through the control socket
 #                (gpuprofd ctl capture --pid), its file compared like live
 #   code         the code view on a PyTorch model (--stack-period 1): launches attributed to
 #                the known lines of its forward()
 #   attribution  two jobs at once in different cgroups, each job's totals against its own count
 #   overhead     median step time with no profiler / gpuprofd service mode (launches counted
-#                in the kernel) / gpuprofd full capture / torch.profiler
+#                in the kernel; and with the launch probes' duty cycle 100ms/1s) / gpuprofd
+#                full capture (one trap per runtime launch; and two) / torch.profiler
 #                (launch-bound and compute-bound loops)
 #   nvml         nvidia-smi --query-gpu / --query-compute-apps during a run
 # Without BPF (doctor fails) only doctor, procaddr and nvml run; the rest is recorded blocked.
@@ -420,7 +422,7 @@ overhead_round() { # NAME STEPS SCRIPT ROUND [args...]: the modes in an order ro
     shift 4
     local name=$base
     [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
-    local modes=(none counted gpuprofd gpuprofd_two prof) i
+    local modes=(none counted counted_duty gpuprofd gpuprofd_two prof) i
     for i in "${!modes[@]}"; do
         overhead_mode "${modes[$(((i + round - 1) % ${#modes[@]}))]}" "$name" "$n" "$script" "$@"
     done
@@ -450,6 +452,15 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
             record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
+        ;;
+    counted_duty)
+        # Service mode under a duty cycle: launch probes attached 100 ms of every second.
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted_duty" overhead; return; fi
+        echo "  $name: gpuprofd service mode, launch probes 100ms/1s"
+        "$BIN" --all-jobs --no-live --count-launches 1s --launch-duty 100ms/1s --output "$OUT/runs/oh_${name}_counted_duty.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted_duty.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_counted_duty.err" &&
+            record "oh_${name}_counted_duty" overhead gpuprofd-counted-duty "" "" "$OUT/runs/oh_${name}_counted_duty.json"
         ;;
     gpuprofd_two)
         # Full capture with both layers probed (two traps per runtime launch), as before #35.

@@ -6,7 +6,7 @@ MANIFEST.json (written by gpu-validate.sh):
     {"env": {...}, "doctor": "doctor.json" | null, "procaddr": "procaddr.json" | null,
      "nvml": "nvml.json" | null,
      "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"overhead",
-               "mode": "none"|"gpuprofd-counted"|"gpuprofd"|"gpuprofd-two-traps"|"torch.profiler",  # overhead only
+               "mode": "none"|"gpuprofd-counted"|"gpuprofd-counted-duty"|"gpuprofd"|"gpuprofd-two-traps"|"torch.profiler",  # overhead only
                "report": "gpuprofd report path" | null, "results": ["workload result path", ...],
                "error": str | null}]}
 
@@ -178,7 +178,8 @@ API_FAMILY = {
 # Overhead modes in table order: gpuprofd-counted is the service's default (launches counted in
 # the kernel), gpuprofd is full capture (a record per launch), both with one trap per runtime
 # launch; gpuprofd-two-traps is full capture with the runtime's launch entries probed too.
-OVERHEAD_MODES = ("none", "gpuprofd-counted", "gpuprofd", "gpuprofd-two-traps", "torch.profiler")
+OVERHEAD_MODES = ("none", "gpuprofd-counted", "gpuprofd-counted-duty", "gpuprofd", "gpuprofd-two-traps",
+                  "torch.profiler")
 
 
 def overhead_rows(runs):
@@ -364,9 +365,10 @@ def main(manifest_path, outdir):
         md.append("## Overhead (median step time; ratio against no profiler in the same session)")
         md.append(
             fmt_table(
-                ["workload", "none s", "service mode s", "full capture s",
+                ["workload", "none s", "service mode s", "service 100ms/1s s", "full capture s",
                  "full capture, two traps s", "torch.profiler s", "service mode ratio",
-                 "full capture ratio", "two traps ratio", "torch.profiler ratio"],
+                 "service 100ms/1s ratio", "full capture ratio", "two traps ratio",
+                 "torch.profiler ratio"],
                 [
                     (
                         o["workload"],

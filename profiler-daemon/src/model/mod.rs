@@ -472,6 +472,12 @@ impl Aggregator {
                 live_bytes: p.mem.live_bytes,
                 gpu_sm_util: p.gpu.last_sm_util,
                 gpu_held_bytes: p.gpu.last_used_bytes,
+                launches_estimated: (p.sampling.windows > 0).then(|| {
+                    (
+                        p.sampling.estimate().round() as u64,
+                        p.sampling.standard_error().map(|e| e.round() as u64),
+                    )
+                }),
             });
         }
         rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));

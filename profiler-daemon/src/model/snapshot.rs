@@ -398,6 +398,9 @@ pub struct LiveRow {
     /// NVML's latest figures for the process, when it has any.
     pub gpu_sm_util: Option<u32>,
     pub gpu_held_bytes: Option<u64>,
+    /// Under the launch probes' duty cycle: the estimated launches and their standard error
+    /// (`launches` then holds those the windows counted).
+    pub launches_estimated: Option<(u64, Option<u64>)>,
 }
 
 /// What the metrics exposition needs from the model beyond the report: NVML's latest figures

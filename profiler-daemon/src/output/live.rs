@@ -18,12 +18,17 @@ pub fn render_line(r: &LiveRow) -> String {
     if let Some(b) = r.gpu_held_bytes {
         gpu.push_str(&format!("  gpu mem {}", fmt::bytes(b)));
     }
+    // Under the duty cycle the windows' count comes with the estimate it stands for.
+    let launches = match r.launches_estimated {
+        Some((est, Some(se))) => format!("{} in windows, ~{est} ±{se} est.", r.launches),
+        Some((est, None)) => format!("{} in windows, ~{est} est.", r.launches),
+        None => r.launches.to_string(),
+    };
     format!(
-        "{job}{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}{gpu}",
+        "{job}{} {}{}  launches {launches} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}{gpu}",
         r.tgid,
         comm,
         if r.exited { " (exited)" } else { "" },
-        r.launches,
         r.launches_per_s,
         r.copies,
         fmt::bytes(r.copy_bytes),
@@ -51,6 +56,7 @@ mod tests {
             live_bytes: 16 << 20,
             gpu_sm_util: None,
             gpu_held_bytes: None,
+            launches_estimated: None,
         };
         assert_eq!(
             render_line(&r),
@@ -76,5 +82,16 @@ mod tests {
             ..r
         };
         assert!(render_line(&g).ends_with("alloc live 16.0 MiB  gpu sm 80%  gpu mem 1.0 GiB"));
+        let d = LiveRow {
+            launches_estimated: Some((12000, Some(340))),
+            ..g
+        };
+        assert!(
+            render_line(&d).starts_with(
+                "4242 ? (exited)  launches 1234 in windows, ~12000 ±340 est. (+567/s)"
+            ),
+            "{}",
+            render_line(&d)
+        );
     }
 }

@@ -123,6 +123,9 @@ struct Families {
     faults: Family<Kind, Counter>,
     read: Counter,
     counted: Counter,
+    estimated: Family<Labels, Counter>,
+    estimate_error: Family<Labels, Gauge<f64, AtomicU64>>,
+    attached_ratio: Gauge<f64, AtomicU64>,
     procs: Gauge,
     probes: Gauge,
 }
@@ -215,6 +218,24 @@ impl Families {
             "Kernel launches read from the in-kernel launch counters (no record each)",
             counted.clone(),
         );
+        let estimated = counter(
+            reg,
+            "gpuprofd_kernel_launches_estimated",
+            "Under the launch probes' duty cycle: kernel launches estimated from the windows \
+             (derived; gpuprofd_kernel_launches_total holds those the windows counted)",
+        );
+        let estimate_error = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_kernel_launches_estimate_stderr",
+            "Standard error of gpuprofd_kernel_launches_estimated (derived)",
+            estimate_error.clone(),
+        );
+        let attached_ratio = Gauge::<f64, AtomicU64>::default();
+        reg.register(
+            "gpuprofd_launch_probes_attached_ratio",
+            "Share of the time the launch probes were attached under the duty cycle (1 without one)",
+            attached_ratio.clone(),
+        );
         let procs: Gauge = Gauge::default();
         reg.register(
             "gpuprofd_processes",
@@ -240,6 +261,9 @@ impl Families {
             faults,
             read,
             counted,
+            estimated,
+            estimate_error,
+            attached_ratio,
             procs,
             probes,
         }
@@ -255,6 +279,12 @@ impl Families {
         kernels: &mut BTreeMap<Labels, BTreeMap<String, u64>>,
     ) {
         self.launches.get_or_create(l).inc_by(p.launches);
+        if let Some(s) = &p.launch_sampling {
+            self.estimated.get_or_create(l).inc_by(s.estimated_launches);
+            let e = self.estimate_error.get_or_create(l);
+            let se = s.standard_error.unwrap_or(0) as f64;
+            e.set((e.get().powi(2) + se * se).sqrt());
+        }
         self.graphs.get_or_create(l).inc_by(p.graphs.launches);
         self.live
             .get_or_create(l)
@@ -338,6 +368,10 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     }
     f.top_kernels(kernels, extra.top_kernels);
     f.gpus(r, extra);
+    f.attached_ratio.set(match &r.launch_duty {
+        Some(d) if d.observed_ms > 0 => d.attached_ms as f64 / d.observed_ms as f64,
+        _ => 1.0,
+    });
     for (k, v) in &r.drops {
         f.lost.get_or_create(&Kind { kind: k.clone() }).inc_by(*v);
     }

@@ -295,6 +295,7 @@ fn live_rates_since_previous_call() {
             live_bytes: 16 << 20,
             gpu_sm_util: None,
             gpu_held_bytes: None,
+            launches_estimated: None,
         }]
     );
     for _ in 0..4 {

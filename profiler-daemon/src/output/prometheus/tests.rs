@@ -328,3 +328,51 @@ fn by_default_series_are_per_workload() {
     );
     assert_eq!(samples(&t, "gpuprofd_processes"), ["gpuprofd_processes 3"]);
 }
+
+#[test]
+fn a_duty_cycle_exposes_the_estimates_and_the_attached_share() {
+    let mut r = report();
+    r.launch_duty = Some(crate::model::snapshot::LaunchDutyReport {
+        cycle: "100ms/1s".into(),
+        windows: 10,
+        attached_ms: 1000,
+        observed_ms: 10_000,
+        ..Default::default()
+    });
+    // pid 100's two processes are one workload: their estimates add, their errors in quadrature.
+    for (p, (est, se)) in r
+        .processes
+        .iter_mut()
+        .zip([(4000, 300), (6000, 400), (1, 1)])
+    {
+        p.launch_sampling = Some(crate::model::snapshot::LaunchSamplingReport {
+            windows: 10,
+            counted_launches: 1000,
+            estimated_launches: est,
+            standard_error: Some(se),
+            ..Default::default()
+        });
+    }
+    let t = render(&r, &extra());
+    assert_eq!(
+        samples(&t, "gpuprofd_launch_probes_attached_ratio"),
+        ["gpuprofd_launch_probes_attached_ratio 0.1"]
+    );
+    // A reused pid shows only its latest process (6000 ± 400); pid 200 has expired.
+    let l = r#"{pid="100",comm="python3",workload="slurm:77"}"#;
+    assert_eq!(
+        samples(&t, "gpuprofd_kernel_launches_estimated_total"),
+        [format!("gpuprofd_kernel_launches_estimated_total{l} 6000")]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_kernel_launches_estimate_stderr"),
+        [format!("gpuprofd_kernel_launches_estimate_stderr{l} 400.0")]
+    );
+    // Without a cycle the probes are attached all the time.
+    let t = render(&report(), &extra());
+    assert_eq!(
+        samples(&t, "gpuprofd_launch_probes_attached_ratio"),
+        ["gpuprofd_launch_probes_attached_ratio 1.0"]
+    );
+    assert!(samples(&t, "gpuprofd_kernel_launches_estimated_total").is_empty());
+}

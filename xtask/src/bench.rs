@@ -121,7 +121,7 @@ impl Bg {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -172,7 +172,7 @@ fn kernel_has_uprobe_multi() -> bool {
 }
 
 /// CPU ticks (utime + stime) and resident set (KiB, now and peak) of `pid`.
-fn usage(pid: u32) -> (u64, u64, u64) {
+pub(crate) fn usage(pid: u32) -> (u64, u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -192,11 +192,15 @@ fn usage(pid: u32) -> (u64, u64, u64) {
 pub(crate) struct Shape {
     pub name: &'static str,
     /// What the kernel does at the probe site gpuprofd picks.
-    site: &'static str,
-    lib_dir: &'static str,
-    mode: &'static str,
-    floor_symbols: &'static [(&'static str, &'static str)],
+    pub site: &'static str,
+    pub lib_dir: &'static str,
+    pub mode: &'static str,
+    pub floor_symbols: &'static [(&'static str, &'static str)],
 }
+
+/// The per-shape table probes both layers of a runtime launch, as its floors do (two empty
+/// probes); one trap per launch has its own section (`bench_traps`).
+const TWO_TRAPS: &[&str] = &["--launch-traps", "two"];
 
 pub(crate) const SHAPES: [Shape; 3] = [
     Shape {
@@ -281,6 +285,11 @@ pub(crate) fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(S
         .map(|(name, _, ns)| (name, ns as f64 / calls))
         .collect();
     Ok((per.iter().map(|(_, ns)| ns).sum(), per))
+}
+
+/// One empty program at each of `shape`'s floor symbols, at the site gpuprofd picks.
+pub(crate) fn floor_at_site(ctx: &Ctx, shape: &Shape) -> Result<f64> {
+    floor(ctx, shape, false)
 }
 
 fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
@@ -796,7 +805,10 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     ] {
         eprintln!("bench: gpuprofd {label}");
         let out = tmp.join("variant.json");
-        let d = Bg::start(&ctx.bin, &daemon_args(&ctx, &out, args))?;
+        let d = Bg::start(
+            &ctx.bin,
+            &daemon_args(&ctx, &out, &[args, TWO_TRAPS].concat()),
+        )?;
         for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
             let t = time_calls(&ctx, s)?;
             let p = program_time(&ctx, s)?.0;
@@ -810,7 +822,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     }
     eprintln!("bench: gpuprofd full capture (one daemon for all shapes)");
     let full_out = tmp.join("full.json");
-    let d = Bg::start(&ctx.bin, &daemon_args(&ctx, &full_out, &[]))?;
+    let d = Bg::start(&ctx.bin, &daemon_args(&ctx, &full_out, TWO_TRAPS))?;
     for (r, s) in rows.iter_mut().zip(SHAPES.iter()) {
         r.full = time_calls(&ctx, s)?;
         (r.prog[2], r.prog_split) = program_time(&ctx, s)?;
@@ -1150,6 +1162,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         }
     }
     let storm_rate = rate.first().copied().unwrap_or(f64::NAN);
+    let traps = crate::bench_traps::run(&ctx, &tmp, quick)?;
     let summary = format!(
         "{md}\nPipeline (decode + aggregate, one thread, synthetic launches): {:.1} M events/s; \
          also writing a capture file: {:.1} M events/s ({:.1} bytes per launch record on disk).\n\n\
@@ -1171,7 +1184,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         churn_with,
         3 * churn_n,
         churn_cpu_ms,
-    );
+    ) + &traps;
     println!("{summary}");
 
     let paced_lost: Vec<String> = paced
@@ -1208,7 +1221,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     Ok(())
 }
 
-fn ticks_per_second() -> i64 {
+pub(crate) fn ticks_per_second() -> i64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if v > 0 { v } else { 100 }

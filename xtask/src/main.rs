@@ -3,6 +3,7 @@
 
 mod against;
 mod bench;
+mod bench_traps;
 mod bpfstats;
 mod cpucap;
 mod package;

@@ -77,6 +77,9 @@ struct Site {
     file: File,
     offsets: Vec<u64>,
     cookies: Vec<u64>,
+    /// A runtime's launch entry (linked before, and unlinked after, the driver's: a runtime
+    /// launch never passes the driver probe alone and gets counted as a driver launch).
+    runtime: bool,
 }
 
 /// The launch probes' sites, shared by the attach (which adds a library's) and the cycle.
@@ -91,24 +94,30 @@ impl LaunchSites {
         path: &std::path::Path,
         offsets: Vec<u64>,
         cookies: Vec<u64>,
+        runtime: bool,
     ) -> std::io::Result<()> {
         let site = Site {
             prog: prog.try_clone_to_owned()?,
             file: File::open(path)?,
             offsets,
             cookies,
+            runtime,
         };
         self.0.lock().expect("launch sites poisoned").push(site);
         Ok(())
     }
 
-    /// Links every site; the links made and the errors (a site that failed is retried next
-    /// window).
+    /// Links every site, runtime entries first; the links made (drop them last to first) and
+    /// the errors (a site that failed is retried next window).
     fn attach(&self) -> (Vec<OwnedFd>, Vec<String>) {
         let sites = self.0.lock().expect("launch sites poisoned");
         let mut links = Vec::with_capacity(sites.len());
         let mut errors = Vec::new();
-        for s in sites.iter() {
+        let ordered = sites
+            .iter()
+            .filter(|s| s.runtime)
+            .chain(sites.iter().filter(|s| !s.runtime));
+        for s in ordered {
             let path = PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
             match super::multi::attach(s.prog.as_fd(), &path, &s.offsets, &s.cookies, false) {
                 Ok(l) => links.push(l),
@@ -255,7 +264,7 @@ pub fn run(
         if !held {
             off_ns = Some(crate::sys::clock::monotonic_ns());
             let t = Instant::now();
-            drop(std::mem::take(&mut links));
+            unlink(&mut links);
             CycleCost::push(
                 &mut control.cost.lock().expect("cycle cost poisoned").detach_us,
                 t.elapsed(),
@@ -277,9 +286,16 @@ pub fn run(
     // counted and are read after it).
     let now_ns = crate::sys::clock::monotonic_ns();
     let attached_now = !links.is_empty();
-    drop(links);
+    unlink(&mut links);
     let off = if attached_now { Some(now_ns) } else { off_ns };
     let _ = windows.send(window_of(on_ns, off, period_start_ns, now_ns, held));
+}
+
+/// Unlinks the driver's launch probes before the runtime's (the reverse of the attach order).
+fn unlink(links: &mut Vec<OwnedFd>) {
+    while let Some(l) = links.pop() {
+        drop(l);
+    }
 }
 
 /// The window record of a period from `period_start_ns` to `now_ns`, attached from `on` to

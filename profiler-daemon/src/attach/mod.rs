@@ -481,6 +481,7 @@ fn keep_for_windows(
                 &lib.open_path,
                 g.iter().map(|s| s.3).collect(),
                 g.iter().map(|s| s.1.packed_cookie(s.2)).collect(),
+                lib.layer == Layer::Runtime,
             )
         });
         match kept {

@@ -7,6 +7,7 @@
 //! names them.
 
 pub mod activity;
+pub mod gpm;
 pub mod gpu;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
 pub use crate::sys::hash;
@@ -299,6 +300,7 @@ impl Aggregator {
         MetricsFacts {
             gpu_now: self.gpus.now().clone(),
             gpu_health: self.gpus.health_now(),
+            gpm_now: self.gpus.gpm.now(),
             process_gpu_bytes: self
                 .procs
                 .iter()
@@ -455,13 +457,27 @@ impl Aggregator {
         rows
     }
 
-    /// One NVML sampling round: device figures, and per-process figures for the processes that
-    /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
     /// Device health of an NVML round (throttling, PCIe, ECC, XID events).
     pub fn apply_nvml_health(&mut self, h: &crate::nvml::Health) {
         self.gpus.apply_health(h);
     }
 
+    /// GPM figures of an NVML round, each device's given to the job holding it in that round
+    /// (from the process list of the round, applied just before).
+    pub fn apply_nvml_gpm(&mut self, g: &crate::nvml::gpm::Gpm) {
+        for d in &g.devices {
+            let holder = gpm::Holder::of(self.gpus.round_pids(d.index).iter().map(|pid| {
+                self.meta
+                    .get(pid)
+                    .and_then(|m| m.job.as_ref())
+                    .map(|j| j.key())
+            }));
+            self.gpus.gpm.apply(d, holder);
+        }
+    }
+
+    /// One NVML sampling round: device figures, and per-process figures for the processes that
+    /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
     pub fn apply_nvml(&mut self, s: &crate::nvml::Sample) {
         let mut seen_now: Vec<u32> = Vec::new();
         self.gpus.apply(s);
@@ -565,6 +581,9 @@ impl Aggregator {
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);
+        let gpus = self
+            .gpus
+            .report(|pid| processes.iter().any(|p| p.tgid == pid));
         Report {
             schema: SCHEMA.to_owned(),
             host: meta.host,
@@ -574,7 +593,11 @@ impl Aggregator {
             submitted: meta.submitted,
             probe_faults: meta.faults,
             decode_errors: self.decode_errors(),
-            jobs: report::jobs(&processes),
+            jobs: {
+                let mut jobs = report::jobs(&processes);
+                report::job_gpm(&mut jobs, &gpus);
+                jobs
+            },
             nvml: {
                 let mut st = self.gpus.status.clone();
                 if st.state.is_empty() {
@@ -583,9 +606,7 @@ impl Aggregator {
                 }
                 st
             },
-            gpus: self
-                .gpus
-                .report(|pid| processes.iter().any(|p| p.tgid == pid)),
+            gpus,
             processes,
             libraries: self.libraries.clone(),
         }

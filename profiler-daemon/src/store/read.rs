@@ -244,6 +244,7 @@ pub fn replay_visiting(
             Frame::StackSyms(v) => agg.stacks_mut().learn(v),
             Frame::Libraries(v) => agg.set_libraries(v),
             Frame::Faults(f) => faults = f,
+            Frame::NvmlGpm(g) => agg.apply_nvml_gpm(&g),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

@@ -428,6 +428,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
             },
         ],
         health: None,
+        gpm: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(
@@ -440,6 +441,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
         devices: vec![],
         processes: vec![on(0, None)],
         health: None,
+        gpm: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(

@@ -513,7 +513,7 @@ pub fn is_capture_path(path: &Path) -> bool {
 mod read;
 
 pub use read::{
-    Replay, WalkError, for_each_record, for_each_record_named, nvml_samples, replay,
+    Replay, WalkError, for_each_record, for_each_record_named, gpm_samples, nvml_samples, replay,
     replay_visiting,
 };
 

@@ -153,6 +153,18 @@ pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, StoreError>
     Ok(out)
 }
 
+/// The GPM frames of `path`, in order (none in files from before schema 6).
+pub fn gpm_samples(path: &Path) -> Result<Vec<crate::nvml::gpm::Gpm>, StoreError> {
+    let mut r = Reader::open(path)?;
+    let mut out = Vec::new();
+    while let Some(frame) = r.next_frame() {
+        if let Frame::NvmlGpm(g) = frame {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `path` and rebuilds the report the daemon made from the same calls.
 pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     replay_visiting(path, |_, _, _| {})

@@ -580,15 +580,12 @@ fn a_memset_replays_as_one_and_schema_4_files_still_read() {
     );
 }
 
-/// GPM frames replay into the GPU's figures and the job that held the GPU; a schema-5 file
-/// (no GPM frames) reads as before, with no `gpm`.
-#[test]
-fn gpm_frames_replay_and_schema_5_files_still_read() {
+/// A capture of one process (slurm job 4242) alone on GPU 0 for three NVML rounds: GPM's
+/// first sample, then SM activity 60 and 70 %, HMMA 12.5 % (at 3, 4 and 5 µs).
+pub(crate) fn write_gpm_capture(path: &Path) {
     use crate::nvml::gpm::{DeviceGpm, Figures, Gpm, State};
-    use crate::nvml::{DeviceSample, ProcessSample, Sample};
-    let t = Tmp::new("gpm");
-    let f = File::create(&t.0).unwrap();
-    let mut w = Writer::new(f, &t.0, header());
+    let f = File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header());
     w.frame(&Frame::Api(api().list().to_vec()));
     w.frame(&Frame::Process {
         tgid: 100,
@@ -596,7 +593,31 @@ fn gpm_frames_replay_and_schema_5_files_still_read() {
     });
     w.record(&launch(100, 0, 0x4000, 2_000));
     w.flush();
-    let sample = |ts_ns| Sample {
+    let gpm = |ts_ns, state| Gpm {
+        ts_ns,
+        devices: vec![DeviceGpm { index: 0, state }],
+    };
+    let figures = |sm| {
+        State::Measured(Box::new(Figures {
+            sm_activity_pct: Some(sm),
+            tensor_hmma_pct: Some(12.5),
+            ..Figures::default()
+        }))
+    };
+    w.frame(&Frame::Nvml(gpm_round(3_000)));
+    w.frame(&Frame::NvmlGpm(gpm(3_000, State::First)));
+    w.frame(&Frame::Nvml(gpm_round(4_000)));
+    w.frame(&Frame::NvmlGpm(gpm(4_000, figures(60.0))));
+    w.frame(&Frame::Nvml(gpm_round(5_000)));
+    w.frame(&Frame::NvmlGpm(gpm(5_000, figures(70.0))));
+    w.flush();
+    assert_eq!(w.failure(), None);
+}
+
+/// An NVML round: GPU 0, process 100 on it.
+fn gpm_round(ts_ns: u64) -> crate::nvml::Sample {
+    use crate::nvml::{DeviceSample, ProcessSample, Sample};
+    Sample {
         ts_ns,
         devices: vec![DeviceSample {
             index: 0,
@@ -619,26 +640,15 @@ fn gpm_frames_replay_and_schema_5_files_still_read() {
         }],
         health: None,
         gpm: None,
-    };
-    let gpm = |ts_ns, state| Gpm {
-        ts_ns,
-        devices: vec![DeviceGpm { index: 0, state }],
-    };
-    let figures = |sm| {
-        State::Measured(Box::new(Figures {
-            sm_activity_pct: Some(sm),
-            tensor_hmma_pct: Some(12.5),
-            ..Figures::default()
-        }))
-    };
-    w.frame(&Frame::Nvml(sample(3_000)));
-    w.frame(&Frame::NvmlGpm(gpm(3_000, State::First)));
-    w.frame(&Frame::Nvml(sample(4_000)));
-    w.frame(&Frame::NvmlGpm(gpm(4_000, figures(60.0))));
-    w.frame(&Frame::Nvml(sample(5_000)));
-    w.frame(&Frame::NvmlGpm(gpm(5_000, figures(70.0))));
-    w.flush();
-    drop(w);
+    }
+}
+
+/// GPM frames replay into the GPU's figures and the job that held the GPU; a schema-5 file
+/// (no GPM frames) reads as before, with no `gpm`.
+#[test]
+fn gpm_frames_replay_and_schema_5_files_still_read() {
+    let t = Tmp::new("gpm");
+    write_gpm_capture(&t.0);
     let r = replay(&t.0).unwrap().report;
     let g = r.gpus[0].gpm.as_ref().unwrap();
     assert_eq!((g.state.as_str(), g.samples), ("measured", 2));
@@ -663,10 +673,11 @@ fn gpm_frames_replay_and_schema_5_files_still_read() {
         (1, 0, 2, "measured")
     );
     assert_eq!(j.gpm[0].avg.sm_activity_pct, Some(65.0));
-    // The same file without its GPM frames, as schema 5 wrote it.
+    assert_eq!(gpm_samples(&t.0).unwrap().len(), 3);
+    // A file without GPM frames, as schema 5 wrote it.
     let f = File::create(&t.0).unwrap();
     let mut w = Writer::new(f, &t.0, header());
-    w.frame(&Frame::Nvml(sample(3_000)));
+    w.frame(&Frame::Nvml(gpm_round(3_000)));
     w.flush();
     drop(w);
     let mut bytes = std::fs::read(&t.0).unwrap();

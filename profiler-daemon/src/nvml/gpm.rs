@@ -172,6 +172,9 @@ enum Slot {
     LinkRx(u32),
 }
 
+/// The scalar metrics, which [`requested`] lists first (then the per-link NVLink ones).
+const SCALARS: usize = FIELDS.len();
+
 /// The metrics asked for each round and where each goes. NVML's limit per call is far above.
 fn requested() -> Vec<(GpmMetricId, Slot)> {
     use GpmMetricId as M;
@@ -331,7 +334,23 @@ impl<'n> Sampler<'n> {
                     (Err(e), _) => State::Failed(format!("nvmlGpmSampleGet failed: {e}")),
                     (Ok(_), None) => State::First,
                     (Ok(b), Some(a)) => {
-                        match nvml_wrapper::gpm::gpm_metrics_get(nvml, a, b, &self.ids) {
+                        let mut got = nvml_wrapper::gpm::gpm_metrics_get(nvml, a, b, &self.ids);
+                        // A driver that refuses the whole request over the per-link NVLink
+                        // metrics (rather than failing them one by one) still gives the rest.
+                        if got.is_err() && self.ids.len() > SCALARS {
+                            let short = nvml_wrapper::gpm::gpm_metrics_get(
+                                nvml,
+                                a,
+                                b,
+                                &self.ids[..SCALARS],
+                            );
+                            if short.is_ok() {
+                                self.ids.truncate(SCALARS);
+                                self.slots.truncate(SCALARS);
+                                got = short;
+                            }
+                        }
+                        match got {
                             Ok(r) => State::Measured(Box::new(figures(&self.slots, &r))),
                             Err(e) => State::Failed(format!("nvmlGpmMetricsGet failed: {e}")),
                         }
@@ -388,6 +407,13 @@ mod tests {
         assert_eq!(req.len(), 16 + 2 * 18);
         assert!(req.len() <= 98);
         let slots: Vec<Slot> = req.iter().map(|r| r.1).collect();
+        // The scalars first, in FIELDS order (the fallback request is their prefix).
+        assert!(
+            slots[..SCALARS]
+                .iter()
+                .enumerate()
+                .all(|(i, s)| *s == Slot::Scalar(i))
+        );
         // Metric i reports i + 0.5; links 2..18 are not supported by this device.
         let results: Vec<_> = req
             .iter()

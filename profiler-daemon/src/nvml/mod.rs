@@ -7,6 +7,8 @@
 //! (`nvmlDeviceGetProcessUtilization` with the last timestamp seen). NVML reports host pids, which
 //! are the tgids the probes record, so processes in containers match directly.
 //!
+//! The same round reads GPM's measured device activity on Hopper and later GPUs ([`gpm`]).
+//!
 //! A machine without NVML, or an NVML that fails mid-run, never stops a capture: the sampler
 //! says why once, and the report says how far sampling got ([`NvmlStatus`]).
 

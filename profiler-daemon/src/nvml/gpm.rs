@@ -27,8 +27,10 @@ const MAX_FAILED_ROUNDS: u32 = 3;
 /// report it. Percentages are 0–100; throughputs MiB/s, as NVML reports them.
 ///
 /// Written into capture files (bincode, which is not self-describing): no field may be
-/// skipped when serialising, and a new field needs a new capture schema.
+/// skipped when serialising, and a new field needs a new capture schema. A JSON report that
+/// lacks some (a figure written by another tool) reads them as `None`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Figures {
     /// Share of time any warp was active on an SM (`GRAPHICS_UTIL`).
     pub graphics_activity_pct: Option<f64>,
@@ -59,6 +61,7 @@ pub struct Figures {
 
 /// One NVLink link's throughput (MiB/s).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Link {
     pub link: u32,
     pub tx_mib_per_s: Option<f64>,

@@ -427,6 +427,7 @@ impl Aggregator {
     /// The live view's rows, by tgid; rates are over the `interval_s` since the previous call.
     pub fn live_rows(&mut self, interval_s: f64) -> Vec<LiveRow> {
         let mut rows = Vec::with_capacity(self.procs.len());
+        let gpm_now = self.gpus.gpm.now();
         for (&tgid, p) in &mut self.procs {
             let delta = p.launches - p.prev_launches;
             p.prev_launches = p.launches;
@@ -451,7 +452,19 @@ impl Aggregator {
                 live_bytes: p.mem.live_bytes,
                 gpu_sm_util: p.gpu.last_sm_util,
                 gpu_held_bytes: p.gpu.last_used_bytes,
+                gpm_sm_activity_pct: None,
+                gpm_tensor_pct: None,
             });
+            // The first GPU NVML lists the process on whose latest GPM round its job held alone.
+            let key = meta.and_then(|m| m.job.as_ref()).map(|j| j.key());
+            let held = gpm_now.iter().find(|(dev, now)| {
+                self.gpus.round_pids(**dev).contains(&tgid)
+                    && matches!(&now.holder, gpm::Holder::Job(j) if Some(j) == key.as_ref())
+            });
+            if let (Some((_, now)), Some(row)) = (held, rows.last_mut()) {
+                row.gpm_sm_activity_pct = now.figures.sm_activity_pct;
+                row.gpm_tensor_pct = now.figures.tensor_activity_pct;
+            }
         }
         rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));
         rows

@@ -417,6 +417,10 @@ pub struct LiveRow {
     /// NVML's latest figures for the process, when it has any.
     pub gpu_sm_util: Option<u32>,
     pub gpu_held_bytes: Option<u64>,
+    /// GPM's latest measured SM and tensor-pipe activity (percent) of a GPU the process's job
+    /// held alone in the latest round (`None` on a shared GPU, or without GPM).
+    pub gpm_sm_activity_pct: Option<f64>,
+    pub gpm_tensor_pct: Option<f64>,
 }
 
 /// What the metrics exposition needs from the model beyond the report: NVML's latest figures

@@ -18,6 +18,12 @@ pub fn render_line(r: &LiveRow) -> String {
     if let Some(b) = r.gpu_held_bytes {
         gpu.push_str(&format!("  gpu mem {}", fmt::bytes(b)));
     }
+    if let Some(v) = r.gpm_sm_activity_pct {
+        gpu.push_str(&format!("  gpm sm {v:.0}%"));
+        if let Some(t) = r.gpm_tensor_pct {
+            gpu.push_str(&format!(" tensor {t:.0}%"));
+        }
+    }
     format!(
         "{job}{} {}{}  launches {} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}{gpu}",
         r.tgid,
@@ -51,6 +57,8 @@ mod tests {
             live_bytes: 16 << 20,
             gpu_sm_util: None,
             gpu_held_bytes: None,
+            gpm_sm_activity_pct: None,
+            gpm_tensor_pct: None,
         };
         assert_eq!(
             render_line(&r),
@@ -76,5 +84,15 @@ mod tests {
             ..r
         };
         assert!(render_line(&g).ends_with("alloc live 16.0 MiB  gpu sm 80%  gpu mem 1.0 GiB"));
+        let m = LiveRow {
+            gpm_sm_activity_pct: Some(62.5),
+            gpm_tensor_pct: Some(40.0),
+            ..g
+        };
+        assert!(
+            render_line(&m).ends_with("gpu sm 80%  gpu mem 1.0 GiB  gpm sm 62% tensor 40%"),
+            "{}",
+            render_line(&m)
+        );
     }
 }

@@ -32,7 +32,10 @@
 #                full capture (one trap per runtime launch; and two) / torch.profiler
 #                (launch-bound and compute-bound loops)
 #   nvml         nvidia-smi --query-gpu / --query-compute-apps during a run
-# Without BPF (doctor fails) only doctor, procaddr and nvml run; the rest is recorded blocked.
+#   gpm          gpuprofd's GPM figures (1 s rounds) beside nvidia-smi dmon --gpm-metrics, per
+#                phase of known activity (idle, bf16 / fp32 / fp64 matmuls): about 50 s
+# Without BPF (doctor fails) only doctor, procaddr, nvml and gpm (its nvidia-smi half) run; the
+# rest is recorded blocked.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,9 +48,9 @@ ROUNDS=1
 ONLY=""
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live service code attribution overhead nvml"
+ALL_STEPS="doctor procaddr coverage live service code attribution overhead nvml gpm"
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -541,12 +544,154 @@ json.dump(g, open(out, "w"), indent=1)
 PYEOF
 fi
 
+# ---- GPM ---------------------------------------------------------------------------------------
+# gpuprofd samples NVML every second during phases of known activity; nvidia-smi dmon reads the
+# same GPM metrics (NVML's ids) every second beside it. Both are cut into the workload's phases
+# (wall clock; gpuprofd's rounds placed from the report's started_at, whole seconds, so the
+# first 2 s and the last 1 s of each phase are left out) and compared by their medians.
+GPM=""
+GPM_IDS="1,2,3,4,5,6,7,9,10,11,12,13,20,21,60,61"
+if wanted gpm && command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu-validate: gpm (gpuprofd's GPM figures beside nvidia-smi dmon --gpm-metrics $GPM_IDS)"
+    GPM="$OUT/gpm.json"
+    GCAP="$OUT/runs/gpm.gpuprof"
+    GDPID=""
+    if [ "$BPF_OK" = 1 ]; then
+        "$BIN" --all-jobs --no-live --nvml-interval 1s --output "$GCAP" \
+            >"$OUT/runs/gpm.gpuprofd.out" 2>"$OUT/runs/gpm.gpuprofd.err" &
+        GDPID=$!
+        wait_line "$OUT/runs/gpm.gpuprofd.err" "gpuprofd: ready" 30 || true
+    fi
+    # dmon stamps its rows (-o T, UTC); an nvidia-smi that refuses -o T beside --gpm-metrics is
+    # run again without it, and its rows are placed one second apart from its start.
+    TZ=UTC timeout 70 nvidia-smi dmon --gpm-metrics "$GPM_IDS" -d 1 -c 60 -o T \
+        >"$OUT/runs/gpm.dmon.txt" 2>"$OUT/runs/gpm.dmon.err" &
+    DMPID=$!
+    sleep 2
+    if ! kill -0 "$DMPID" 2>/dev/null && ! grep -q '^ *[0-9]' "$OUT/runs/gpm.dmon.txt"; then
+        mv "$OUT/runs/gpm.dmon.err" "$OUT/runs/gpm.dmon-with-time.err"
+        date +%s.%N >"$OUT/runs/gpm.dmon.start"
+        timeout 70 nvidia-smi dmon --gpm-metrics "$GPM_IDS" -d 1 -c 60 \
+            >"$OUT/runs/gpm.dmon.txt" 2>"$OUT/runs/gpm.dmon.err" &
+        DMPID=$!
+    fi
+    if have_py_mod torch; then
+        timeout 90 "$PY" "$WL/gpm_phases.py" --out "$OUT/runs/gpm.result.json" --seconds 8 \
+            >/dev/null 2>"$OUT/runs/gpm.workload.err" || true
+    else
+        echo "torch is not importable" >"$OUT/runs/gpm.workload.err"
+    fi
+    kill "$DMPID" 2>/dev/null || true
+    wait "$DMPID" 2>/dev/null || true
+    if [ -n "$GDPID" ]; then
+        kill -INT "$GDPID" 2>/dev/null || true
+        wait "$GDPID" 2>/dev/null || true
+        "$BIN" report "$GCAP" --format json -o "$OUT/runs/gpm.report.json" 2>>"$OUT/runs/gpm.gpuprofd.err" || true
+        "$BIN" export "$GCAP" -o "$OUT/runs/gpm.trace.json" 2>>"$OUT/runs/gpm.gpuprofd.err" || true
+        "$BIN" report "$GCAP" >"$OUT/runs/gpm.report.txt" 2>>"$OUT/runs/gpm.gpuprofd.err" || true
+    fi
+    "$PY" - "$GPM" "$OUT/runs" "$GPM_IDS" <<'PYEOF'
+import calendar, datetime, json, os, statistics, sys
+out, runs, ids = sys.argv[1], sys.argv[2], [int(i) for i in sys.argv[3].split(",")]
+load = lambda p: json.load(open(p)) if os.path.exists(p) else None
+text = lambda p: open(p).read() if os.path.exists(p) else ""
+res, rep, trace = (load(os.path.join(runs, f)) for f in ("gpm.result.json", "gpm.report.json", "gpm.trace.json"))
+# NVML's GPM metric ids -> the names of gpuprofd's counter (only those it draws).
+NAMES = {2: "sm_activity", 3: "sm_occupancy", 5: "tensor", 7: "tensor_hmma", 10: "dram_bandwidth",
+         11: "fp64", 12: "fp32", 13: "fp16"}
+g = {"metric_ids": ids, "workload": res, "dmon_error": text(os.path.join(runs, "gpm.dmon.err")).strip() or None,
+     "workload_error": text(os.path.join(runs, "gpm.workload.err")).strip()[-2000:] or None}
+# nvidia-smi dmon: '#' header lines, then one row per GPU per second; '-' = not reported.
+dmon_rows, header = [], None
+for line in text(os.path.join(runs, "gpm.dmon.txt")).splitlines():
+    if line.startswith("#"):
+        header = header or line.lstrip("#").split()
+        continue
+    cols = line.split()
+    if not cols:
+        continue
+    dmon_rows.append(cols)
+g["dmon_header"] = header
+g["dmon_rows"] = len(dmon_rows)
+day = None
+if res and res.get("phases"):
+    day = datetime.datetime.fromtimestamp(res["phases"][0]["start"], datetime.timezone.utc).date()
+start = text(os.path.join(runs, "gpm.dmon.start")).strip()
+g["dmon_timed"] = not start
+def dmon_series():
+    """[(unix time, {name: value})] for GPU 0: columns time (-o T), gpu, then one per id; or,
+    from an nvidia-smi that refused -o T, gpu then the ids, a row a second from its start."""
+    timed = not start
+    lead = 2 if timed else 1
+    if not header or len(header) < lead + len(ids) or (timed and day is None):
+        return []
+    out, k = [], 0
+    for cols in dmon_rows:
+        if len(cols) < lead + len(ids) or cols[lead - 1] != "0":
+            continue
+        if timed:
+            try:
+                hh, mm, ss = (int(x) for x in cols[0].split(":"))
+            except ValueError:
+                continue
+            t = calendar.timegm((day.year, day.month, day.day, hh, mm, ss))
+        else:
+            k += 1
+            t = float(start) + k
+        vals = {}
+        for i, v in zip(ids, cols[lead:lead + len(ids)]):
+            if i in NAMES:
+                try:
+                    vals[NAMES[i]] = float(v)
+                except ValueError:
+                    pass
+        out.append((t, vals))
+    return out
+def gpuprofd_series():
+    """[(unix time, {name: value})] of GPU 0's GPM counter in the trace."""
+    if not trace or not rep:
+        return []
+    t0 = calendar.timegm(datetime.datetime.strptime(rep["started_at"], "%Y-%m-%dT%H:%M:%SZ").timetuple())
+    return [(t0 + e["ts"] / 1e6, {k: float(v) for k, v in e["args"].items()})
+            for e in trace.get("traceEvents", [])
+            if e.get("ph") == "C" and e.get("name") == "GPU 0 activity % (GPM, measured)"]
+dm, gp = dmon_series(), gpuprofd_series()
+g["dmon_series_points"], g["gpuprofd_series_points"] = len(dm), len(gp)
+phases = []
+for ph in (res or {}).get("phases", []):
+    lo, hi = ph["start"] + 2.0, ph["end"] - 1.0
+    row = {"phase": ph["name"], "seconds": round(ph["end"] - ph["start"], 1)}
+    for src, series in (("dmon", dm), ("gpuprofd", gp)):
+        pts = [v for t, v in series if lo <= t <= hi]
+        row[src + "_points"] = len(pts)
+        for name in NAMES.values():
+            vals = [v[name] for v in pts if name in v]
+            if vals:
+                row[f"{src}_{name}"] = round(statistics.median(vals), 1)
+    for name in NAMES.values():
+        a, b = row.get(f"dmon_{name}"), row.get(f"gpuprofd_{name}")
+        if a is not None and b is not None:
+            row[f"diff_{name}"] = round(b - a, 1)
+    phases.append(row)
+g["phases"] = phases
+if rep is None:
+    g["gpuprofd"] = "no gpuprofd capture (BPF unavailable, or it failed: runs/gpm.gpuprofd.err)"
+else:
+    g["gpuprofd"] = {"nvml": rep.get("nvml"),
+                     "gpus": [{"index": x.get("index"), "name": x.get("name"), "gpu_util_avg": x.get("gpu_util_avg"),
+                               "gpm": x.get("gpm")} for x in rep.get("gpus", [])],
+                     "jobs": [{"job": f"{j.get('kind')}:{j.get('id')}", "gpm": j.get("gpm")} for j in rep.get("jobs", [])]}
+json.dump(g, open(out, "w"), indent=1)
+PYEOF
+fi
+
 # ---- compare ---------------------------------------------------------------------------------
-"$PY" - "$OUT" "$RUNS" "$ENV_JSON" "$DOCTOR" "$PROCADDR" "$NVML" <<'PYEOF'
+"$PY" - "$OUT" "$RUNS" "$ENV_JSON" "$DOCTOR" "$PROCADDR" "$NVML" "$GPM" <<'PYEOF'
 import json, sys
-out, runs, env, doctor, procaddr, nvml = sys.argv[1:7]
+out, runs, env, doctor, procaddr, nvml, gpm = sys.argv[1:8]
 man = {"env": json.load(open(env)), "doctor": doctor or None, "procaddr": procaddr or None,
-       "nvml": nvml or None, "runs": [json.loads(l) for l in open(runs) if l.strip()]}
+       "nvml": nvml or None, "gpm": gpm or None,
+       "runs": [json.loads(l) for l in open(runs) if l.strip()]}
 json.dump(man, open(f"{out}/manifest.json", "w"), indent=1)
 PYEOF
 "$PY" "$WL/compare.py" "$OUT/manifest.json" "$OUT"

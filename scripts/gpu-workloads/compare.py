@@ -4,7 +4,7 @@
 
 MANIFEST.json (written by gpu-validate.sh):
     {"env": {...}, "doctor": "doctor.json" | null, "procaddr": "procaddr.json" | null,
-     "nvml": "nvml.json" | null,
+     "nvml": "nvml.json" | null, "gpm": "gpm.json" | null,
      "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"overhead",
                "mode": "none"|"gpuprofd-counted"|"gpuprofd-counted-duty"|"gpuprofd"|"gpuprofd-two-traps"|"torch.profiler",  # overhead only
                "report": "gpuprofd report path" | null, "results": ["workload result path", ...],
@@ -291,12 +291,14 @@ def main(manifest_path, outdir):
                 f"not the exported {e['symbol']} at {e['dlsym']}: calls through it bypass the probe"
             )
     nvml = load(rel(man.get("nvml")))
+    gpm = load(rel(man.get("gpm")))
     results = {
         "schema": "gpuprofd.validation/1",
         "env": man.get("env", {}),
         "doctor": doctor,
         "procaddr": procaddr,
         "nvml": nvml,
+        "gpm": gpm,
         "processes": rows,
         "code_view": code_rows,
         "overhead": over,
@@ -383,6 +385,19 @@ def main(manifest_path, outdir):
     if nvml is not None:
         md.append("## NVML")
         md.append("```\n" + json.dumps(nvml, indent=1) + "\n```")
+        md.append("")
+    if gpm is not None:
+        md.append("## GPM (gpuprofd, measured, beside nvidia-smi dmon; medians per phase, GPU 0)")
+        if gpm.get("dmon_error"):
+            md.append(f"nvidia-smi dmon: {gpm['dmon_error']}")
+        names = ("sm_activity", "sm_occupancy", "tensor", "tensor_hmma", "dram_bandwidth",
+                 "fp16", "fp32", "fp64")
+        rows = []
+        for ph in gpm.get("phases", []):
+            rows.append((ph["phase"], f"{ph.get('gpuprofd_points', 0)}/{ph.get('dmon_points', 0)}",
+                         *(f"{ph.get('gpuprofd_' + n, '-')} / {ph.get('dmon_' + n, '-')}" for n in names)))
+        md.append(fmt_table(("phase", "points gpuprofd/dmon", *(n + " % gpuprofd / dmon" for n in names)), rows))
+        md.append("```\n" + json.dumps(gpm.get("gpuprofd"), indent=1) + "\n```")
         md.append("")
     md.append("## Findings")
     md.extend(f"- {f}" for f in findings) if findings else md.append("- none")

@@ -12,6 +12,12 @@
  *   pcie TX_KBPS RX_KBPS
  *   ecc CORRECTED UNCORRECTED          volatile ECC error counts
  *   xid CODE                           one critical XID event, delivered once to an event set
+ *   gpm ID VALUE [VALUE...]            GPM: the value of NVML GPM metric ID (nvmlGpmMetricId_t)
+ *                                      over the k-th interval between two samples of the
+ *                                      device (k from 0; the last value repeats). A device
+ *                                      with gpm lines supports GPM, one without does not (as
+ *                                      before Hopper); metrics it has no line for fail on
+ *                                      their own with NVML_ERROR_NOT_SUPPORTED.
  *   fail_after N    from the (N+1)-th nvmlDeviceGetUtilizationRates on, every device call
  *                   returns NVML_ERROR_GPU_IS_LOST (a GPU that fell off the bus mid-run)
  *
@@ -52,6 +58,9 @@ typedef struct {
     unsigned smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
 
+#define MAX_GPM 64
+#define MAX_GPM_VALUES 8
+struct gpm_metric { unsigned id, n; double v[MAX_GPM_VALUES]; };
 #define MAX_DEV 8
 #define MAX_PROC 16
 #define MAX_XID 16
@@ -68,6 +77,9 @@ struct dev {
     unsigned long long xids[MAX_XID];
     unsigned nxids, xids_sent;
     unsigned long long registered; /* event types registered on the set */
+    struct gpm_metric gpm[MAX_GPM];
+    unsigned ngpm;
+    unsigned long long gpm_seq; /* samples taken of the device */
 };
 typedef struct dev *nvmlDevice_t;
 typedef struct {
@@ -129,6 +141,16 @@ static int load(void) {
             d->has_health = 1;
         } else if (!strcmp(w, "xid") && d->nxids < MAX_XID) {
             sscanf(line, "%*s %llu", &d->xids[d->nxids++]);
+        } else if (!strcmp(w, "gpm") && d->ngpm < MAX_GPM) {
+            struct gpm_metric *m = &d->gpm[d->ngpm++];
+            char *p = line;
+            int used = 0;
+            sscanf(p, "%*s %u%n", &m->id, &used);
+            p += used;
+            while (m->n < MAX_GPM_VALUES && sscanf(p, "%lf%n", &m->v[m->n], &used) == 1) {
+                m->n++;
+                p += used;
+            }
         }
     }
     fclose(f);
@@ -336,5 +358,84 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (set != (nvmlEventSet_t)&the_set) return NVML_ERROR_INVALID_ARGUMENT;
     the_set.used = 0;
+    return NVML_SUCCESS;
+}
+
+/* GPM (nvml.h, R520 and later): the layouts of nvmlGpmSupport_t, nvmlGpmMetric_t and
+ * nvmlGpmMetricsGet_t; samples are opaque handles the caller allocates and frees. */
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRIC_MAX 210 /* the array size of the nvml.h nvml-wrapper 0.13 binds */
+typedef struct { unsigned version, isSupportedDevice; } nvmlGpmSupport_t;
+struct nvmlGpmSample_st { struct dev *dev; unsigned long long seq; };
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+typedef struct {
+    unsigned metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName, *longName, *unit; } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *s) {
+    CHECK_DEV(d);
+    if (!s || s->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_INVALID_ARGUMENT;
+    s->isSupportedDevice = d->ngpm > 0;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *out) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = calloc(1, sizeof **out);
+    return *out ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t s) {
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    free(s);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t s) {
+    CHECK_DEV(d);
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->ngpm) return NVML_ERROR_NOT_SUPPORTED;
+    s->dev = d;
+    s->seq = ++d->gpm_seq;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned gpu_instance, nvmlGpmSample_t s) {
+    CHECK_DEV(d);
+    return NVML_ERROR_NOT_SUPPORTED; /* no MIG on the fake devices */
+}
+/* The scripted value of each metric over the interval between the two samples (which must be
+ * of the same device, the second taken later). */
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    static char short_name[] = "fake", long_name[] = "fake GPM metric", unit[] = "%";
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!m || m->version != NVML_GPM_METRICS_GET_VERSION || m->numMetrics > NVML_GPM_METRIC_MAX ||
+        !m->sample1 || !m->sample2 || !m->sample1->dev || m->sample1->dev != m->sample2->dev ||
+        m->sample2->seq <= m->sample1->seq)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev *d = m->sample1->dev;
+    if (lost()) return NVML_ERROR_GPU_IS_LOST;
+    unsigned long long k = m->sample1->seq - 1;
+    for (unsigned i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *x = &m->metrics[i];
+        x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        x->value = 0;
+        x->metricInfo.shortName = x->metricInfo.longName = x->metricInfo.unit = NULL;
+        for (unsigned j = 0; j < d->ngpm; j++) {
+            struct gpm_metric *g = &d->gpm[j];
+            if (g->id != x->metricId || !g->n) continue;
+            x->nvmlReturn = NVML_SUCCESS;
+            x->value = g->v[k < g->n ? k : g->n - 1];
+            x->metricInfo.shortName = short_name;
+            x->metricInfo.longName = long_name;
+            x->metricInfo.unit = unit;
+        }
+    }
     return NVML_SUCCESS;
 }

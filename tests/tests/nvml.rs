@@ -146,6 +146,295 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
     w.exit();
 }
 
+/// GPM lines for the fake NVML: SM activity 62.5 %, occupancy 25 %, tensor 40 % (all HMMA,
+/// IMMA 0), DRAM 55.5 %, FP16/32/64 10/20/0 %, PCIe tx/rx 100/200 MiB/s, NVLink tx/rx
+/// 400/300 MiB/s in all and 150/250 on link 0; nothing else (graphics, integer, DFMA).
+const GPM_LINES: &str = "gpm 2 62.5\ngpm 3 25\ngpm 5 40\ngpm 7 40\ngpm 9 0\ngpm 10 55.5\n\
+    gpm 11 0\ngpm 12 20\ngpm 13 10\ngpm 20 100\ngpm 21 200\ngpm 60 300\ngpm 61 400\n\
+    gpm 62 250\ngpm 63 150\n";
+
+/// The value of the first sample of `name` whose labels contain every one of `labels`.
+fn metric(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// GPM: the scripted figures, exactly, in the report read back from the capture file, the text
+/// report, `/metrics`, the timeline and the overview page. The GPU one job's process holds
+/// gives that job its figures; the GPU two jobs share is shown shared, never split; the GPU
+/// without GPM says so and keeps its utilisation.
+#[test]
+fn gpm_figures_are_measured_given_to_the_holding_job_and_unsupported_is_said() {
+    let dir = TempDir::new("nvml-gpm");
+    let (cg_a, cg_b) = (Cgroup::new("job_77/step_0"), Cgroup::new("job_78/step_0"));
+    let mut a = Workload::spawn_in("workload", &cg_a);
+    let mut b = Workload::spawn_in("workload", &cg_b);
+    let (pa, pb) = (a.tgid, b.tgid);
+    let config = format!(
+        "device NVIDIA_H100_80GB_HBM3 GPU-gpm0 {total}\nutil 90 40\nproc {pa} {GIB} 80 30\n\
+         {GPM_LINES}\
+         device NVIDIA_H100_80GB_HBM3 GPU-gpm1 {total}\nutil 50 20\nproc {pa} {GIB} 40 10\n\
+         proc {pb} {GIB} 40 10\n{GPM_LINES}\
+         device NVIDIA_A100-SXM4-80GB GPU-a100 {total}\nutil 10 5\n",
+        total = 80 * GIB,
+    );
+    let cfg = dir.path().join("nvml.conf");
+    std::fs::write(&cfg, config).unwrap();
+    let lib = fakecuda().join("lib");
+    let fake = fakecuda().join("lib-nvml/libnvidia-ml.so.1");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend([
+        "--nvml-lib",
+        fake.to_str().unwrap(),
+        "--nvml-interval",
+        "100ms",
+        "--metrics-addr",
+        &addr,
+    ]);
+    let d = Daemon::start_with(
+        "capture.gpuprof",
+        &args,
+        &[("FAKENVML_CONFIG", cfg.to_str().unwrap())],
+    );
+    a.cmd("rt_launch gemm 4 1 1 1 32 1 1 0 0");
+    b.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+    // Once gpuprofd knows both jobs, GPU 0 is job 77's and GPU 1 shared (bounded wait).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let body = loop {
+        let (_, body) = http_get(&addr, "/metrics").expect("/metrics answers");
+        let held = |gpu: &str, who: &str| {
+            metric(
+                &body,
+                "gpuprofd_gpu_gpm_holder",
+                &[gpu, &format!("workload=\"{who}\"")],
+            ) == Some(1.0)
+        };
+        if held("gpu=\"0\"", "slurm:77") && held("gpu=\"1\"", "shared") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "{body}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let g0 = ["gpu=\"0\"", "uuid=\"GPU-gpm0\""];
+    let with = |extra: &'static str| [g0[0], g0[1], extra];
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_ratio",
+            &with("what=\"sm_activity\"")
+        ),
+        Some(0.625)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_ratio",
+            &with("what=\"dram_bandwidth\"")
+        ),
+        Some(0.555)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_ratio",
+            &with("what=\"tensor_hmma\"")
+        ),
+        Some(0.4)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_ratio",
+            &with("what=\"tensor_dfma\"")
+        ),
+        None,
+        "a metric the device does not report has no series"
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_pcie_bytes_per_second",
+            &with("what=\"tx\"")
+        ),
+        Some(100.0 * 1048576.0)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_nvlink_bytes_per_second",
+            &[g0[0], "what=\"tx\"", "link=\"0\""]
+        ),
+        Some(150.0 * 1048576.0)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_gpu_gpm_nvlink_bytes_per_second",
+            &[g0[0], "what=\"rx\"", "link=\"total\""]
+        ),
+        Some(300.0 * 1048576.0)
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "gpuprofd_workload_gpm_ratio",
+            &["workload=\"slurm:77\"", "gpu=\"0\"", "what=\"sm_activity\""]
+        ),
+        Some(0.625)
+    );
+    assert_eq!(
+        metric(&body, "gpuprofd_workload_gpm_ratio", &["gpu=\"1\""]),
+        None,
+        "a shared GPU's figures are no workload's"
+    );
+    for (gpu, supported) in [("gpu=\"0\"", 1.0), ("gpu=\"1\"", 1.0), ("gpu=\"2\"", 0.0)] {
+        assert_eq!(
+            metric(&body, "gpuprofd_gpu_gpm_supported", &[gpu]),
+            Some(supported),
+            "{gpu}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let f = d.stop(); // the report read back from the capture file
+    let r = &f.report;
+    let figures = serde_json::json!({
+        "graphics_activity_pct": null, "sm_activity_pct": 62.5, "sm_occupancy_pct": 25.0,
+        "integer_activity_pct": null, "tensor_activity_pct": 40.0, "tensor_hmma_pct": 40.0,
+        "tensor_imma_pct": 0.0, "tensor_dfma_pct": null, "dram_bandwidth_pct": 55.5,
+        "fp16_activity_pct": 10.0, "fp32_activity_pct": 20.0, "fp64_activity_pct": 0.0,
+        "pcie_tx_mib_per_s": 100.0, "pcie_rx_mib_per_s": 200.0,
+        "nvlink_tx_mib_per_s": 400.0, "nvlink_rx_mib_per_s": 300.0,
+        "nvlink_links": [{"link": 0, "tx_mib_per_s": 150.0, "rx_mib_per_s": 250.0}]
+    });
+    // GPU 0: every round but the first (GPM needs two samples) measured; the rounds after
+    // gpuprofd learnt job 77's process are job 77's, those before unattributed.
+    let g = &r["gpus"][0]["gpm"];
+    let rounds = r["gpus"][0]["samples"].as_u64().unwrap();
+    let n = g["samples"].as_u64().unwrap();
+    assert_eq!(n, rounds - 1, "{g}");
+    assert_eq!(
+        (&g["state"], &g["source"], &g["avg"], &g["max"]),
+        (
+            &serde_json::json!("measured"),
+            &serde_json::json!("measured"),
+            &figures,
+            &figures
+        )
+    );
+    let held = g["jobs"][0]["samples"].as_u64().unwrap();
+    assert_eq!(
+        (
+            g["jobs"].as_array().unwrap().len(),
+            &g["jobs"][0]["workload"],
+            &g["jobs"][0]["avg"],
+            held + g["unattributed_samples"].as_u64().unwrap(),
+            g["shared_samples"].as_u64(),
+            g["idle_samples"].as_u64()
+        ),
+        (
+            1,
+            &serde_json::json!("slurm:77"),
+            &figures,
+            n,
+            Some(0),
+            Some(0)
+        ),
+        "{g}"
+    );
+    assert!(held >= 1, "{g}");
+    // GPU 1: the two jobs' processes share it: no job's.
+    let g1 = &r["gpus"][1]["gpm"];
+    assert_eq!(g1["jobs"], serde_json::Value::Null, "{g1}");
+    assert!(g1["shared_samples"].as_u64().unwrap() >= 1, "{g1}");
+    assert_eq!(
+        g1["shared_samples"].as_u64().unwrap() + g1["unattributed_samples"].as_u64().unwrap(),
+        g1["samples"].as_u64().unwrap(),
+        "{g1}"
+    );
+    // GPU 2: no GPM, and why; its utilisation as before.
+    let g2 = &r["gpus"][2];
+    assert_eq!(
+        (
+            &g2["gpm"]["state"],
+            &g2["gpm"]["detail"],
+            &g2["gpm"]["samples"]
+        ),
+        (
+            &serde_json::json!("unsupported"),
+            &serde_json::json!("the device does not support GPM (it needs a Hopper or later GPU)"),
+            &serde_json::json!(0)
+        )
+    );
+    assert_eq!(g2["gpm"]["avg"], serde_json::Value::Null);
+    assert_eq!(g2["gpu_util_avg"].as_f64(), Some(10.0));
+    // Each job: job 77 held GPU 0 alone; job 78 held nothing alone.
+    let job = |id: &str| {
+        r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["kind"] == "slurm" && j["id"] == id)
+            .unwrap_or_else(|| panic!("job {id}: {}", r["jobs"]))
+    };
+    assert_eq!(
+        job("77")["gpm"],
+        serde_json::json!([{"gpu": 0, "samples": held, "source": "measured", "avg": figures}])
+    );
+    assert_eq!(job("78")["gpm"], serde_json::Value::Null);
+    // The text report.
+    assert!(
+        f.stdout.contains(&format!(
+            "    gpm (measured, {n} samples): SM activity avg 62.5% (max 62.5%), SM occupancy avg \
+             25.0%, tensor avg 40.0% (HMMA 40.0%, IMMA 0.0%, DFMA -), DRAM bandwidth avg 55.5%\n"
+        )),
+        "{}",
+        f.stdout
+    );
+    assert!(
+        f.stdout.contains(
+            "    gpm: unsupported: the device does not support GPM (it needs a Hopper or later GPU)\n"
+        ),
+        "{}",
+        f.stdout
+    );
+    // The timeline: a measured counter per GPU and round.
+    let file = f.output.to_str().unwrap();
+    let trace = f.output.with_extension("trace.json");
+    let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let c: Vec<&serde_json::Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "GPU 0 activity % (GPM, measured)")
+        .collect();
+    assert_eq!(c.len() as u64, n);
+    assert_eq!(
+        c[0]["args"],
+        serde_json::json!({"dram_bandwidth": 56, "fp16": 10, "fp32": 20, "fp64": 0,
+                           "sm_activity": 63, "sm_occupancy": 25, "tensor": 40,
+                           "tensor_hmma": 40})
+    );
+    // The overview page.
+    let dom = overview_dom(&f.output, "report-gpm");
+    assert!(
+        dom.contains("data-k=\"gpm_sm_activity_avg\">62.5</td>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("data-k=\"gpm_dram_bandwidth_avg\">55.5</td>"),
+        "{dom}"
+    );
+    assert!(dom.contains("data-k=\"gpm\">unsupported</td>"), "{dom}");
+    a.exit();
+    b.exit();
+}
+
 #[test]
 fn nvml_failing_mid_run_stops_sampling_not_the_capture() {
     let dir = TempDir::new("nvml-fail");

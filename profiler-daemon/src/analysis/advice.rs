@@ -1,8 +1,9 @@
 //! Advice: what the figures suggest trying, each with the evidence that triggered it (like
 //! TensorBoard's "recommendation for next steps"), computed from a [`Report`] alone.
 //!
-//! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls); none
-//! knows how long kernels ran on the GPU. Thresholds are the constants below. Per-process rates
+//! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls), or
+//! from NVML's figures of the GPUs (GPM's are measured device activity); none knows how long
+//! kernels ran on the GPU. Thresholds are the constants below. Per-process rates
 //! and shares are over the time the process was active in the capture ([`active_ns`]), and need
 //! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
@@ -56,13 +57,25 @@ const SLOWING_REASONS: [&str; 5] = [
     "hw_power_brake_slowdown",
 ];
 
+/// GPM rules: the SMs busy (measured SM activity, mean over GPM's rounds) at least this much...
+pub const GPM_BUSY_SM_ACTIVITY: f64 = 50.0;
+/// ...over at least this many GPM rounds...
+pub const GPM_MIN_SAMPLES: u64 = 5;
+/// ...while the tensor pipes were busy less than this (percent) and the FP32 pipes at least
+/// [`GPM_FP32_BUSY`]: FP32 math the tensor cores could do (bf16/fp16, TF32).
+pub const GPM_TENSOR_IDLE: f64 = 5.0;
+pub const GPM_FP32_BUSY: f64 = 10.0;
+/// ...or while the SMs held fewer warps than this share of their maximum (percent).
+pub const GPM_LOW_OCCUPANCY: f64 = 20.0;
+
 /// One piece of advice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
     /// `sync_bound`, `launch_bound`, `tiny_copies`, `pageable_copies`, `blocking_copies`,
     /// `alloc_churn`,
     /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
-    /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `records_lost`.
+    /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `gpu_tensor_idle`,
+    /// `gpu_low_occupancy` (NVML GPM, per GPU, measured), `records_lost`.
     pub rule: &'static str,
     /// The process it is about (`None`: the capture as a whole).
     pub pid: Option<u32>,
@@ -150,10 +163,12 @@ fn active_ns(p: &ProcessReport, capture_ns: u64) -> u64 {
     end.saturating_sub(t.first_call_ns)
 }
 
-/// What NVML says of the GPUs themselves: clocks held back, hardware or driver errors.
+/// What NVML says of the GPUs themselves: clocks held back, hardware or driver errors, and
+/// (GPM) busy SMs whose math misses the tensor cores or that hold few warps.
 fn gpu_advice(r: &Report, out: &mut Vec<Advice>) {
     for g in &r.gpus {
         let gpu = format!("GPU {} ({})", g.index, g.name);
+        gpm_advice(&gpu, g, out);
         let worst = SLOWING_REASONS
             .iter()
             .filter_map(|&why| g.throttle_rounds.get(why).map(|&n| (why, n)))
@@ -207,6 +222,56 @@ fn gpu_advice(r: &Report, out: &mut Vec<Advice>) {
                     .into(),
             });
         }
+    }
+}
+
+/// GPM's measured figures of a GPU: busy SMs with idle tensor pipes and busy FP32 pipes, or
+/// busy SMs holding few warps. The GPU's whole figures (whoever held it); the evidence names
+/// the job when one job held it in every round.
+fn gpm_advice(gpu: &str, g: &crate::model::snapshot::GpuReport, out: &mut Vec<Advice>) {
+    let Some(m) = g.gpm.as_ref().filter(|m| m.samples >= GPM_MIN_SAMPLES) else {
+        return;
+    };
+    let Some(a) = &m.avg else { return };
+    let Some(sm) = a.sm_activity_pct.filter(|&v| v >= GPM_BUSY_SM_ACTIVITY) else {
+        return;
+    };
+    let held = match m.jobs.as_slice() {
+        [j] if j.samples == m.samples => format!(", all held by job {}", j.workload),
+        _ => String::new(),
+    };
+    let busy = format!(
+        "{gpu}: SM activity averaged {sm:.1} % over {} GPM rounds (measured{held})",
+        m.samples
+    );
+    if let (Some(t), Some(f32_)) = (a.tensor_activity_pct, a.fp32_activity_pct)
+        && t < GPM_TENSOR_IDLE
+        && f32_ >= GPM_FP32_BUSY
+    {
+        out.push(Advice {
+            rule: "gpu_tensor_idle",
+            pid: None,
+            comm: None,
+            evidence: format!(
+                "{busy}, while the tensor pipes were busy {t:.1} % and the FP32 pipes {f32_:.1} %"
+            ),
+            suggestion: "the math runs on the FP32 pipes, not the tensor cores: autocast to                          bf16/fp16 (torch.autocast, jax.default_matmul_precision), or let FP32                          matmuls and convolutions use TF32                          (torch.set_float32_matmul_precision(\"high\"))"
+                .into(),
+        });
+    }
+    if let Some(occ) = a.sm_occupancy_pct
+        && occ < GPM_LOW_OCCUPANCY
+    {
+        out.push(Advice {
+            rule: "gpu_low_occupancy",
+            pid: None,
+            comm: None,
+            evidence: format!(
+                "{busy}, while the SMs held {occ:.1} % of the warps they can (occupancy)"
+            ),
+            suggestion: "busy SMs with few resident warps hide memory latency poorly: larger                          batches or blocks, fewer registers or less shared memory per block (Nsight                          Compute's occupancy section names the limit)"
+                .into(),
+        });
     }
 }
 

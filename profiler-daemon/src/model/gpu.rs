@@ -93,6 +93,10 @@ pub struct Gpus {
     devices: BTreeMap<u32, Device>,
     /// The latest round's (utilisation %, memory used) per device.
     now: BTreeMap<u32, (Option<u32>, Option<u64>)>,
+    /// The pids NVML listed on each device in the latest round (who holds it now).
+    round_pids: BTreeMap<u32, Vec<u32>>,
+    /// GPM figures per device, and who held each device while they were measured.
+    pub gpm: crate::model::gpm::Gpm,
     pub status: NvmlStatus,
 }
 
@@ -117,11 +121,24 @@ impl Gpus {
             e.power_mw.add(d.power_mw.map(u64::from));
             e.temp.add(d.temp_c.map(u64::from));
         }
+        self.round_pids.clear();
+        for d in &s.devices {
+            self.round_pids.insert(d.index, Vec::new());
+        }
         for p in &s.processes {
             if let Some(e) = self.devices.get_mut(&p.device) {
                 e.pids.insert(p.pid);
             }
+            let pids = self.round_pids.entry(p.device).or_default();
+            if !pids.contains(&p.pid) {
+                pids.push(p.pid);
+            }
         }
+    }
+
+    /// The pids NVML listed on device `index` in the latest round.
+    pub fn round_pids(&self, index: u32) -> &[u32] {
+        self.round_pids.get(&index).map_or(&[], Vec::as_slice)
     }
 
     /// Throttling, PCIe throughput, ECC counts and events of one NVML round.
@@ -199,6 +216,7 @@ impl Gpus {
                 xid_count: d.xid_count,
                 ecc_double_bit_events: d.ecc_double_bit_events,
                 unprofiled_pids: d.pids.iter().copied().filter(|&p| !profiled(p)).collect(),
+                gpm: self.gpm.report(index),
             })
             .collect()
     }

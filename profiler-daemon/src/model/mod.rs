@@ -7,6 +7,7 @@
 //! names them.
 
 pub mod activity;
+pub mod gpm;
 pub mod gpu;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
 pub use crate::sys::hash;
@@ -322,6 +323,7 @@ impl Aggregator {
         MetricsFacts {
             gpu_now: self.gpus.now().clone(),
             gpu_health: self.gpus.health_now(),
+            gpm_now: self.gpus.gpm.now(),
             process_gpu_bytes: self
                 .procs
                 .iter()
@@ -448,6 +450,7 @@ impl Aggregator {
     /// The live view's rows, by tgid; rates are over the `interval_s` since the previous call.
     pub fn live_rows(&mut self, interval_s: f64) -> Vec<LiveRow> {
         let mut rows = Vec::with_capacity(self.procs.len());
+        let gpm_now = self.gpus.gpm.now();
         for (&tgid, p) in &mut self.procs {
             let delta = p.launches - p.prev_launches;
             p.prev_launches = p.launches;
@@ -478,19 +481,45 @@ impl Aggregator {
                         p.sampling.standard_error().map(|e| e.round() as u64),
                     )
                 }),
+                gpm_sm_activity_pct: None,
+                gpm_tensor_pct: None,
             });
+            // The first GPU NVML lists the process on whose latest GPM round its job held alone.
+            let key = meta.and_then(|m| m.job.as_ref()).map(|j| j.key());
+            let held = gpm_now.iter().find(|(dev, now)| {
+                self.gpus.round_pids(**dev).contains(&tgid)
+                    && matches!(&now.holder, gpm::Holder::Job(j) if Some(j) == key.as_ref())
+            });
+            if let (Some((_, now)), Some(row)) = (held, rows.last_mut()) {
+                row.gpm_sm_activity_pct = now.figures.sm_activity_pct;
+                row.gpm_tensor_pct = now.figures.tensor_activity_pct;
+            }
         }
         rows.sort_by(|a, b| a.job.cmp(&b.job).then(a.tgid.cmp(&b.tgid)));
         rows
     }
 
-    /// One NVML sampling round: device figures, and per-process figures for the processes that
-    /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
     /// Device health of an NVML round (throttling, PCIe, ECC, XID events).
     pub fn apply_nvml_health(&mut self, h: &crate::nvml::Health) {
         self.gpus.apply_health(h);
     }
 
+    /// GPM figures of an NVML round, each device's given to the job holding it in that round
+    /// (from the process list of the round, applied just before).
+    pub fn apply_nvml_gpm(&mut self, g: &crate::nvml::gpm::Gpm) {
+        for d in &g.devices {
+            let holder = gpm::Holder::of(self.gpus.round_pids(d.index).iter().map(|pid| {
+                self.meta
+                    .get(pid)
+                    .and_then(|m| m.job.as_ref())
+                    .map(|j| j.key())
+            }));
+            self.gpus.gpm.apply(d, holder);
+        }
+    }
+
+    /// One NVML sampling round: device figures, and per-process figures for the processes that
+    /// made CUDA calls (NVML's pids are host pids, as the probes' tgids).
     pub fn apply_nvml(&mut self, s: &crate::nvml::Sample) {
         let mut seen_now: Vec<u32> = Vec::new();
         self.gpus.apply(s);
@@ -594,6 +623,9 @@ impl Aggregator {
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);
+        let gpus = self
+            .gpus
+            .report(|pid| processes.iter().any(|p| p.tgid == pid));
         Report {
             schema: SCHEMA.to_owned(),
             host: meta.host,
@@ -603,7 +635,11 @@ impl Aggregator {
             submitted: meta.submitted,
             probe_faults: meta.faults,
             decode_errors: self.decode_errors(),
-            jobs: report::jobs(&processes),
+            jobs: {
+                let mut jobs = report::jobs(&processes);
+                report::job_gpm(&mut jobs, &gpus);
+                jobs
+            },
             nvml: {
                 let mut st = self.gpus.status.clone();
                 if st.state.is_empty() {
@@ -612,9 +648,7 @@ impl Aggregator {
                 }
                 st
             },
-            gpus: self
-                .gpus
-                .report(|pid| processes.iter().any(|p| p.tgid == pid)),
+            gpus,
             processes,
             libraries: self.libraries.clone(),
             launch_duty: self.duty_report(),

@@ -299,6 +299,29 @@ pub(super) fn code(
 }
 
 /// Groups processes by job (`kind:id`); processes without a job are left out.
+/// Each job's `gpm`: the GPUs it held alone while GPM measured them, from the GPUs' own
+/// `gpm.jobs` (so that a report cut down to some processes keeps its jobs' figures).
+pub(crate) fn job_gpm(
+    jobs: &mut [crate::model::snapshot::JobReport],
+    gpus: &[crate::model::snapshot::GpuReport],
+) {
+    for j in jobs {
+        let key = format!("{}:{}", j.kind, j.id);
+        j.gpm = gpus
+            .iter()
+            .filter_map(|g| {
+                let h = g.gpm.as_ref()?.jobs.iter().find(|h| h.workload == key)?;
+                Some(crate::model::snapshot::JobGpmReport {
+                    gpu: g.index,
+                    samples: h.samples,
+                    source: "measured".to_owned(),
+                    avg: h.avg.clone(),
+                })
+            })
+            .collect();
+    }
+}
+
 pub(crate) fn jobs(
     processes: &[crate::model::snapshot::ProcessReport],
 ) -> Vec<crate::model::snapshot::JobReport> {
@@ -320,6 +343,7 @@ pub(crate) fn jobs(
                 copy_bytes: 0,
                 alloc_bytes: 0,
                 blocked_ns: 0,
+                gpm: Vec::new(),
             });
         if let Some(s) = &j.step
             && !e.steps.contains(s)

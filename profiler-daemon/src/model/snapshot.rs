@@ -122,6 +122,67 @@ pub struct GpuReport {
     /// Processes NVML listed on the device that made no CUDA call gpuprofd recorded (they
     /// started before it and stayed idle, use CUDA in a way it does not hook, or are graphics).
     pub unprofiled_pids: Vec<u32>,
+    /// GPM: what the SMs, tensor pipes, DRAM, PCIe and NVLink did, from the device's own
+    /// counters (Hopper and later); `state` `unsupported` (and why) elsewhere. Absent in
+    /// captures from before GPM was sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpm: Option<GpmReport>,
+}
+
+/// One GPU's GPM figures over the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpmReport {
+    /// `measured`; `unsupported` (the device or driver has no GPM: `detail` says why; the
+    /// utilisation above is then NVML's only figure); `failed` (GPM stopped working: why);
+    /// `pending` (one sample only: GPM needs two).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+    /// `measured` when there are figures: they come from the device's counters, not from
+    /// gpuprofd's reasoning.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// NVML rounds with figures (each over the interval since the round before).
+    pub samples: u64,
+    /// Means over those rounds, and maxima (percentages 0-100, throughputs MiB/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avg: Option<crate::nvml::gpm::Figures>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<crate::nvml::gpm::Figures>,
+    /// The jobs that held the GPU alone (every process NVML listed on it was theirs), with the
+    /// figures of those rounds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<GpmJobReport>,
+    /// Rounds the GPU was shared (processes of several jobs, or of one gpuprofd could not
+    /// tell, beside others): their figures belong to no one job and are not split.
+    #[serde(default)]
+    pub shared_samples: u64,
+    /// Rounds with no process on the GPU.
+    #[serde(default)]
+    pub idle_samples: u64,
+    /// Rounds whose processes were all of jobs gpuprofd could not tell.
+    #[serde(default)]
+    pub unattributed_samples: u64,
+}
+
+/// One job that held a GPU alone, in the GPU's `gpm`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpmJobReport {
+    /// The job's `kind:id`.
+    pub workload: String,
+    pub samples: u64,
+    pub avg: crate::nvml::gpm::Figures,
+}
+
+/// One GPU a job held alone, in the job's `gpm`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobGpmReport {
+    pub gpu: u32,
+    /// NVML rounds with figures in which the job's processes were the only ones on the GPU.
+    pub samples: u64,
+    /// Always `measured`.
+    pub source: String,
+    pub avg: crate::nvml::gpm::Figures,
 }
 
 /// One process as NVML sampled it.
@@ -139,7 +200,7 @@ pub struct ProcessGpuReport {
 }
 
 /// One job's processes and totals (sums of its processes' figures).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobReport {
     pub kind: String,
     pub id: String,
@@ -157,6 +218,10 @@ pub struct JobReport {
     pub alloc_bytes: u64,
     /// CPU time blocked in calls with a return probe (syncs, blocking copies, allocations).
     pub blocked_ns: u64,
+    /// The GPUs the job held alone while GPM measured them (measured figures; a GPU shared
+    /// with other jobs is not in here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpm: Vec<JobGpmReport>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -401,6 +466,10 @@ pub struct LiveRow {
     /// Under the launch probes' duty cycle: the estimated launches and their standard error
     /// (`launches` then holds those the windows counted).
     pub launches_estimated: Option<(u64, Option<u64>)>,
+    /// GPM's latest measured SM and tensor-pipe activity (percent) of a GPU the process's job
+    /// held alone in the latest round (`None` on a shared GPU, or without GPM).
+    pub gpm_sm_activity_pct: Option<f64>,
+    pub gpm_tensor_pct: Option<f64>,
 }
 
 /// What the metrics exposition needs from the model beyond the report: NVML's latest figures
@@ -413,6 +482,8 @@ pub struct MetricsFacts {
     pub process_gpu_bytes: BTreeMap<u32, u64>,
     /// Latest NVML health per GPU index, and the XID errors counted so far.
     pub gpu_health: BTreeMap<u32, (crate::nvml::DeviceHealth, u64)>,
+    /// Latest GPM figures per GPU index that GPM measured in the latest round, and who held it.
+    pub gpm_now: BTreeMap<u32, crate::model::gpm::GpmNow>,
     /// Processes that ended longer ago than the grace asked for.
     pub expired: Vec<u32>,
 }

@@ -171,6 +171,11 @@ pub fn page_data(
         "nvml": {"state": r.nvml.state, "detail": r.nvml.detail, "samples": r.nvml.samples},
         "gpus": r.gpus.iter().map(|g| json!({"index": g.index, "name": g.name,
             "gpu_util_avg": g.gpu_util_avg, "mem_util_avg": g.mem_util_avg,
+            "gpm": g.gpm.as_ref().map_or("-".to_owned(), |m| m.state.clone()),
+            "gpm_sm_activity_avg": gpm_avg(g, |f| f.sm_activity_pct),
+            "gpm_sm_occupancy_avg": gpm_avg(g, |f| f.sm_occupancy_pct),
+            "gpm_tensor_activity_avg": gpm_avg(g, |f| f.tensor_activity_pct),
+            "gpm_dram_bandwidth_avg": gpm_avg(g, |f| f.dram_bandwidth_pct),
             "memory_used_max": g.memory_used_max_bytes, "memory_total": g.memory_total_bytes,
             "power_avg_w": g.power_avg_w})).collect::<Vec<_>>(),
     })
@@ -178,6 +183,14 @@ pub fn page_data(
 
 /// The live dashboard: the overview of `data` (with `data["live"]`: the history of
 /// [`crate::model::history::History::to_json`]) as a page that reloads itself every 5 s.
+/// A GPU's measured GPM mean of one figure (`None` without GPM figures).
+fn gpm_avg(
+    g: &crate::model::snapshot::GpuReport,
+    f: fn(&crate::nvml::gpm::Figures) -> Option<f64>,
+) -> Option<f64> {
+    g.gpm.as_ref().and_then(|m| m.avg.as_ref()).and_then(f)
+}
+
 pub fn live_page(data: &Value) -> String {
     page(data)
         .replacen(
@@ -290,7 +303,12 @@ if (D.gpus.length) {
     {key: 'gpu_util_avg', title: 'util avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
     {key: 'mem_util_avg', title: 'mem util avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
     {key: 'memory_used_max', title: 'memory used max', fmt: (v) => v === null ? '-' : bytes(v)},
-    {key: 'power_avg_w', title: 'power avg W', fmt: (v) => v === null ? '-' : v.toFixed(1)}],
+    {key: 'power_avg_w', title: 'power avg W', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'gpm', title: 'GPM', left: true},
+    {key: 'gpm_sm_activity_avg', title: 'SM active avg % (measured)', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'gpm_sm_occupancy_avg', title: 'SM occupancy avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'gpm_tensor_activity_avg', title: 'tensor avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)},
+    {key: 'gpm_dram_bandwidth_avg', title: 'DRAM bw avg %', fmt: (v) => v === null ? '-' : v.toFixed(1)}],
     D.gpus);
 } else {
   $('gpus').appendChild(el('p', {class: 'note'}, 'NVML ' + D.nvml.state +

@@ -24,6 +24,12 @@ pub fn render_line(r: &LiveRow) -> String {
         Some((est, None)) => format!("{} in windows, ~{est} est.", r.launches),
         None => r.launches.to_string(),
     };
+    if let Some(v) = r.gpm_sm_activity_pct {
+        gpu.push_str(&format!("  gpm sm {v:.0}%"));
+        if let Some(t) = r.gpm_tensor_pct {
+            gpu.push_str(&format!(" tensor {t:.0}%"));
+        }
+    }
     format!(
         "{job}{} {}{}  launches {launches} (+{:.0}/s)  copies {} ({})  sync blocked {:.1} ms  alloc live {}{gpu}",
         r.tgid,
@@ -57,6 +63,8 @@ mod tests {
             gpu_sm_util: None,
             gpu_held_bytes: None,
             launches_estimated: None,
+            gpm_sm_activity_pct: None,
+            gpm_tensor_pct: None,
         };
         assert_eq!(
             render_line(&r),
@@ -84,7 +92,7 @@ mod tests {
         assert!(render_line(&g).ends_with("alloc live 16.0 MiB  gpu sm 80%  gpu mem 1.0 GiB"));
         let d = LiveRow {
             launches_estimated: Some((12000, Some(340))),
-            ..g
+            ..g.clone()
         };
         assert!(
             render_line(&d).starts_with(
@@ -92,6 +100,16 @@ mod tests {
             ),
             "{}",
             render_line(&d)
+        );
+        let m = LiveRow {
+            gpm_sm_activity_pct: Some(62.5),
+            gpm_tensor_pct: Some(40.0),
+            ..g
+        };
+        assert!(
+            render_line(&m).ends_with("gpu sm 80%  gpu mem 1.0 GiB  gpm sm 62% tensor 40%"),
+            "{}",
+            render_line(&m)
         );
     }
 }

@@ -65,6 +65,28 @@ struct GpuWhat {
     what: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLink {
+    gpu: String,
+    uuid: String,
+    what: String,
+    link: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuHolder {
+    gpu: String,
+    uuid: String,
+    workload: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkloadGpuWhat {
+    workload: String,
+    gpu: String,
+    what: String,
+}
+
 /// What the session adds to a [`Report`] for a scrape.
 #[derive(Clone, Debug, Default)]
 pub struct Extra {
@@ -384,6 +406,7 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             .inc_by(*v);
     }
     gpu_health(&mut reg, r, extra);
+    gpu_gpm(&mut reg, r, extra);
     bpf_maps(&mut reg, &extra.bpf_maps);
     if let Some(b) = extra.heap_in_use {
         let heap: Gauge = Gauge::default();
@@ -507,6 +530,136 @@ fn gpu_health(reg: &mut Registry, r: &Report, extra: &Extra) {
             uuid: g.uuid.clone(),
         })
         .inc_by(*xids);
+    }
+}
+
+/// GPM's figures of the latest NVML round per GPU (measured by the device's counters), whether
+/// each GPU does GPM, and who held it; the workload that held a GPU alone gets its main
+/// figures too. Labels stay bounded: a dozen figures and 18 links per GPU, one holder each.
+fn gpu_gpm(reg: &mut Registry, r: &Report, extra: &Extra) {
+    use crate::nvml::gpm::FIELDS;
+    let supported = Family::<Gpu, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_gpm_supported",
+        "1 while NVML's GPM measures the GPU's activity (Hopper and later), 0 when the GPU or its \
+         driver has no GPM (the report's gpus[].gpm.detail says why)",
+        supported.clone(),
+    );
+    let ratio = Family::<GpuWhat, Gauge<f64, AtomicU64>>::default();
+    reg.register(
+        "gpuprofd_gpu_gpm_ratio",
+        "GPM, measured over the last NVML interval (0 to 1; what: sm_activity, sm_occupancy, \
+         tensor_activity, tensor_hmma, tensor_imma, tensor_dfma, dram_bandwidth, fp16_activity, \
+         fp32_activity, fp64_activity, integer_activity, graphics_activity)",
+        ratio.clone(),
+    );
+    let pcie = Family::<GpuWhat, Gauge<f64, AtomicU64>>::default();
+    reg.register(
+        "gpuprofd_gpu_gpm_pcie_bytes_per_second",
+        "GPM, measured over the last NVML interval: PCIe traffic (what: tx or rx)",
+        pcie.clone(),
+    );
+    let nvlink = Family::<GpuLink, Gauge<f64, AtomicU64>>::default();
+    reg.register(
+        "gpuprofd_gpu_gpm_nvlink_bytes_per_second",
+        "GPM, measured over the last NVML interval: NVLink traffic (what: tx or rx; link: total \
+         or the link number)",
+        nvlink.clone(),
+    );
+    let holder = Family::<GpuHolder, Gauge>::default();
+    reg.register(
+        "gpuprofd_gpu_gpm_holder",
+        "1 for who held the GPU in the latest GPM round: the workload whose processes alone were \
+         on it, or shared, idle, unattributed (its figures are then no one workload's)",
+        holder.clone(),
+    );
+    let by_workload = Family::<WorkloadGpuWhat, Gauge<f64, AtomicU64>>::default();
+    reg.register(
+        "gpuprofd_workload_gpm_ratio",
+        "GPM of a GPU the workload held alone in the latest round (0 to 1; what: sm_activity, \
+         sm_occupancy, tensor_activity, dram_bandwidth)",
+        by_workload.clone(),
+    );
+    const MIB: f64 = 1024.0 * 1024.0;
+    for g in &r.gpus {
+        let Some(state) = g.gpm.as_ref().map(|m| m.state.as_str()) else {
+            continue;
+        };
+        let gl = Gpu {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+        };
+        supported
+            .get_or_create(&gl)
+            .set(i64::from(state != "unsupported"));
+        let Some(now) = extra.facts.gpm_now.get(&g.index) else {
+            continue;
+        };
+        let l = |what: &str| GpuWhat {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+            what: what.to_owned(),
+        };
+        let v = now.figures.scalars();
+        for (i, name) in FIELDS.iter().enumerate().take(12) {
+            if let Some(x) = v[i] {
+                let what = name.trim_end_matches("_pct");
+                ratio.get_or_create(&l(what)).set(x / 100.0);
+            }
+        }
+        let f = &now.figures;
+        for (what, x) in [("tx", f.pcie_tx_mib_per_s), ("rx", f.pcie_rx_mib_per_s)] {
+            if let Some(x) = x {
+                pcie.get_or_create(&l(what)).set(x * MIB);
+            }
+        }
+        let link = |what: &str, link: String| GpuLink {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+            what: what.to_owned(),
+            link,
+        };
+        for (what, x) in [("tx", f.nvlink_tx_mib_per_s), ("rx", f.nvlink_rx_mib_per_s)] {
+            if let Some(x) = x {
+                nvlink
+                    .get_or_create(&link(what, "total".into()))
+                    .set(x * MIB);
+            }
+        }
+        for k in &f.nvlink_links {
+            for (what, x) in [("tx", k.tx_mib_per_s), ("rx", k.rx_mib_per_s)] {
+                if let Some(x) = x {
+                    nvlink
+                        .get_or_create(&link(what, k.link.to_string()))
+                        .set(x * MIB);
+                }
+            }
+        }
+        holder
+            .get_or_create(&GpuHolder {
+                gpu: g.index.to_string(),
+                uuid: g.uuid.clone(),
+                workload: now.holder.label().to_owned(),
+            })
+            .set(1);
+        if let crate::model::gpm::Holder::Job(w) = &now.holder {
+            for (what, x) in [
+                ("sm_activity", f.sm_activity_pct),
+                ("sm_occupancy", f.sm_occupancy_pct),
+                ("tensor_activity", f.tensor_activity_pct),
+                ("dram_bandwidth", f.dram_bandwidth_pct),
+            ] {
+                if let Some(x) = x {
+                    by_workload
+                        .get_or_create(&WorkloadGpuWhat {
+                            workload: w.clone(),
+                            gpu: g.index.to_string(),
+                            what: what.to_owned(),
+                        })
+                        .set(x / 100.0);
+                }
+            }
+        }
     }
 }
 

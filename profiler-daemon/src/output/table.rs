@@ -171,6 +171,9 @@ fn gpus(s: &mut String, r: &Report) {
             g.power_avg_w.map_or("-".into(), |w| format!("{w:.1} W")),
             g.temp_max_c.map_or("-".into(), |t| format!("{t} C")),
         );
+        if let Some(m) = &g.gpm {
+            gpm(s, m);
+        }
         if !g.unprofiled_pids.is_empty() {
             let pids: Vec<String> = g.unprofiled_pids.iter().map(u32::to_string).collect();
             let _ = writeln!(
@@ -182,6 +185,76 @@ fn gpus(s: &mut String, r: &Report) {
     }
     if r.nvml.state == "failed" {
         let _ = writeln!(s, "  NVML stopped: {}", r.nvml.detail);
+    }
+}
+
+/// A GPU's GPM lines: the measured figures (means, the SM activity's maximum), who held the
+/// GPU; or why there are none.
+fn gpm(s: &mut String, m: &crate::model::snapshot::GpmReport) {
+    let Some(a) = &m.avg else {
+        let _ = writeln!(
+            s,
+            "    gpm: {}{}{}",
+            m.state,
+            if m.detail.is_empty() { "" } else { ": " },
+            m.detail
+        );
+        return;
+    };
+    let pct = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}%"));
+    let mib = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} MiB/s"));
+    let max_sm = m.max.as_ref().and_then(|x| x.sm_activity_pct);
+    let _ = writeln!(
+        s,
+        "    gpm (measured, {} samples): SM activity avg {} (max {}), SM occupancy avg {}, tensor avg {} \
+         (HMMA {}, IMMA {}, DFMA {}), DRAM bandwidth avg {}",
+        m.samples,
+        pct(a.sm_activity_pct),
+        pct(max_sm),
+        pct(a.sm_occupancy_pct),
+        pct(a.tensor_activity_pct),
+        pct(a.tensor_hmma_pct),
+        pct(a.tensor_imma_pct),
+        pct(a.tensor_dfma_pct),
+        pct(a.dram_bandwidth_pct),
+    );
+    let _ = writeln!(
+        s,
+        "      FP16 {}, FP32 {}, FP64 {}; PCIe tx {} rx {}; NVLink tx {} rx {}",
+        pct(a.fp16_activity_pct),
+        pct(a.fp32_activity_pct),
+        pct(a.fp64_activity_pct),
+        mib(a.pcie_tx_mib_per_s),
+        mib(a.pcie_rx_mib_per_s),
+        mib(a.nvlink_tx_mib_per_s),
+        mib(a.nvlink_rx_mib_per_s),
+    );
+    let mut held: Vec<String> = m
+        .jobs
+        .iter()
+        .map(|j| {
+            format!(
+                "{} alone {} (SM activity avg {})",
+                j.workload,
+                j.samples,
+                pct(j.avg.sm_activity_pct)
+            )
+        })
+        .collect();
+    for (what, n) in [
+        ("shared", m.shared_samples),
+        ("idle", m.idle_samples),
+        ("unattributed", m.unattributed_samples),
+    ] {
+        if n > 0 {
+            held.push(format!("{what} {n}"));
+        }
+    }
+    if !held.is_empty() {
+        let _ = writeln!(s, "      held (samples): {}", held.join(", "));
+    }
+    if !m.detail.is_empty() {
+        let _ = writeln!(s, "      gpm: {}", m.detail);
     }
 }
 
@@ -524,6 +597,68 @@ mod tests {
         );
         r.probe_faults.insert("user_read".into(), 0);
         assert_eq!(probe_faults(&r), "");
+    }
+
+    #[test]
+    fn gpm_lines() {
+        use crate::model::snapshot::{GpmJobReport, GpmReport};
+        use crate::nvml::gpm::Figures;
+        let f = |sm: f64| Figures {
+            sm_activity_pct: Some(sm),
+            sm_occupancy_pct: Some(20.0),
+            tensor_activity_pct: Some(40.0),
+            tensor_hmma_pct: Some(40.0),
+            tensor_imma_pct: Some(0.0),
+            dram_bandwidth_pct: Some(55.5),
+            fp32_activity_pct: Some(10.0),
+            pcie_tx_mib_per_s: Some(128.0),
+            pcie_rx_mib_per_s: Some(256.0),
+            ..Figures::default()
+        };
+        let m = GpmReport {
+            state: "measured".into(),
+            detail: String::new(),
+            source: "measured".into(),
+            samples: 9,
+            avg: Some(f(62.5)),
+            max: Some(f(75.0)),
+            jobs: vec![GpmJobReport {
+                workload: "slurm:77".into(),
+                samples: 8,
+                avg: f(65.0),
+            }],
+            shared_samples: 1,
+            idle_samples: 0,
+            unattributed_samples: 0,
+        };
+        let mut s = String::new();
+        gpm(&mut s, &m);
+        assert_eq!(
+            s,
+            concat!(
+                "    gpm (measured, 9 samples): SM activity avg 62.5% (max 75.0%), SM occupancy avg 20.0%, ",
+                "tensor avg 40.0% (HMMA 40.0%, IMMA 0.0%, DFMA -), DRAM bandwidth avg 55.5%\n",
+                "      FP16 -, FP32 10.0%, FP64 -; PCIe tx 128.0 MiB/s rx 256.0 MiB/s; NVLink tx - rx -\n",
+                "      held (samples): slurm:77 alone 8 (SM activity avg 65.0%), shared 1\n",
+            )
+        );
+        let mut s = String::new();
+        gpm(
+            &mut s,
+            &GpmReport {
+                state: "unsupported".into(),
+                detail: "the device does not support GPM".into(),
+                source: String::new(),
+                samples: 0,
+                avg: None,
+                max: None,
+                jobs: vec![],
+                shared_samples: 0,
+                idle_samples: 0,
+                unattributed_samples: 0,
+            },
+        );
+        assert_eq!(s, "    gpm: unsupported: the device does not support GPM\n");
     }
 
     #[test]

@@ -222,18 +222,28 @@ impl Handler {
 }
 
 /// The report with only the processes `keep` allows (jobs recomputed from them; node-wide
-/// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone). The libraries
-/// keep their SONAME, version and build id but lose their directory: a library's path can
-/// name another user's home or container.
+/// figures — GPUs, loss counters — stay, as `nvidia-smi` shows them to anyone, but a GPU's
+/// GPM names only the jobs left). The libraries keep their SONAME, version and build id but
+/// lose their directory: a library's path can name another user's home or container.
 pub fn restrict(
     mut r: Report,
     keep: impl Fn(&crate::model::snapshot::ProcessReport) -> bool,
 ) -> Report {
     r.processes.retain(|p| keep(p));
     r.jobs = crate::model::report::jobs(&r.processes);
+    // GPM per job: only the jobs left are named (the others' rounds stay counted in the
+    // GPU's figures, which are node-wide).
     for g in &mut r.gpus {
         g.unprofiled_pids.clear();
+        if let Some(m) = &mut g.gpm {
+            m.jobs.retain(|h| {
+                r.jobs
+                    .iter()
+                    .any(|j| format!("{}:{}", j.kind, j.id) == h.workload)
+            });
+        }
     }
+    crate::model::report::job_gpm(&mut r.jobs, &r.gpus);
     for l in &mut r.libraries {
         l.without_directory();
     }

@@ -228,14 +228,22 @@ impl Task {
         let frame = match m {
             Some(crate::nvml::Message::Sample(mut s)) => {
                 self.agg.apply_nvml(&s);
-                match s.health.take() {
-                    Some(h) => {
-                        self.agg.apply_nvml_health(&h);
-                        self.taps.frame(&Frame::Nvml(s));
-                        Frame::NvmlHealth(h)
-                    }
-                    None => Frame::Nvml(s),
+                let health = s.health.take();
+                let gpm = s.gpm.take();
+                // The round, then its health, then its GPM (which the round's process list
+                // attributes), each a frame, in the order the aggregator applied them.
+                let mut last = Frame::Nvml(s);
+                if let Some(h) = health {
+                    self.agg.apply_nvml_health(&h);
+                    self.taps.frame(&last);
+                    last = Frame::NvmlHealth(h);
                 }
+                if let Some(g) = gpm {
+                    self.agg.apply_nvml_gpm(&g);
+                    self.taps.frame(&last);
+                    last = Frame::NvmlGpm(g);
+                }
+                last
             }
             Some(crate::nvml::Message::Stopped(why)) => {
                 self.agg.nvml_stopped(&why);

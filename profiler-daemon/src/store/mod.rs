@@ -43,7 +43,9 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   them without complaint and report every memset as a copy of `unknown` direction, a wrong
 ///   figure with no warning: it refuses the file instead. (The record layout is unchanged, so
 ///   schema 1–4 files read as before.)
-pub const SCHEMA_VERSION: u32 = 5;
+/// * 6: an `NvmlGpm` frame after an NVML round's (GPM figures). A schema-5 reader would count
+///   it as damage and lose everything behind it: it refuses the file instead.
+pub const SCHEMA_VERSION: u32 = 6;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).
@@ -139,7 +141,7 @@ pub struct End {
 }
 
 /// One unit of the file. New variants go at the end (bincode numbers them in order).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     Header(FileHeader),
     /// The whole API table (record `api` ids index it); written again whenever it grows.
@@ -184,6 +186,8 @@ pub enum Frame {
     /// The probes' rare paths at the end (`profiler_common::fault`), written just before
     /// [`Frame::End`]. Files from before it have none.
     Faults(BTreeMap<String, u64>),
+    /// The GPM figures of the NVML round just before (schema 6).
+    NvmlGpm(crate::nvml::gpm::Gpm),
 }
 
 fn codec() -> impl bincode::Options {
@@ -509,7 +513,7 @@ pub fn is_capture_path(path: &Path) -> bool {
 mod read;
 
 pub use read::{
-    Replay, WalkError, for_each_record, for_each_record_named, nvml_samples, replay,
+    Replay, WalkError, for_each_record, for_each_record_named, gpm_samples, nvml_samples, replay,
     replay_visiting,
 };
 

@@ -153,6 +153,18 @@ pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, StoreError>
     Ok(out)
 }
 
+/// The GPM frames of `path`, in order (none in files from before schema 6).
+pub fn gpm_samples(path: &Path) -> Result<Vec<crate::nvml::gpm::Gpm>, StoreError> {
+    let mut r = Reader::open(path)?;
+    let mut out = Vec::new();
+    while let Some(frame) = r.next_frame() {
+        if let Frame::NvmlGpm(g) = frame {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `path` and rebuilds the report the daemon made from the same calls.
 pub fn replay(path: &Path) -> Result<Replay, StoreError> {
     replay_visiting(path, |_, _, _| {})
@@ -244,6 +256,7 @@ pub fn replay_visiting(
             Frame::StackSyms(v) => agg.stacks_mut().learn(v),
             Frame::Libraries(v) => agg.set_libraries(v),
             Frame::Faults(f) => faults = f,
+            Frame::NvmlGpm(g) => agg.apply_nvml_gpm(&g),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

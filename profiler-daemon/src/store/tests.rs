@@ -567,7 +567,7 @@ fn a_memset_replays_as_one_and_schema_4_files_still_read() {
             .collect::<Vec<_>>()
     };
     let mut bytes = std::fs::read(&t.0).unwrap();
-    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
+    assert_eq!(bytes[8..12], SCHEMA_VERSION.to_le_bytes());
     assert_eq!(
         got(&bytes),
         [("h2d".into(), 1, 100, 1), ("memset".into(), 1, 4096, 1)]
@@ -577,5 +577,118 @@ fn a_memset_replays_as_one_and_schema_4_files_still_read() {
     assert_eq!(
         got(&bytes),
         [("h2d".into(), 1, 100, 1), ("memset".into(), 1, 4096, 1)]
+    );
+}
+
+/// A capture of one process (slurm job 4242) alone on GPU 0 for three NVML rounds: GPM's
+/// first sample, then SM activity 60 and 70 %, HMMA 12.5 % (at 3, 4 and 5 µs).
+pub(crate) fn write_gpm_capture(path: &Path) {
+    use crate::nvml::gpm::{DeviceGpm, Figures, Gpm, State};
+    let f = File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    w.record(&launch(100, 0, 0x4000, 2_000));
+    w.flush();
+    let gpm = |ts_ns, state| Gpm {
+        ts_ns,
+        devices: vec![DeviceGpm { index: 0, state }],
+    };
+    let figures = |sm| {
+        State::Measured(Box::new(Figures {
+            sm_activity_pct: Some(sm),
+            tensor_hmma_pct: Some(12.5),
+            ..Figures::default()
+        }))
+    };
+    w.frame(&Frame::Nvml(gpm_round(3_000)));
+    w.frame(&Frame::NvmlGpm(gpm(3_000, State::First)));
+    w.frame(&Frame::Nvml(gpm_round(4_000)));
+    w.frame(&Frame::NvmlGpm(gpm(4_000, figures(60.0))));
+    w.frame(&Frame::Nvml(gpm_round(5_000)));
+    w.frame(&Frame::NvmlGpm(gpm(5_000, figures(70.0))));
+    w.flush();
+    assert_eq!(w.failure(), None);
+}
+
+/// An NVML round: GPU 0, process 100 on it.
+fn gpm_round(ts_ns: u64) -> crate::nvml::Sample {
+    use crate::nvml::{DeviceSample, ProcessSample, Sample};
+    Sample {
+        ts_ns,
+        devices: vec![DeviceSample {
+            index: 0,
+            name: "H100".into(),
+            uuid: "GPU-1".into(),
+            gpu_util: Some(90),
+            mem_util: None,
+            mem_used: None,
+            mem_total: None,
+            sm_clock_mhz: None,
+            power_mw: None,
+            temp_c: None,
+        }],
+        processes: vec![ProcessSample {
+            device: 0,
+            pid: 100,
+            used_bytes: Some(1 << 30),
+            sm_util: None,
+            mem_util: None,
+        }],
+        health: None,
+        gpm: None,
+    }
+}
+
+/// GPM frames replay into the GPU's figures and the job that held the GPU; a schema-5 file
+/// (no GPM frames) reads as before, with no `gpm`.
+#[test]
+fn gpm_frames_replay_and_schema_5_files_still_read() {
+    let t = Tmp::new("gpm");
+    write_gpm_capture(&t.0);
+    let r = replay(&t.0).unwrap().report;
+    let g = r.gpus[0].gpm.as_ref().unwrap();
+    assert_eq!((g.state.as_str(), g.samples), ("measured", 2));
+    let avg = g.avg.as_ref().unwrap();
+    assert_eq!(
+        (avg.sm_activity_pct, avg.tensor_hmma_pct),
+        (Some(65.0), Some(12.5))
+    );
+    assert_eq!(g.jobs.len(), 1);
+    assert_eq!(
+        (g.jobs[0].workload.as_str(), g.jobs[0].samples),
+        ("slurm:4242", 2)
+    );
+    let j = &r.jobs[0];
+    assert_eq!(
+        (
+            j.gpm.len(),
+            j.gpm[0].gpu,
+            j.gpm[0].samples,
+            j.gpm[0].source.as_str()
+        ),
+        (1, 0, 2, "measured")
+    );
+    assert_eq!(j.gpm[0].avg.sm_activity_pct, Some(65.0));
+    assert_eq!(gpm_samples(&t.0).unwrap().len(), 3);
+    // A file without GPM frames, as schema 5 wrote it.
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Nvml(gpm_round(3_000)));
+    w.flush();
+    drop(w);
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
+    std::fs::write(&t.0, &bytes).unwrap();
+    let r = replay(&t.0).unwrap();
+    assert!(r.recovery.damage.is_none(), "{:?}", r.recovery.damage);
+    assert_eq!(r.report.gpus[0].gpm, None);
+    assert!(
+        !serde_json::to_string(&r.report.gpus[0])
+            .unwrap()
+            .contains("gpm")
     );
 }

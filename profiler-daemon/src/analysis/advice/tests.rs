@@ -374,3 +374,67 @@ fn pageable_copies() {
     r.processes[0].copies[0].pageable_calls = 99;
     assert_eq!(rules(&r), []);
 }
+
+#[test]
+fn gpm_busy_sms_missing_the_tensor_cores_or_holding_few_warps() {
+    let mut r = report(vec![balanced()], 0);
+    let gpu = |index: u32, samples: u64, avg: Value, jobs: Value| {
+        json!({"index": index, "name": "H100", "uuid": format!("GPU-{index}"), "samples": samples + 1,
+               "gpu_util_avg": 99.0, "gpu_util_max": 100, "mem_util_avg": 30.0,
+               "memory_used_max_bytes": 1, "memory_total_bytes": 2, "sm_clock_avg_mhz": 1400.0,
+               "power_avg_w": 500.0, "temp_max_c": 60, "unprofiled_pids": [],
+               "gpm": {"state": "measured", "source": "measured", "samples": samples, "avg": avg,
+                       "jobs": jobs, "shared_samples": 0, "idle_samples": 0,
+                       "unattributed_samples": 0}})
+    };
+    r.gpus = serde_json::from_value(json!([
+        // Busy, tensor pipes idle, FP32 busy: tensor advice; occupancy fine. Held by one job
+        // in every round.
+        gpu(
+            0,
+            20,
+            json!({"sm_activity_pct": 80.0, "sm_occupancy_pct": 45.0, "tensor_activity_pct": 1.0,
+                   "fp32_activity_pct": 35.0}),
+            json!([{"workload": "slurm:77", "samples": 20, "avg": {}}])
+        ),
+        // Busy, tensor pipes busy, occupancy 12 %: occupancy advice.
+        gpu(
+            1,
+            20,
+            json!({"sm_activity_pct": 60.0, "sm_occupancy_pct": 12.0, "tensor_activity_pct": 50.0,
+                   "fp32_activity_pct": 5.0}),
+            json!([])
+        ),
+        // Not busy enough; too few rounds: nothing.
+        gpu(
+            2,
+            20,
+            json!({"sm_activity_pct": 40.0, "sm_occupancy_pct": 5.0, "tensor_activity_pct": 0.0,
+                   "fp32_activity_pct": 40.0}),
+            json!([])
+        ),
+        gpu(
+            3,
+            4,
+            json!({"sm_activity_pct": 90.0, "sm_occupancy_pct": 5.0, "tensor_activity_pct": 0.0,
+                   "fp32_activity_pct": 40.0}),
+            json!([])
+        ),
+    ]))
+    .unwrap();
+    assert_eq!(
+        rules(&r),
+        [("gpu_tensor_idle", None), ("gpu_low_occupancy", None)]
+    );
+    let a = advise_(&r);
+    assert_eq!(
+        a[0].evidence,
+        "GPU 0 (H100): SM activity averaged 80.0 % over 20 GPM rounds (measured, all held by job \
+         slurm:77), while the tensor pipes were busy 1.0 % and the FP32 pipes 35.0 %"
+    );
+    assert_eq!(
+        a[1].evidence,
+        "GPU 1 (H100): SM activity averaged 60.0 % over 20 GPM rounds (measured), while the SMs \
+         held 12.0 % of the warps they can (occupancy)"
+    );
+}

@@ -185,6 +185,7 @@ fn nvml(at: u64, util: Option<u32>, held: Option<u64>) -> Frame {
             proc(1, 999, Some(1 << 20)),
         ],
         health: None,
+        gpm: None,
     })
 }
 

@@ -296,6 +296,8 @@ fn live_rates_since_previous_call() {
             gpu_sm_util: None,
             gpu_held_bytes: None,
             launches_estimated: None,
+            gpm_sm_activity_pct: None,
+            gpm_tensor_pct: None,
         }]
     );
     for _ in 0..4 {
@@ -429,6 +431,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
             },
         ],
         health: None,
+        gpm: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(
@@ -441,6 +444,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
         devices: vec![],
         processes: vec![on(0, None)],
         health: None,
+        gpm: None,
     });
     let rows = a.live_rows(1.0);
     assert_eq!(
@@ -609,4 +613,83 @@ fn an_exec_splits_the_process_and_never_lends_the_new_name_to_the_old_program() 
             (7, BEFORE_EXEC_COMM, "", 1, true)
         ]
     );
+}
+
+/// The live line of a process gets GPM's latest SM and tensor activity of a GPU its job held
+/// alone; not of a GPU another job shares.
+#[test]
+fn live_rows_show_gpm_of_a_gpu_the_job_holds_alone() {
+    use crate::enrich::jobs::Job;
+    use crate::nvml::gpm::{DeviceGpm, Figures, Gpm, State};
+    use crate::nvml::{DeviceSample, ProcessSample, Sample};
+    let mut a = agg();
+    let job = |id: &str| Job {
+        kind: "slurm".into(),
+        id: id.into(),
+        ..Default::default()
+    };
+    for (tgid, id) in [(10, "7"), (11, "8")] {
+        a.apply(&launch(tgid, LAUNCH_RT, 0x1, 1, 0));
+        a.set_job(tgid, job(id));
+    }
+    let dev = |index| DeviceSample {
+        index,
+        name: "H100".into(),
+        uuid: format!("GPU-{index}"),
+        gpu_util: None,
+        mem_util: None,
+        mem_used: None,
+        mem_total: None,
+        sm_clock_mhz: None,
+        power_mw: None,
+        temp_c: None,
+    };
+    let on = |device, pid| ProcessSample {
+        device,
+        pid,
+        used_bytes: None,
+        sm_util: None,
+        mem_util: None,
+    };
+    // GPU 0: process 10 alone; GPU 1: processes 10 and 11 (two jobs).
+    a.apply_nvml(&Sample {
+        ts_ns: 1,
+        devices: vec![dev(0), dev(1)],
+        processes: vec![on(0, 10), on(1, 10), on(1, 11)],
+        health: None,
+        gpm: None,
+    });
+    let measured = |index, sm| DeviceGpm {
+        index,
+        state: State::Measured(Box::new(Figures {
+            sm_activity_pct: Some(sm),
+            tensor_activity_pct: Some(sm / 2.0),
+            ..Figures::default()
+        })),
+    };
+    a.apply_nvml_gpm(&Gpm {
+        ts_ns: 1,
+        devices: vec![measured(0, 62.5), measured(1, 30.0)],
+    });
+    let rows = a.live_rows(1.0);
+    assert_eq!(
+        (
+            rows[0].tgid,
+            rows[0].gpm_sm_activity_pct,
+            rows[0].gpm_tensor_pct
+        ),
+        (10, Some(62.5), Some(31.25))
+    );
+    assert_eq!(
+        (
+            rows[1].tgid,
+            rows[1].gpm_sm_activity_pct,
+            rows[1].gpm_tensor_pct
+        ),
+        (11, None, None)
+    );
+    let r = a.report(meta());
+    let g1 = r.gpus[1].gpm.as_ref().unwrap();
+    assert_eq!((g1.shared_samples, g1.jobs.len()), (1, 0));
+    assert_eq!(r.gpus[0].gpm.as_ref().unwrap().jobs[0].workload, "slurm:7");
 }

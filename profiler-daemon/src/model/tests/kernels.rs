@@ -250,6 +250,7 @@ fn report_json_contract() {
             },
         ],
         health: None,
+        gpm: None,
     });
     let mut m = meta();
     m.drops = crate::capture::drops_by_kind(&[0, 3]);

@@ -36,7 +36,13 @@ fn report() -> Report {
         "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-1", "samples": 3, "gpu_util_avg": 50.0,
                   "gpu_util_max": 90, "mem_util_avg": 1.0, "memory_used_max_bytes": 10,
                   "memory_total_bytes": 100, "sm_clock_avg_mhz": null, "power_avg_w": null,
-                  "temp_max_c": null, "unprofiled_pids": []}]
+                  "temp_max_c": null, "unprofiled_pids": [],
+                  "gpm": {"state": "measured", "samples": 2}},
+                 {"index": 1, "name": "A100", "uuid": "GPU-2", "samples": 3, "gpu_util_avg": 5.0,
+                  "gpu_util_max": 9, "mem_util_avg": 1.0, "memory_used_max_bytes": 10,
+                  "memory_total_bytes": 100, "sm_clock_avg_mhz": null, "power_avg_w": null,
+                  "temp_max_c": null, "unprofiled_pids": [],
+                  "gpm": {"state": "unsupported", "detail": "no GPM", "samples": 0}}]
     }))
     .unwrap()
 }
@@ -59,6 +65,27 @@ fn extra() -> Extra {
                     },
                     2,
                 ),
+            )]),
+            gpm_now: BTreeMap::from([(
+                0,
+                crate::model::gpm::GpmNow {
+                    figures: crate::nvml::gpm::Figures {
+                        sm_activity_pct: Some(62.5),
+                        sm_occupancy_pct: Some(25.0),
+                        tensor_activity_pct: Some(40.0),
+                        tensor_hmma_pct: Some(40.0),
+                        dram_bandwidth_pct: Some(50.0),
+                        pcie_tx_mib_per_s: Some(2.0),
+                        nvlink_tx_mib_per_s: Some(3.0),
+                        nvlink_links: vec![crate::nvml::gpm::Link {
+                            link: 4,
+                            tx_mib_per_s: Some(3.0),
+                            rx_mib_per_s: None,
+                        }],
+                        ..Default::default()
+                    },
+                    holder: crate::model::gpm::Holder::Job("slurm:77".into()),
+                },
             )]),
             expired: vec![200],
         },
@@ -200,6 +227,60 @@ fn exposition_has_exact_values() {
     assert_eq!(
         samples(&t, "gpuprofd_gpu_xid_errors_total"),
         [r#"gpuprofd_gpu_xid_errors_total{gpu="0",uuid="GPU-1"} 2"#]
+    );
+}
+
+#[test]
+fn gpm_figures_of_the_latest_round() {
+    let t = render(&report(), &extra());
+    let mut s = samples(&t, "gpuprofd_gpu_gpm_supported");
+    s.sort();
+    assert_eq!(
+        s,
+        [
+            r#"gpuprofd_gpu_gpm_supported{gpu="0",uuid="GPU-1"} 1"#,
+            r#"gpuprofd_gpu_gpm_supported{gpu="1",uuid="GPU-2"} 0"#,
+        ]
+    );
+    let mut r = samples(&t, "gpuprofd_gpu_gpm_ratio");
+    r.sort();
+    assert_eq!(
+        r,
+        [
+            r#"gpuprofd_gpu_gpm_ratio{gpu="0",uuid="GPU-1",what="dram_bandwidth"} 0.5"#,
+            r#"gpuprofd_gpu_gpm_ratio{gpu="0",uuid="GPU-1",what="sm_activity"} 0.625"#,
+            r#"gpuprofd_gpu_gpm_ratio{gpu="0",uuid="GPU-1",what="sm_occupancy"} 0.25"#,
+            r#"gpuprofd_gpu_gpm_ratio{gpu="0",uuid="GPU-1",what="tensor_activity"} 0.4"#,
+            r#"gpuprofd_gpu_gpm_ratio{gpu="0",uuid="GPU-1",what="tensor_hmma"} 0.4"#,
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_gpm_pcie_bytes_per_second"),
+        [r#"gpuprofd_gpu_gpm_pcie_bytes_per_second{gpu="0",uuid="GPU-1",what="tx"} 2097152.0"#]
+    );
+    let mut n = samples(&t, "gpuprofd_gpu_gpm_nvlink_bytes_per_second");
+    n.sort();
+    assert_eq!(
+        n,
+        [
+            r#"gpuprofd_gpu_gpm_nvlink_bytes_per_second{gpu="0",uuid="GPU-1",what="tx",link="4"} 3145728.0"#,
+            r#"gpuprofd_gpu_gpm_nvlink_bytes_per_second{gpu="0",uuid="GPU-1",what="tx",link="total"} 3145728.0"#,
+        ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_gpm_holder"),
+        [r#"gpuprofd_gpu_gpm_holder{gpu="0",uuid="GPU-1",workload="slurm:77"} 1"#]
+    );
+    let mut w = samples(&t, "gpuprofd_workload_gpm_ratio");
+    w.sort();
+    assert_eq!(
+        w,
+        [
+            r#"gpuprofd_workload_gpm_ratio{workload="slurm:77",gpu="0",what="dram_bandwidth"} 0.5"#,
+            r#"gpuprofd_workload_gpm_ratio{workload="slurm:77",gpu="0",what="sm_activity"} 0.625"#,
+            r#"gpuprofd_workload_gpm_ratio{workload="slurm:77",gpu="0",what="sm_occupancy"} 0.25"#,
+            r#"gpuprofd_workload_gpm_ratio{workload="slurm:77",gpu="0",what="tensor_activity"} 0.4"#,
+        ]
     );
 }
 

@@ -16,6 +16,8 @@
 //! - a counter per process: device memory allocated through the hooked APIs and not yet freed;
 //! - with NVML: a utilisation counter per GPU (on track 0, "GPUs") and the GPU memory each
 //!   process holds;
+//! - with NVML GPM (Hopper and later): a measured activity counter per GPU (SM activity and
+//!   occupancy, tensor pipes, DRAM bandwidth, FP16/32/64), beside the utilisation counter;
 //! - a "steps" track per process with a training loop (see `steps`): a span per step (a step in
 //!   the `--from/--to` window when it starts inside it).
 //!
@@ -247,6 +249,7 @@ pub fn trace(
     let mut emit = Emit { out, events: 0 };
     processes(&cap, &mut emit)?;
     nvml(path, &cap, &mut emit)?;
+    gpm(path, &cap, &mut emit)?;
     steps(path, &cap, &mut emit)?;
     let damage = calls::calls(path, &cap, &mut emit)?;
     emit.out.finish()?;
@@ -389,6 +392,43 @@ fn nvml(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
                     values: vec![("held", Some(b))],
                 })?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// GPM: a counter per device of what it measured each round (percent, rounded; measured by
+/// the device's counters, where the utilisation counter only says a kernel ran).
+fn gpm(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
+    use crate::nvml::gpm::State;
+    let pct = |v: Option<f64>| v.map(|v| v.round().max(0.0) as u64);
+    for g in store::gpm_samples(path)? {
+        if !cap.in_window(g.ts_ns) {
+            continue;
+        }
+        let ts_ns = cap.rel(g.ts_ns);
+        for d in &g.devices {
+            let State::Measured(f) = &d.state else {
+                continue;
+            };
+            let mut values = vec![
+                ("dram_bandwidth", pct(f.dram_bandwidth_pct)),
+                ("fp16", pct(f.fp16_activity_pct)),
+                ("fp32", pct(f.fp32_activity_pct)),
+                ("fp64", pct(f.fp64_activity_pct)),
+                ("sm_activity", pct(f.sm_activity_pct)),
+                ("sm_occupancy", pct(f.sm_occupancy_pct)),
+                ("tensor", pct(f.tensor_activity_pct)),
+                ("tensor_hmma", pct(f.tensor_hmma_pct)),
+            ];
+            // A figure the device does not report is no series (not a series at zero).
+            values.retain(|(_, v)| v.is_some());
+            emit.send(TraceEvent::Counter {
+                pid: 0,
+                ts_ns,
+                name: format!("GPU {} activity % (GPM, measured)", d.index),
+                values,
+            })?;
         }
     }
     Ok(())

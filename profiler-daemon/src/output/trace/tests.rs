@@ -141,3 +141,21 @@ fn arguments_are_kept_in_key_order_and_written_as_json_values() {
                "stack": ["f \"g\""], "stream": "0x7f00"})
     );
 }
+
+#[test]
+fn gpm_rounds_are_a_counter_per_gpu() {
+    let t = Tmp::new("export-gpm");
+    crate::store::tests::write_gpm_capture(&t.0);
+    let mut out = Vec::new();
+    chrome(&t.0, &mut out, None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let c: Vec<&Value> = events(&v)
+        .iter()
+        .filter(|e| e["name"] == "GPU 0 activity % (GPM, measured)")
+        .collect();
+    // The first round has one sample only: no figures.
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[0]["ph"], "C");
+    assert_eq!(c[0]["args"], json!({"sm_activity": 60, "tensor_hmma": 13}));
+    assert_eq!(c[1]["args"]["sm_activity"], 70);
+}

@@ -349,3 +349,29 @@ async fn a_client_that_stops_reading_is_cut_off() {
     server.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A GPU's GPM names only the jobs the client sees; each job it sees keeps its GPM.
+#[test]
+fn gpm_names_only_the_jobs_a_client_sees() {
+    let mut r = report();
+    r.gpus[0].gpm = Some(
+        serde_json::from_value(json!({
+            "state": "measured", "samples": 4, "avg": {"sm_activity_pct": 50.0},
+            "jobs": [{"workload": "slurm:1", "samples": 2, "avg": {"sm_activity_pct": 60.0}},
+                     {"workload": "slurm:2", "samples": 2, "avg": {"sm_activity_pct": 40.0}}]
+        }))
+        .unwrap(),
+    );
+    // uid 2000's view: its pid 11, of job 1.
+    let v = restrict(r, |p| p.owner == Some(2000));
+    let g = v.gpus[0].gpm.as_ref().unwrap();
+    let named: Vec<&str> = g.jobs.iter().map(|j| j.workload.as_str()).collect();
+    assert_eq!(named, ["slurm:1"]);
+    assert_eq!(g.samples, 4, "the GPU's own figures stay");
+    assert_eq!(v.jobs.len(), 1);
+    let j = &v.jobs[0].gpm;
+    assert_eq!(
+        (j.len(), j[0].gpu, j[0].samples, j[0].avg.sm_activity_pct),
+        (1, 0, 2, Some(60.0))
+    );
+}

@@ -258,6 +258,7 @@ fn pid_taken_over(intruder_start: u64) {
             })
             .to_vec(),
         health: None,
+        gpm: None,
     };
     d.frame(&Frame::Nvml(sample));
     // Pid 10 goes to a process that started later: not captured, and the capture is over.

@@ -7,8 +7,12 @@
 //! (`nvmlDeviceGetProcessUtilization` with the last timestamp seen). NVML reports host pids, which
 //! are the tgids the probes record, so processes in containers match directly.
 //!
+//! The same round reads GPM's measured device activity on Hopper and later GPUs ([`gpm`]).
+//!
 //! A machine without NVML, or an NVML that fails mid-run, never stops a capture: the sampler
 //! says why once, and the report says how far sampling got ([`NvmlStatus`]).
+
+pub mod gpm;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
@@ -49,7 +53,7 @@ pub struct ProcessSample {
 }
 
 /// One sampling round.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// CLOCK_MONOTONIC, as the probes' records.
     pub ts_ns: u64,
@@ -60,6 +64,10 @@ pub struct Sample {
     /// its own (the capture file's `NvmlHealth` frame).
     #[serde(skip)]
     pub health: Option<Health>,
+    /// GPM figures of the same round (measured device activity, Hopper and later; see
+    /// [`gpm`]). Like `health`, a frame of its own in capture files (`NvmlGpm`).
+    #[serde(skip)]
+    pub gpm: Option<gpm::Gpm>,
 }
 
 /// What else NVML says of the devices' health in one round.
@@ -110,7 +118,7 @@ pub const THROTTLE_REASONS: [(u64, &str); 9] = [
 const MAX_EVENTS_PER_ROUND: usize = 64;
 
 /// What the sampler tells the session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Message {
     Sample(Sample),
     /// Sampling stopped for good (NVML missing, or failing): why.
@@ -213,8 +221,9 @@ fn run(nvml: &Nvml, period: Duration, tx: mpsc::Sender<Message>) {
     let mut last_seen: Vec<u64> = Vec::new();
     let mut failed = 0;
     let events = event_set(nvml);
+    let mut gpm = gpm::Sampler::new();
     loop {
-        match round(nvml, &mut last_seen) {
+        match round(nvml, &mut last_seen, &mut gpm) {
             Ok(mut s) => {
                 if let (Some(h), Some(set)) = (s.health.as_mut(), events.as_ref()) {
                     h.events = drain_events(set);
@@ -257,16 +266,22 @@ fn describe_init(e: &NvmlError, lib: Option<&PathBuf>) -> String {
 
 /// One round over every device. An error from a device-wide call (count, utilisation) fails
 /// the round; a value a device does not support is `None`.
-fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
+fn round<'n>(
+    nvml: &'n Nvml,
+    last_seen: &mut Vec<u64>,
+    gpm: &mut gpm::Sampler<'n>,
+) -> Result<Sample, NvmlError> {
     let ts_ns = crate::sys::clock::monotonic_ns();
     let count = nvml.device_count()?;
     last_seen.resize(count as usize, 0);
     let mut devices = Vec::new();
     let mut processes = Vec::new();
     let mut health = Vec::new();
+    let mut gpm_devices = Vec::new();
     for index in 0..count {
         let d = nvml.device_by_index(index)?;
         let util = d.utilization_rates()?;
+        gpm_devices.push(gpm.round(nvml, index, &d));
         let mem = d.memory_info().ok();
         devices.push(DeviceSample {
             index,
@@ -336,6 +351,10 @@ fn round(nvml: &Nvml, last_seen: &mut Vec<u64>) -> Result<Sample, NvmlError> {
             ts_ns,
             devices: health,
             events: Vec::new(),
+        }),
+        gpm: Some(gpm::Gpm {
+            ts_ns,
+            devices: gpm_devices,
         }),
     })
 }

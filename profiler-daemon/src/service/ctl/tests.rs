@@ -326,8 +326,10 @@ async fn a_client_that_stops_reading_is_cut_off() {
         use std::io::{Read, Write};
         let mut s = std::os::unix::net::UnixStream::connect(&p).unwrap();
         s.write_all(b"{\"cmd\":\"snapshot\"}\n").unwrap();
-        // Not reading for longer than the write timeout (1 s in tests) ...
-        std::thread::sleep(std::time::Duration::from_millis(2500));
+        // Not reading for longer than the write timeout (1 s in tests) plus the time the
+        // server takes to make a reply of several MiB (over 2 s on a loaded two-CPU machine:
+        // with 2.5 s here the whole reply was sometimes still to come) ...
+        std::thread::sleep(std::time::Duration::from_millis(6000));
         // ... then reading: what the socket held, then the end (not the rest of the reply).
         s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
             .unwrap();

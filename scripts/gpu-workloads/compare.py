@@ -44,6 +44,15 @@ def api_counts(proc):
     return {a["name"]: a["calls"] for a in proc.get("api", [])}
 
 
+def name_sources(proc):
+    out = {}
+    for k in proc.get("kernels", []):
+        by = out.setdefault(k.get("api", "?"), {})
+        src = k.get("name_source", "?")
+        by[src] = by.get(src, 0) + k.get("calls", 0)
+    return out
+
+
 def compare_process(name, proc, res, findings):
     """One workload process: gpuprofd's view against the workload's own counts."""
     row = {"run": name, "workload": res.get("workload"), "pid": res.get("pid")}
@@ -62,6 +71,9 @@ def compare_process(name, proc, res, findings):
             "unnamed_launches": unnamed,
             "named_fraction": round(1 - unnamed / launches, 4) if launches else None,
             "symbols_fired": sorted(a for a, c in apis.items() if c > 0),
+            # Issue 35: where the names of the launches under each API came from (with one
+            # trap per launch a runtime launch is named by the driver handle it passed).
+            "name_sources_by_api": name_sources(proc),
         }
     )
     prof = res.get("profiler")

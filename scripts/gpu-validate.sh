@@ -427,7 +427,8 @@ overhead_round() { # NAME STEPS SCRIPT ROUND [args...]: the modes in an order ro
     [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
     local modes=(none counted counted_duty gpuprofd gpuprofd_two prof) i
     for i in "${!modes[@]}"; do
-        overhead_mode "${modes[$(((i + round - 1) % ${#modes[@]}))]}" "$name" "$n" "$script" "$@"
+        overhead_mode "${modes[$(((i + round - 1) % ${#modes[@]}))]}" "$name" "$n" "$script" "$@" ||
+            echo "  $name: mode ${modes[$(((i + round - 1) % ${#modes[@]}))]} failed (see its .err)"
     done
 }
 overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
@@ -618,16 +619,25 @@ if res and res.get("phases"):
     day = datetime.datetime.fromtimestamp(res["phases"][0]["start"], datetime.timezone.utc).date()
 start = text(os.path.join(runs, "gpm.dmon.start")).strip()
 g["dmon_timed"] = not start
+# dmon's column names for the GPM metrics (580's nvidia-smi prints its default columns, power,
+# temperatures, utilisation and clocks, before them: the columns are found by name).
+DMON = {"smutil": "sm_activity", "smocc": "sm_occupancy", "mmaact": "tensor",
+        "hmmat": "tensor_hmma", "dram": "dram_bandwidth", "fp64": "fp64", "fp32": "fp32",
+        "fp16": "fp16"}
 def dmon_series():
-    """[(unix time, {name: value})] for GPU 0: columns time (-o T), gpu, then one per id; or,
-    from an nvidia-smi that refused -o T, gpu then the ids, a row a second from its start."""
+    """[(unix time, {name: value})] for GPU 0, the GPM columns found by their header names
+    (time first with -o T; from an nvidia-smi that refused -o T, a row a second from its
+    start)."""
     timed = not start
     lead = 2 if timed else 1
-    if not header or len(header) < lead + len(ids) or (timed and day is None):
+    if not header or (timed and day is None):
+        return []
+    at = {n: header.index(h) for h, n in DMON.items() if h in header}
+    if not at:
         return []
     out, k = [], 0
     for cols in dmon_rows:
-        if len(cols) < lead + len(ids) or cols[lead - 1] != "0":
+        if len(cols) != len(header) or cols[lead - 1] != "0":
             continue
         if timed:
             try:
@@ -639,12 +649,11 @@ def dmon_series():
             k += 1
             t = float(start) + k
         vals = {}
-        for i, v in zip(ids, cols[lead:lead + len(ids)]):
-            if i in NAMES:
-                try:
-                    vals[NAMES[i]] = float(v)
-                except ValueError:
-                    pass
+        for n, i in at.items():
+            try:
+                vals[n] = float(cols[i])
+            except ValueError:
+                pass
         out.append((t, vals))
     return out
 def gpuprofd_series():

@@ -476,7 +476,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                  --count-launches (and no capture file)"
             ));
         }
-        Some(d) if !matches!(target, Target::AllJobs) || !a.command.is_empty() => {
+        Some(d) if !matches!(target, Target::AllJobs) => {
             return Err(format!(
                 "--launch-duty {d} samples the node's launches; --pid and a command capture \
                  every launch of their processes: drop --launch-duty"

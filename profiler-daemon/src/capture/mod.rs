@@ -733,9 +733,15 @@ pub fn drain(
     origin: &mut dyn origin::LaunchOrigin,
 ) {
     let mut batch = Batch::default();
+    // A process that ended, or replaced its image: what its mappings said is over once its
+    // record (and the counts read for it) went by, so it is forgotten at the next record.
+    let mut forget: Option<u32> = None;
     while let Some(item) = ring.next() {
-        let ended = match peek(&item) {
-            Some((kind::EXIT, tgid, _)) => Some(tgid),
+        if let Some(t) = forget.take() {
+            origin.forget(t);
+        }
+        forget = match peek(&item) {
+            Some((kind::EXIT | kind::EXEC, tgid, _)) => Some(tgid),
             _ => None,
         };
         if let Some(c) = counting.as_deref_mut()
@@ -776,15 +782,17 @@ pub fn drain(
             }
         }
         batch.push_from_ring(&item, origin);
-        if let Some(t) = ended {
-            origin.forget(t);
-        }
         if batch.records >= BATCH_RECORDS {
             hand_over(std::mem::take(&mut batch), tx, stats);
         }
     }
-    if let Some(c) = counting {
+    if let Some(c) = counting.as_deref_mut() {
         c.tick(&mut batch, origin);
+    }
+    if let Some(t) = forget {
+        origin.forget(t);
+    }
+    if let Some(c) = counting.as_deref() {
         stats
             .counted_entries
             .store(c.counts.entries() as u64, Ordering::Relaxed);

@@ -34,13 +34,15 @@ impl SeenAtDriver {
     }
 }
 
-/// Where a process's code lives: the file whose executable mapping holds an address.
+/// Where a process's code lives: the file (device, inode) whose executable mapping holds an
+/// address (`Ok(None)`: no file's, e.g. code made at run time; `Err`: the process is gone).
 pub trait Mappings: Send + Sync {
-    fn file_at(&self, tgid: u32, addr: u64) -> Option<(u64, u64)>;
+    #[allow(clippy::result_unit_err)]
+    fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()>;
 }
 
 impl Mappings for ProcSymbols {
-    fn file_at(&self, tgid: u32, addr: u64) -> Option<(u64, u64)> {
+    fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()> {
         ProcSymbols::file_at(self, tgid, addr)
     }
 }
@@ -74,9 +76,10 @@ impl<M: Mappings> LaunchOrigin for Origins<M> {
             return inside.then_some(rt);
         }
         // A process gone before its maps were read: not a runtime's, and not remembered (a
-        // later look may still find it).
-        let file = self.maps.file_at(tgid, caller)?;
-        let inside = t.runtimes.contains(&file);
+        // later look may still find it). Code in no file (made at run time) is remembered as
+        // not a runtime's: it is not looked up at every launch.
+        let file = self.maps.file_at(tgid, caller).ok()?;
+        let inside = file.is_some_and(|f| t.runtimes.contains(&f));
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
@@ -100,12 +103,13 @@ mod tests {
         lookups: Mutex<u32>,
     }
     impl Mappings for Fake {
-        fn file_at(&self, tgid: u32, addr: u64) -> Option<(u64, u64)> {
+        fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()> {
             *self.lookups.lock().unwrap() += 1;
             match (tgid, addr) {
-                (7, 0x1000..0x2000) => Some((1, 10)),
-                (7, 0x5000..0x6000) => Some((1, 20)),
-                _ => None,
+                (7, 0x1000..0x2000) => Ok(Some((1, 10))),
+                (7, 0x5000..0x6000) => Ok(Some((1, 20))),
+                (7, _) => Ok(None),
+                _ => Err(()),
             }
         }
     }
@@ -128,6 +132,14 @@ mod tests {
         assert_eq!(o.runtime_api(7, 3, 0x1234), Some(9));
         assert_eq!(o.runtime_api(7, 3, 0x5678), None);
         assert_eq!(*maps.lookups.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn code_in_no_file_is_looked_up_once() {
+        let (mut o, maps) = origins();
+        assert_eq!(o.runtime_api(7, 3, 0x9000), None);
+        assert_eq!(o.runtime_api(7, 3, 0x9000), None);
+        assert_eq!(*maps.lookups.lock().unwrap(), 1);
     }
 
     #[test]

@@ -257,10 +257,12 @@ impl ProcSymbols {
             .remove(&tgid);
     }
 
-    /// The file (device, inode) whose executable mapping holds `addr` in `tgid`; `None` when
-    /// none does (or the process is gone). Reads the maps again, once, for an address the
-    /// snapshot does not hold (a library mapped since).
-    pub fn file_at(&self, tgid: u32, addr: u64) -> Option<(u64, u64)> {
+    /// The file (device, inode) whose executable mapping holds `addr` in `tgid`: `Ok(None)`
+    /// when none does (code the process made itself), `Err(())` when the process's mappings
+    /// cannot be read (it is gone). Reads the maps again, once, for an address the snapshot
+    /// does not hold (a library mapped since).
+    #[allow(clippy::result_unit_err)]
+    pub fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()> {
         let find = |maps: &[ExecMapping]| {
             maps.iter()
                 .find(|m| m.start <= addr && addr < m.end)
@@ -269,12 +271,18 @@ impl ProcSymbols {
         {
             let inner = self.inner.lock().expect("symbol cache poisoned");
             if let Some(hit) = inner.maps.get(&tgid).and_then(|m| find(m)) {
-                return Some(hit);
+                return Ok(Some(hit));
             }
         }
-        self.remember(tgid);
-        let inner = self.inner.lock().expect("symbol cache poisoned");
-        find(inner.maps.get(&tgid)?)
+        let read = fs::read_to_string(format!("/proc/{tgid}/maps")).map_err(|_| ())?;
+        let maps = parse_maps(&read);
+        let hit = find(&maps);
+        self.inner
+            .lock()
+            .expect("symbol cache poisoned")
+            .maps
+            .insert(tgid, maps);
+        Ok(hit)
     }
 
     /// The symbol at exactly `addr` in `tgid`, if a mapped file has one.

@@ -37,6 +37,28 @@ struct Check {
     detail: String,
 }
 
+/// Which GPUs do GPM (`gpm[i]`: GPU i does), in a few words.
+fn gpm_summary(gpm: &[bool]) -> String {
+    let list = |want: bool| {
+        gpm.iter()
+            .enumerate()
+            .filter(|&(_, &g)| g == want)
+            .map(|(i, _)| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if gpm.is_empty() {
+        String::new()
+    } else if gpm.iter().all(|&g| g) {
+        "GPM (measured SM, tensor, DRAM activity) on every GPU".into()
+    } else if !gpm.iter().any(|&g| g) {
+        "no GPM (it needs a Hopper or later GPU and driver 520 or later): NVML utilisation only"
+            .into()
+    } else {
+        format!("GPM on GPU {}; not on GPU {}", list(true), list(false))
+    }
+}
+
 /// NVML: the GPUs it lists, or why it is unavailable (capture works without it).
 fn nvml_check(lib: Option<&PathBuf>) -> Check {
     let mut b = nvml_wrapper::Nvml::builder();
@@ -53,15 +75,26 @@ fn nvml_check(lib: Option<&PathBuf>) -> Check {
                             .unwrap_or_else(|e| format!("<{e}>"))
                     })
                     .collect();
+                let gpm: Vec<bool> = (0..c)
+                    .map(|i| {
+                        n.device_by_index(i)
+                            .and_then(|d| d.gpm_support())
+                            .unwrap_or(false)
+                    })
+                    .collect();
+                let gpm = match gpm_summary(&gpm) {
+                    g if g.is_empty() => g,
+                    g => format!("; {g}"),
+                };
                 (
                     true,
                     format!(
-                        "{c} GPU(s): {}; {}",
+                        "{c} GPU(s): {}; {}{gpm}",
                         names.join(", "),
                         n.sys_driver_version().map_or_else(
                             |_| "driver version unknown".to_owned(),
                             |v| format!("driver {v}")
-                        )
+                        ),
                     ),
                 )
             }
@@ -344,4 +377,26 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         );
     }
     if bpf_ok { 0 } else { 9 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpm_summary;
+
+    #[test]
+    fn which_gpus_do_gpm() {
+        assert_eq!(gpm_summary(&[]), "");
+        assert_eq!(
+            gpm_summary(&[true, true]),
+            "GPM (measured SM, tensor, DRAM activity) on every GPU"
+        );
+        assert_eq!(
+            gpm_summary(&[false]),
+            "no GPM (it needs a Hopper or later GPU and driver 520 or later): NVML utilisation only"
+        );
+        assert_eq!(
+            gpm_summary(&[true, false, true, false]),
+            "GPM on GPU 0, 2; not on GPU 1, 3"
+        );
+    }
 }

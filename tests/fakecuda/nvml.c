@@ -18,6 +18,8 @@
  *                                      with gpm lines supports GPM, one without does not (as
  *                                      before Hopper); metrics it has no line for fail on
  *                                      their own with NVML_ERROR_NOT_SUPPORTED.
+ *   gpm_fail_after N                   from the device's (N+1)-th nvmlGpmSampleGet on, the call
+ *                                      fails with NVML_ERROR_UNKNOWN (GPM broken mid-run)
  *   fail_after N    from the (N+1)-th nvmlDeviceGetUtilizationRates on, every device call
  *                   returns NVML_ERROR_GPU_IS_LOST (a GPU that fell off the bus mid-run)
  *
@@ -41,6 +43,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_UNKNOWN = 999,
 };
 #define NVML_EVENT_XID 0x0000000000000008ULL
 #define NVML_EVENT_DOUBLE_BIT_ECC 0x0000000000000002ULL
@@ -80,6 +83,7 @@ struct dev {
     struct gpm_metric gpm[MAX_GPM];
     unsigned ngpm;
     unsigned long long gpm_seq; /* samples taken of the device */
+    long gpm_fail_after;        /* -1: never */
 };
 typedef struct dev *nvmlDevice_t;
 typedef struct {
@@ -112,6 +116,7 @@ static int load(void) {
         if (!strcmp(w, "device") && ndevs < MAX_DEV) {
             d = &devs[ndevs++];
             memset(d, 0, sizeof *d);
+            d->gpm_fail_after = -1;
             sscanf(line, "%*s %95s %95s %llu", d->name, d->uuid, &d->total);
         } else if (!d) {
             if (!strcmp(w, "fail_after")) sscanf(line, "%*s %ld", &fail_after);
@@ -141,6 +146,8 @@ static int load(void) {
             d->has_health = 1;
         } else if (!strcmp(w, "xid") && d->nxids < MAX_XID) {
             sscanf(line, "%*s %llu", &d->xids[d->nxids++]);
+        } else if (!strcmp(w, "gpm_fail_after")) {
+            sscanf(line, "%*s %ld", &d->gpm_fail_after);
         } else if (!strcmp(w, "gpm") && d->ngpm < MAX_GPM) {
             struct gpm_metric *m = &d->gpm[d->ngpm++];
             char *p = line;
@@ -402,6 +409,10 @@ EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t s) {
     CHECK_DEV(d);
     if (!s) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d->ngpm) return NVML_ERROR_NOT_SUPPORTED;
+    if (d->gpm_fail_after >= 0 && (long long)d->gpm_seq >= d->gpm_fail_after) {
+        d->gpm_seq++; /* counted, never handed out */
+        return NVML_ERROR_UNKNOWN;
+    }
     s->dev = d;
     s->seq = ++d->gpm_seq;
     return NVML_SUCCESS;

@@ -115,7 +115,7 @@ fn doctor_reports_nvml_and_does_not_need_it() {
     let cfg = dir.path().join("nvml.conf");
     std::fs::write(
         &cfg,
-        "device FAKE_GPU_A GPU-a 1000\ndevice FAKE_GPU_B GPU-b 1000\n",
+        "device FAKE_GPU_A GPU-a 1000\ngpm 2 50\ndevice FAKE_GPU_B GPU-b 1000\n",
     )
     .unwrap();
     let fake = fakecuda().join("lib-nvml/libnvidia-ml.so.1");
@@ -147,7 +147,7 @@ fn doctor_reports_nvml_and_does_not_need_it() {
         (
             &Value::Bool(true),
             &Value::Bool(false),
-            "2 GPU(s): FAKE_GPU_A, FAKE_GPU_B; driver 535.261.03-fake"
+            "2 GPU(s): FAKE_GPU_A, FAKE_GPU_B; driver 535.261.03-fake; GPM on GPU 0; not on GPU 1"
         )
     );
     // The driver is not loaded: NVML fails to initialise, capture still works (exit 0).

@@ -177,7 +177,8 @@ fn gpm_figures_are_measured_given_to_the_holding_job_and_unsupported_is_said() {
          {GPM_LINES}\
          device NVIDIA_H100_80GB_HBM3 GPU-gpm1 {total}\nutil 50 20\nproc {pa} {GIB} 40 10\n\
          proc {pb} {GIB} 40 10\n{GPM_LINES}\
-         device NVIDIA_A100-SXM4-80GB GPU-a100 {total}\nutil 10 5\n",
+         device NVIDIA_A100-SXM4-80GB GPU-a100 {total}\nutil 10 5\n\
+         device NVIDIA_H100_80GB_HBM3 GPU-gpm3 {total}\nutil 20 5\n{GPM_LINES}gpm_fail_after 2\n",
         total = 80 * GIB,
     );
     let cfg = dir.path().join("nvml.conf");
@@ -290,7 +291,12 @@ fn gpm_figures_are_measured_given_to_the_holding_job_and_unsupported_is_said() {
         None,
         "a shared GPU's figures are no workload's"
     );
-    for (gpu, supported) in [("gpu=\"0\"", 1.0), ("gpu=\"1\"", 1.0), ("gpu=\"2\"", 0.0)] {
+    for (gpu, supported) in [
+        ("gpu=\"0\"", 1.0),
+        ("gpu=\"1\"", 1.0),
+        ("gpu=\"2\"", 0.0),
+        ("gpu=\"3\"", 1.0),
+    ] {
         assert_eq!(
             metric(&body, "gpuprofd_gpu_gpm_supported", &[gpu]),
             Some(supported),
@@ -370,6 +376,26 @@ fn gpm_figures_are_measured_given_to_the_holding_job_and_unsupported_is_said() {
     );
     assert_eq!(g2["gpm"]["avg"], serde_json::Value::Null);
     assert_eq!(g2["gpu_util_avg"].as_f64(), Some(10.0));
+    // GPU 3: GPM worked for one interval, then its sample call failed 3 rounds in a row:
+    // failed, and why; the interval it measured stays.
+    assert!(rounds >= 5, "{rounds} rounds: too few for GPU 3 to fail");
+    let g3 = &r["gpus"][3]["gpm"];
+    assert_eq!(
+        (&g3["state"], &g3["samples"], &g3["avg"]),
+        (
+            &serde_json::json!("failed"),
+            &serde_json::json!(1),
+            &figures
+        ),
+        "{g3}"
+    );
+    assert!(
+        g3["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPM failed 3 rounds in a row: nvmlGpmSampleGet failed: "),
+        "{g3}"
+    );
     // Each job: job 77 held GPU 0 alone; job 78 held nothing alone.
     let job = |id: &str| {
         r["jobs"]
@@ -397,6 +423,12 @@ fn gpm_figures_are_measured_given_to_the_holding_job_and_unsupported_is_said() {
         f.stdout.contains(
             "    gpm: unsupported: the device does not support GPM (it needs a Hopper or later GPU)\n"
         ),
+        "{}",
+        f.stdout
+    );
+    assert!(
+        f.stdout
+            .contains("    gpm (measured, 1 samples, then failed): SM activity avg 62.5%"),
         "{}",
         f.stdout
     );

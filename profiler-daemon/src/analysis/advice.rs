@@ -530,8 +530,9 @@ pub fn render(advice: &[Advice]) -> String {
     if advice.is_empty() {
         return String::new();
     }
-    let mut s =
-        String::from("\nadvice (from CPU-side measurements; see docs/CAPTURE-FILES.md#advice):\n");
+    let mut s = String::from(
+        "\nadvice (from CPU-side measurements and NVML; see docs/CAPTURE-FILES.md#advice):\n",
+    );
     for a in advice {
         let who = match (a.pid, &a.comm) {
             (Some(p), Some(c)) => format!("process {p} {c}"),

@@ -215,7 +215,13 @@ impl Gpus {
                 xid_errors: d.xids.clone(),
                 xid_count: d.xid_count,
                 ecc_double_bit_events: d.ecc_double_bit_events,
-                unprofiled_pids: d.pids.iter().copied().filter(|&p| !profiled(p)).collect(),
+                // Pid 0 stands for other users' processes in a user's deep capture.
+                unprofiled_pids: d
+                    .pids
+                    .iter()
+                    .copied()
+                    .filter(|&p| p != 0 && !profiled(p))
+                    .collect(),
                 gpm: self.gpm.report(index),
             })
             .collect()

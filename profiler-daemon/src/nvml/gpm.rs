@@ -363,7 +363,14 @@ impl<'n> Sampler<'n> {
                 if let State::Failed(why) = &state {
                     *failed += 1;
                     if *failed >= MAX_FAILED_ROUNDS {
-                        let why = format!("GPM failed {MAX_FAILED_ROUNDS} rounds in a row: {why}");
+                        // NVML_DEVICE_MIG_ENABLE is 1.
+                        let mig = if d.mig_mode().is_ok_and(|m| m.current == 1) {
+                            " (MIG mode is on: GPM per MIG instance is not sampled yet)"
+                        } else {
+                            ""
+                        };
+                        let why =
+                            format!("GPM failed {MAX_FAILED_ROUNDS} rounds in a row: {why}{mig}");
                         self.devices[i] = Dev::Unsupported(why.clone());
                         return DeviceGpm {
                             index,

@@ -206,9 +206,14 @@ fn gpm(s: &mut String, m: &crate::model::snapshot::GpmReport) {
     let max_sm = m.max.as_ref().and_then(|x| x.sm_activity_pct);
     let _ = writeln!(
         s,
-        "    gpm (measured, {} samples): SM activity avg {} (max {}), SM occupancy avg {}, tensor avg {} \
+        "    gpm (measured, {} samples{}): SM activity avg {} (max {}), SM occupancy avg {}, tensor avg {} \
          (HMMA {}, IMMA {}, DFMA {}), DRAM bandwidth avg {}",
         m.samples,
+        if m.state == "measured" {
+            String::new()
+        } else {
+            format!(", then {}", m.state)
+        },
         pct(a.sm_activity_pct),
         pct(max_sm),
         pct(a.sm_occupancy_pct),
@@ -710,7 +715,7 @@ mod tests {
             "  API calls: none\n",
             "  allocations: none\n",
             "\n",
-            "advice (from CPU-side measurements; see docs/CAPTURE-FILES.md#advice):\n",
+            "advice (from CPU-side measurements and NVML; see docs/CAPTURE-FILES.md#advice):\n",
             "  [records_lost] capture: 15 records were lost because the ring buffer was full; \
              every count in this report is a lower bound\n",
             "    try: capture again with a larger --ring-buffer-mb (e.g. 256), or narrow the \

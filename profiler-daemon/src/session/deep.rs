@@ -268,8 +268,26 @@ impl DeepCapture {
         match (f, self.role) {
             (Frame::Nvml(s), Role::User(_)) => {
                 let mut mine = s.clone();
-                mine.processes
-                    .retain(|p| self.matched.get(&p.pid) == Some(&true));
+                let mut others = std::collections::BTreeSet::new();
+                mine.processes.retain(|p| {
+                    let keep = self.matched.get(&p.pid) == Some(&true);
+                    if !keep {
+                        others.insert(p.device);
+                    }
+                    keep
+                });
+                // Other users' processes leave, but each GPU they were on keeps one entry of
+                // pid 0 ("someone else", never a real process): GPM's figures of a GPU shared
+                // with them must not become this user's job's at replay.
+                mine.processes.extend(others.into_iter().map(|device| {
+                    crate::nvml::ProcessSample {
+                        device,
+                        pid: 0,
+                        used_bytes: None,
+                        sm_util: None,
+                        mem_util: None,
+                    }
+                }));
                 self.writer.frame(&Frame::Nvml(mine));
             }
             (Frame::Libraries(v), Role::User(_)) => {

@@ -252,6 +252,24 @@ fn report_json_contract() {
         health: None,
         gpm: None,
     });
+    // GPM of the same round: pid 77's job is not known, so the GPU is shared (no job named).
+    use crate::nvml::gpm::{DeviceGpm, Figures, Gpm, Link, State};
+    a.apply_nvml_gpm(&Gpm {
+        ts_ns: 5,
+        devices: vec![DeviceGpm {
+            index: 0,
+            state: State::Measured(Box::new(Figures {
+                sm_activity_pct: Some(62.5),
+                tensor_hmma_pct: Some(40.0),
+                nvlink_links: vec![Link {
+                    link: 0,
+                    tx_mib_per_s: Some(1.5),
+                    rx_mib_per_s: None,
+                }],
+                ..Figures::default()
+            })),
+        }],
+    });
     let mut m = meta();
     m.drops = crate::capture::drops_by_kind(&[0, 3]);
     let got = serde_json::to_string(&a.report(m)).unwrap();
@@ -278,7 +296,21 @@ fn report_json_contract() {
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,
-        r#""sm_clock_avg_mhz":1980.0,"power_avg_w":350.0,"temp_max_c":60,"unprofiled_pids":[77]}],"#,
+        r#""sm_clock_avg_mhz":1980.0,"power_avg_w":350.0,"temp_max_c":60,"unprofiled_pids":[77],"#,
+        r#""gpm":{"state":"measured","source":"measured","samples":1,"#,
+        r#""avg":{"graphics_activity_pct":null,"sm_activity_pct":62.5,"sm_occupancy_pct":null,"#,
+        r#""integer_activity_pct":null,"tensor_activity_pct":null,"tensor_hmma_pct":40.0,"#,
+        r#""tensor_imma_pct":null,"tensor_dfma_pct":null,"dram_bandwidth_pct":null,"#,
+        r#""fp16_activity_pct":null,"fp32_activity_pct":null,"fp64_activity_pct":null,"#,
+        r#""pcie_tx_mib_per_s":null,"pcie_rx_mib_per_s":null,"nvlink_tx_mib_per_s":null,"#,
+        r#""nvlink_rx_mib_per_s":null,"nvlink_links":[{"link":0,"tx_mib_per_s":1.5,"rx_mib_per_s":null}]},"#,
+        r#""max":{"graphics_activity_pct":null,"sm_activity_pct":62.5,"sm_occupancy_pct":null,"#,
+        r#""integer_activity_pct":null,"tensor_activity_pct":null,"tensor_hmma_pct":40.0,"#,
+        r#""tensor_imma_pct":null,"tensor_dfma_pct":null,"dram_bandwidth_pct":null,"#,
+        r#""fp16_activity_pct":null,"fp32_activity_pct":null,"fp64_activity_pct":null,"#,
+        r#""pcie_tx_mib_per_s":null,"pcie_rx_mib_per_s":null,"nvlink_tx_mib_per_s":null,"#,
+        r#""nvlink_rx_mib_per_s":null,"nvlink_links":[{"link":0,"tx_mib_per_s":1.5,"rx_mib_per_s":null}]},"#,
+        r#""shared_samples":1,"idle_samples":0,"unattributed_samples":0}}],"#,
         r#""libraries":[]}"#
     );
     assert_eq!(got, want);

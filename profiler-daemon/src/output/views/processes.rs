@@ -101,6 +101,18 @@ impl Rows for Jobs {
     type Row<'a> = &'a JobReport;
 }
 
+/// GPM's SM activity (a fraction) of the GPUs the job held alone, weighted by their rounds.
+fn gpm_sm_activity(j: &JobReport) -> Option<f64> {
+    let (mut sum, mut n) = (0.0, 0u64);
+    for g in &j.gpm {
+        if let Some(v) = g.avg.sm_activity_pct {
+            sum += v * g.samples as f64;
+            n += g.samples;
+        }
+    }
+    (n > 0).then(|| sum / n as f64 / 100.0)
+}
+
 /// `id (name)`, or the id.
 fn label(j: &JobReport) -> String {
     match &j.name {
@@ -120,6 +132,10 @@ impl Tabular for Jobs {
         Column::new("copy_bytes", "COPIED", RIGHT, |j| Cell::Bytes(j.copy_bytes)),
         Column::new("blocked_ns", "BLOCKED ms", RIGHT, |j| {
             Cell::Ms(j.blocked_ns)
+        }),
+        // Measured (NVML GPM), over the rounds the job held its GPUs alone.
+        Column::new("gpm_sm_activity", "GPM SM", RIGHT.wide(), |j| {
+            Cell::or_null(gpm_sm_activity(j), Cell::Share)
         }),
     ];
 

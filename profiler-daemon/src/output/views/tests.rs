@@ -235,9 +235,9 @@ fn api_processes_jobs_and_memory_views() {
     );
     assert_eq!(
         show(&["--view", "jobs", "--format", "csv"]).unwrap(),
-        "kind,job,processes,launches,copy_bytes,blocked_ns\n\
-         slurm,4242,1,300,3145728,2000000\n\
-         docker,abc (web),1,100,0,0\n"
+        "kind,job,processes,launches,copy_bytes,blocked_ns,gpm_sm_activity\n\
+         slurm,4242,1,300,3145728,2000000,\n\
+         docker,abc (web),1,100,0,0,\n"
     );
     assert_eq!(
         show(&[

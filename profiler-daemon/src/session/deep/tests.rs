@@ -247,7 +247,18 @@ fn pid_taken_over(intruder_start: u64) {
     // NVML lists both processes; the user's capture keeps their own.
     let sample = crate::nvml::Sample {
         ts_ns: 2,
-        devices: Vec::new(),
+        devices: vec![crate::nvml::DeviceSample {
+            index: 0,
+            name: "H100".into(),
+            uuid: "GPU-1".into(),
+            gpu_util: Some(90),
+            mem_util: None,
+            mem_used: None,
+            mem_total: None,
+            sm_clock_mhz: None,
+            power_mw: None,
+            temp_c: None,
+        }],
         processes: [10, 20]
             .map(|pid| crate::nvml::ProcessSample {
                 device: 0,
@@ -261,6 +272,17 @@ fn pid_taken_over(intruder_start: u64) {
         gpm: None,
     };
     d.frame(&Frame::Nvml(sample));
+    // GPM of the same round: the GPU is shared with the other user's process.
+    d.frame(&Frame::NvmlGpm(crate::nvml::gpm::Gpm {
+        ts_ns: 2,
+        devices: vec![crate::nvml::gpm::DeviceGpm {
+            index: 0,
+            state: crate::nvml::gpm::State::Measured(Box::new(crate::nvml::gpm::Figures {
+                sm_activity_pct: Some(80.0),
+                ..Default::default()
+            })),
+        }],
+    }));
     // Pid 10 goes to a process that started later: not captured, and the capture is over.
     agg.retire(10);
     agg.set_process_meta(
@@ -283,8 +305,21 @@ fn pid_taken_over(intruder_start: u64) {
         .collect();
     assert_eq!(got, [(10, "python3", 1)]);
     assert_eq!(samples.len(), 1);
+    // The other user's process is pid 0 ("someone else"): the GPU's GPM goes to no job, and
+    // no pid is listed as unprofiled.
     let pids: Vec<u32> = samples[0].processes.iter().map(|p| p.pid).collect();
-    assert_eq!(pids, [10]);
+    assert_eq!(pids, [10, 0]);
+    let g = &r.report.gpus[0];
+    assert_eq!(g.unprofiled_pids, Vec::<u32>::new());
+    let gpm = g.gpm.as_ref().unwrap();
+    assert_eq!(
+        (
+            gpm.samples,
+            gpm.jobs.len(),
+            gpm.shared_samples + gpm.unattributed_samples
+        ),
+        (1, 0, 1)
+    );
 }
 
 #[test]

@@ -104,7 +104,11 @@ fn rich() -> Report {
             "kind": "kubernetes", "id": "pod-9f1c", "name": "trainer, v2", "namespace": "ml",
             "steps": [], "processes": [300], "launches": 40, "graph_launches": 2,
             "copy_bytes": 3_525_225_472u64, "alloc_bytes": 5_368_709_120u64,
-            "blocked_ns": 3_010_000_123u64}))
+            "blocked_ns": 3_010_000_123u64,
+            // It held two GPUs alone while GPM measured them: 62.5 % over 30 rounds and 20 %
+            // over 10 make 51.875 %.
+            "gpm": [{"gpu": 0, "samples": 30, "source": "measured", "avg": {"sm_activity_pct": 62.5}},
+                    {"gpu": 1, "samples": 10, "source": "measured", "avg": {"sm_activity_pct": 20.0}}]}))
         .unwrap(),
     );
     // python3 (100) was sampled too: a Python stack that syncs and one that launches.
@@ -196,7 +200,7 @@ fn all_columns(view: &str) -> &'static str {
         }
         "memory" => "pid,comm,calls,bytes,frees,live_bytes,peak_bytes,failed,never_freed_bytes",
         "processes" => "pid,comm,job,launches,rate,copy_bytes,blocked_ns,peak_bytes,exited",
-        "jobs" => "kind,job,processes,launches,copy_bytes,blocked_ns",
+        "jobs" => "kind,job,processes,launches,copy_bytes,blocked_ns,gpm_sm_activity",
         "streams" => "pid,stream,launches,rate,share,copies,copy_bytes",
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\

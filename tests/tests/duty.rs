@@ -5,6 +5,7 @@
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
 use gpuprofd_tests::*;
+use std::process::{Command, Stdio};
 
 #[test]
 fn launches_are_counted_in_the_windows_and_the_total_estimated() {
@@ -78,4 +79,70 @@ fn a_duty_cycle_needs_counted_launches_and_the_node() {
     let (code, _, err) = run_all_jobs(&["--count-launches", "--launch-duty", "1s/1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("shorter than the period"), "{err}");
+}
+
+#[test]
+fn a_deep_capture_holds_the_launch_probes_and_has_every_launch() {
+    // A window of 50 ms every 2 s: without the hold, a capture would see almost nothing.
+    let dir = TempDir::new("duty-serve");
+    let lib = fakecuda().join("lib");
+    let socket = dir.path().join("ctl.sock");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\ncount_interval = \"100ms\"\n\
+             launch_duty = \"50ms/2s\"\n\n[nvml]\nenabled = false\n\n[metrics]\nenabled = false\n\n\
+             [control]\nsocket = \"{}\"\n",
+            lib.display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut svc = Service::start(&config, None);
+    svc.stderr
+        .wait_for("the service's ready line", |l| l.contains("ready"));
+    let bin = daemon_bin();
+    let mut w = Workload::start();
+    // A call that is always probed makes the process known to the service.
+    w.cmd("rt_malloc 64 1");
+    snapshot_until(&bin, &socket, "the workload seen", |s| {
+        has_process(s, w.tgid)
+    });
+    let out = dir.path().join("deep.gpuprof");
+    let pid = w.tgid.to_string();
+    let mut client = Command::new(&bin)
+        .args(["ctl", "--socket"])
+        .arg(&socket)
+        .args(["capture", "--pid", &pid, "--duration", "1h", "-o"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Lines::new(client.stderr.take().unwrap());
+    said.wait_for("the capture's start", |l| l.contains("capturing"));
+    w.script(&["rt_launch vecAdd 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 512 1"]);
+    // The memcpy's record is the capture's last: once it is in, so are the launches before it.
+    snapshot_until(&bin, &socket, "the copy seen", |s| {
+        has_process(s, w.tgid)
+            && copies(process(s, w.tgid), "h2d").is_some_and(|c| c["bytes"] == 512)
+    });
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+    let st = wait_bounded(&mut client);
+    assert!(st.success(), "{}", said.rest().join("\n"));
+    let (code, text, err) = run_daemon(&["report", out.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let p = process(&r, w.tgid);
+    assert_eq!(p["launches"], 7, "{p}");
+    assert_eq!(
+        kernel_calls(p, "vecAdd(float const*, float const*, float*, int)"),
+        7
+    );
+    let (st, _) = svc.stop();
+    assert!(st.success());
+    w.exit();
 }

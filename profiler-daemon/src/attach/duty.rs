@@ -169,7 +169,29 @@ impl CycleCost {
 pub struct DutyControl {
     /// Keep the probes attached (a deep capture is running).
     pub hold: Arc<AtomicBool>,
+    /// The launch links are in place now.
+    pub attached: Arc<AtomicBool>,
     pub cost: Arc<Mutex<CycleCost>>,
+}
+
+impl DutyControl {
+    /// Asks for the probes for a deep capture (`true`) or gives them back; when asking, waits
+    /// until they are in place (the cycle attaches within a few milliseconds), at most `within`:
+    /// a deep capture has every launch from its start. Whether they are in place.
+    pub fn hold_now(&self, on: bool, within: Duration) -> bool {
+        self.hold.store(on, Ordering::Relaxed);
+        if !on {
+            return false;
+        }
+        let until = Instant::now() + within;
+        while !self.attached.load(Ordering::Relaxed) {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
 }
 
 /// A small generator for the windows' phases (xorshift64*: the phase needs no more, and the
@@ -205,90 +227,131 @@ pub fn run(
     let mut links: Vec<OwnedFd> = Vec::new();
     let slack = duty.period - duty.window;
     let tick = Duration::from_millis(5);
-    // Sleeps until `t` unless asked to stop (then `false`).
-    let sleep_until = |t: Instant| -> bool {
+    let hold = || control.hold.load(Ordering::Relaxed);
+    // Sleeps until `t`; wakes early to stop, or (with `watch`) when a deep capture asks for
+    // the probes.
+    let sleep_until = |t: Instant, watch: bool| -> Woke {
         loop {
             if stop.load(Ordering::Relaxed) {
-                return false;
+                return Woke::Stop;
+            }
+            if watch && hold() {
+                return Woke::Hold;
             }
             let now = Instant::now();
             if now >= t {
-                return true;
+                return Woke::Time;
             }
             std::thread::sleep((t - now).min(tick));
         }
     };
+    let link = |links: &mut Vec<OwnedFd>| {
+        let t = Instant::now();
+        let (made, errors) = sites.attach();
+        let mut cost = control.cost.lock().expect("cycle cost poisoned");
+        CycleCost::push(&mut cost.attach_us, t.elapsed());
+        if !errors.is_empty() {
+            cost.failed_attaches += 1;
+            tracing::warn!(errors = ?errors, "launch probes not attached for this window");
+        }
+        *links = made;
+        control.attached.store(true, Ordering::Relaxed);
+        crate::sys::clock::monotonic_ns()
+    };
+    let unlink_timed = |links: &mut Vec<OwnedFd>| {
+        let off = crate::sys::clock::monotonic_ns();
+        control.attached.store(false, Ordering::Relaxed);
+        let t = Instant::now();
+        unlink(links);
+        CycleCost::push(
+            &mut control.cost.lock().expect("cycle cost poisoned").detach_us,
+            t.elapsed(),
+        );
+        off
+    };
     let mut period_start = Instant::now();
     let mut period_start_ns = crate::sys::clock::monotonic_ns();
-    // The window of the period in progress: attached since (ns), and detached at (ns).
-    let (mut on_ns, mut off_ns): (Option<u64>, Option<u64>) = (None, None);
-    let mut held = false;
-    loop {
-        held = held || control.hold.load(Ordering::Relaxed);
-        let offset = Duration::from_nanos(phase.below(slack.as_nanos() as u64 + 1));
-        let on_at = if held || !links.is_empty() {
-            // Held (or still attached from a held period): attached from the period's start.
-            period_start
-        } else {
-            period_start + offset
-        };
-        if !sleep_until(on_at) {
-            break;
-        }
-        if links.is_empty() {
-            let t = Instant::now();
-            let (made, errors) = sites.attach();
-            let took = t.elapsed();
-            let mut cost = control.cost.lock().expect("cycle cost poisoned");
-            CycleCost::push(&mut cost.attach_us, took);
-            if !errors.is_empty() {
-                cost.failed_attaches += 1;
-                tracing::warn!(errors = ?errors, "launch probes not attached for this window");
-            }
-            links = made;
-            // The window starts once the links are in place.
-            on_ns = Some(crate::sys::clock::monotonic_ns());
-        } else {
-            on_ns = Some(period_start_ns);
-        }
+    // Attached time of the period in progress (ns), and since when the links are in place.
+    let mut attached_ns = 0u64;
+    let mut on_ns: Option<u64> = None;
+    // Whether the probes were attached the whole period (a deep capture held them).
+    let mut whole = !links.is_empty();
+    'periods: loop {
         let period_end = period_start + duty.period;
-        let until = if held {
-            period_end
-        } else {
-            on_at + duty.window
-        };
-        if !sleep_until(until) {
-            break;
+        if links.is_empty() {
+            // Wait for the window's start, drawn at random in the period, unless a deep
+            // capture asks for the probes first.
+            let offset = Duration::from_nanos(phase.below(slack.as_nanos() as u64 + 1));
+            let held_now = match sleep_until(period_start + offset, true) {
+                Woke::Stop => break 'periods,
+                Woke::Hold => true,
+                Woke::Time => false,
+            };
+            on_ns = Some(link(&mut links));
+            if !held_now {
+                if sleep_until(period_start + offset + duty.window, false) == Woke::Stop {
+                    break 'periods;
+                }
+                if !hold() {
+                    let off = unlink_timed(&mut links);
+                    attached_ns += off.saturating_sub(on_ns.take().unwrap_or(off));
+                    // A deep capture that starts in the rest of the period gets the probes
+                    // at once.
+                    match sleep_until(period_end, true) {
+                        Woke::Stop => break 'periods,
+                        Woke::Hold => on_ns = Some(link(&mut links)),
+                        Woke::Time => {}
+                    }
+                }
+            }
         }
-        held = held || control.hold.load(Ordering::Relaxed);
-        if !held {
-            off_ns = Some(crate::sys::clock::monotonic_ns());
-            let t = Instant::now();
-            unlink(&mut links);
-            CycleCost::push(
-                &mut control.cost.lock().expect("cycle cost poisoned").detach_us,
-                t.elapsed(),
-            );
-        }
-        if !sleep_until(period_end) {
-            break;
+        if sleep_until(period_end, false) == Woke::Stop {
+            break 'periods;
         }
         let now_ns = crate::sys::clock::monotonic_ns();
-        let w = window_of(on_ns.take(), off_ns.take(), period_start_ns, now_ns, held);
+        // Held: stay attached into the next period, which then counts whole.
+        if !links.is_empty() && !hold() {
+            let off = unlink_timed(&mut links);
+            attached_ns += off.saturating_sub(on_ns.take().unwrap_or(off));
+        }
+        if let Some(on) = on_ns.take() {
+            attached_ns += now_ns.saturating_sub(on);
+            if !links.is_empty() {
+                on_ns = Some(now_ns);
+            }
+        }
+        let w = window_of(period_start_ns, now_ns, attached_ns, whole);
         if windows.send(w).is_err() {
             return;
         }
-        held = false;
+        whole = !links.is_empty();
+        attached_ns = 0;
         period_start = period_end;
         period_start_ns = now_ns;
     }
     // Stopped mid-period: the part of the period so far is the last window (its launches were
     // counted and are read after it).
     let now_ns = crate::sys::clock::monotonic_ns();
-    let attached_now = !links.is_empty();
+    if let Some(on) = on_ns.take() {
+        attached_ns += now_ns.saturating_sub(on);
+    }
+    let still = !links.is_empty();
+    control.attached.store(false, Ordering::Relaxed);
     unlink(&mut links);
-    let off = if attached_now { Some(now_ns) } else { off_ns };
-    let _ = windows.send(window_of(on_ns, off, period_start_ns, now_ns, held));
+    let _ = windows.send(window_of(
+        period_start_ns,
+        now_ns,
+        attached_ns,
+        whole && still,
+    ));
+}
+
+/// Why a wait of the cycle ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    Time,
+    Stop,
+    Hold,
 }
 
 /// Unlinks the driver's launch probes before the runtime's (the reverse of the attach order).
@@ -298,25 +361,22 @@ fn unlink(links: &mut Vec<OwnedFd>) {
     }
 }
 
-/// The window record of a period from `period_start_ns` to `now_ns`, attached from `on` to
-/// `off` (none: never attached in it).
-fn window_of(
-    on: Option<u64>,
-    off: Option<u64>,
-    period_start_ns: u64,
-    now_ns: u64,
-    held: bool,
-) -> WindowBody {
-    let (start_ns, end_ns) = match (on, off) {
-        (Some(a), Some(b)) => (a, b.max(a)),
-        (Some(a), None) => (a, now_ns),
-        _ => (now_ns, now_ns),
+/// The window record of the period from `period_start_ns` to `now_ns` in which the probes
+/// were attached for `attached_ns` in all (`whole`: all of it, a deep capture held them). The
+/// estimator needs only how long they were attached: the interval it records ends at the
+/// period's end and is that long (a period can hold a window and then a deep capture's start).
+fn window_of(period_start_ns: u64, now_ns: u64, attached_ns: u64, whole: bool) -> WindowBody {
+    let period_ns = now_ns.saturating_sub(period_start_ns).max(1);
+    let attached = if whole {
+        period_ns
+    } else {
+        attached_ns.min(period_ns)
     };
     WindowBody {
-        start_ns,
-        end_ns,
-        period_ns: now_ns.saturating_sub(period_start_ns).max(1),
-        flags: if held { window::HELD } else { 0 },
+        start_ns: now_ns - attached,
+        end_ns: now_ns,
+        period_ns,
+        flags: if whole { window::HELD } else { 0 },
         _pad: 0,
     }
 }
@@ -350,23 +410,21 @@ mod tests {
     }
 
     #[test]
-    fn a_window_says_when_the_probes_were_attached_in_its_period() {
-        let w = window_of(Some(300), Some(400), 100, 1100, false);
+    fn a_window_says_how_long_the_probes_were_attached_in_its_period() {
+        let w = window_of(100, 1100, 100, false);
         assert_eq!(
             (w.start_ns, w.end_ns, w.period_ns, w.flags),
-            (300, 400, 1000, 0)
+            (1000, 1100, 1000, 0)
         );
-        // stopped while attached, held, never attached
-        assert_eq!(window_of(Some(300), None, 100, 600, false).end_ns, 600);
-        assert_eq!(
-            window_of(Some(100), None, 100, 1100, true).flags,
-            window::HELD
-        );
-        let never = window_of(None, None, 100, 500, false);
+        // held the whole period; never attached; attached longer than measured (clamped)
+        let h = window_of(100, 1100, 0, true);
+        assert_eq!((h.start_ns, h.flags), (100, window::HELD));
+        let never = window_of(100, 500, 0, false);
         assert_eq!(
             (never.start_ns, never.end_ns, never.period_ns),
             (500, 500, 400)
         );
+        assert_eq!(window_of(100, 500, 9999, false).start_ns, 100);
     }
 
     #[test]

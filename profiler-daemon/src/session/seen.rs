@@ -195,10 +195,13 @@ impl Seen {
             return;
         };
         let counting = !starting && taps.deep.is_empty();
-        if let Some((_, control)) = &self.duty {
-            control
-                .hold
-                .store(!counting, std::sync::atomic::Ordering::Relaxed);
+        if let Some((_, control)) = &self.duty
+            && !control.hold_now(!counting, std::time::Duration::from_millis(500))
+            && !counting
+        {
+            tracing::warn!(
+                "the launch probes were not attached within 0.5 s of a deep capture's start"
+            );
         }
         if m.counting() != counting
             && let Err(e) = m.set(counting)

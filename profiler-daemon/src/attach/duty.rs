@@ -107,11 +107,12 @@ impl LaunchSites {
         Ok(())
     }
 
-    /// Links every site, runtime entries first; the links made (drop them last to first) and
-    /// the errors (a site that failed is retried next window).
-    fn attach(&self) -> (Vec<OwnedFd>, Vec<String>) {
+    /// Links every site, runtime entries first: the links made, with whether each is a
+    /// runtime's and when it was in place (ns), and the errors (a site that failed is retried
+    /// next window).
+    fn attach(&self) -> (Links, Vec<String>) {
         let sites = self.0.lock().expect("launch sites poisoned");
-        let mut links = Vec::with_capacity(sites.len());
+        let mut links = Links::default();
         let mut errors = Vec::new();
         let ordered = sites
             .iter()
@@ -120,7 +121,10 @@ impl LaunchSites {
         for s in ordered {
             let path = PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
             match super::multi::attach(s.prog.as_fd(), &path, &s.offsets, &s.cookies, false) {
-                Ok(l) => links.push(l),
+                Ok(l) => {
+                    let at = crate::sys::clock::monotonic_ns();
+                    links.0.push((l, s.runtime, at));
+                }
                 Err(e) => errors.push(e.to_string()),
             }
         }
@@ -133,6 +137,35 @@ impl LaunchSites {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The launch links of a window: each with whether it is a runtime's and when it was in place.
+#[derive(Default)]
+struct Links(Vec<(OwnedFd, bool, u64)>);
+
+impl Links {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// When the window began: the mean of the links' times in place (each site counts from
+    /// its own link; the launches of a site attached later are fewer by as much).
+    fn since(&self) -> Option<u64> {
+        let n = self.0.len() as u64;
+        (n > 0).then(|| self.0.iter().map(|(_, _, t)| t / n).sum())
+    }
+
+    /// Unlinks every link: the driver's all at once (each close removes its breakpoints at
+    /// once, then waits for the kernel's grace periods: closed one after another, a link would
+    /// stay in place for the others' waits), then the runtime's, so a runtime launch never
+    /// passes the driver probe alone.
+    fn unlink(&mut self) {
+        let (rt, drv): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|(_, runtime, _)| *runtime);
+        super::multi::release(drv.into_iter().map(|(l, ..)| l).collect());
+        super::multi::release(rt.into_iter().map(|(l, ..)| l).collect());
     }
 }
 
@@ -224,7 +257,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) {
     let mut phase = Phase::new();
-    let mut links: Vec<OwnedFd> = Vec::new();
+    let mut links = Links::default();
     let slack = duty.period - duty.window;
     let tick = Duration::from_millis(5);
     let hold = || control.hold.load(Ordering::Relaxed);
@@ -245,7 +278,7 @@ pub fn run(
             std::thread::sleep((t - now).min(tick));
         }
     };
-    let link = |links: &mut Vec<OwnedFd>| {
+    let link = |links: &mut Links| {
         let t = Instant::now();
         let (made, errors) = sites.attach();
         let mut cost = control.cost.lock().expect("cycle cost poisoned");
@@ -256,13 +289,15 @@ pub fn run(
         }
         *links = made;
         control.attached.store(true, Ordering::Relaxed);
-        crate::sys::clock::monotonic_ns()
+        links
+            .since()
+            .unwrap_or_else(crate::sys::clock::monotonic_ns)
     };
-    let unlink_timed = |links: &mut Vec<OwnedFd>| {
+    let unlink_timed = |links: &mut Links| {
         let off = crate::sys::clock::monotonic_ns();
         control.attached.store(false, Ordering::Relaxed);
         let t = Instant::now();
-        unlink(links);
+        links.unlink();
         CycleCost::push(
             &mut control.cost.lock().expect("cycle cost poisoned").detach_us,
             t.elapsed(),
@@ -337,7 +372,7 @@ pub fn run(
     }
     let still = !links.is_empty();
     control.attached.store(false, Ordering::Relaxed);
-    unlink(&mut links);
+    links.unlink();
     let _ = windows.send(window_of(
         period_start_ns,
         now_ns,
@@ -352,13 +387,6 @@ enum Woke {
     Time,
     Stop,
     Hold,
-}
-
-/// Unlinks the driver's launch probes before the runtime's (the reverse of the attach order).
-fn unlink(links: &mut Vec<OwnedFd>) {
-    while let Some(l) = links.pop() {
-        drop(l);
-    }
 }
 
 /// The window record of the period from `period_start_ns` to `now_ns` in which the probes

@@ -5,6 +5,7 @@ mod against;
 mod bench;
 mod bpfstats;
 mod cpucap;
+mod neighbour;
 mod package;
 mod reliability;
 

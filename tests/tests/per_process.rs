@@ -53,6 +53,38 @@ fn breakpoints(pid: u32, name: &str) -> usize {
     found
 }
 
+/// The `pid:` of each of the daemon's `uprobe_multi` links (fdinfo; 0: every process, or a
+/// link whose process the kernel no longer holds).
+fn link_pids(daemon: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{daemon}/fdinfo")).expect("daemon fdinfo") {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap_or_default();
+        if !text.contains("link_type:\tuprobe_multi")
+            && !text.contains("link_type:\turetprobe_multi")
+        {
+            continue;
+        }
+        let pid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pid:"))
+            .unwrap_or_else(|| panic!("no pid line: {text}"));
+        v.push(pid.trim().parse().unwrap());
+    }
+    v
+}
+
+/// Waits (bounded) until `f` holds.
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 const LIBS: [&str; 2] = ["libcuda.so.1", "libcudart.so.12"];
 const VEC_ADD: &str = "vecAdd(float const*, float const*, float*, int)";
 
@@ -106,6 +138,10 @@ fn under_pid_only_that_process_has_breakpoints() {
             "{lib}: the neighbour is trapped"
         );
     }
+    // Every link is the target's (the kernel's own account of it).
+    let pids = link_pids(d.pid());
+    assert!(!pids.is_empty());
+    assert!(pids.iter().all(|&p| p == target.tgid), "{pids:?}");
     both_run(&mut target, &mut other);
     // Still none after its calls (none was added on the way).
     for lib in LIBS {
@@ -165,6 +201,7 @@ fn every_process_is_trapped_when_probes_go_to_all_and_the_check_sees_it() {
         assert!(n > 0, "{lib}");
         assert_eq!(breakpoints(other.tgid, lib), n, "{lib}");
     }
+    assert!(link_pids(d.pid()).iter().all(|&p| p == 0));
     both_run(&mut target, &mut other);
     let (tt, to) = (target.tgid, other.tgid);
     check_target(&d.stop().report, tt, to);
@@ -197,4 +234,49 @@ fn without_uprobe_multi_probes_go_to_every_process_with_a_note() {
     check_target(&d.stop().report, tt, to);
     target.exit();
     other.exit();
+}
+
+#[test]
+fn an_exec_from_another_thread_gets_new_probes() {
+    // The kernel ties a link to the process's main thread; an exec from a second thread ends
+    // that thread (the second one takes the pid), and the old links hold nothing: the daemon
+    // makes new ones and says that calls in between may be missing.
+    let mut w = Workload::start();
+    let pid = w.tgid.to_string();
+    let mut d = Daemon::start(&["--pid", &pid, "--no-system-libs", "--no-nvml"]);
+    w.cmd("rt_launch vecAdd 2 4 1 1 64 1 1 0 0");
+    let bin = fakecuda().join("bin/workload");
+    w.exec_thread(bin.to_str().unwrap());
+    let tgid = w.tgid;
+    // The new program's links, and its breakpoints, before it is asked to call.
+    wait_until("the new program is probed", || {
+        let pids = link_pids(d.pid());
+        !pids.is_empty()
+            && pids.iter().all(|&p| p == tgid)
+            && LIBS.iter().all(|lib| breakpoints(tgid, lib) > 0)
+    });
+    d.stderr.wait_for("the warning", |l| {
+        l.contains(&format!(
+            "process {tgid} ran exec from a thread other than its main one"
+        ))
+    });
+    w.cmd("rt_launch vecAdd 3 4 1 1 64 1 1 0 0");
+    w.cmd("drv_launch triton_poi_fused_add_0 4 10 1 1 128 1 1 0 0");
+    let r = d.stop().report;
+    // One entry per program, as for any exec: the old one's 2 launches, the new one's 7.
+    let programs: Vec<(u64, u64, u64)> = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["tgid"] == tgid)
+        .map(|p| {
+            (
+                p["launches"].as_u64().unwrap(),
+                api_calls(p, "cudaLaunchKernel"),
+                api_calls(p, "cuLaunchKernel"),
+            )
+        })
+        .collect();
+    assert_eq!(programs, [(2, 2, 0), (7, 3, 4)]);
+    w.exit();
 }

@@ -163,6 +163,10 @@ pub struct Attacher {
     sites: HashMap<(u64, u64), Vec<Site>>,
     /// `Some` when only chosen processes are probed (see [`scope`]): their links.
     processes: Option<scope::Processes>,
+    /// Each attached library's file, kept open while processes are chosen: links made later
+    /// name it as `/proc/self/fd/N`, since the path it was found by may be gone by then (a
+    /// process's `/proc/PID/map_files` entry ends with the mapping).
+    files: HashMap<(u64, u64), std::fs::File>,
     /// A note for the user, once, when the probes went back to every process.
     note: Option<String>,
     /// Perf-event probe links made (entry and return probes), where `uprobe_multi` is missing.
@@ -346,6 +350,11 @@ impl Attacher {
             });
         }
         if self.multi.is_some() {
+            if self.processes.is_some()
+                && let Ok(f) = std::fs::File::open(&lib.open_path)
+            {
+                self.files.insert(key, f);
+            }
             for (i, e) in self.attach_sites(lib, &sites) {
                 symbols[i].error = Some(e);
             }
@@ -435,7 +444,7 @@ struct Site {
 /// error names the symbol.
 fn attach_multi(
     m: &multi::MultiProgs,
-    lib: &CudaLibrary,
+    path: &std::path::Path,
     sites: &[Site],
     pid: u32,
     links: &mut Vec<OwnedFd>,
@@ -465,7 +474,7 @@ fn attach_multi(
             };
             let offs: Vec<u64> = g.iter().map(|(_, o, _)| *o).collect();
             let cookies: Vec<u64> = g.iter().map(|(.., c)| *c).collect();
-            match multi::attach(fd, &lib.open_path, &offs, &cookies, ret, pid) {
+            match multi::attach(fd, path, &offs, &cookies, ret, pid) {
                 Ok(link) => links.push(link),
                 // The process is gone: one by one would only say so again for each symbol.
                 Err(e) if pid != 0 && e.raw_os_error() == Some(libc::ESRCH) => {
@@ -478,7 +487,7 @@ fn attach_multi(
                 Err(e) => {
                     tracing::debug!(name, error = %e, "uprobe_multi link failed; one by one");
                     for (i, off, c) in g {
-                        match multi::attach(fd, &lib.open_path, &[off], &[c], ret, pid) {
+                        match multi::attach(fd, path, &[off], &[c], ret, pid) {
                             Ok(link) => links.push(link),
                             Err(e) => {
                                 let errno = e.raw_os_error();

@@ -10,7 +10,9 @@
 //! exec too), and the program runs only for a thread of that process (`same_thread_group`;
 //! by address space before 6.12). A child made by `fork` gets a copy of its parent's text
 //! pages, breakpoints included: it traps on them, but none of the parent's links runs a
-//! program for it (so `--pid`'s children are not recorded, as before, but pay the trap).
+//! program for it (so `--pid`'s children are not recorded, as before, but pay the trap). An
+//! exec from a thread other than the main one ends the task a link holds: see
+//! [`Attacher::revive`].
 //!
 //! Where the kernel has no `uprobe_multi` links, or refuses their pid, the probes stay on every
 //! process (the in-kernel filter still records only the selection) and the session says so.
@@ -53,6 +55,31 @@ fn refused_pid(e: &ProbeError) -> bool {
 
 fn gone(failed: &[(usize, ProbeError)]) -> bool {
     failed.iter().any(|(_, e)| e.errno() == Some(libc::ESRCH))
+}
+
+/// The path of a library's kept file (see `Attacher::files`).
+fn kept_path(
+    files: &std::collections::HashMap<(u64, u64), std::fs::File>,
+    key: &(u64, u64),
+) -> Option<std::path::PathBuf> {
+    use std::os::fd::AsRawFd as _;
+    files
+        .get(key)
+        .map(|f| format!("/proc/self/fd/{}", f.as_raw_fd()).into())
+}
+
+/// The process a `uprobe_multi` link is for, as its fdinfo says (`pid:`; 0 once the task the
+/// link holds is gone); `None` where the kernel does not say.
+fn link_pid(link: &OwnedFd) -> Option<u32> {
+    use std::os::fd::AsRawFd as _;
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", link.as_raw_fd())).ok()?;
+    fdinfo_pid(&text)
+}
+
+fn fdinfo_pid(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("pid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Closes `links` on a thread of their own: each close waits for RCU grace periods, which the
@@ -102,7 +129,8 @@ impl Attacher {
         let mut links = Vec::new();
         for (key, sites) in &self.sites {
             let la = &self.libraries[key];
-            let failed = attach_multi(m, &la.lib, sites, pid, &mut links);
+            let path = kept_path(&self.files, key).unwrap_or_else(|| la.lib.open_path.clone());
+            let failed = attach_multi(m, &path, sites, pid, &mut links);
             if gone(&failed) {
                 close_later(links);
                 return false;
@@ -121,6 +149,32 @@ impl Attacher {
         true
     }
 
+    /// Makes links again for each chosen process whose links no longer hold it, and returns
+    /// those processes. The kernel ties a link to the process's main thread; an `exec` from
+    /// another thread ends that thread and gives the pid to the one that called it, and the
+    /// link's fdinfo then says `pid: 0` (its task is gone): without new links the new program
+    /// would run unprobed. (Kernels whose fdinfo has no pid line cannot tell; nothing changes.)
+    pub fn revive(&mut self) -> Vec<u32> {
+        let Some(procs) = self.processes.as_mut() else {
+            return Vec::new();
+        };
+        let lost: Vec<u32> = procs
+            .links
+            .iter()
+            .filter(|&(&pid, links)| {
+                links.first().is_some_and(|l| link_pid(l) == Some(0))
+                    && crate::discovery::process_exists(pid)
+            })
+            .map(|(&pid, _)| pid)
+            .collect();
+        for p in &lost {
+            if let Some(links) = procs.links.remove(p) {
+                close_later(links);
+            }
+        }
+        lost.into_iter().filter(|&p| self.add_process(p)).collect()
+    }
+
     /// Makes the links of one library: for every process, or for each chosen one. Returns the
     /// symbols that failed (for the chosen processes: as the first live one saw it).
     pub(super) fn attach_sites(
@@ -132,13 +186,13 @@ impl Attacher {
             return Vec::new();
         };
         let Some(procs) = self.processes.as_mut() else {
-            return attach_multi(m, lib, sites, 0, &mut self.multi_links);
+            return attach_multi(m, &lib.open_path, sites, 0, &mut self.multi_links);
         };
         let mut failed: Option<Vec<(usize, ProbeError)>> = None;
         let mut ended = Vec::new();
         for (&pid, links) in procs.links.iter_mut() {
             let mut made = Vec::new();
-            let f = attach_multi(m, lib, sites, pid, &mut made);
+            let f = attach_multi(m, &lib.open_path, sites, pid, &mut made);
             if gone(&f) {
                 close_later(made);
                 ended.push(pid);
@@ -162,7 +216,7 @@ impl Attacher {
             return failed;
         }
         let mut all = Vec::new();
-        let f = attach_multi(m, lib, sites, 0, &mut all);
+        let f = attach_multi(m, &lib.open_path, sites, 0, &mut all);
         if f.len() == failed.len() {
             close_later(all);
             return failed;
@@ -182,15 +236,33 @@ impl Attacher {
         if let Some(m) = self.multi.as_ref() {
             for (key, sites) in &self.sites {
                 let la = &self.libraries[key];
-                for (i, e) in attach_multi(m, &la.lib, sites, 0, &mut self.multi_links) {
+                let path = kept_path(&self.files, key).unwrap_or_else(|| la.lib.open_path.clone());
+                for (i, e) in attach_multi(m, &path, sites, 0, &mut self.multi_links) {
                     tracing::warn!(symbol = %la.symbols[i].symbol, "not attached: {e}");
                 }
             }
         }
+        self.files.clear();
         self.note = Some(format!(
             "the kernel refused uprobe_multi links for one process ({why}): probes are attached \
              for every process that maps a CUDA library; other CUDA processes on this node pay \
              a trap per probed call, unrecorded"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fdinfo_pid;
+
+    #[test]
+    fn the_pid_of_a_link_from_its_fdinfo() {
+        let link = "pos:\t0\nflags:\t02000000\nlink_type:\tuprobe_multi\nlink_id:\t38987\n\
+                    prog_id:\t38175\nuprobe_cnt:\t4\npid:\t6451\npath:\t/lib/libcuda.so.1\n\
+                    cookie\t offset\t ref_ctr_offset\n288230441113026593\t 0x952a\t 0x0\n";
+        assert_eq!(fdinfo_pid(link), Some(6451));
+        assert_eq!(fdinfo_pid(&link.replace("6451", "0")), Some(0));
+        // A kernel whose fdinfo has no pid line (before show_fdinfo for these links).
+        assert_eq!(fdinfo_pid("link_type:\tuprobe_multi\nprog_id:\t1\n"), None);
     }
 }

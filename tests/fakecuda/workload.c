@@ -904,6 +904,29 @@ static int cmd_exec(int argc, char **argv) {
     return FAIL("exec %s: %s", argv[0], strerror(errno));
 }
 
+/* exec_thread PATH [ARG...]: as `exec`, but from a second thread, as a multithreaded launcher
+   may: the kernel then gives that thread the process's pid and ends the main thread. Replies
+   only when exec fails. */
+static char *g_exec_args[33];
+static void *exec_from_thread(void *unused) {
+    (void)unused;
+    fflush(stdout);
+    execv(g_exec_args[0], g_exec_args);
+    printf("err exec_thread exec %s: %s\n", g_exec_args[0], strerror(errno));
+    fflush(stdout);
+    return NULL;
+}
+static int cmd_exec_thread(int argc, char **argv) {
+    if (argc < 1) return FAIL("usage: PATH [ARG...]");
+    int n = argc < 32 ? argc : 32;
+    for (int i = 0; i < n; i++) g_exec_args[i] = argv[i];
+    g_exec_args[n] = NULL;
+    pthread_t t;
+    if (pthread_create(&t, NULL, exec_from_thread, NULL)) return FAIL("pthread_create");
+    pthread_join(t, NULL); /* returns only when exec failed */
+    return FAIL("exec_thread failed");
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
@@ -974,6 +997,7 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     reply_extra[0] = 0;
     if (!strcmp(c, "exit")) return 1;
     if (!strcmp(c, "exec")) return cmd_exec(argc, argv);
+    if (!strcmp(c, "exec_thread")) return cmd_exec_thread(argc, argv);
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
     if (!strcmp(c, "stack_chain")) return cmd_stack_chain(argc, argv);
     if (!strcmp(c, "stack_steps")) return cmd_stack_steps(argc, argv);

@@ -652,8 +652,18 @@ impl Workload {
     /// new image is a workload (under any name): waits for its ready line, before which nothing
     /// more may be sent (the old image's input buffer goes with it). Otherwise returns at once.
     pub fn exec(&mut self, line: &str, workload: bool) {
+        self.exec_by("exec", line, workload);
+    }
+
+    /// [`Workload::exec`] from a second thread (`exec_thread`): the kernel gives that thread
+    /// the pid and ends the main thread.
+    pub fn exec_thread(&mut self, line: &str) {
+        self.exec_by("exec_thread", line, true);
+    }
+
+    fn exec_by(&mut self, how: &str, line: &str, workload: bool) {
         let stdin = self.stdin.as_mut().expect("workload stdin open");
-        writeln!(stdin, "exec {line}").unwrap();
+        writeln!(stdin, "{how} {line}").unwrap();
         stdin.flush().unwrap();
         if workload {
             let ready = self.out.wait_for("the new image's ready line", |l| {

@@ -71,8 +71,14 @@ pub(crate) struct Bg {
 
 impl Bg {
     pub fn start(bin: &Path, args: &[String]) -> Result<Bg> {
+        Bg::start_env(bin, args, &[])
+    }
+
+    /// [`Bg::start`] with extra environment variables.
+    pub fn start_env(bin: &Path, args: &[String], env: &[(&str, &str)]) -> Result<Bg> {
         let mut child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -829,6 +835,9 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     }
     d.stop()?;
     let full_drops = drops_in(&report(&full_out)?);
+    // A process outside a `--pid` selection, with and without per-process probes.
+    let neighbour_rounds = if quick { 1 } else { 3 };
+    let neighbour = crate::neighbour::measure(&ctx, &tmp, neighbour_rounds)?;
 
     // 2. Userspace pipeline ceiling.
     eprintln!("bench: pipeline (decode + aggregate, one thread)");
@@ -1049,6 +1058,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         ));
     }
     md.push_str(&lower_bound_section(&rows));
+    md.push_str(&crate::neighbour::section(&neighbour, neighbour_rounds));
     md.push_str("\nSustained rates (one thread launching at a fixed rate through the runtime, in 1 ms slices; daemon CPU is utime + stime over the run):\n\n| launches/s asked | seconds | mode | launches/s achieved | launches made | launches counted | records dropped | daemon CPU s | daemon CPU per 1 M launches | RSS KiB start → end (min–max while running) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for p in &paced {
         md.push_str(&format!(

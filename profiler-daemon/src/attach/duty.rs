@@ -120,7 +120,7 @@ impl LaunchSites {
             .chain(sites.iter().filter(|s| !s.runtime));
         for s in ordered {
             let path = PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
-            match super::multi::attach(s.prog.as_fd(), &path, &s.offsets, &s.cookies, false) {
+            match super::multi::attach(s.prog.as_fd(), &path, &s.offsets, &s.cookies, false, 0) {
                 Ok(l) => {
                     let at = crate::sys::clock::monotonic_ns();
                     links.0.push((l, s.runtime, at));

@@ -8,6 +8,7 @@ pub mod placement;
 #[cfg(test)]
 mod placement_objdump;
 pub mod rules;
+pub mod scope;
 
 use crate::api::{ApiTable, Layer};
 use crate::discovery::{CudaLibrary, elf};
@@ -95,6 +96,8 @@ pub enum ProbeError {
         detail: String,
         /// Refused for want of privilege (EPERM or EACCES).
         denied: bool,
+        /// The kernel's errno, where the attach call gave one.
+        errno: Option<i32>,
     },
 }
 
@@ -104,13 +107,27 @@ impl ProbeError {
         matches!(self, ProbeError::Attach { denied: true, .. })
     }
 
-    fn attach(prog: &'static str, offset: u64, e: &dyn std::error::Error) -> ProbeError {
+    /// The kernel's errno behind this failure, where known.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            ProbeError::Attach { errno, .. } => *errno,
+            _ => None,
+        }
+    }
+
+    fn attach(
+        prog: &'static str,
+        offset: u64,
+        e: &dyn std::error::Error,
+        errno: Option<i32>,
+    ) -> ProbeError {
         let detail = error_chain(e);
         ProbeError::Attach {
             prog,
             offset,
             denied: crate::capture::says_permission_denied(&detail),
             detail,
+            errno,
         }
     }
 }
@@ -164,8 +181,18 @@ pub struct Attacher {
     loaded: bool,
     /// The uprobe programs loaded for `uprobe_multi` links, where the kernel has them.
     multi: Option<multi::MultiProgs>,
-    /// `uprobe_multi` links made (one per program, library and direction).
+    /// `uprobe_multi` links made for every process (one per program, library and direction).
     multi_links: Vec<OwnedFd>,
+    /// Each attached library's probe sites, for links made later for one process each.
+    sites: HashMap<(u64, u64), Vec<Site>>,
+    /// `Some` when only chosen processes are probed (see [`scope`]): their links.
+    processes: Option<scope::Processes>,
+    /// Each attached library's file, kept open while processes are chosen: links made later
+    /// name it as `/proc/self/fd/N`, since the path it was found by may be gone by then (a
+    /// process's `/proc/PID/map_files` entry ends with the mapping).
+    files: HashMap<(u64, u64), std::fs::File>,
+    /// A note for the user, once, when the probes went back to every process.
+    note: Option<String>,
     /// Perf-event probe links made (entry and return probes), where `uprobe_multi` is missing.
     links: usize,
 }
@@ -238,6 +265,11 @@ impl Attacher {
             .collect();
         v.sort_by(|a, b| a.path.cmp(&b.path));
         v
+    }
+
+    /// What was attached to `lib`'s file, if it was.
+    pub fn library(&self, lib: &CudaLibrary) -> Option<&LibraryAttach> {
+        self.libraries.get(&(lib.dev, lib.ino))
     }
 
     pub fn is_attached(&self, lib: &CudaLibrary) -> bool {
@@ -354,7 +386,12 @@ impl Attacher {
                 ))
             } else if self.multi.is_some() {
                 // Attached below, all of the library's symbols at once.
-                sites.push((symbols.len(), rule, api, f.file_offset + placement.offset));
+                sites.push(Site {
+                    symbol: symbols.len(),
+                    rule,
+                    api,
+                    offset: f.file_offset + placement.offset,
+                });
                 None
             } else {
                 attach_one(
@@ -380,10 +417,16 @@ impl Attacher {
         if let (Some(m), Some(d)) = (&self.multi, &self.duty_sites) {
             sites = keep_for_windows(m, d, lib, sites);
         }
-        if let Some(m) = &self.multi {
-            for (i, e) in attach_multi(m, lib, &sites, &mut self.multi_links) {
+        if self.multi.is_some() {
+            if self.processes.is_some()
+                && let Ok(f) = std::fs::File::open(&lib.open_path)
+            {
+                self.files.insert(key, f);
+            }
+            for (i, e) in self.attach_sites(lib, &sites) {
                 symbols[i].error = Some(e);
             }
+            self.sites.insert(key, sites);
         }
         // Every probe the kernel was asked for refused for want of privilege: a daemon that
         // went on would report "ready" and capture nothing. The library is recorded all the
@@ -445,15 +488,24 @@ impl Attacher {
     /// Releases the `uprobe_multi` links, concurrently (each waits for its own grace periods;
     /// concurrent waits overlap). The perf-event links go with the eBPF object.
     pub fn release_links(&mut self) {
-        multi::release(std::mem::take(&mut self.multi_links));
+        let mut links = std::mem::take(&mut self.multi_links);
+        if let Some(p) = &mut self.processes {
+            links.extend(p.take_all());
+        }
+        multi::release(links);
     }
 }
 
-/// Attaches `sites` (index into the library's symbol list, rule, API, file offset) with one
-/// `uprobe_multi` link per program and direction; returns the symbols that failed, with why.
-/// Return probes go first: a symbol whose return probe failed gets no entry probe, which would
-/// leave state that nobody clears. When a link fails, its symbols are tried one by one so the
-/// error names the symbol.
+/// One symbol's probe site in a library: its index in the library's symbol list, its rule and
+/// API, and the file offset of the probe.
+#[derive(Clone, Copy, Debug)]
+struct Site {
+    symbol: usize,
+    rule: Rule,
+    api: u16,
+    offset: u64,
+}
+
 /// Hands the launch probes' sites of `lib` to the duty cycle (linked in its windows only) and
 /// returns the rest to attach now. A launch program whose sites cannot be kept (the file cannot
 /// be opened again) is attached now, and says so.
@@ -461,26 +513,26 @@ fn keep_for_windows(
     m: &multi::MultiProgs,
     d: &duty::LaunchSites,
     lib: &CudaLibrary,
-    sites: Vec<(usize, Rule, u16, u64)>,
-) -> Vec<(usize, Rule, u16, u64)> {
+    sites: Vec<Site>,
+) -> Vec<Site> {
     let is_launch = |r: &Rule| {
         matches!(
             r.prog,
             Prog::DrvLaunch | Prog::DrvLaunchEx | Prog::RtLaunch | Prog::RtLaunchEx
         )
     };
-    let (launch, mut rest): (Vec<_>, Vec<_>) = sites.into_iter().partition(|s| is_launch(&s.1));
-    let mut groups: BTreeMap<&'static str, Vec<(usize, Rule, u16, u64)>> = BTreeMap::new();
+    let (launch, mut rest): (Vec<_>, Vec<_>) = sites.into_iter().partition(|s| is_launch(&s.rule));
+    let mut groups: BTreeMap<&'static str, Vec<Site>> = BTreeMap::new();
     for s in launch {
-        groups.entry(s.1.prog.name()).or_default().push(s);
+        groups.entry(s.rule.prog.name()).or_default().push(s);
     }
     for (name, g) in groups {
         let kept = m.fd(name).map(|fd| {
             d.add(
                 fd,
                 &lib.open_path,
-                g.iter().map(|s| s.3).collect(),
-                g.iter().map(|s| s.1.packed_cookie(s.2)).collect(),
+                g.iter().map(|s| s.offset).collect(),
+                g.iter().map(|s| s.rule.packed_cookie(s.api)).collect(),
                 lib.layer == Layer::Runtime,
             )
         });
@@ -500,29 +552,35 @@ fn keep_for_windows(
     rest
 }
 
+/// Attaches `sites` with one `uprobe_multi` link per program and direction, for process `pid`
+/// (0: every process); returns the symbols that failed, with why.
+/// Return probes go first: a symbol whose return probe failed gets no entry probe, which would
+/// leave state that nobody clears. When a link fails, its symbols are tried one by one so the
+/// error names the symbol.
 fn attach_multi(
     m: &multi::MultiProgs,
-    lib: &CudaLibrary,
-    sites: &[(usize, Rule, u16, u64)],
+    path: &std::path::Path,
+    sites: &[Site],
+    pid: u32,
     links: &mut Vec<OwnedFd>,
 ) -> Vec<(usize, ProbeError)> {
     let mut failed: Vec<(usize, ProbeError)> = Vec::new();
     for ret in [true, false] {
         // program name -> [(symbol index, offset, cookie)]
         let mut groups: BTreeMap<&'static str, Vec<(usize, u64, u64)>> = BTreeMap::new();
-        for (i, rule, api, off) in sites {
-            if ret && !rule.has_return() || failed.iter().any(|(j, _)| j == i) {
+        for s in sites {
+            if ret && !s.rule.has_return() || failed.iter().any(|(j, _)| *j == s.symbol) {
                 continue;
             }
             let name = if ret {
-                rule.prog.ret_name()
+                s.rule.prog.ret_name()
             } else {
-                rule.prog.name()
+                s.rule.prog.name()
             };
             groups
                 .entry(name)
                 .or_default()
-                .push((*i, *off, rule.packed_cookie(*api)));
+                .push((s.symbol, s.offset, s.rule.packed_cookie(s.api)));
         }
         for (name, g) in groups {
             let Some(fd) = m.fd(name) else {
@@ -531,14 +589,25 @@ fn attach_multi(
             };
             let offs: Vec<u64> = g.iter().map(|(_, o, _)| *o).collect();
             let cookies: Vec<u64> = g.iter().map(|(.., c)| *c).collect();
-            match multi::attach(fd, &lib.open_path, &offs, &cookies, ret) {
+            match multi::attach(fd, path, &offs, &cookies, ret, pid) {
                 Ok(link) => links.push(link),
+                // The process is gone: one by one would only say so again for each symbol.
+                Err(e) if pid != 0 && e.raw_os_error() == Some(libc::ESRCH) => {
+                    let errno = e.raw_os_error();
+                    failed.extend(
+                        g.iter()
+                            .map(|(i, off, _)| (*i, ProbeError::attach(name, *off, &e, errno))),
+                    );
+                }
                 Err(e) => {
                     tracing::debug!(name, error = %e, "uprobe_multi link failed; one by one");
                     for (i, off, c) in g {
-                        match multi::attach(fd, &lib.open_path, &[off], &[c], ret) {
+                        match multi::attach(fd, path, &[off], &[c], ret, pid) {
                             Ok(link) => links.push(link),
-                            Err(e) => failed.push((i, ProbeError::attach(name, off, &e))),
+                            Err(e) => {
+                                let errno = e.raw_os_error();
+                                failed.push((i, ProbeError::attach(name, off, &e, errno)))
+                            }
                         }
                     }
                 }
@@ -591,7 +660,7 @@ fn attach_one(
                     tracing::debug!(name, offset, error = %error_chain(&e), "attach retry");
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) => return Err(ProbeError::attach(name, offset, &e)),
+                Err(e) => return Err(ProbeError::attach(name, offset, &e, None)),
             }
         }
         *links += 1;

@@ -260,13 +260,15 @@ fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedF
 }
 
 /// One link: `prog` at each file offset of `path` (with its cookie), at entry or, with `ret`,
-/// at return. Every process that maps the file hits it.
+/// at return. With `pid` 0, every process that maps the file hits it; else only process `pid`
+/// does (see [`super::scope`]).
 pub fn attach(
     prog: BorrowedFd<'_>,
     path: &Path,
     offsets: &[u64],
     cookies: &[u64],
     ret: bool,
+    pid: u32,
 ) -> std::io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     assert_eq!(offsets.len(), cookies.len());
@@ -285,6 +287,7 @@ pub fn attach(
     m.cookies = cookies.as_ptr() as u64;
     m.cnt = offsets.len() as u32;
     m.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
+    m.pid = pid;
     sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
 }
 
@@ -327,14 +330,13 @@ pub fn attach_program(
         let fd = m
             .fd(name)
             .ok_or_else(|| MultiError::NoProgram(name.into()))?;
-        let link =
-            attach(fd, path, offsets, &vec![cookie; offsets.len()], false).map_err(|source| {
-                MultiError::Link {
-                    name: name.into(),
-                    path: path.into(),
-                    source,
-                }
-            })?;
+        let link = attach(fd, path, offsets, &vec![cookie; offsets.len()], false, 0).map_err(
+            |source| MultiError::Link {
+                name: name.into(),
+                path: path.into(),
+                source,
+            },
+        )?;
         return Ok(OneProgram {
             _link: Some((m, link)),
             how: "uprobe_multi link",

@@ -54,6 +54,8 @@ pub fn read_proc_info(tgid: u32) -> Option<ProcInfo> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub comm: String,
+    /// `R`, `S`, `D`, `Z` (a zombie: for a process's main thread, it ended while others run)…
+    pub state: char,
     pub ppid: u32,
     /// Field 22, clock ticks after boot: tells a process from a later one given the same pid.
     pub start_time: u64,
@@ -69,6 +71,7 @@ pub fn read_stat(tgid: u32) -> Option<Stat> {
     let rest: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
     Some(Stat {
         comm,
+        state: rest.first()?.chars().next()?,
         ppid: rest.get(1)?.parse().ok()?,
         start_time: rest.get(19)?.parse().ok()?,
     })

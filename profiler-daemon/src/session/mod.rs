@@ -374,7 +374,9 @@ pub async fn run(
     } else {
         console::say(format_args!(
             "ready: {n_probes} probes on {libs} CUDA libraries ({}); capturing ({})",
-            if probes.attacher.uses_multi() {
+            if probes.attacher.per_process() {
+                "uprobe_multi links in the selected processes only"
+            } else if probes.attacher.uses_multi() {
                 "uprobe_multi links"
             } else {
                 "perf-event uprobes"

@@ -135,6 +135,10 @@ impl RunLoop<'_> {
                         .seen(&mut self.probes.ebpf, t, stack_period);
                     continue;
                 }
+                Sighting::Exec => {
+                    self.revive();
+                    continue;
+                }
                 Sighting::Gone(t) => {
                     self.probes.python.forget(t);
                     self.probes.scanner.forget(t);
@@ -162,6 +166,18 @@ impl RunLoop<'_> {
         }
         self.attach(new).await;
         Ok(())
+    }
+
+    /// New probes for a selected process whose probes the kernel let go (see
+    /// [`crate::attach::Attacher::revive`]).
+    fn revive(&mut self) {
+        for t in self.probes.attacher.revive() {
+            super::console::warn(format_args!(
+                "process {t} ran exec from a thread other than its main one, which ends the \
+                 kernel's hold of its probes: probes made again; calls its new program made \
+                 before now are missing"
+            ));
+        }
     }
 
     /// Attaches libraries found while running; the aggregator hears of the API table's growth.
@@ -202,6 +218,8 @@ impl RunLoop<'_> {
         {
             return Ok(Some(format!("process {p} exited")));
         }
+        // (Also here: an exec record lost to a full ring must not leave the process unprobed.)
+        self.revive();
         if let Some(r) = self.companion.rescan_every() {
             self.probes.rescan_every = r;
         }

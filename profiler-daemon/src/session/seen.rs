@@ -20,6 +20,9 @@ pub(crate) enum Sighting {
     Map(u32, u64, u64),
     /// A process made its first recorded CUDA call.
     New(u32),
+    /// A selected process replaced its image (`exec`): probes tied to its main thread may
+    /// need making again.
+    Exec,
     /// A process ended and was dropped from the model (service mode): what the session keeps
     /// about it goes too.
     Gone(u32),
@@ -126,6 +129,7 @@ impl Seen {
     fn exec(&mut self, agg: &mut Aggregator, taps: &mut Taps, rec: &[u8], ev: &Event) {
         let h = ev.header();
         let tgid = h.tgid;
+        let _ = self.maps_tx.send(Sighting::Exec);
         if !self.known.contains(&tgid) || self.ended.contains(&tgid) {
             return;
         }

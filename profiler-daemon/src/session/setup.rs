@@ -101,6 +101,13 @@ impl Probes {
             }
             None => None,
         };
+        // Only the selected processes get breakpoints, where the selection is a set of
+        // processes; the others run at full speed.
+        if let Some(pids) = per_process(&opts.target)
+            && let Err(e) = attacher.select_processes(&pids)
+        {
+            super::console::warn(e);
+        }
         // A live attach: the CPython processes already running are known to the probes before
         // any is attached, so that their first call after the attach has its Python frames.
         let mut python = PythonProcs::default();
@@ -202,6 +209,41 @@ impl Probes {
 fn publish(attacher: &Attacher, to: &SeenAtDriver) {
     let (via, runtimes) = attacher.seen_at_driver();
     to.set(via, &runtimes);
+}
+
+/// The processes to probe alone, when the selection is a fixed set of live processes: `--pid`.
+/// `None`: probes for every process that maps a library, the in-kernel filter recording only
+/// the selection — `--all-jobs` and the service (everyone is selected), `--job` and `--cgroup`,
+/// and a command's tree. Those selections gain members while they run, and a new member is
+/// exact only if it is probed before its first call: a process can be given links only once it
+/// exists, by the daemon, after the kernel reported it (fork, exec or mmap records, a
+/// millisecond later), while a forked child runs at once with its parent's breakpoints, which
+/// the parent's links do not record, and an exec'd one maps and calls its libraries within a
+/// millisecond or two. (Tried for the command's tree: the test's grandchild, a workload run by
+/// `sh -c`, made all its calls before its links existed and was missing from the report.)
+/// Holding new members until they are probed would take SIGSTOP or ptrace, which the wrapped
+/// command would notice.
+///
+/// Also `None` where `GPUPROFD_PER_PROCESS=0` asks for it (to measure what per-process probes
+/// save), and for a process whose main thread has ended (warned): the kernel ties a link to the
+/// process's leader thread and installs breakpoints into the leader's address space, which a
+/// leader that exited no longer has.
+fn per_process(target: &Target) -> Option<Vec<u32>> {
+    if std::env::var("GPUPROFD_PER_PROCESS").as_deref() == Ok("0") {
+        return None;
+    }
+    let Target::Pid(p) = *target else {
+        return None;
+    };
+    if crate::enrich::process::read_stat(p).is_some_and(|s| s.state == 'Z') {
+        super::console::warn(format_args!(
+            "process {p}'s main thread has ended, and the kernel cannot limit probes to a \
+             process without it: probes are attached for every process that maps a CUDA \
+             library; other CUDA processes on this node pay a trap per probed call, unrecorded"
+        ));
+        return None;
+    }
+    Some(vec![p])
 }
 
 /// Whether a library that failed to attach at the start was only reachable through a process
@@ -325,7 +367,15 @@ fn attach_and_report(
     lib: &CudaLibrary,
     verbose: bool,
 ) -> Result<(), AttachError> {
-    let la = attacher.attach_library(ebpf, lib)?;
+    let attached = attacher.attach_library(ebpf, lib).map(|_| ());
+    // The probes went back to every process (the kernel refused a link for one).
+    if let Some(note) = attacher.take_note() {
+        super::console::warn(note);
+    }
+    attached?;
+    let Some(la) = attacher.library(lib) else {
+        return Ok(());
+    };
     tracing::info!(
         lib = %lib.display,
         soname = %lib.soname,
@@ -377,6 +427,14 @@ mod tests {
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             },
         }
+    }
+
+    #[test]
+    fn only_pid_probes_its_process_alone() {
+        let me = std::process::id();
+        assert_eq!(per_process(&Target::Pid(me)), Some(vec![me]));
+        assert_eq!(per_process(&Target::Command), None);
+        assert_eq!(per_process(&Target::AllJobs), None);
     }
 
     #[test]

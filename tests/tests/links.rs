@@ -69,8 +69,10 @@ fn workload_counts(d: Daemon) -> Finished {
         "rt_sync_device 3",
     ]);
     let tgid = w.tgid;
-    w.exit();
+    // The daemon stops first: with one trap per launch a runtime launch is told from the
+    // program's own driver launch by the process's mappings, read while it runs.
     let f = d.stop();
+    w.exit();
     let p = process(&f.report, tgid);
     assert_eq!(p["launches"], 5);
     assert_eq!(api_calls(p, "cudaLaunchKernel"), 3);

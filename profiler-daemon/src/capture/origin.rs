@@ -19,6 +19,9 @@ pub trait LaunchOrigin: Send {
     fn runtime_api(&mut self, tgid: u32, api: u32, caller: u64) -> Option<u32>;
     /// Process `tgid` ended: what was learned of it must not outlive it (its id is reused).
     fn forget(&mut self, tgid: u32);
+    /// Process `tgid` mapped `[addr, addr+len)` executable (a [`kind::MAP`] record): the
+    /// moment to learn, while it surely runs, whether that is a runtime's code.
+    fn mapped(&mut self, _tgid: u32, _addr: u64, _len: u64) {}
 }
 
 /// Leaves every launch as it is (two traps per launch: the runtime's entries are probed).
@@ -38,6 +41,18 @@ const FLAGS: usize = BODY + std::mem::offset_of!(LaunchBody, flags);
 
 fn word(rec: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(rec.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Hands a [`kind::MAP`] record's mapping to `origin`; any other record is left alone.
+pub fn note_mapping(rec: &[u8], origin: &mut dyn LaunchOrigin) {
+    if word(rec, 0) != Some(kind::MAP) || rec.len() < BODY + 16 {
+        return;
+    }
+    let Some(tgid) = word(rec, 8) else {
+        return;
+    };
+    let u = |at: usize| u64::from_le_bytes(rec[at..at + 8].try_into().unwrap_or_default());
+    origin.mapped(tgid, u(BODY), u(BODY + 8));
 }
 
 /// Relabels `rec` in place when it is a driver launch that `origin` says a runtime made: its

@@ -278,6 +278,7 @@ pub fn drain(
                 }
             }
         }
+        origin::note_mapping(&item, origin);
         batch.push_from_ring(&item, origin);
         if batch.records >= BATCH_RECORDS {
             hand_over(std::mem::take(&mut batch), tx, stats);

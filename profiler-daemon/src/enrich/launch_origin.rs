@@ -39,11 +39,21 @@ impl SeenAtDriver {
 pub trait Mappings: Send + Sync {
     #[allow(clippy::result_unit_err)]
     fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()>;
+    /// The file of the mapping `[addr, addr+len)` of `tgid` by its `/proc/PID/map_files`
+    /// entry (one `stat`, no read of the maps); `None` where that entry is not there.
+    fn file_of_mapping(&self, tgid: u32, addr: u64, len: u64) -> Option<(u64, u64)>;
 }
 
 impl Mappings for ProcSymbols {
     fn file_at(&self, tgid: u32, addr: u64) -> Result<Option<(u64, u64)>, ()> {
         ProcSymbols::file_at(self, tgid, addr)
+    }
+
+    fn file_of_mapping(&self, tgid: u32, addr: u64, len: u64) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let end = addr.checked_add(len.div_ceil(4096) * 4096)?;
+        let m = std::fs::metadata(format!("/proc/{tgid}/map_files/{addr:x}-{end:x}")).ok()?;
+        Some((m.dev(), m.ino()))
     }
 }
 
@@ -56,6 +66,9 @@ pub struct Origins<M: Mappings> {
     maps: Arc<M>,
     /// (tgid, caller) → whether a runtime seen at the driver holds it.
     cache: FastMap<(u32, u64), bool>,
+    /// Runtime code each process mapped, learned from its mapping records as they came (the
+    /// process surely ran then: a launch just before its end is still told apart).
+    ranges: FastMap<u32, Vec<(u64, u64)>>,
 }
 
 impl<M: Mappings> Origins<M> {
@@ -64,6 +77,7 @@ impl<M: Mappings> Origins<M> {
             table,
             maps,
             cache: FastMap::default(),
+            ranges: FastMap::default(),
         }
     }
 }
@@ -72,6 +86,13 @@ impl<M: Mappings> LaunchOrigin for Origins<M> {
     fn runtime_api(&mut self, tgid: u32, api: u32, caller: u64) -> Option<u32> {
         let t = self.table.0.read().ok()?;
         let rt = *t.via.get(&api)?;
+        if self
+            .ranges
+            .get(&tgid)
+            .is_some_and(|v| v.iter().any(|&(a, b)| a <= caller && caller < b))
+        {
+            return Some(rt);
+        }
         if let Some(&inside) = self.cache.get(&(tgid, caller)) {
             return inside.then_some(rt);
         }
@@ -89,6 +110,24 @@ impl<M: Mappings> LaunchOrigin for Origins<M> {
 
     fn forget(&mut self, tgid: u32) {
         self.cache.retain(|(t, _), _| *t != tgid);
+        self.ranges.remove(&tgid);
+    }
+
+    fn mapped(&mut self, tgid: u32, addr: u64, len: u64) {
+        let Ok(t) = self.table.0.read() else {
+            return;
+        };
+        if t.via.is_empty() || self.ranges.len() >= MAX_CACHED {
+            return;
+        }
+        if let Some(f) = self.maps.file_of_mapping(tgid, addr, len)
+            && t.runtimes.contains(&f)
+        {
+            let v = self.ranges.entry(tgid).or_default();
+            if v.len() < 16 {
+                v.push((addr, addr.saturating_add(len)));
+            }
+        }
     }
 }
 
@@ -112,6 +151,9 @@ mod tests {
                 _ => Err(()),
             }
         }
+        fn file_of_mapping(&self, tgid: u32, addr: u64, _len: u64) -> Option<(u64, u64)> {
+            (tgid == 9 && addr == 0x7000).then_some((1, 10))
+        }
     }
 
     fn origins() -> (Origins<Fake>, Arc<Fake>) {
@@ -132,6 +174,20 @@ mod tests {
         assert_eq!(o.runtime_api(7, 3, 0x1234), Some(9));
         assert_eq!(o.runtime_api(7, 3, 0x5678), None);
         assert_eq!(*maps.lookups.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_runtime_mapped_while_the_process_ran_is_known_after_its_end() {
+        let (mut o, maps) = origins();
+        // Process 9 is gone by the time of its launches (no maps to read), but its mapping
+        // record said where the runtime was.
+        o.mapped(9, 0x7000, 0x1000);
+        o.mapped(9, 0x9000, 0x1000); // another library: not kept
+        assert_eq!(o.runtime_api(9, 3, 0x7abc), Some(9));
+        assert_eq!(o.runtime_api(9, 3, 0x9abc), None);
+        assert_eq!(*maps.lookups.lock().unwrap(), 1);
+        o.forget(9);
+        assert_eq!(o.runtime_api(9, 3, 0x7abc), None);
     }
 
     #[test]

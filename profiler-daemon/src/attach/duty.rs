@@ -123,6 +123,9 @@ impl LaunchSites {
                     .iter()
                     .map(|s| {
                         sc.spawn(move || {
+                            // The kernel installs the breakpoints during the call: count the
+                            // link from the call's middle.
+                            let called = crate::sys::clock::monotonic_ns();
                             let path =
                                 PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
                             super::multi::attach(
@@ -133,7 +136,10 @@ impl LaunchSites {
                                 false,
                                 0,
                             )
-                            .map(|l| (l, crate::sys::clock::monotonic_ns()))
+                            .map(|l| {
+                                let done = crate::sys::clock::monotonic_ns();
+                                (l, called + (done - called) / 2)
+                            })
                             .map_err(|e| e.to_string())
                         })
                     })

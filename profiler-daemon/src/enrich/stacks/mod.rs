@@ -490,9 +490,15 @@ impl StackResolver {
                 .and_then(|i| i.as_ref())
                 .map(|i| base(&i.module).to_owned())
         };
-        for (i, &a) in key.native.iter().enumerate() {
+        // The CUDA libraries' own frames at the leaf are left out: with one trap per launch a
+        // runtime launch's stack is taken at the driver call it makes, and the stack ends, as
+        // with the runtime's entry probed, at the program's call into the runtime.
+        let mut first = true;
+        for &a in key.native.iter() {
             match self.native.get(&(tgid, a)).and_then(|f| f.as_ref()) {
+                Some(f) if first && is_cuda_module(&f.module) => continue,
                 Some(f) => {
+                    first = false;
                     if interp_module.as_deref() == Some(f.module.as_str()) {
                         break;
                     }
@@ -501,7 +507,10 @@ impl StackResolver {
                 }
                 // Past the first frame, an address no file maps ends the walk: without frame
                 // pointers what follows is not a stack.
-                None if i == 0 => inner.push(format!("0x{a:x}")),
+                None if first => {
+                    first = false;
+                    inner.push(format!("0x{a:x}"));
+                }
                 None => break,
             }
         }

@@ -367,9 +367,15 @@ impl Attacher {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
             };
+            // Only where a driver is probed: without one, the runtime's entry is the launch's
+            // only trap.
             if self.launch_traps == LaunchTraps::One
                 && lib.layer == Layer::Runtime
                 && !lib.static_runtime
+                && self
+                    .libraries
+                    .values()
+                    .any(|l| l.lib.layer == Layer::Driver && l.attached() > 0)
                 && let Some(driver) = rules::driver_launch_of(&f.name)
             {
                 let rt = self.api.intern(&f.name, Layer::Runtime);

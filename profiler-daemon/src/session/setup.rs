@@ -263,6 +263,10 @@ fn attach_initial(
     initial: &[CudaLibrary],
     verbose: bool,
 ) -> Result<(), SessionError> {
+    // Drivers first: a runtime leaves its launch entries to the driver's probe (one trap per
+    // launch) only where a driver is already probed.
+    let mut initial: Vec<&CudaLibrary> = initial.iter().collect();
+    initial.sort_by_key(|l| l.layer != crate::api::Layer::Driver);
     let mut denied = None;
     for lib in initial {
         match attach_and_report(attacher, ebpf, lib, verbose) {

@@ -51,6 +51,22 @@ fn daemon(period: &str) -> Daemon {
     Daemon::capturing(&args)
 }
 
+/// [`daemon`] with both layers of a runtime launch probed: the Python model launches a made-up
+/// host stub, which the runtime refuses before calling the driver, so with one trap per launch
+/// (the driver's) those launches are never seen (docs/USAGE.md, "One trap per launch").
+fn daemon_two_traps(period: &str) -> Daemon {
+    let lib = fakecuda().join("lib");
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend([
+        "--stack-period",
+        period,
+        "--no-nvml",
+        "--launch-traps",
+        "two",
+    ]);
+    Daemon::capturing(&args)
+}
+
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .expect("array")
@@ -620,7 +636,7 @@ fn python_frames_by_file_line_and_function() {
     // One daemon; the same model run by every interpreter found, one after the other, each
     // started after the daemon.
     let (model, interpreters) = PyModel::new();
-    let d = daemon("1");
+    let d = daemon_two_traps("1");
     let mut tgids = Vec::new();
     for (_, exe) in &interpreters {
         let mut w = model.spawn(exe);
@@ -648,7 +664,7 @@ fn python_frames_of_interpreters_running_before_the_attach() {
     // interpreters at once), once with `--pid` for each.
     let (model, interpreters) = PyModel::new();
     let mut running: Vec<Workload> = interpreters.iter().map(|(_, e)| model.spawn(e)).collect();
-    let d = daemon("1");
+    let d = daemon_two_traps("1");
     let mut tgids = Vec::new();
     for mut w in running.drain(..) {
         w.cmd("step");

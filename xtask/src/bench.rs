@@ -293,12 +293,7 @@ pub(crate) fn program_time_once(ctx: &Ctx, shape: &Shape) -> Result<(f64, Vec<(S
     Ok((per.iter().map(|(_, ns)| ns).sum(), per))
 }
 
-/// One empty program at each of `shape`'s floor symbols, at the site gpuprofd picks.
-pub(crate) fn floor_at_site(ctx: &Ctx, shape: &Shape) -> Result<f64> {
-    floor(ctx, shape, false)
-}
-
-fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
+pub(crate) fn floor(ctx: &Ctx, shape: &Shape, entry: bool) -> Result<f64> {
     floor_with(ctx, shape, entry, "empty", &mut None)
 }
 

@@ -35,7 +35,7 @@ pub fn run(ctx: &Ctx, tmp: &Path, quick: bool) -> Result<String> {
         };
         eprintln!("bench: {}: one trap / two traps", s.name);
         let none = time_calls(ctx, s)?;
-        let floor = crate::bench::floor_at_site(ctx, &one_probe)?;
+        let floor = crate::bench::floor(ctx, &one_probe, false)?;
         let with = |traps: &str| -> Result<f64> {
             let out = tmp.join(format!("traps-{traps}.json"));
             let d = Bg::start(

@@ -165,3 +165,132 @@ fn doctor_reports_nvml_and_does_not_need_it() {
         "{c}"
     );
 }
+
+fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {v}"))
+}
+
+/// The requirements README states, each checked with its fix: what this machine is (kernel
+/// 6.6+, its published configuration, x86-64, glibc 2.28+) passes; the same binary with too few
+/// capabilities fails `privileges` with the capabilities named and how to grant them.
+#[test]
+fn doctor_checks_each_requirement_and_prints_the_fix() {
+    require_bpf();
+    let (code, v) = doctor(&[]);
+    assert_eq!(code, 0, "{v}");
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "kernel",
+            "kernel_config",
+            "architecture",
+            "glibc",
+            "privileges",
+            "btf",
+            "uprobe_pmu",
+            "process_maps",
+            "bpf_round_trip",
+            "uprobe_multi",
+            "nvml",
+            "driver"
+        ]
+    );
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(
+        check(&v, "kernel")["detail"],
+        format!(
+            "Linux {} (5.15 or later needed; uprobe_multi links available)",
+            release.trim()
+        )
+    );
+    // This machine publishes its configuration, with every option the probes use.
+    assert_eq!(
+        check(&v, "kernel_config")["detail"],
+        "/proc/config.gz: CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS, CONFIG_UPROBE_EVENTS, \
+         CONFIG_DEBUG_INFO_BTF, CONFIG_BPF_JIT, CONFIG_FTRACE_SYSCALLS set"
+    );
+    assert_eq!(check(&v, "architecture")["detail"], "x86_64");
+    let glibc = check(&v, "glibc");
+    assert_eq!(glibc["ok"], true);
+    assert!(
+        glibc["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with(" (2.28 or later needed)")
+    );
+    assert_eq!(check(&v, "uprobe_multi")["ok"], true);
+    // No NVML on this machine: nothing to check of a driver, and nvml says how to get it.
+    assert_eq!(check(&v, "nvml")["ok"], false);
+    assert!(
+        check(&v, "nvml")["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("on a GPU node: install the NVIDIA driver's NVML")
+    );
+    assert_eq!(
+        check(&v, "driver")["detail"],
+        "no NVIDIA driver seen (no NVML, no libcuda.so.VERSION found): nothing to check"
+    );
+    for c in v["checks"].as_array().unwrap() {
+        if c["ok"] == false {
+            assert!(c["fix"].is_string(), "a failed check without a fix: {c}");
+        }
+    }
+
+    // A driver library whose file name carries its version gives the branch.
+    let dir = TempDir::new("doctor-driver");
+    let named = dir.path().join("libcuda.so.570.86.15");
+    std::fs::copy(fakecuda().join("lib/libcuda.so.1"), &named).unwrap();
+    std::os::unix::fs::symlink(&named, dir.path().join("libcuda.so.1")).unwrap();
+    let (_, v) = doctor(&[dir.path().join("libcuda.so.1").to_str().unwrap()]);
+    let d = check(&v, "driver");
+    assert_eq!(
+        d["detail"],
+        "driver 570.86.15: a branch not checked by the project (checked: 535, 550, 580)"
+    );
+    assert!(
+        d["fix"]
+            .as_str()
+            .unwrap()
+            .contains("scripts/gpu-validate.sh")
+    );
+
+    // Too few capabilities: only CAP_BPF left in the bounding set.
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--bounding-set=-all,+bpf",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            "--",
+        ])
+        .arg(daemon_bin())
+        .args(["doctor", "--json", "--no-system-libs"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(9));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = check(&v, "privileges");
+    assert_eq!(p["ok"], false);
+    assert_eq!(p["detail"], "missing CAP_PERFMON");
+    assert_eq!(
+        p["fix"],
+        "run as root (sudo), or grant CAP_BPF CAP_PERFMON CAP_CHECKPOINT_RESTORE CAP_SYS_PTRACE \
+         CAP_DAC_READ_SEARCH CAP_SYS_RESOURCE (CAP_SYS_ADMIN in place of the first three before \
+         Linux 6.6)"
+    );
+    assert_eq!(
+        check(&v, "bpf_round_trip")["fix"],
+        "fix the FAIL lines above first"
+    );
+}

@@ -313,6 +313,9 @@ pub fn release(links: Vec<OwnedFd>) {
 /// One program's probes at `offsets` of `path`, attached as the capture attaches them (a
 /// `uprobe_multi` link where it can, else a perf-event uprobe each, owned by `ebpf`); the
 /// benchmark's floor and doctor's round trip. Detached when this and `ebpf` are dropped.
+/// [`OneProgram::how`] for a `uprobe_multi` link.
+pub const MULTI_HOW: &str = "uprobe_multi link";
+
 pub struct OneProgram {
     _link: Option<(MultiProgs, OwnedFd)>,
     /// "uprobe_multi link" or "perf-event uprobes".
@@ -339,7 +342,7 @@ pub fn attach_program(
         )?;
         return Ok(OneProgram {
             _link: Some((m, link)),
-            how: "uprobe_multi link",
+            how: MULTI_HOW,
         });
     }
     let prog: &mut aya::programs::UProbe = ebpf

@@ -26,6 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The eBPF object built by build.rs (empty when built with GPUPROFD_SKIP_EBPF=1).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
 
+/// Whether this build carries its eBPF object.
+pub fn has_object() -> bool {
+    !EBPF_OBJECT.is_empty()
+}
+
 /// Default ring-buffer size (bytes, a power of two).
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 

@@ -1,12 +1,15 @@
 //! `gpuprofd doctor`: can this machine run the probes, and what would they hook?
 //!
 //! Run it first on a new machine (the GPU validation harness does). It checks, in order: the
-//! kernel, privileges, BTF and the uprobe PMU; that the embedded eBPF object loads; a full
+//! requirements README states (kernel release and configuration, architecture, glibc,
+//! capabilities: [`requirements`]), BTF and the uprobe PMU; that the embedded eBPF object loads; a full
 //! round trip (a uprobe on a function of this very binary, called once, must produce exactly
 //! one ring-buffer record); and, for every CUDA library found, the hook plan: which exported
 //! symbols match a rule, their entry bytes and the probe offset the placement picks. The plan
 //! needs no BPF, so it is useful even where BPF is unavailable (gVisor), for comparing the real
 //! libraries' shapes against the fake ones.
+
+mod requirements;
 
 use crate::attach::{multi, placement, rules};
 use crate::capture;
@@ -35,6 +38,35 @@ struct Check {
     /// Capture cannot work without it (NVML, for one, is optional).
     required: bool,
     detail: String,
+    /// What to change, where the check failed or something is lost.
+    fix: Option<String>,
+}
+
+impl Check {
+    fn new(name: &'static str, required: bool, ok: bool, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok,
+            required,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Check {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    fn from(name: &'static str, required: bool, f: requirements::Finding) -> Check {
+        Check {
+            name,
+            ok: f.ok,
+            required,
+            detail: f.detail,
+            fix: f.fix,
+        }
+    }
 }
 
 /// Which GPUs do GPM (`gpm[i]`: GPU i does), in a few words.
@@ -59,60 +91,89 @@ fn gpm_summary(gpm: &[bool]) -> String {
     }
 }
 
-/// NVML: the GPUs it lists, or why it is unavailable (capture works without it).
-fn nvml_check(lib: Option<&PathBuf>) -> Check {
+/// NVML: the GPUs it lists, or why it is unavailable (capture works without it); the
+/// driver's version where NVML tells it.
+fn nvml_check(lib: Option<&PathBuf>) -> (Check, Option<String>) {
     let mut b = nvml_wrapper::Nvml::builder();
     if let Some(p) = lib {
         b.lib_path(p.as_os_str());
     }
-    let (ok, detail) = match b.init() {
-        Ok(n) => match n.device_count() {
-            Ok(c) => {
-                let names: Vec<String> = (0..c)
-                    .map(|i| {
-                        n.device_by_index(i)
-                            .and_then(|d| d.name())
-                            .unwrap_or_else(|e| format!("<{e}>"))
-                    })
-                    .collect();
-                let gpm: Vec<bool> = (0..c)
-                    .map(|i| {
-                        n.device_by_index(i)
-                            .and_then(|d| d.gpm_support())
-                            .unwrap_or(false)
-                    })
-                    .collect();
-                let gpm = match gpm_summary(&gpm) {
-                    g if g.is_empty() => g,
-                    g => format!("; {g}"),
-                };
-                (
-                    true,
-                    format!(
-                        "{c} GPU(s): {}; {}{gpm}",
-                        names.join(", "),
-                        n.sys_driver_version().map_or_else(
-                            |_| "driver version unknown".to_owned(),
-                            |v| format!("driver {v}")
-                        ),
-                    ),
-                )
-            }
-            Err(e) => (false, format!("NVML loaded but cannot count GPUs: {e}")),
-        },
-        Err(e) => (
-            false,
-            format!(
-                "{e}: GPU utilisation and per-process GPU memory will not be sampled (capture works without them)"
-            ),
-        ),
+    let n = match b.init() {
+        Ok(n) => n,
+        Err(e) => {
+            let c = Check::new(
+                "nvml",
+                false,
+                false,
+                format!(
+                    "{e}: GPU utilisation and per-process GPU memory will not be sampled \
+                     (capture works without them)"
+                ),
+            )
+            .fix(
+                "on a GPU node: install the NVIDIA driver's NVML (libnvidia-ml.so.1), or give \
+                  its path with --nvml-lib",
+            );
+            return (c, None);
+        }
     };
-    Check {
-        name: "nvml",
-        ok,
-        required: false,
-        detail,
+    let version = n.sys_driver_version().ok();
+    let c = match n.device_count() {
+        Ok(c) => {
+            let names: Vec<String> = (0..c)
+                .map(|i| {
+                    n.device_by_index(i)
+                        .and_then(|d| d.name())
+                        .unwrap_or_else(|e| format!("<{e}>"))
+                })
+                .collect();
+            let gpm: Vec<bool> = (0..c)
+                .map(|i| {
+                    n.device_by_index(i)
+                        .and_then(|d| d.gpm_support())
+                        .unwrap_or(false)
+                })
+                .collect();
+            let gpm = match gpm_summary(&gpm) {
+                g if g.is_empty() => g,
+                g => format!("; {g}"),
+            };
+            Check::new(
+                "nvml",
+                false,
+                true,
+                format!(
+                    "{c} GPU(s): {}; {}{gpm}",
+                    names.join(", "),
+                    version.as_ref().map_or_else(
+                        || "driver version unknown".to_owned(),
+                        |v| format!("driver {v}")
+                    ),
+                ),
+            )
+        }
+        Err(e) => Check::new(
+            "nvml",
+            false,
+            false,
+            format!("NVML loaded but cannot count GPUs: {e}"),
+        )
+        .fix("check the driver with nvidia-smi; a driver/NVML version mismatch needs a reboot"),
+    };
+    (c, version)
+}
+
+/// The machine's architecture (`uname -m`).
+fn machine() -> String {
+    // SAFETY: uname fills the struct it is given; a zeroed one is valid input.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return std::env::consts::ARCH.to_owned();
     }
+    // SAFETY: uname NUL-terminates `machine`.
+    unsafe { std::ffi::CStr::from_ptr(u.machine.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The function the round-trip check probes. `#[inline(never)]` and `black_box` keep it a real
@@ -132,25 +193,9 @@ fn own_file_offset(addr: u64) -> Option<(PathBuf, u64)> {
     Some((PathBuf::from(m.path), addr - m.start + m.offset))
 }
 
-fn capabilities() -> (bool, String) {
-    use crate::sys::kernel::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, has_capability as has};
-    let names = [
-        ("CAP_BPF", has(CAP_BPF)),
-        ("CAP_PERFMON", has(CAP_PERFMON)),
-        ("CAP_SYS_ADMIN", has(CAP_SYS_ADMIN)),
-    ];
-    let ok = has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
-    let detail = names
-        .iter()
-        .map(|(n, h)| format!("{n}={}", if *h { "yes" } else { "no" }))
-        .collect::<Vec<_>>()
-        .join(" ");
-    (ok, detail)
-}
-
 /// Loads the object, probes `gpuprofd_doctor_probe_target`, calls it 3 times, and checks that
 /// exactly 3 SYNC records were submitted (entry-only cookie: one record per call).
-fn round_trip() -> anyhow::Result<String> {
+fn round_trip() -> anyhow::Result<(String, &'static str)> {
     let mut ebpf = capture::load(1 << 20)?;
     capture::set_filter(&mut ebpf, &capture::Filter::All)?;
     let target = gpuprofd_doctor_probe_target as *const () as u64;
@@ -172,10 +217,13 @@ fn round_trip() -> anyhow::Result<String> {
     let drops = capture::read_counts(&ebpf, profiler_common::maps::DROPS)?;
     let n = sub.0[kind::SYNC as usize];
     if n == 3 {
-        Ok(format!(
-            "3 calls, 3 records through the ring buffer ({} at {}+{off:#x})",
+        Ok((
+            format!(
+                "3 calls, 3 records through the ring buffer ({} at {}+{off:#x})",
+                probes.how,
+                exe.display()
+            ),
             probes.how,
-            exe.display()
         ))
     } else {
         anyhow::bail!(
@@ -232,74 +280,130 @@ fn plan(lib: &CudaLibrary, all_symbols: bool) -> Value {
 /// Runs the checks; returns the process exit code (0: the probes can run here; 9: they cannot).
 pub fn run(opts: &DoctorOptions) -> u8 {
     let mut checks = Vec::new();
-    checks.push(Check {
-        name: "kernel",
-        required: true,
-        ok: true,
-        detail: crate::sys::kernel::release().unwrap_or_else(|| "unknown".into()),
-    });
-    let (caps_ok, caps) = capabilities();
-    checks.push(Check {
-        name: "privileges",
-        required: true,
-        ok: caps_ok,
-        detail: if caps_ok {
-            caps
-        } else {
-            format!("{caps}: run as root (sudo) or grant CAP_BPF and CAP_PERFMON")
-        },
-    });
+    let release = crate::sys::kernel::release();
+    checks.push(Check::from(
+        "kernel",
+        true,
+        requirements::kernel(release.as_deref()),
+    ));
+    let config = requirements::KernelConfig::read(release.as_deref());
+    checks.push(Check::from(
+        "kernel_config",
+        true,
+        requirements::kernel_config(config.as_ref()),
+    ));
+    checks.push(Check::from(
+        "architecture",
+        true,
+        requirements::architecture(&machine()),
+    ));
+    checks.push(Check::from(
+        "glibc",
+        true,
+        requirements::glibc(requirements::glibc_version().as_deref()),
+    ));
+    checks.push(Check::from(
+        "privileges",
+        true,
+        requirements::capabilities(requirements::effective_capabilities()),
+    ));
     let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
-    checks.push(Check {
-        name: "btf",
-        required: true,
-        ok: btf,
-        detail: if btf {
-            match crate::sys::btf::task_fsbase() {
-                Some(off) => format!(
-                    "/sys/kernel/btf/vmlinux present (task_struct.thread.fsbase at byte {off}: \
-                     Python frames of CPython 3.9 and 3.10 can be read)"
-                ),
-                None => "/sys/kernel/btf/vmlinux present (no task_struct.thread.fsbase in it: \
-                         CPython 3.9 and 3.10 processes get native frames only)"
-                    .into(),
-            }
-        } else {
-            "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)".into()
-        },
+    checks.push(if btf {
+        let detail = match crate::sys::btf::task_fsbase() {
+            Some(off) => format!(
+                "/sys/kernel/btf/vmlinux present (task_struct.thread.fsbase at byte {off}: \
+                 Python frames of CPython 3.9 and 3.10 can be read)"
+            ),
+            None => "/sys/kernel/btf/vmlinux present (no task_struct.thread.fsbase in it: \
+                     CPython 3.9 and 3.10 processes get native frames only)"
+                .into(),
+        };
+        Check::new("btf", true, true, detail)
+    } else {
+        Check::new(
+            "btf",
+            true,
+            false,
+            "no /sys/kernel/btf/vmlinux (kernel without CONFIG_DEBUG_INFO_BTF)",
+        )
+        .fix(
+            "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y; in a container, mount the \
+             host's /sys/kernel/btf read-only",
+        )
     });
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
-    checks.push(Check {
-        name: "uprobe_pmu",
-        required: true,
-        ok: pmu,
-        detail: if pmu {
-            "uprobe PMU present".into()
-        } else {
-            "no uprobe PMU in /sys/bus/event_source/devices (CONFIG_UPROBE_EVENTS off, or a sandbox such as gVisor)".into()
-        },
+    checks.push(if pmu {
+        Check::new("uprobe_pmu", true, true, "uprobe PMU present")
+    } else {
+        Check::new(
+            "uprobe_pmu",
+            true,
+            false,
+            "no uprobe PMU in /sys/bus/event_source/devices (CONFIG_UPROBE_EVENTS off, or a \
+             sandbox such as gVisor)",
+        )
+        .fix(
+            "boot a kernel built with CONFIG_UPROBE_EVENTS=y; in a container, mount the host's \
+             /sys; gVisor has no uprobes: run on the host or with runc",
+        )
     });
     let maps = discovery::map_files_followable();
-    checks.push(Check {
-        name: "process_maps",
-        required: false,
-        ok: maps.is_ok(),
-        detail: match maps {
-            Ok(()) => "/proc/PID/map_files followed: the libraries running processes map are \
-                       found and opened by their inode (in containers too)"
-                .into(),
-            Err(e) => format!("{e}: {}", discovery::MAP_FILES_HINT),
-        },
+    checks.push(match maps {
+        Ok(()) => Check::new(
+            "process_maps",
+            false,
+            true,
+            "/proc/PID/map_files followed: the libraries running processes map are found and \
+             opened by their inode (in containers too)",
+        ),
+        Err(e) => Check::new(
+            "process_maps",
+            false,
+            false,
+            format!("{e}: {}", discovery::MAP_FILES_HINT),
+        )
+        .fix(
+            "grant CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN), and run in the host's PID namespace",
+        ),
     });
     let rt = round_trip();
     let bpf_ok = rt.is_ok();
-    checks.push(Check {
-        name: "bpf_round_trip",
-        required: true,
-        ok: bpf_ok,
-        detail: rt.unwrap_or_else(|e| e.to_string()),
+    let multi = matches!(&rt, Ok((_, how)) if *how == multi::MULTI_HOW);
+    let failed_before = checks.iter().any(|c| c.required && !c.ok);
+    checks.push(match rt {
+        Ok((detail, _)) => Check::new("bpf_round_trip", true, true, detail),
+        // The object's own error says how to build it.
+        Err(e) if !capture::has_object() => {
+            Check::new("bpf_round_trip", true, false, e.to_string())
+        }
+        Err(e) => Check::new("bpf_round_trip", true, false, e.to_string()).fix(if failed_before {
+            "fix the FAIL lines above first"
+        } else {
+            "a security module (SELinux, AppArmor, lockdown=confidentiality) may refuse \
+                 BPF: see the kernel log (dmesg)"
+        }),
     });
-    checks.push(nvml_check(opts.nvml_lib.as_ref()));
+    if bpf_ok {
+        checks.push(if multi {
+            Check::new(
+                "uprobe_multi",
+                false,
+                true,
+                "uprobe_multi links: one link per program and library, per process under --pid",
+            )
+        } else {
+            Check::new(
+                "uprobe_multi",
+                false,
+                false,
+                "no uprobe_multi links: perf-event uprobes, one per probe (CAP_SYS_ADMIN needed, \
+                 about 0.1 s each to stop; under --pid other CUDA processes pay the traps too)",
+            )
+            .fix("boot Linux 6.6 or later")
+        });
+    }
+    let (nvml, nvml_driver) = nvml_check(opts.nvml_lib.as_ref());
+    checks.push(nvml);
 
     let mut paths = discovery::expand_lib_args(&opts.libs);
     if opts.system_libs {
@@ -314,13 +418,24 @@ pub fn run(opts: &DoctorOptions) -> u8 {
             libs.push(l);
         }
     }
+    let driver = nvml_driver.or_else(|| {
+        libs.iter().find_map(|l| {
+            let real = std::fs::canonicalize(&l.open_path).ok()?;
+            requirements::driver_version_from_file(real.file_name()?.to_str()?)
+        })
+    });
+    checks.push(Check::from(
+        "driver",
+        false,
+        requirements::driver(driver.as_deref()),
+    ));
     let plans: Vec<Value> = libs.iter().map(|l| plan(l, opts.symbols)).collect();
 
     if opts.json {
         let v = json!({
             "schema": "gpuprofd.doctor/1",
             "ok": bpf_ok,
-            "checks": checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail})).collect::<Vec<_>>(),
+            "checks": checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail, "fix": c.fix})).collect::<Vec<_>>(),
             "libraries": plans,
         });
         println!(
@@ -335,6 +450,9 @@ pub fn run(opts: &DoctorOptions) -> u8 {
                 (false, false) => "warn",
             };
             println!("{mark} {:<15} {}", c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("     {:<15} fix: {fix}", "");
+            }
         }
         if plans.is_empty() {
             println!(

@@ -215,3 +215,22 @@ fn by_default_series_are_per_workload() {
     );
     assert_eq!(value(&body, "gpuprofd_processes", ""), Some(1.0));
 }
+
+/// A metrics address another program holds: the daemon stops with exit 2 and names the
+/// holder, as the kernel tells it (here: this test process).
+#[test]
+fn a_taken_metrics_port_names_its_holder() {
+    require_bpf();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    let (code, _, err) = run_all_jobs(&["--no-nvml", "--metrics-addr", &addr, "--duration", "5s"]);
+    assert_eq!(code, 2, "{err}");
+    let want = format!(
+        "cannot serve /metrics on {addr}: Address already in use (os error 98) (held by process \
+         {}, {}). Choose a free address with --metrics-addr (the service: metrics.listen)",
+        std::process::id(),
+        comm.trim()
+    );
+    assert!(err.contains(&want), "{want}\nnot in:\n{err}");
+}

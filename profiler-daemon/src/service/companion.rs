@@ -21,11 +21,15 @@ use tokio::sync::{mpsc, oneshot};
 /// Why the sockets could not be set up; the daemon exits 2 (a configuration to change).
 #[derive(Debug, thiserror::Error)]
 pub enum CompanionError {
-    #[error("cannot serve /metrics on {addr}: {source}. Choose a free address with --metrics-addr")]
+    #[error(
+        "cannot serve /metrics on {addr}: {source}{held}. Choose a free address with --metrics-addr (the service: metrics.listen)"
+    )]
     Metrics {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
+        /// Who holds the port, where the kernel tells (`" (held by …)"`), else empty.
+        held: String,
     },
     #[error(transparent)]
     Control(#[from] BindError),
@@ -249,13 +253,30 @@ impl Companion for Beside {
     }
 }
 
+/// Who holds a port the daemon could not bind, in words for its error: another gpuprofd (to
+/// stop), or some other program (dcgm-exporter's 9400, say); empty where the kernel does not
+/// tell (another user's process without the privilege to see its descriptors).
+fn held_by(addr: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    match crate::sys::sockets::listener_owner(addr) {
+        Some((pid, comm)) if comm == "gpuprofd" => format!(
+            " (held by another gpuprofd, process {pid}: stop it first, e.g. `systemctl stop \
+             gpuprofd`, or give this one another address)"
+        ),
+        Some((pid, comm)) => format!(" (held by process {pid}, {comm})"),
+        None => String::new(),
+    }
+}
+
 /// The listener for `/metrics`: bound here, passed by systemd, or none.
 async fn metrics_listener(m: MetricsSocket) -> Result<Option<TcpListener>, CompanionError> {
     match m {
-        MetricsSocket::Bind(addr) => TcpListener::bind(addr)
-            .await
-            .map(Some)
-            .map_err(|source| CompanionError::Metrics { addr, source }),
+        MetricsSocket::Bind(addr) => TcpListener::bind(addr).await.map(Some).map_err(|source| {
+            let held = held_by(addr, &source);
+            CompanionError::Metrics { addr, source, held }
+        }),
         MetricsSocket::Passed(l) => {
             let addr = l
                 .local_addr()
@@ -263,7 +284,11 @@ async fn metrics_listener(m: MetricsSocket) -> Result<Option<TcpListener>, Compa
             let l = l
                 .set_nonblocking(true)
                 .and_then(|_| TcpListener::from_std(l))
-                .map_err(|source| CompanionError::Metrics { addr, source })?;
+                .map_err(|source| CompanionError::Metrics {
+                    addr,
+                    source,
+                    held: String::new(),
+                })?;
             tracing::info!(%addr, "metrics on the socket systemd passed");
             if !addr.ip().is_loopback() {
                 tracing::warn!(

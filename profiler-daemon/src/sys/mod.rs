@@ -1,5 +1,5 @@
 //! What the daemon asks of the system it runs on: kernel release and capabilities, accounts, the clock
-//! the probes stamp records with, output files, the open-file limit, its own heap, the kernel's
+//! the probes stamp records with, output files, who holds a port, the open-file limit, its own heap, the kernel's
 //! type information, and the text forms of durations and sizes.
 //!
 //! The bottom of the pipeline: nothing here imports another module of the crate, and every
@@ -15,4 +15,5 @@ pub mod hash;
 pub mod heap;
 pub mod kernel;
 pub mod rlimit;
+pub mod sockets;
 pub mod units;

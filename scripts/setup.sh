@@ -12,7 +12,7 @@
 #     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
 #     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both), and
 #     Perfetto's Python package in a venv there (the trace export test checks protobuf traces
-#     with Perfetto's own schema)
+#     with Perfetto's own schema), and lintian (the .deb test)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -63,6 +63,8 @@ if [ -n "$TEST_TOOLS" ]; then
   command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
   command -v useradd >/dev/null 2>&1 || need_pkgs+=(passwd)
   command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
+  # the .deb test: Debian's own package checker
+  command -v lintian >/dev/null 2>&1 || need_pkgs+=(lintian)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"

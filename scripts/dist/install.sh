@@ -45,6 +45,7 @@ else
   install -m 0644 "$here/config.toml" "$dest/etc/gpuprofd/config.toml"
 fi
 install -m 0644 "$here/README.md" "$dest$prefix/share/doc/gpuprofd/README.md"
+install -D -m 0644 "$here/gpuprofd.1" "$dest$prefix/share/man/man1/gpuprofd.1"
 # The README links into docs/: the same tree beside it.
 install -m 0644 "$here"/docs/*.md "$dest$prefix/share/doc/gpuprofd/docs/"
 

@@ -50,6 +50,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "config.toml",
             "docs",
             "gpuprofd-metrics.socket",
+            "gpuprofd.1",
             "gpuprofd.service",
             "gpuprofd.socket",
             "install.sh",
@@ -81,6 +82,13 @@ fn the_kit_installs_where_the_unit_expects_it() {
     assert_eq!(mode("etc/systemd/system/gpuprofd.socket"), 0o644);
     assert_eq!(mode("etc/systemd/system/gpuprofd-metrics.socket"), 0o644);
     assert_eq!(mode("etc/gpuprofd/config.toml"), 0o644);
+    // The manual page is the binary's own command line.
+    let (_, man) = output(Command::new(kit.join("bin/gpuprofd")).arg("man"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("usr/local/share/man/man1/gpuprofd.1")).unwrap(),
+        man
+    );
+    assert!(man.contains(".SH NAME\ngpuprofd \\- "), "{man}");
     // The installed README's links into docs/ lead to installed files (the unit's
     // Documentation= names the README).
     let doc = root.join("usr/local/share/doc/gpuprofd");

@@ -6,6 +6,7 @@ mod bench;
 mod bench_traps;
 mod bpfstats;
 mod cpucap;
+mod debian;
 mod neighbour;
 mod package;
 mod reliability;

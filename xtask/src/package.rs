@@ -131,6 +131,15 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         );
     }
     std::fs::write(dir.join("config.toml"), &cfg.stdout)?;
+    // The manual page, from the binary's own command line: it cannot drift from --help.
+    let man = Command::new(bin)
+        .arg("man")
+        .output()
+        .context("running gpuprofd man")?;
+    if !man.status.success() {
+        bail!("gpuprofd man failed: {}", man.status);
+    }
+    std::fs::write(dir.join("gpuprofd.1"), &man.stdout)?;
     let tarball = out.join(format!("{name}.tar.gz"));
     run(Command::new("tar")
         .arg("-czf")
@@ -161,10 +170,12 @@ fi
 
 /// Before removal: a running daemon keeps its probes attached until it stops, so it is stopped
 /// (an upgrade leaves it running; `systemctl restart gpuprofd` then picks up the new binary).
+/// Through deb-systemd-invoke (init-system-helpers), which honours policy-rc.d in chroots and
+/// image builds, as Debian policy asks of maintainer scripts.
 const PRERM: &str = "#!/bin/sh
 set -e
 if [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then
-  systemctl stop gpuprofd.service gpuprofd.socket gpuprofd-metrics.socket || true
+  deb-systemd-invoke stop gpuprofd.service gpuprofd.socket gpuprofd-metrics.socket >/dev/null || true
 fi
 ";
 
@@ -226,6 +237,20 @@ pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
     let unit_path = "usr/lib/systemd/system/gpuprofd.service";
     std::fs::write(stage.join(unit_path), unit)?;
     files.push((PathBuf::new(), unit_path.into()));
+    // Debian policy's two files in every package's doc directory (lintian checks both).
+    let copyright = format!("{}/copyright", &doc[1..]);
+    std::fs::write(stage.join(&copyright), crate::debian::copyright()?)?;
+    files.push((PathBuf::new(), copyright));
+    // A native package (no Debian revision): its changelog is changelog.gz.
+    let changelog = format!("{}/changelog", &doc[1..]);
+    std::fs::write(stage.join(&changelog), crate::debian::changelog(version)?)?;
+    let man = "usr/share/man/man1/gpuprofd.1".to_owned();
+    copy(&kit.join("gpuprofd.1"), &stage.join(&man))?;
+    for f in [changelog, man] {
+        // -n: no name or time in the header, so the package is the same for the same commit.
+        run(Command::new("gzip").args(["-9nf"]).arg(stage.join(&f)))?;
+        files.push((PathBuf::new(), format!("{f}.gz")));
+    }
 
     let mut md5sums = String::new();
     let mut size = 0u64;
@@ -259,7 +284,7 @@ pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
          Maintainer: gpuprofd developers <gpuprofd@example.invalid>\n\
          Section: devel\n\
          Priority: optional\n\
-         Depends: libc6 (>= {GLIBC_FLOOR})\n\
+         Depends: libc6 (>= {GLIBC_FLOOR}), init-system-helpers\n\
          Installed-Size: {}\n\
          Description: transparent system-wide GPU profiler daemon (eBPF uprobes on CUDA)\n \
          gpuprofd watches every CUDA process on a machine through eBPF uprobes on the\n \

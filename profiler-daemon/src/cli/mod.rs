@@ -56,6 +56,10 @@ pub enum Command {
         #[arg(long, default_value = "empty")]
         program: String,
     },
+    /// Prints the manual page (roff, from this command line's own definition: what
+    /// `cargo xtask dist` installs as gpuprofd(1)).
+    #[command(hide = true)]
+    Man,
     /// Benchmark helper: synthetic records through decode and aggregation; prints events/s.
     #[command(hide = true)]
     BenchPipeline {
@@ -297,10 +301,24 @@ fn run_session(
     })
 }
 
+/// gpuprofd(1) on stdout.
+fn man() -> ExitCode {
+    use clap::CommandFactory as _;
+    let mut out = std::io::stdout().lock();
+    match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuprofd man: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
+        Some(Command::Man) => return man(),
         Some(Command::Serve(a)) => return serve::serve(a),
         Some(Command::Ctl(a)) => return ctl::ctl(a),
         Some(Command::Top(a)) => return ctl::top(a),

@@ -170,7 +170,7 @@ fi
 
 /// Before removal: a running daemon keeps its probes attached until it stops, so it is stopped
 /// (an upgrade leaves it running; `systemctl restart gpuprofd` then picks up the new binary).
-/// Through deb-systemd-invoke (init-system-helpers), which honours policy-rc.d in chroots and
+/// Through deb-systemd-invoke (init-system-helpers, essential in Debian and Ubuntu), which honours policy-rc.d in chroots and
 /// image builds, as Debian policy asks of maintainer scripts.
 const PRERM: &str = "#!/bin/sh
 set -e
@@ -284,7 +284,7 @@ pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
          Maintainer: gpuprofd developers <gpuprofd@example.invalid>\n\
          Section: devel\n\
          Priority: optional\n\
-         Depends: libc6 (>= {GLIBC_FLOOR}), init-system-helpers\n\
+         Depends: libc6 (>= {GLIBC_FLOOR})\n\
          Installed-Size: {}\n\
          Description: transparent system-wide GPU profiler daemon (eBPF uprobes on CUDA)\n \
          gpuprofd watches every CUDA process on a machine through eBPF uprobes on the\n \

@@ -1,0 +1,910 @@
+//! The Grafana dashboards of deploy/grafana/dashboards: every query of every panel, run by a
+//! real Prometheus server scraping a running gpuprofd that captures a scripted fake workload on
+//! a fake NVML, returns exactly the series the panel is meant to show, with the values the
+//! script implies; and the files are dashboards Grafana can load (ids, layout, data source and
+//! template variables resolve). No Grafana server runs here (none is packaged in the registries
+//! the tests may use): docs/DASHBOARDS.md says so.
+//!
+//! Rates are checked exactly: the workload works in two phases, each one followed by a scrape;
+//! every series exists from the first phase on, so the panels' `rate(...[$__rate_interval])`,
+//! evaluated at the scrape after the second phase over a window that starts 1 ms before the
+//! scrape after the first, is Prometheus's rate without extrapolation past the samples:
+//! (increase in phase two) / (the time between the two scrapes).
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const MIB: f64 = 1048576.0;
+const GIB: f64 = 1073741824.0;
+const RELU: &str = "relu(float*, int)";
+const NODE: &str = "gpuprofd-node.json";
+const JOB: &str = "gpuprofd-job.json";
+/// The Slurm job the workload runs in (its cgroup is this test's own, so no other process on
+/// the machine is captured, whatever its job).
+const JOB_ID: &str = "4242";
+
+fn dashboards_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/dashboards")
+}
+
+fn load(name: &str) -> Value {
+    let p = dashboards_dir().join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Every panel (those inside collapsed rows too), rows apart.
+fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        if p["type"] == "row" {
+            out.extend(p["panels"].as_array().into_iter().flatten());
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The `$name`, `${name}` and `${name:format}` references in `s`.
+fn variables_used(s: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            let braced = b.get(i + 1) == Some(&b'{');
+            let start = i + 1 + usize::from(braced);
+            let mut j = start;
+            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                j += 1;
+            }
+            if j > start {
+                out.insert(s[start..j].to_owned());
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Grafana's own variables the dashboards may use.
+const BUILT_IN: &[&str] = &["__rate_interval", "__interval", "__range"];
+
+/// What Grafana needs to load the files and resolve their references.
+#[test]
+fn dashboards_are_well_formed() {
+    let mut uids = BTreeSet::new();
+    for name in [NODE, JOB] {
+        let d = load(name);
+        assert_eq!(d["schemaVersion"], 39, "{name}");
+        assert!(d["id"].is_null(), "{name}: no instance-specific id");
+        let uid = d["uid"].as_str().expect("uid");
+        assert!((1..=40).contains(&uid.len()), "{name}: uid {uid}");
+        assert!(uids.insert(uid.to_owned()), "{name}: uid {uid} twice");
+        let vars: Vec<&Value> = d["templating"]["list"].as_array().unwrap().iter().collect();
+        let defined: BTreeSet<String> = vars
+            .iter()
+            .map(|v| v["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            defined.len(),
+            vars.len(),
+            "{name}: a variable defined twice"
+        );
+        let ds = vars
+            .iter()
+            .find(|v| v["type"] == "datasource")
+            .expect("a data source variable");
+        assert_eq!(
+            (&ds["name"], &ds["query"]),
+            (&Value::from("datasource"), &Value::from("prometheus")),
+            "{name}"
+        );
+        let ds_ref = serde_json::json!({"type": "prometheus", "uid": "${datasource}"});
+        // Every reference resolves: variables in queries, variable queries and links.
+        let mut texts: Vec<String> = Vec::new();
+        for v in &vars {
+            if v["type"] == "query" {
+                assert_eq!(v["datasource"], ds_ref, "{name}: variable {}", v["name"]);
+                texts.push(v["definition"].as_str().unwrap().to_owned());
+                assert_eq!(v["definition"], v["query"]["query"], "{name}");
+            }
+        }
+        for l in d["links"].as_array().unwrap() {
+            texts.push(l["url"].as_str().unwrap().to_owned());
+        }
+        // Ids unique, the grid 24 wide, no two panels on the same cells.
+        let mut ids = BTreeSet::new();
+        let mut cells: Vec<(i64, i64, i64, i64, String)> = Vec::new();
+        for p in d["panels"].as_array().unwrap() {
+            let title = p["title"].as_str().unwrap().to_owned();
+            assert!(
+                ids.insert(p["id"].as_i64().unwrap()),
+                "{name}: id of {title}"
+            );
+            let g = &p["gridPos"];
+            let (x, y, w, h) = (
+                g["x"].as_i64().unwrap(),
+                g["y"].as_i64().unwrap(),
+                g["w"].as_i64().unwrap(),
+                g["h"].as_i64().unwrap(),
+            );
+            assert!(x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24, "{title}");
+            for (x2, y2, w2, h2, other) in &cells {
+                let apart = x + w <= *x2 || x2 + w2 <= x || y + h <= *y2 || y2 + h2 <= y;
+                assert!(apart, "{name}: {title} overlaps {other}");
+            }
+            cells.push((x, y, w, h, title));
+        }
+        let mut titles = BTreeSet::new();
+        for p in panels(&d) {
+            let title = p["title"].as_str().unwrap();
+            assert!(titles.insert(title), "{name}: two panels titled {title}");
+            assert!(
+                ["timeseries", "stat", "table"].contains(&p["type"].as_str().unwrap()),
+                "{title}"
+            );
+            assert!(!p["description"].as_str().unwrap().is_empty(), "{title}");
+            assert_eq!(p["datasource"], ds_ref, "{name}: {title}");
+            let mut refs = BTreeSet::new();
+            let targets = p["targets"].as_array().unwrap();
+            assert!(!targets.is_empty(), "{title}: no query");
+            for t in targets {
+                assert_eq!(t["datasource"], ds_ref, "{name}: {title}");
+                assert!(refs.insert(t["refId"].as_str().unwrap()), "{title}: refId");
+                let expr = t["expr"].as_str().unwrap();
+                if expr.contains("rate(") {
+                    assert!(expr.contains("[$__rate_interval]"), "{title}: {expr}");
+                }
+                texts.push(expr.to_owned());
+                texts.push(t["legendFormat"].as_str().unwrap_or("").to_owned());
+            }
+        }
+        for t in &texts {
+            for v in variables_used(t) {
+                assert!(
+                    defined.contains(&v) || BUILT_IN.contains(&v.as_str()),
+                    "{name}: ${v} is not defined (in {t})"
+                );
+            }
+        }
+    }
+    // The provider points at where the docs say to put the files, as a file provider.
+    let prov =
+        std::fs::read_to_string(dashboards_dir().join("../provisioning/dashboards/gpuprofd.yaml"))
+            .unwrap();
+    for line in [
+        "apiVersion: 1",
+        "type: file",
+        "path: /var/lib/grafana/dashboards/gpuprofd",
+    ] {
+        assert!(prov.contains(line), "provisioning lacks `{line}`");
+    }
+}
+
+// ---- the exposition -----------------------------------------------------------------------
+
+type Labels = BTreeMap<String, String>;
+
+/// One scrape of `/metrics`: (name, labels) → value.
+#[derive(Clone)]
+struct Scrape(BTreeMap<(String, Vec<(String, String)>), f64>);
+
+impl Scrape {
+    fn parse(body: &str) -> Scrape {
+        let mut out = BTreeMap::new();
+        for line in body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, labels, rest) = match line.find('{') {
+                Some(i) => {
+                    let (labels, n) = parse_labels(&line[i + 1..]);
+                    (&line[..i], labels, &line[i + 1 + n..])
+                }
+                None => {
+                    let (n, r) = line.split_once(' ').unwrap();
+                    (n, Vec::new(), r)
+                }
+            };
+            let v: f64 = rest.trim().parse().unwrap_or_else(|_| panic!("{line}"));
+            out.insert((name.to_owned(), labels), v);
+        }
+        Scrape(out)
+    }
+
+    /// The samples of `name` whose labels include `having`.
+    fn select(&self, name: &str, having: &[(&str, &str)]) -> Vec<(Labels, f64)> {
+        self.0
+            .iter()
+            .filter(|((n, l), _)| {
+                n == name
+                    && having
+                        .iter()
+                        .all(|(k, v)| l.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|((_, l), v)| (l.iter().cloned().collect(), *v))
+            .collect()
+    }
+
+    fn one(&self, name: &str, having: &[(&str, &str)]) -> f64 {
+        let s = self.select(name, having);
+        assert_eq!(s.len(), 1, "{name} {having:?}: {s:?}");
+        s[0].1
+    }
+
+    /// The sum of `name` over its series with `having`, by the value of `by`.
+    fn sum_by(&self, name: &str, having: &[(&str, &str)], by: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (l, v) in self.select(name, having) {
+            *out.entry(l.get(by).cloned().unwrap_or_default())
+                .or_default() += v;
+        }
+        out
+    }
+}
+
+/// `k="v",...}` → the labels and the length up to and including the `}`.
+fn parse_labels(s: &str) -> (Vec<(String, String)>, usize) {
+    let b: Vec<char> = s.chars().collect();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while b[i] != '}' {
+        let eq = i + b[i..].iter().position(|&c| c == '=').unwrap();
+        let key: String = b[i..eq].iter().collect();
+        let (mut val, mut j) = (String::new(), eq + 2);
+        while b[j] != '"' {
+            if b[j] == '\\' {
+                j += 1;
+                val.push(if b[j] == 'n' { '\n' } else { b[j] });
+            } else {
+                val.push(b[j]);
+            }
+            j += 1;
+        }
+        out.push((key.trim_start_matches(',').to_owned(), val));
+        i = j + 1;
+        if b[i] == ',' {
+            i += 1;
+        }
+    }
+    let bytes: usize = b[..=i].iter().map(|c| c.len_utf8()).sum();
+    (out, bytes)
+}
+
+// ---- expectations ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+enum V {
+    /// This value (a gauge, a total).
+    Is(f64),
+    /// A rate: this increase over the second phase, per second of the window.
+    Increase(f64),
+    /// A measured figure within these bounds.
+    Within(f64, f64),
+}
+
+/// What each query (dashboard, panel title, refId) must return: exactly these series.
+#[derive(Default)]
+struct Wants(BTreeMap<(String, String, String), Vec<(Labels, V)>>);
+
+impl Wants {
+    fn add(&mut self, file: &str, title: &str, refid: &str, series: Vec<(Labels, V)>) {
+        let k = (file.to_owned(), title.to_owned(), refid.to_owned());
+        assert!(self.0.insert(k, series).is_none(), "{title} {refid} twice");
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Whether `got` is `want` (relative 1e-9: the rates' arithmetic in floating point).
+fn close(got: f64, want: f64) -> bool {
+    got == want || (got - want).abs() <= 1e-9 * want.abs().max(1e-12)
+}
+
+// ---- the run --------------------------------------------------------------------------------
+
+/// Phase one makes every series (each kernel, direction, API once); phase two adds the counts
+/// the rates are checked against.
+const PHASE_1: &[&str] = &[
+    "rt_malloc 1048576 2",
+    "rt_launch gemm 1 1 1 1 32 1 1 0 0",
+    "rt_launch relu 1 1 1 1 32 1 1 0 0",
+    "rt_memcpy h2d 4096 1",
+    "rt_memcpy d2h 4096 1",
+    "rt_memcpy d2d 4096 1",
+    "rt_memset 4096 1",
+    "rt_graph_launch 1 0",
+    "set_delay_us 20000",
+    "rt_sync_device 1",
+];
+const PHASE_2: &[&str] = &[
+    "rt_launch gemm 30 1 1 1 32 1 1 0 0",
+    "rt_launch relu 12 1 1 1 32 1 1 0 0",
+    "rt_memcpy h2d 4096 5",
+    "rt_memcpy d2h 8192 3",
+    "rt_memcpy d2d 1024 2",
+    "rt_memset 512 4",
+    "rt_graph_launch 4 0",
+    "rt_sync_device 3",
+    "rt_malloc 1048576 1",
+];
+
+/// `/metrics` once `done` holds of it (bounded wait), and when it was read (Unix ms).
+fn scrape_when(addr: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> (Scrape, i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let t = now_ms();
+        if let Some((_, body)) = http_get(addr, "/metrics") {
+            let s = Scrape::parse(&body);
+            if done(&s) {
+                return (s, t);
+            }
+        }
+        assert!(Instant::now() < deadline, "/metrics never showed {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Records of `kind` the probes wrote, as `/metrics` says: the daemon reads these counters
+/// from the kernel on a slower schedule than the records themselves, so a scrape that shows a
+/// phase's records may not show its counters yet.
+fn submitted(s: &Scrape, kind: &str) -> f64 {
+    s.one("gpuprofd_records_submitted_total", &[("kind", kind)])
+}
+
+/// Replaces the template variables of `expr` as Grafana would for this selection.
+fn substitute(expr: &str, vars: &[(&str, &str)]) -> String {
+    let mut s = expr.to_owned();
+    for (k, v) in vars {
+        s = s
+            .replace(&format!("${{{k}}}"), v)
+            .replace(&format!("${k}"), v);
+    }
+    assert!(!s.contains('$'), "a variable left in {s}");
+    s
+}
+
+#[test]
+fn every_panel_shows_its_series_with_the_expected_values() {
+    require_bpf();
+    let cg = Cgroup::new(&format!("job_{JOB_ID}/step_0"));
+    let job_cgroup = cg.rel().trim_end_matches("/step_0").to_owned();
+    let workload = format!("slurm:{JOB_ID}");
+    let mut w = Workload::spawn_in("workload", &cg);
+    // Two GPUs: an H100 with GPM that the workload holds alone, an A100 without GPM.
+    let dir = TempDir::new("dashboards");
+    let nvml = dir.path().join("nvml.conf");
+    std::fs::write(
+        &nvml,
+        format!(
+            "device NVIDIA_H100_80GB_HBM3 GPU-dash0 {total}\nutil 87 40\nmemused {used0}\n\
+             proc {pid} {held} 80 30\nthrottle 0x44\npcie 2000 1000\necc 3 0\nxid 79\n\
+             gpm 2 62.5\ngpm 3 25\ngpm 5 40\ngpm 10 55.5\ngpm 20 100\ngpm 21 200\n\
+             gpm 60 300\ngpm 61 400\n\
+             device NVIDIA_A100-SXM4-80GB GPU-dash1 {total}\nutil 10 5\nmemused {used1}\n",
+            total = 80u64 << 30,
+            used0 = 12u64 << 30,
+            used1 = 2u64 << 30,
+            held = 1u64 << 30,
+            pid = w.tgid
+        ),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let lib = fakecuda().join("lib");
+    let fake_nvml = fakecuda().join("lib-nvml/libnvidia-ml.so.1");
+    let d = Daemon::start_with(
+        "report.json",
+        &[
+            "--no-system-libs",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--cgroup",
+            &job_cgroup,
+            "--nvml-lib",
+            fake_nvml.to_str().unwrap(),
+            "--nvml-interval",
+            "100ms",
+            "--metrics-addr",
+            &addr,
+        ],
+        &[("FAKENVML_CONFIG", nvml.to_str().unwrap())],
+    );
+    let prom = Prometheus::start("gpuprofd", &[&addr]);
+    let wl = [("workload", workload.as_str())];
+    let up = format!("up{{instance=\"{addr}\"}}");
+
+    // Phase one, read back, scraped.
+    w.script(PHASE_1);
+    let (a, t_a_read) = scrape_when(&addr, "phase one", |s| {
+        s.select("gpuprofd_kernel_launches_total", &wl) == vec![(labels(&wl), 2.0)]
+            && s.select("gpuprofd_api_blocked_seconds_total", &wl).len() == 4
+            && s.select("gpuprofd_copies_total", &wl).len() == 4
+            && s.select("gpuprofd_gpu_gpm_holder", &wl).len() == 1
+            && submitted(s, "launch") == 2.0
+            && submitted(s, "copy") == 4.0
+    });
+    let t_a = prom.sample_after(&up, t_a_read, |v| v == 1.0);
+    // Phase two, read back, scraped.
+    w.script(PHASE_2);
+    let (b, t_b_read) = scrape_when(&addr, "phase two", |s| {
+        s.one("gpuprofd_kernel_launches_total", &wl) == 44.0
+            && s.one("gpuprofd_api_calls_total", &[wl[0], ("api", "cudaMalloc")]) == 3.0
+            && s.one(
+                "gpuprofd_api_calls_total",
+                &[wl[0], ("api", "cudaDeviceSynchronize")],
+            ) == 4.0
+            && submitted(s, "launch") == 44.0
+            && submitted(s, "copy") == 18.0
+    });
+    let t_b = prom.sample_after(&up, t_b_read, |v| v == 1.0);
+    let window_ms = t_b - t_a;
+    let secs = window_ms as f64 / 1000.0;
+    let rate_interval = format!("{}ms", window_ms + 1);
+
+    let wants = expectations(&a, &b, &addr, &workload);
+    let vars_node = [
+        ("datasource", "prometheus"),
+        ("instance", addr.as_str()),
+        ("__rate_interval", rate_interval.as_str()),
+    ];
+    let mut vars_job = vars_node.to_vec();
+    vars_job.push(("workload", workload.as_str()));
+
+    // The template variables list this node and this workload.
+    for (file, vars) in [(NODE, &vars_node[..]), (JOB, &vars_job[..])] {
+        for v in load(file)["templating"]["list"].as_array().unwrap() {
+            let Some(def) = v["definition"].as_str() else {
+                continue;
+            };
+            let inner = def
+                .strip_prefix("label_values(")
+                .and_then(|s| s.strip_suffix(')'))
+                .expect("label_values(SELECTOR, LABEL)");
+            let (sel, label) = inner.rsplit_once(", ").unwrap();
+            let want = if v["name"] == "workload" {
+                &workload
+            } else {
+                &addr
+            };
+            assert_eq!(
+                prom.label_values(&substitute(sel, vars), label),
+                vec![want.clone()],
+                "{file}: variable {}",
+                v["name"]
+            );
+        }
+    }
+
+    // Every query of every panel.
+    let mut failures = Vec::new();
+    let mut checked = BTreeSet::new();
+    for (file, vars) in [(NODE, &vars_node[..]), (JOB, &vars_job[..])] {
+        let d = load(file);
+        for p in panels(&d) {
+            let title = p["title"].as_str().unwrap();
+            for t in p["targets"].as_array().unwrap() {
+                let refid = t["refId"].as_str().unwrap();
+                let key = (file.to_owned(), title.to_owned(), refid.to_owned());
+                checked.insert(key.clone());
+                let expr = substitute(t["expr"].as_str().unwrap(), vars);
+                let Some(want) = wants.0.get(&key) else {
+                    failures.push(format!(
+                        "{file} / {title} / {refid}: no expectation in this test for `{expr}`"
+                    ));
+                    continue;
+                };
+                let data = prom.query(&expr, Some(t_b));
+                assert_eq!(data["resultType"], "vector", "{expr}");
+                let mut got: BTreeMap<Labels, f64> = BTreeMap::new();
+                for s in data["result"].as_array().unwrap() {
+                    let l: Labels = serde_json::from_value(s["metric"].clone()).unwrap();
+                    let v: f64 = s["value"][1].as_str().unwrap().parse().unwrap();
+                    got.insert(l, v);
+                }
+                let want_labels: BTreeSet<&Labels> = want.iter().map(|(l, _)| l).collect();
+                let got_labels: BTreeSet<&Labels> = got.keys().collect();
+                if want_labels != got_labels {
+                    failures.push(format!(
+                        "{file} / {title} / {refid}: `{expr}` gave the series {got:?}, \
+                         not {want:?}"
+                    ));
+                    continue;
+                }
+                for (l, v) in want {
+                    let g = got[l];
+                    let ok = match *v {
+                        V::Is(x) => close(g, x),
+                        V::Increase(n) => close(g, n / secs),
+                        V::Within(lo, hi) => (lo..=hi).contains(&g),
+                    };
+                    if !ok {
+                        failures.push(format!(
+                            "{file} / {title} / {refid}: {l:?} is {g}, not {v:?} \
+                             (window {secs} s)"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for k in wants.0.keys().filter(|k| !checked.contains(*k)) {
+        failures.push(format!(
+            "an expectation for a query no dashboard has: {k:?}"
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    drop(prom);
+    let tgid = w.tgid;
+    w.exit();
+    let r = d.stop().report;
+    assert_eq!(process(&r, tgid)["launches"], 44);
+}
+
+/// The series each query must return. `a` and `b`: `/metrics` after phase one and two (the
+/// increases of figures no script fixes, such as records, are theirs; the script's own figures
+/// are asserted against the script here too).
+fn expectations(a: &Scrape, b: &Scrape, addr: &str, workload: &str) -> Wants {
+    let mut w = Wants::default();
+    let inst = ("instance", addr);
+    let on = |extra: &[(&str, &str)]| {
+        let mut l = vec![inst];
+        l.extend_from_slice(extra);
+        labels(&l)
+    };
+    let wl = ("workload", workload);
+    let diff = |name: &str, having: &[(&str, &str)], by: &str| -> BTreeMap<String, f64> {
+        let (before, after) = (a.sum_by(name, having, by), b.sum_by(name, having, by));
+        assert_eq!(
+            before.keys().collect::<Vec<_>>(),
+            after.keys().collect::<Vec<_>>(),
+            "{name}: every series from phase one on"
+        );
+        after
+            .iter()
+            .map(|(k, v)| (k.clone(), v - before[k]))
+            .collect()
+    };
+
+    // What the script did in phase two (and in all), checked in the exposition first.
+    let calls = diff("gpuprofd_api_calls_total", &[wl], "api");
+    let scripted = [
+        ("cudaLaunchKernel", 42.0),
+        ("cudaMemcpy", 10.0),
+        ("cudaMemset", 4.0),
+        ("cudaGraphLaunch", 4.0),
+        ("cudaDeviceSynchronize", 3.0),
+        ("cudaMalloc", 1.0),
+    ];
+    assert_eq!(
+        calls,
+        scripted.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        "calls in phase two"
+    );
+    let blocked = diff("gpuprofd_api_blocked_seconds_total", &[wl], "api");
+    let sync = blocked["cudaDeviceSynchronize"];
+    assert!(
+        (0.06..0.06 + 0.2).contains(&sync),
+        "3 syncs of 20 ms blocked {sync} s"
+    );
+    let copies = [
+        ("d2d", 2.0, 2048.0),
+        ("d2h", 3.0, 24576.0),
+        ("h2d", 5.0, 20480.0),
+    ];
+    let memset = ("memset", 4.0, 2048.0);
+    assert_eq!(
+        diff("gpuprofd_copy_bytes_total", &[wl], "direction"),
+        copies
+            .iter()
+            .chain([&memset])
+            .map(|(d, _, n)| (d.to_string(), *n))
+            .collect()
+    );
+
+    // ---- node overview: GPUs.
+    w.add(NODE, "GPUs", "A", vec![(on(&[]), V::Is(2.0))]);
+    w.add(NODE, "GPUs", "B", vec![(on(&[]), V::Is(1.0))]);
+    let per_gpu = |v0: f64, v1: f64| {
+        vec![
+            (on(&[("gpu", "0")]), V::Is(v0)),
+            (on(&[("gpu", "1")]), V::Is(v1)),
+        ]
+    };
+    w.add(NODE, "GPU utilisation", "A", per_gpu(0.87, 0.10));
+    w.add(NODE, "GPU memory used", "A", per_gpu(12.0 * GIB, 2.0 * GIB));
+    let gpm = |extra: &[(&str, &str)]| -> Vec<(Labels, V)> {
+        [
+            ("sm_activity", 0.625),
+            ("sm_occupancy", 0.25),
+            ("tensor_activity", 0.4),
+            ("dram_bandwidth", 0.555),
+        ]
+        .iter()
+        .map(|(what, v)| {
+            let mut l = vec![("gpu", "0"), ("what", *what)];
+            l.extend_from_slice(extra);
+            (on(&l), V::Is(*v))
+        })
+        .collect()
+    };
+    w.add(NODE, "SM, tensor and DRAM activity (GPM)", "A", gpm(&[]));
+    let traffic = |tx: f64, rx: f64| {
+        vec![
+            (on(&[("gpu", "0"), ("what", "tx")]), V::Is(tx * MIB)),
+            (on(&[("gpu", "0"), ("what", "rx")]), V::Is(rx * MIB)),
+        ]
+    };
+    w.add(
+        NODE,
+        "PCIe and NVLink traffic (GPM)",
+        "A",
+        traffic(100.0, 200.0),
+    );
+    w.add(
+        NODE,
+        "PCIe and NVLink traffic (GPM)",
+        "B",
+        traffic(400.0, 300.0),
+    );
+    w.add(
+        NODE,
+        "Who holds each GPU (GPM)",
+        "A",
+        vec![(on(&[("gpu", "0"), wl]), V::Is(1.0))],
+    );
+    w.add(
+        NODE,
+        "Clock throttle reasons in force",
+        "A",
+        ["sw_power_cap", "hw_thermal_slowdown"]
+            .iter()
+            .map(|r| (on(&[("gpu", "0"), ("what", r)]), V::Is(1.0)))
+            .collect(),
+    );
+    w.add(
+        NODE,
+        "ECC and XID errors",
+        "A",
+        vec![
+            (on(&[("gpu", "0"), ("what", "corrected")]), V::Is(3.0)),
+            (on(&[("gpu", "0"), ("what", "uncorrected")]), V::Is(0.0)),
+        ],
+    );
+    w.add(NODE, "ECC and XID errors", "B", per_gpu(1.0, 0.0));
+
+    // ---- node overview: workloads.
+    let one = |v: V| vec![(on(&[]), v)];
+    let of_workload = |v: V| vec![(on(&[wl]), v)];
+    w.add(NODE, "CUDA processes", "A", one(V::Is(1.0)));
+    w.add(NODE, "Workloads", "A", one(V::Is(1.0)));
+    w.add(
+        NODE,
+        "Kernel launches per second, by workload",
+        "A",
+        of_workload(V::Increase(42.0)),
+    );
+    w.add(
+        NODE,
+        "CUDA graph launches per second, by workload",
+        "A",
+        of_workload(V::Increase(4.0)),
+    );
+    let bandwidth: Vec<(Labels, V)> = copies
+        .iter()
+        .map(|(d, _, n)| (on(&[("direction", d)]), V::Increase(*n)))
+        .collect();
+    w.add(NODE, "Copy bandwidth, by direction", "A", bandwidth.clone());
+    w.add(
+        NODE,
+        "Copies and memsets per second, by direction",
+        "A",
+        copies
+            .iter()
+            .chain([&memset])
+            .map(|(d, n, _)| (on(&[("direction", d)]), V::Increase(*n)))
+            .collect(),
+    );
+    w.add(
+        NODE,
+        "Time blocked in CUDA calls, by workload",
+        "A",
+        of_workload(V::Increase(blocked.values().sum())),
+    );
+    let live = 3.0 * MIB;
+    w.add(
+        NODE,
+        "Device memory live, by workload",
+        "A",
+        of_workload(V::Is(live)),
+    );
+    w.add(
+        NODE,
+        "GPU memory held, by workload (NVML)",
+        "A",
+        of_workload(V::Is(GIB)),
+    );
+
+    // ---- node overview: the capture's health.
+    let kinds = |name: &str, v: &dyn Fn(&str) -> V| -> Vec<(Labels, V)> {
+        b.sum_by(name, &[], "kind")
+            .keys()
+            .map(|k| (on(&[("kind", k)]), v(k)))
+            .collect()
+    };
+    w.add(
+        NODE,
+        "Records lost per second, by kind",
+        "A",
+        kinds("gpuprofd_records_lost_total", &|_| V::Increase(0.0)),
+    );
+    w.add(
+        NODE,
+        "Probe faults per second, by kind",
+        "A",
+        kinds("gpuprofd_probe_faults_total", &|_| V::Increase(0.0)),
+    );
+    let submitted = diff("gpuprofd_records_submitted_total", &[], "kind");
+    assert_eq!(
+        (submitted["launch"], submitted["copy"]),
+        (42.0, 14.0),
+        "a record per launch and per copy: {submitted:?}"
+    );
+    w.add(
+        NODE,
+        "Records per second: written by the probes, read by the daemon",
+        "A",
+        one(V::Increase(submitted.values().sum())),
+    );
+    let read = diff("gpuprofd_records_read_total", &[], "");
+    w.add(
+        NODE,
+        "Records per second: written by the probes, read by the daemon",
+        "B",
+        one(V::Increase(read[""])),
+    );
+    w.add(
+        NODE,
+        "Records per second: written by the probes, read by the daemon",
+        "C",
+        one(V::Increase(0.0)),
+    );
+    w.add(NODE, "Scrape up", "A", one(V::Is(1.0)));
+    w.add(
+        NODE,
+        "Uprobes attached",
+        "A",
+        one(V::Is(b.one("gpuprofd_probes", &[]))),
+    );
+    w.add(NODE, "Launch probes attached", "A", one(V::Is(1.0)));
+    // Map fill: the cgroup filter holds this test's one cgroup; the other maps follow the
+    // machine's processes (another test's start or end moves them), so only their range.
+    w.add(
+        NODE,
+        "BPF map fill",
+        "A",
+        b.sum_by("gpuprofd_bpf_map_capacity", &[], "map")
+            .iter()
+            .map(|(m, cap)| {
+                let v = if m == "FILTER_CGROUPS" {
+                    V::Is(1.0 / cap)
+                } else {
+                    V::Within(0.0, 0.5)
+                };
+                (on(&[("map", m)]), v)
+            })
+            .collect(),
+    );
+    w.add(
+        NODE,
+        "Daemon heap in use",
+        "A",
+        one(V::Within(256.0 * 1024.0, 512.0 * MIB)),
+    );
+
+    // ---- workload drill-down.
+    w.add(JOB, "Kernel launches", "A", of_workload(V::Is(44.0)));
+    w.add(JOB, "CUDA graph launches", "A", of_workload(V::Is(5.0)));
+    w.add(JOB, "Device memory live", "A", of_workload(V::Is(live)));
+    w.add(JOB, "Device memory live", "B", of_workload(V::Is(GIB)));
+    w.add(
+        JOB,
+        "Launches per second",
+        "A",
+        of_workload(V::Increase(42.0)),
+    );
+    w.add(
+        JOB,
+        "Launches per second",
+        "B",
+        of_workload(V::Increase(4.0)),
+    );
+    let kernels = |gemm: V, relu: V| {
+        vec![
+            (on(&[("kernel", GEMM)]), gemm),
+            (on(&[("kernel", RELU)]), relu),
+        ]
+    };
+    w.add(
+        JOB,
+        "Top kernels, launches per second",
+        "A",
+        kernels(V::Increase(30.0), V::Increase(12.0)),
+    );
+    w.add(
+        JOB,
+        "Top kernels, launches",
+        "A",
+        kernels(V::Is(31.0), V::Is(13.0)),
+    );
+    w.add(JOB, "Copy bandwidth, by direction", "A", bandwidth);
+    // Totals: phase one copied 4096 bytes once each way and set 4096 once.
+    let totals = |f: &dyn Fn(&(&str, f64, f64)) -> f64| -> Vec<(Labels, V)> {
+        copies
+            .iter()
+            .chain([&memset])
+            .map(|c| (on(&[("direction", c.0)]), V::Is(f(c))))
+            .collect()
+    };
+    w.add(JOB, "Copies, by direction", "A", totals(&|c| c.1 + 1.0));
+    w.add(JOB, "Copies, by direction", "B", totals(&|c| c.2 + 4096.0));
+    w.add(
+        JOB,
+        "Time blocked, by CUDA call",
+        "A",
+        blocked
+            .iter()
+            .map(|(api, n)| (on(&[("api", api)]), V::Increase(*n)))
+            .collect(),
+    );
+    w.add(
+        JOB,
+        "CUDA calls per second, by function",
+        "A",
+        calls
+            .iter()
+            .map(|(api, n)| (on(&[("api", api)]), V::Increase(*n)))
+            .collect(),
+    );
+    let all_calls = b.sum_by("gpuprofd_api_calls_total", &[wl], "api");
+    let phase_1 = [
+        ("cudaLaunchKernel", 2.0),
+        ("cudaMemcpy", 3.0),
+        ("cudaMemset", 1.0),
+        ("cudaGraphLaunch", 1.0),
+        ("cudaDeviceSynchronize", 1.0),
+        ("cudaMalloc", 2.0),
+    ];
+    for (api, n) in phase_1 {
+        assert_eq!(all_calls[api], n + calls[api], "{api}");
+    }
+    w.add(
+        JOB,
+        "CUDA calls, by function",
+        "A",
+        all_calls
+            .iter()
+            .map(|(api, n)| (on(&[("api", api)]), V::Is(*n)))
+            .collect(),
+    );
+    w.add(
+        JOB,
+        "SM, tensor and DRAM activity of the GPUs it held alone (GPM)",
+        "A",
+        gpm(&[]),
+    );
+    w
+}

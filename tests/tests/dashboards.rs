@@ -1,9 +1,10 @@
 //! The Grafana dashboards of deploy/grafana/dashboards: every query of every panel, run by a
 //! real Prometheus server scraping a running gpuprofd that captures a scripted fake workload on
 //! a fake NVML, returns exactly the series the panel is meant to show, with the values the
-//! script implies; and the files are dashboards Grafana can load (ids, layout, data source and
-//! template variables resolve). No Grafana server runs here (none is packaged in the registries
-//! the tests may use): docs/DASHBOARDS.md says so.
+//! script implies; and the files are dashboards Grafana can load: Grafana's published schema
+//! types accept them, and ids, layout, data source and template variables resolve. No Grafana
+//! server runs here (none is packaged in the registries the tests may use): docs/DASHBOARDS.md
+//! says so.
 //!
 //! Rates are checked exactly: the workload works in two phases, each one followed by a scrape;
 //! every series exists from the first phase on, so the panels' `rate(...[$__rate_interval])`,
@@ -114,8 +115,7 @@ fn dashboards_are_well_formed() {
         for v in &vars {
             if v["type"] == "query" {
                 assert_eq!(v["datasource"], ds_ref, "{name}: variable {}", v["name"]);
-                texts.push(v["definition"].as_str().unwrap().to_owned());
-                assert_eq!(v["definition"], v["query"]["query"], "{name}");
+                texts.push(v["query"]["query"].as_str().unwrap().to_owned());
             }
         }
         for l in d["links"].as_array().unwrap() {
@@ -188,6 +188,34 @@ fn dashboards_are_well_formed() {
     ] {
         assert!(prov.contains(line), "provisioning lacks `{line}`");
     }
+}
+
+/// Grafana's own published types of the dashboard model and of the panels' options (npm's
+/// @grafana/schema, run through TypeScript by tests/tools/check_grafana_schema.mjs) accept the
+/// files: no field they do not know, no value of the wrong type.
+#[test]
+fn dashboards_match_grafanas_schema() {
+    let tools = "/opt/gpuprofd-test-tools/grafana-schema";
+    assert!(
+        std::path::Path::new(tools)
+            .join("node_modules/@grafana/schema")
+            .exists(),
+        "{tools} lacks @grafana/schema: run scripts/setup.sh --test-tools"
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/check_grafana_schema.mjs");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .arg(tools)
+        .args([NODE, JOB].map(|f| dashboards_dir().join(f)))
+        .output()
+        .expect("node (Node.js) runs the schema check: run scripts/setup.sh --test-tools");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "Grafana's schema refuses the dashboards:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "ok 2");
 }
 
 // ---- the exposition -----------------------------------------------------------------------
@@ -467,7 +495,7 @@ fn every_panel_shows_its_series_with_the_expected_values() {
     // The template variables list this node and this workload.
     for (file, vars) in [(NODE, &vars_node[..]), (JOB, &vars_job[..])] {
         for v in load(file)["templating"]["list"].as_array().unwrap() {
-            let Some(def) = v["definition"].as_str() else {
+            let Some(def) = v["query"]["query"].as_str() else {
                 continue;
             };
             let inner = def

@@ -1,10 +1,12 @@
 //! A real Prometheus server for the tests (Debian's prometheus package, unpacked by
 //! `scripts/setup.sh --test-tools` under /opt/gpuprofd-test-tools): started on a free loopback
 //! port with its own data directory, scraping given targets every second, and asked through its
-//! HTTP API (`/api/v1/query`, `/api/v1/label/…/values`). Killed on drop.
+//! HTTP API (`/api/v1/query`, `/api/v1/label/…/values`). Killed on drop. And a reader of the
+//! text exposition format, for what a test reads from `/metrics` itself.
 
 use crate::{TempDir, free_port, http_get};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -154,4 +156,94 @@ pub fn url_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// A series' labels.
+pub type Labels = BTreeMap<String, String>;
+
+/// One scrape of an exposition (`/metrics` in the Prometheus text format): (name, labels) →
+/// value.
+#[derive(Clone, Debug)]
+pub struct Exposition(BTreeMap<(String, Vec<(String, String)>), f64>);
+
+impl Exposition {
+    pub fn parse(body: &str) -> Exposition {
+        let mut out = BTreeMap::new();
+        for line in body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, labels, rest) = match line.find('{') {
+                Some(i) => {
+                    let (labels, n) = parse_labels(&line[i + 1..]);
+                    (&line[..i], labels, &line[i + 1 + n..])
+                }
+                None => {
+                    let (n, r) = line.split_once(' ').unwrap();
+                    (n, Vec::new(), r)
+                }
+            };
+            let v: f64 = rest.trim().parse().unwrap_or_else(|_| panic!("{line}"));
+            out.insert((name.to_owned(), labels), v);
+        }
+        Exposition(out)
+    }
+
+    /// The samples of `name` whose labels include `having`.
+    pub fn select(&self, name: &str, having: &[(&str, &str)]) -> Vec<(Labels, f64)> {
+        self.0
+            .iter()
+            .filter(|((n, l), _)| {
+                n == name
+                    && having
+                        .iter()
+                        .all(|(k, v)| l.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|((_, l), v)| (l.iter().cloned().collect(), *v))
+            .collect()
+    }
+
+    /// The value of the one sample of `name` with `having` (panics unless there is one).
+    pub fn one(&self, name: &str, having: &[(&str, &str)]) -> f64 {
+        let s = self.select(name, having);
+        assert_eq!(s.len(), 1, "{name} {having:?}: {s:?}");
+        s[0].1
+    }
+
+    /// The sum of `name` over its series with `having`, by the value of `by`.
+    pub fn sum_by(&self, name: &str, having: &[(&str, &str)], by: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (l, v) in self.select(name, having) {
+            *out.entry(l.get(by).cloned().unwrap_or_default())
+                .or_default() += v;
+        }
+        out
+    }
+}
+
+/// `k="v",...}` → the labels and the length up to and including the `}`.
+fn parse_labels(s: &str) -> (Vec<(String, String)>, usize) {
+    let b: Vec<char> = s.chars().collect();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while b[i] != '}' {
+        let eq = i + b[i..].iter().position(|&c| c == '=').unwrap();
+        let key: String = b[i..eq].iter().collect();
+        let (mut val, mut j) = (String::new(), eq + 2);
+        while b[j] != '"' {
+            if b[j] == '\\' {
+                j += 1;
+                val.push(if b[j] == 'n' { '\n' } else { b[j] });
+            } else {
+                val.push(b[j]);
+            }
+            j += 1;
+        }
+        out.push((key.trim_start_matches(',').to_owned(), val));
+        i = j + 1;
+        if b[i] == ',' {
+            i += 1;
+        }
+    }
+    let bytes: usize = b[..=i].iter().map(|c| c.len_utf8()).sum();
+    (out, bytes)
 }

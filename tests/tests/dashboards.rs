@@ -1,10 +1,7 @@
 //! The Grafana dashboards of deploy/grafana/dashboards: every query of every panel, run by a
 //! real Prometheus server scraping a running gpuprofd that captures a scripted fake workload on
 //! a fake NVML, returns exactly the series the panel is meant to show, with the values the
-//! script implies; and the files are dashboards Grafana can load: Grafana's published schema
-//! types accept them, and ids, layout, data source and template variables resolve. No Grafana
-//! server runs here (none is packaged in the registries the tests may use): docs/DASHBOARDS.md
-//! says so.
+//! script implies. (tests/tests/dashboard_files.rs checks that Grafana can load the files.)
 //!
 //! Rates are checked exactly: the workload works in two phases, each one followed by a scrape;
 //! every series exists from the first phase on, so the panels' `rate(...[$__rate_interval])`,
@@ -15,9 +12,7 @@
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
 use gpuprofd_tests::*;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const MIB: f64 = 1048576.0;
@@ -28,284 +23,6 @@ const JOB: &str = "gpuprofd-job.json";
 /// The Slurm job the workload runs in (its cgroup is this test's own, so no other process on
 /// the machine is captured, whatever its job).
 const JOB_ID: &str = "4242";
-
-fn dashboards_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/dashboards")
-}
-
-fn load(name: &str) -> Value {
-    let p = dashboards_dir().join(name);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// Every panel (those inside collapsed rows too), rows apart.
-fn panels(d: &Value) -> Vec<&Value> {
-    let mut out = Vec::new();
-    for p in d["panels"].as_array().expect("panels") {
-        if p["type"] == "row" {
-            out.extend(p["panels"].as_array().into_iter().flatten());
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// The `$name`, `${name}` and `${name:format}` references in `s`.
-fn variables_used(s: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'$' {
-            let braced = b.get(i + 1) == Some(&b'{');
-            let start = i + 1 + usize::from(braced);
-            let mut j = start;
-            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
-                j += 1;
-            }
-            if j > start {
-                out.insert(s[start..j].to_owned());
-            }
-            i = j;
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-/// Grafana's own variables the dashboards may use.
-const BUILT_IN: &[&str] = &["__rate_interval", "__interval", "__range"];
-
-/// What Grafana needs to load the files and resolve their references.
-#[test]
-fn dashboards_are_well_formed() {
-    let mut uids = BTreeSet::new();
-    for name in [NODE, JOB] {
-        let d = load(name);
-        assert_eq!(d["schemaVersion"], 39, "{name}");
-        assert!(d["id"].is_null(), "{name}: no instance-specific id");
-        let uid = d["uid"].as_str().expect("uid");
-        assert!((1..=40).contains(&uid.len()), "{name}: uid {uid}");
-        assert!(uids.insert(uid.to_owned()), "{name}: uid {uid} twice");
-        let vars: Vec<&Value> = d["templating"]["list"].as_array().unwrap().iter().collect();
-        let defined: BTreeSet<String> = vars
-            .iter()
-            .map(|v| v["name"].as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(
-            defined.len(),
-            vars.len(),
-            "{name}: a variable defined twice"
-        );
-        let ds = vars
-            .iter()
-            .find(|v| v["type"] == "datasource")
-            .expect("a data source variable");
-        assert_eq!(
-            (&ds["name"], &ds["query"]),
-            (&Value::from("datasource"), &Value::from("prometheus")),
-            "{name}"
-        );
-        let ds_ref = serde_json::json!({"type": "prometheus", "uid": "${datasource}"});
-        // Every reference resolves: variables in queries, variable queries and links.
-        let mut texts: Vec<String> = Vec::new();
-        for v in &vars {
-            if v["type"] == "query" {
-                assert_eq!(v["datasource"], ds_ref, "{name}: variable {}", v["name"]);
-                texts.push(v["query"]["query"].as_str().unwrap().to_owned());
-            }
-        }
-        for l in d["links"].as_array().unwrap() {
-            texts.push(l["url"].as_str().unwrap().to_owned());
-        }
-        // Ids unique, the grid 24 wide, no two panels on the same cells.
-        let mut ids = BTreeSet::new();
-        let mut cells: Vec<(i64, i64, i64, i64, String)> = Vec::new();
-        for p in d["panels"].as_array().unwrap() {
-            let title = p["title"].as_str().unwrap().to_owned();
-            assert!(
-                ids.insert(p["id"].as_i64().unwrap()),
-                "{name}: id of {title}"
-            );
-            let g = &p["gridPos"];
-            let (x, y, w, h) = (
-                g["x"].as_i64().unwrap(),
-                g["y"].as_i64().unwrap(),
-                g["w"].as_i64().unwrap(),
-                g["h"].as_i64().unwrap(),
-            );
-            assert!(x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24, "{title}");
-            for (x2, y2, w2, h2, other) in &cells {
-                let apart = x + w <= *x2 || x2 + w2 <= x || y + h <= *y2 || y2 + h2 <= y;
-                assert!(apart, "{name}: {title} overlaps {other}");
-            }
-            cells.push((x, y, w, h, title));
-        }
-        let mut titles = BTreeSet::new();
-        for p in panels(&d) {
-            let title = p["title"].as_str().unwrap();
-            assert!(titles.insert(title), "{name}: two panels titled {title}");
-            assert!(
-                ["timeseries", "stat", "table"].contains(&p["type"].as_str().unwrap()),
-                "{title}"
-            );
-            assert!(!p["description"].as_str().unwrap().is_empty(), "{title}");
-            assert_eq!(p["datasource"], ds_ref, "{name}: {title}");
-            let mut refs = BTreeSet::new();
-            let targets = p["targets"].as_array().unwrap();
-            assert!(!targets.is_empty(), "{title}: no query");
-            for t in targets {
-                assert_eq!(t["datasource"], ds_ref, "{name}: {title}");
-                assert!(refs.insert(t["refId"].as_str().unwrap()), "{title}: refId");
-                let expr = t["expr"].as_str().unwrap();
-                if expr.contains("rate(") {
-                    assert!(expr.contains("[$__rate_interval]"), "{title}: {expr}");
-                }
-                texts.push(expr.to_owned());
-                texts.push(t["legendFormat"].as_str().unwrap_or("").to_owned());
-            }
-        }
-        for t in &texts {
-            for v in variables_used(t) {
-                assert!(
-                    defined.contains(&v) || BUILT_IN.contains(&v.as_str()),
-                    "{name}: ${v} is not defined (in {t})"
-                );
-            }
-        }
-    }
-    // The provider points at where the docs say to put the files, as a file provider.
-    let prov =
-        std::fs::read_to_string(dashboards_dir().join("../provisioning/dashboards/gpuprofd.yaml"))
-            .unwrap();
-    for line in [
-        "apiVersion: 1",
-        "type: file",
-        "path: /var/lib/grafana/dashboards/gpuprofd",
-    ] {
-        assert!(prov.contains(line), "provisioning lacks `{line}`");
-    }
-}
-
-/// Grafana's own published types of the dashboard model and of the panels' options (npm's
-/// @grafana/schema, run through TypeScript by tests/tools/check_grafana_schema.mjs) accept the
-/// files: no field they do not know, no value of the wrong type.
-#[test]
-fn dashboards_match_grafanas_schema() {
-    let tools = "/opt/gpuprofd-test-tools/grafana-schema";
-    assert!(
-        std::path::Path::new(tools)
-            .join("node_modules/@grafana/schema")
-            .exists(),
-        "{tools} lacks @grafana/schema: run scripts/setup.sh --test-tools"
-    );
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/check_grafana_schema.mjs");
-    let out = std::process::Command::new("node")
-        .arg(script)
-        .arg(tools)
-        .args([NODE, JOB].map(|f| dashboards_dir().join(f)))
-        .output()
-        .expect("node (Node.js) runs the schema check: run scripts/setup.sh --test-tools");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "Grafana's schema refuses the dashboards:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.trim(), "ok 2");
-}
-
-// ---- the exposition -----------------------------------------------------------------------
-
-type Labels = BTreeMap<String, String>;
-
-/// One scrape of `/metrics`: (name, labels) → value.
-#[derive(Clone)]
-struct Scrape(BTreeMap<(String, Vec<(String, String)>), f64>);
-
-impl Scrape {
-    fn parse(body: &str) -> Scrape {
-        let mut out = BTreeMap::new();
-        for line in body
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-        {
-            let (name, labels, rest) = match line.find('{') {
-                Some(i) => {
-                    let (labels, n) = parse_labels(&line[i + 1..]);
-                    (&line[..i], labels, &line[i + 1 + n..])
-                }
-                None => {
-                    let (n, r) = line.split_once(' ').unwrap();
-                    (n, Vec::new(), r)
-                }
-            };
-            let v: f64 = rest.trim().parse().unwrap_or_else(|_| panic!("{line}"));
-            out.insert((name.to_owned(), labels), v);
-        }
-        Scrape(out)
-    }
-
-    /// The samples of `name` whose labels include `having`.
-    fn select(&self, name: &str, having: &[(&str, &str)]) -> Vec<(Labels, f64)> {
-        self.0
-            .iter()
-            .filter(|((n, l), _)| {
-                n == name
-                    && having
-                        .iter()
-                        .all(|(k, v)| l.iter().any(|(a, b)| a == k && b == v))
-            })
-            .map(|((_, l), v)| (l.iter().cloned().collect(), *v))
-            .collect()
-    }
-
-    fn one(&self, name: &str, having: &[(&str, &str)]) -> f64 {
-        let s = self.select(name, having);
-        assert_eq!(s.len(), 1, "{name} {having:?}: {s:?}");
-        s[0].1
-    }
-
-    /// The sum of `name` over its series with `having`, by the value of `by`.
-    fn sum_by(&self, name: &str, having: &[(&str, &str)], by: &str) -> BTreeMap<String, f64> {
-        let mut out = BTreeMap::new();
-        for (l, v) in self.select(name, having) {
-            *out.entry(l.get(by).cloned().unwrap_or_default())
-                .or_default() += v;
-        }
-        out
-    }
-}
-
-/// `k="v",...}` → the labels and the length up to and including the `}`.
-fn parse_labels(s: &str) -> (Vec<(String, String)>, usize) {
-    let b: Vec<char> = s.chars().collect();
-    let (mut out, mut i) = (Vec::new(), 0);
-    while b[i] != '}' {
-        let eq = i + b[i..].iter().position(|&c| c == '=').unwrap();
-        let key: String = b[i..eq].iter().collect();
-        let (mut val, mut j) = (String::new(), eq + 2);
-        while b[j] != '"' {
-            if b[j] == '\\' {
-                j += 1;
-                val.push(if b[j] == 'n' { '\n' } else { b[j] });
-            } else {
-                val.push(b[j]);
-            }
-            j += 1;
-        }
-        out.push((key.trim_start_matches(',').to_owned(), val));
-        i = j + 1;
-        if b[i] == ',' {
-            i += 1;
-        }
-    }
-    let bytes: usize = b[..=i].iter().map(|c| c.len_utf8()).sum();
-    (out, bytes)
-}
 
 // ---- expectations ---------------------------------------------------------------------------
 
@@ -371,12 +88,12 @@ const PHASE_2: &[&str] = &[
 ];
 
 /// `/metrics` once `done` holds of it (bounded wait), and when it was read (Unix ms).
-fn scrape_when(addr: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> (Scrape, i64) {
+fn scrape_when(addr: &str, what: &str, done: impl Fn(&Exposition) -> bool) -> (Exposition, i64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let t = now_ms();
         if let Some((_, body)) = http_get(addr, "/metrics") {
-            let s = Scrape::parse(&body);
+            let s = Exposition::parse(&body);
             if done(&s) {
                 return (s, t);
             }
@@ -389,20 +106,8 @@ fn scrape_when(addr: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> (Scrap
 /// Records of `kind` the probes wrote, as `/metrics` says: the daemon reads these counters
 /// from the kernel on a slower schedule than the records themselves, so a scrape that shows a
 /// phase's records may not show its counters yet.
-fn submitted(s: &Scrape, kind: &str) -> f64 {
+fn submitted(s: &Exposition, kind: &str) -> f64 {
     s.one("gpuprofd_records_submitted_total", &[("kind", kind)])
-}
-
-/// Replaces the template variables of `expr` as Grafana would for this selection.
-fn substitute(expr: &str, vars: &[(&str, &str)]) -> String {
-    let mut s = expr.to_owned();
-    for (k, v) in vars {
-        s = s
-            .replace(&format!("${{{k}}}"), v)
-            .replace(&format!("${k}"), v);
-    }
-    assert!(!s.contains('$'), "a variable left in {s}");
-    s
 }
 
 #[test]
@@ -494,7 +199,10 @@ fn every_panel_shows_its_series_with_the_expected_values() {
 
     // The template variables list this node and this workload.
     for (file, vars) in [(NODE, &vars_node[..]), (JOB, &vars_job[..])] {
-        for v in load(file)["templating"]["list"].as_array().unwrap() {
+        for v in load_dashboard(file)["templating"]["list"]
+            .as_array()
+            .unwrap()
+        {
             let Some(def) = v["query"]["query"].as_str() else {
                 continue;
             };
@@ -521,7 +229,7 @@ fn every_panel_shows_its_series_with_the_expected_values() {
     let mut failures = Vec::new();
     let mut checked = BTreeSet::new();
     for (file, vars) in [(NODE, &vars_node[..]), (JOB, &vars_job[..])] {
-        let d = load(file);
+        let d = load_dashboard(file);
         for p in panels(&d) {
             let title = p["title"].as_str().unwrap();
             for t in p["targets"].as_array().unwrap() {
@@ -585,7 +293,7 @@ fn every_panel_shows_its_series_with_the_expected_values() {
 /// The series each query must return. `a` and `b`: `/metrics` after phase one and two (the
 /// increases of figures no script fixes, such as records, are theirs; the script's own figures
 /// are asserted against the script here too).
-fn expectations(a: &Scrape, b: &Scrape, addr: &str, workload: &str) -> Wants {
+fn expectations(a: &Exposition, b: &Exposition, addr: &str, workload: &str) -> Wants {
     let mut w = Wants::default();
     let inst = ("instance", addr);
     let on = |extra: &[(&str, &str)]| {

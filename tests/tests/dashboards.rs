@@ -26,12 +26,15 @@ const JOB_ID: &str = "4242";
 
 // ---- expectations ---------------------------------------------------------------------------
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum V {
     /// This value (a gauge, a total).
     Is(f64),
-    /// A rate: this increase over the second phase, per second of the window.
+    /// A rate: this increase over the second phase, per second of the window (of a counter
+    /// that phase one left above 0, which `diff` checks).
     Increase(f64),
+    /// The sum of the rates of counters, each (its value after phase one, its increase).
+    Counters(Vec<(f64, f64)>),
     /// A measured figure within these bounds.
     Within(f64, f64),
 }
@@ -52,6 +55,18 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// Prometheus's `rate()` over the test's window (`secs` between the scrapes after each phase,
+/// plus 1 ms before the first) of a counter at `first` in the first scrape that rose by `n`:
+/// the increase over the time between the scrapes, extrapolated into that 1 ms only as far as
+/// the counter's zero point (Prometheus's extrapolatedRate), over the whole window.
+fn prometheus_rate(first: f64, n: f64, secs: f64) -> f64 {
+    if n == 0.0 {
+        return 0.0;
+    }
+    let to_start = (secs * first / n).min(0.001);
+    n * (secs + to_start) / secs / (secs + 0.001)
 }
 
 /// Whether `got` is `want` (relative 1e-9: the rates' arithmetic in floating point).
@@ -262,10 +277,13 @@ fn every_panel_shows_its_series_with_the_expected_values() {
                 }
                 for (l, v) in want {
                     let g = got[l];
-                    let ok = match *v {
-                        V::Is(x) => close(g, x),
+                    let ok = match v {
+                        V::Is(x) => close(g, *x),
                         V::Increase(n) => close(g, n / secs),
-                        V::Within(lo, hi) => (lo..=hi).contains(&g),
+                        V::Counters(c) => {
+                            close(g, c.iter().map(|&(f, n)| prometheus_rate(f, n, secs)).sum())
+                        }
+                        V::Within(lo, hi) => (*lo..=*hi).contains(&g),
                     };
                     if !ok {
                         failures.push(format!(
@@ -309,10 +327,17 @@ fn expectations(a: &Exposition, b: &Exposition, addr: &str, workload: &str) -> W
             after.keys().collect::<Vec<_>>(),
             "{name}: every series from phase one on"
         );
-        after
+        let out: BTreeMap<String, f64> = after
             .iter()
             .map(|(k, v)| (k.clone(), v - before[k]))
-            .collect()
+            .collect();
+        for (k, n) in &out {
+            assert!(
+                *n == 0.0 || before[k] > 0.0,
+                "{name} {k}: phase one must leave it above 0 for V::Increase"
+            );
+        }
+        out
     };
 
     // What the script did in phase two (and in all), checked in the exposition first.
@@ -493,17 +518,27 @@ fn expectations(a: &Exposition, b: &Exposition, addr: &str, workload: &str) -> W
         "A",
         kinds("gpuprofd_probe_faults_total", &|_| V::Increase(0.0)),
     );
-    let submitted = diff("gpuprofd_records_submitted_total", &[], "kind");
+    // Per kind, some of which (stacks, drawn at random) may be 0 after phase one.
+    let (sub_a, sub_b) = (
+        a.sum_by("gpuprofd_records_submitted_total", &[], "kind"),
+        b.sum_by("gpuprofd_records_submitted_total", &[], "kind"),
+    );
+    let written: BTreeMap<String, f64> = sub_b
+        .iter()
+        .map(|(k, v)| (k.clone(), v - sub_a[k]))
+        .collect();
     assert_eq!(
-        (submitted["launch"], submitted["copy"]),
+        (written["launch"], written["copy"]),
         (42.0, 14.0),
-        "a record per launch and per copy: {submitted:?}"
+        "a record per launch and per copy: {written:?}"
     );
     w.add(
         NODE,
         "Records per second: written by the probes, read by the daemon",
         "A",
-        one(V::Increase(submitted.values().sum())),
+        one(V::Counters(
+            sub_a.iter().map(|(k, f)| (*f, written[k])).collect(),
+        )),
     );
     let read = diff("gpuprofd_records_read_total", &[], "");
     w.add(

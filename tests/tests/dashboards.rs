@@ -498,6 +498,17 @@ fn expectations(a: &Exposition, b: &Exposition, addr: &str, workload: &str) -> W
         "A",
         of_workload(V::Is(GIB)),
     );
+    // The table: the same figures, a row per workload (copies: every direction but memsets).
+    let copied: f64 = copies.iter().map(|c| c.2).sum();
+    for (refid, v) in [
+        ("A", V::Increase(42.0)),
+        ("B", V::Increase(copied)),
+        ("C", V::Increase(blocked.values().sum())),
+        ("D", V::Is(live)),
+        ("E", V::Is(GIB)),
+    ] {
+        w.add(NODE, "Workloads on the nodes", refid, of_workload(v));
+    }
 
     // ---- node overview: the capture's health.
     let kinds = |name: &str, v: &dyn Fn(&str) -> V| -> Vec<(Labels, V)> {

@@ -12,7 +12,9 @@
 #     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
 #     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both), and
 #     Perfetto's Python package in a venv there (the trace export test checks protobuf traces
-#     with Perfetto's own schema), and lintian (the .deb test)
+#     with Perfetto's own schema), npm's @grafana/schema with TypeScript there (the
+#     dashboards test type-checks deploy/grafana's dashboards against Grafana's schema), and
+#     lintian (the .deb test)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -65,6 +67,9 @@ if [ -n "$TEST_TOOLS" ]; then
   command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
   # the .deb test: Debian's own package checker
   command -v lintian >/dev/null 2>&1 || need_pkgs+=(lintian)
+  # node runs TypeScript for the dashboards' schema check (this machine kind has both)
+  command -v node >/dev/null 2>&1 || need_pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
@@ -93,6 +98,23 @@ if [ -n "$TEST_TOOLS" ] && ! "$PERFETTO_PY" -c 'import perfetto.protos.perfetto.
   $SUDO mkdir -p "$TEST_TOOLS_DIR"
   $SUDO python3 -m venv "$TEST_TOOLS_DIR/perfetto"
   $SUDO "$PERFETTO_PY" -m pip install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
+fi
+
+# the dashboards test (tests/tests/dashboards.rs) type-checks deploy/grafana's dashboards with
+# tests/tools/check_grafana_schema.mjs against Grafana's published dashboard and panel types:
+# npm's @grafana/schema and the TypeScript compiler, pinned (2 packages, no dependencies)
+GRAFANA_SCHEMA_VERSION=13.2.3
+TYPESCRIPT_VERSION=5.9.3
+GRAFANA_SCHEMA_DIR="$TEST_TOOLS_DIR/grafana-schema"
+if [ -n "$TEST_TOOLS" ] &&
+  [ "$(cat "$GRAFANA_SCHEMA_DIR/versions" 2>/dev/null)" != "$GRAFANA_SCHEMA_VERSION $TYPESCRIPT_VERSION" ]; then
+  log "installing @grafana/schema $GRAFANA_SCHEMA_VERSION and TypeScript $TYPESCRIPT_VERSION (npm) into $GRAFANA_SCHEMA_DIR"
+  $SUDO rm -rf "$GRAFANA_SCHEMA_DIR"
+  $SUDO mkdir -p "$GRAFANA_SCHEMA_DIR"
+  echo '{"private": true}' | $SUDO tee "$GRAFANA_SCHEMA_DIR/package.json" >/dev/null
+  (cd "$GRAFANA_SCHEMA_DIR" && $SUDO npm install --no-audit --no-fund --silent \
+    "@grafana/schema@$GRAFANA_SCHEMA_VERSION" "typescript@$TYPESCRIPT_VERSION")
+  echo "$GRAFANA_SCHEMA_VERSION $TYPESCRIPT_VERSION" | $SUDO tee "$GRAFANA_SCHEMA_DIR/versions" >/dev/null
 fi
 
 # the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly

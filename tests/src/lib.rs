@@ -12,6 +12,11 @@ use std::sync::mpsc::{Receiver, channel};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod grafana;
+mod prometheus;
+pub use grafana::*;
+pub use prometheus::*;
+
 /// How long any single wait may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(60);
 

@@ -89,6 +89,19 @@ fn expected() -> Vec<(String, u32, Option<PathBuf>)> {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
         files.push((format!("{DOC}/docs/{name}"), 0o644, Some(d)));
     }
+    // The Grafana dashboards and their provisioning files, as in the source tree.
+    for rel in [
+        "dashboards/gpuprofd-job.json",
+        "dashboards/gpuprofd-node.json",
+        "provisioning/dashboards/gpuprofd.yaml",
+        "provisioning/datasources/prometheus.yaml",
+    ] {
+        files.push((
+            format!("/usr/share/gpuprofd/grafana/{rel}"),
+            0o644,
+            Some(kit.join("grafana").join(rel)),
+        ));
+    }
     files.sort();
     files
 }

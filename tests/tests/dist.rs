@@ -53,10 +53,26 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "gpuprofd.1",
             "gpuprofd.service",
             "gpuprofd.socket",
+            "grafana",
             "install.sh",
             "least-privilege.conf"
         ]
     );
+    // The Grafana dashboards and their provisioning files, as in the source tree
+    // (docs/DASHBOARDS.md).
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana");
+    for rel in [
+        "dashboards/gpuprofd-job.json",
+        "dashboards/gpuprofd-node.json",
+        "provisioning/dashboards/gpuprofd.yaml",
+        "provisioning/datasources/prometheus.yaml",
+    ] {
+        assert_eq!(
+            std::fs::read(kit.join("grafana").join(rel)).unwrap(),
+            std::fs::read(source.join(rel)).unwrap(),
+            "{rel}"
+        );
+    }
     // The kit's configuration is the binary's default, and the binary accepts it.
     let (rc, default) =
         output(Command::new(kit.join("bin/gpuprofd")).args(["serve", "--print-default-config"]));

@@ -9,8 +9,6 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TOOLS: &str = "/opt/gpuprofd-test-tools/usr/bin";
-
 fn value(body: &str, name: &str, label: &str) -> Option<f64> {
     body.lines()
         .find(|l| l.starts_with(name) && l.contains(label))
@@ -77,7 +75,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
     assert!(page.contains("<title>gpuprofd live</title>"), "{page}");
 
     // Prometheus's own linter accepts it.
-    let mut lint = Command::new(format!("{TOOLS}/promtool"))
+    let mut lint = Command::new(format!("{PROMETHEUS_TOOLS}/promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -98,28 +96,8 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
     );
 
     // And a real Prometheus server scrapes it.
-    let dir = TempDir::new("prometheus");
-    let cfg = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpuprofd\n    \
-             static_configs:\n      - targets: ['{addr}']\n"
-        ),
-    )
-    .unwrap();
-    let web = format!("127.0.0.1:{}", free_port());
-    let mut prom = Command::new(format!("{TOOLS}/prometheus"))
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address={web}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus missing: run scripts/setup.sh --test-tools");
+    let prom = Prometheus::start("gpuprofd", &[&addr]);
+    let web = prom.web.clone();
     // Prometheus's own `job` label (the scrape job's name) arrives intact: ours is `workload`.
     let query = format!(
         "/api/v1/query?query=gpuprofd_kernel_launches_total%7Bjob%3D%22gpuprofd%22%2Cpid%3D%22{}%22%7D",
@@ -138,8 +116,7 @@ fn metrics_are_exact_valid_and_scraped_by_prometheus() {
             },
         )
     });
-    let _ = prom.kill();
-    let _ = prom.wait();
+    drop(prom);
     assert_eq!(got.expect("prometheus query"), "7");
     w.exit();
     let r = d.stop().report;

@@ -95,6 +95,32 @@ fn doc_files() -> Result<Vec<PathBuf>> {
     Ok(docs)
 }
 
+/// The Grafana dashboards and their provisioning files (deploy/grafana, docs/DASHBOARDS.md):
+/// each file and its path under deploy/grafana, sorted.
+fn grafana_files() -> Result<Vec<(PathBuf, String)>> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<(PathBuf, String)>) -> Result<()> {
+        for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rel = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            if e.file_type()?.is_dir() {
+                walk(&e.path(), &rel, out)?;
+            } else {
+                out.push((e.path(), rel));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(&root().join("deploy/grafana"), "", &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
 /// The install kit target/dist/gpuprofd-VERSION-x86_64-linux/ from `bin`, its .tar.gz beside
 /// it, and the .deb beside that ([`deb`]). Returns the kit's directory.
 pub fn dist(bin: &Path) -> Result<PathBuf> {
@@ -118,6 +144,9 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
     // The README links into docs/: the kit carries them, to be installed beside it.
     for p in doc_files()? {
         copy(&p, &dir.join("docs").join(p.file_name().expect("a file")))?;
+    }
+    for (from, rel) in grafana_files()? {
+        copy(&from, &dir.join("grafana").join(rel))?;
     }
     // The default configuration as the binary prints it: one source of truth.
     let cfg = Command::new(bin)
@@ -196,7 +225,8 @@ fi
 
 /// The Debian package of the kit in `kit`, written to `out`: /usr/bin/gpuprofd, the units in
 /// /usr/lib/systemd/system, /etc/gpuprofd/config.toml as a conffile, the README and docs in
-/// /usr/share/doc/gpuprofd, the least-privilege drop-in in /usr/share/gpuprofd.
+/// /usr/share/doc/gpuprofd, the least-privilege drop-in and the Grafana files in
+/// /usr/share/gpuprofd.
 pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
     let version = env!("CARGO_PKG_VERSION");
     let stage = out.join("deb-root");
@@ -225,6 +255,12 @@ pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
         files.push((
             kit.join("docs").join(&name),
             format!("{}/docs/{name}", &doc[1..]),
+        ));
+    }
+    for (_, rel) in grafana_files()? {
+        files.push((
+            kit.join("grafana").join(&rel),
+            format!("usr/share/gpuprofd/grafana/{rel}"),
         ));
     }
     for (from, to) in &files {

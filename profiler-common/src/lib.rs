@@ -52,6 +52,11 @@ pub mod maps {
     /// `Array<u32>` of length 1: where launches go, [`crate::LAUNCHES_TO_RING`] (a record each,
     /// the default) or [`crate::LAUNCHES_COUNTED`] (counted in [`LAUNCH_COUNTS`]).
     pub const LAUNCH_MODE: &str = "LAUNCH_MODE";
+    /// `Array<u32>` of length 1: [`crate::GATE_OPEN`] (the default) or [`crate::GATE_SHUT`].
+    /// Shut, a counted launch is neither counted nor recorded: the duty cycle opens it once
+    /// a window's links are all in place and shuts it before they go, so that the window's
+    /// length is the daemon's two writes apart, whatever the attach and detach calls take.
+    pub const LAUNCH_GATE: &str = "LAUNCH_GATE";
     /// Per-CPU `u64` counters of the probes' rare paths, indexed by [`crate::fault`]: what they
     /// could not do as asked. Counted, never logged (a probe on a hot path must not format
     /// text); the daemon reports them as `probe_faults`.
@@ -300,6 +305,11 @@ pub const LAUNCHES_TO_RING: u32 = 0;
 /// Launch mode: launches are counted per process and configuration in
 /// [`maps::LAUNCH_COUNTS`]; no record per launch.
 pub const LAUNCHES_COUNTED: u32 = 1;
+
+/// [`maps::LAUNCH_GATE`]: counted launches count (the default: no duty cycle).
+pub const GATE_OPEN: u32 = 0;
+/// [`maps::LAUNCH_GATE`]: counted launches are let go (outside a duty cycle's window).
+pub const GATE_SHUT: u32 = 1;
 
 /// Key of [`maps::LAUNCH_COUNTS`]: a process and a launch configuration. A runtime launch's
 /// key has no caller (it differs per call site of the program and would multiply the

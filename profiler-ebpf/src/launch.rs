@@ -87,8 +87,12 @@ pub(crate) fn count_launch(
 #[inline(always)]
 pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, runtime: bool, pt: u64, body: LaunchBody) {
     let mut now = 0;
-    let counted = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED)
-        && count_launch(api, runtime, pt, &mut now, &body);
+    let counting = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED);
+    // Outside a duty cycle's window (its links still going in, or on their way out).
+    if counting && matches!(LAUNCH_GATE.get(0), Some(&g) if g == GATE_SHUT) {
+        return;
+    }
+    let counted = counting && count_launch(api, runtime, pt, &mut now, &body);
     if !counted {
         if now == 0 {
             // SAFETY: plain helper call.

@@ -33,10 +33,10 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
-    FILTER_TREE as MODE_TREE, GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED, LaunchBody,
-    LaunchCount, LaunchKey, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP, NameBody,
-    PENDING_ENTRY_ONLY, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE, Pending, PyProc,
-    Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
+    FILTER_TREE as MODE_TREE, GATE_SHUT, GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED,
+    LaunchBody, LaunchCount, LaunchKey, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP,
+    NameBody, PENDING_ENTRY_ONLY, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE,
+    Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
     cookie::{self, Cookie},
     dir, fault, flags, kind, memkind, memop, stackflags,
 };

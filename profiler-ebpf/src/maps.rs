@@ -88,6 +88,8 @@ impl<T> TaskStorage<T> {
 
 #[map(name = "LAUNCH_MODE")]
 pub(crate) static LAUNCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
+#[map(name = "LAUNCH_GATE")]
+pub(crate) static LAUNCH_GATE: Array<u32> = Array::with_max_entries(1, 0);
 /// Sized for the distinct (process, kernel, configuration, stream) tuples a node's live
 /// processes launch within one read period of the daemon; past that, launches go to the ring.
 #[map(name = "LAUNCH_COUNTS")]

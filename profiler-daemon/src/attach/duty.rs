@@ -26,6 +26,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The probes' gate on counted launches (the session gives the capture stage's): shut, a
+/// launch that reaches a probe is let go uncounted. Opened once a window's links are all in
+/// place and shut before they go, it makes a window last exactly from one write to the other,
+/// whatever the attach and detach calls take (they had made the estimates read 8 % high: a
+/// link's breakpoints go in and out somewhere inside calls of milliseconds).
+pub trait Gate: Send {
+    /// Opens or shuts it; the time it did (monotonic ns), taken so that the time between an
+    /// opening and a shutting holds every launch counted.
+    fn set(&mut self, open: bool) -> Result<u64, String>;
+}
+
 /// Window and period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DutyCycle {
@@ -108,24 +119,20 @@ impl LaunchSites {
     }
 
     /// Links every site: the runtime's entries first, then the driver's, each group at once
-    /// from threads of its own (one after another, the first link of a window stood in place
-    /// for the others' attach time, which the window's attached time cannot say: the steady
-    /// test read 8 % too many launches). The links made, with whether each is a runtime's and
-    /// when it was in place (ns), and the errors (a site that failed is retried next window).
+    /// from threads of its own (the window opens when the last is in place: made one after
+    /// another, they would take the sum of their times). The links made, with whether each
+    /// is a runtime's, and the errors (a site that failed is retried next window).
     fn attach(&self) -> (Links, Vec<String>) {
         let sites = self.0.lock().expect("launch sites poisoned");
         let mut links = Links::default();
         let mut errors = Vec::new();
         for runtime in [true, false] {
             let group: Vec<&Site> = sites.iter().filter(|s| s.runtime == runtime).collect();
-            let made: Vec<Result<(OwnedFd, u64), String>> = std::thread::scope(|sc| {
+            let made: Vec<Result<OwnedFd, String>> = std::thread::scope(|sc| {
                 let handles: Vec<_> = group
                     .iter()
                     .map(|s| {
                         sc.spawn(move || {
-                            // The kernel installs the breakpoints during the call: count the
-                            // link from the call's middle.
-                            let called = crate::sys::clock::monotonic_ns();
                             let path =
                                 PathBuf::from(format!("/proc/self/fd/{}", s.file.as_raw_fd()));
                             super::multi::attach(
@@ -136,10 +143,6 @@ impl LaunchSites {
                                 false,
                                 0,
                             )
-                            .map(|l| {
-                                let done = crate::sys::clock::monotonic_ns();
-                                (l, called + (done - called) / 2)
-                            })
                             .map_err(|e| e.to_string())
                         })
                     })
@@ -154,7 +157,7 @@ impl LaunchSites {
             });
             for m in made {
                 match m {
-                    Ok((l, at)) => links.0.push((l, runtime, at)),
+                    Ok(l) => links.0.push((l, runtime)),
                     Err(e) => errors.push(e),
                 }
             }
@@ -171,20 +174,13 @@ impl LaunchSites {
     }
 }
 
-/// The launch links of a window: each with whether it is a runtime's and when it was in place.
+/// The launch links of a window: each with whether it is a runtime's.
 #[derive(Default)]
-struct Links(Vec<(OwnedFd, bool, u64)>);
+struct Links(Vec<(OwnedFd, bool)>);
 
 impl Links {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    /// When the window began: the mean of the links' times in place (each site counts from
-    /// its own link; the launches of a site attached later are fewer by as much).
-    fn since(&self) -> Option<u64> {
-        let n = self.0.len() as u64;
-        (n > 0).then(|| self.0.iter().map(|(_, _, t)| t / n).sum())
     }
 
     /// Unlinks every link: the driver's all at once (each close removes its breakpoints at
@@ -194,9 +190,9 @@ impl Links {
     fn unlink(&mut self) {
         let (rt, drv): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
             .into_iter()
-            .partition(|(_, runtime, _)| *runtime);
-        super::multi::release(drv.into_iter().map(|(l, ..)| l).collect());
-        super::multi::release(rt.into_iter().map(|(l, ..)| l).collect());
+            .partition(|(_, runtime)| *runtime);
+        super::multi::release(drv.into_iter().map(|(l, _)| l).collect());
+        super::multi::release(rt.into_iter().map(|(l, _)| l).collect());
     }
 }
 
@@ -286,7 +282,23 @@ pub fn run(
     control: DutyControl,
     windows: tokio::sync::mpsc::UnboundedSender<WindowBody>,
     stop: Arc<AtomicBool>,
+    gate: Box<dyn Gate>,
 ) {
+    let gate = std::cell::RefCell::new(gate);
+    // Opens or shuts the gate: when. (A gate that cannot be set is warned about once; the
+    // window then counts from the daemon's side of the calls, as the time read here.)
+    let warned = std::cell::Cell::new(false);
+    let set_gate = |open: bool| -> u64 {
+        gate.borrow_mut().set(open).unwrap_or_else(|e| {
+            if !warned.replace(true) {
+                tracing::warn!(
+                    "the launch probes' gate cannot be set ({e}): the windows' \
+                                lengths include their links' attach and detach times"
+                );
+            }
+            crate::sys::clock::monotonic_ns()
+        })
+    };
     let mut phase = Phase::new();
     let mut links = Links::default();
     let slack = duty.period - duty.window;
@@ -311,6 +323,7 @@ pub fn run(
     };
     let link = |links: &mut Links| {
         let t = Instant::now();
+        set_gate(false);
         let (made, errors) = sites.attach();
         let mut cost = control.cost.lock().expect("cycle cost poisoned");
         CycleCost::push(&mut cost.attach_us, t.elapsed());
@@ -319,13 +332,12 @@ pub fn run(
             tracing::warn!(errors = ?errors, "launch probes not attached for this window");
         }
         *links = made;
+        let on = set_gate(true);
         control.attached.store(true, Ordering::Relaxed);
-        links
-            .since()
-            .unwrap_or_else(crate::sys::clock::monotonic_ns)
+        on
     };
     let unlink_timed = |links: &mut Links| {
-        let off = crate::sys::clock::monotonic_ns();
+        let off = set_gate(false);
         control.attached.store(false, Ordering::Relaxed);
         let t = Instant::now();
         links.unlink();
@@ -397,11 +409,15 @@ pub fn run(
     }
     // Stopped mid-period: the part of the period so far is the last window (its launches were
     // counted and are read after it).
-    let now_ns = crate::sys::clock::monotonic_ns();
+    let still = !links.is_empty();
+    let now_ns = if still {
+        set_gate(false)
+    } else {
+        crate::sys::clock::monotonic_ns()
+    };
     if let Some(on) = on_ns.take() {
         attached_ns += now_ns.saturating_sub(on);
     }
-    let still = !links.is_empty();
     control.attached.store(false, Ordering::Relaxed);
     links.unlink();
     let _ = windows.send(window_of(

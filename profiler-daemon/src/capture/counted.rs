@@ -15,8 +15,8 @@ use super::{Batch, CaptureError};
 use aya::Ebpf;
 use aya::maps::{Array, MapData};
 use profiler_common::{
-    Header, LAUNCHES_COUNTED, LAUNCHES_TO_RING, LaunchCount, LaunchKey, LaunchesBody, Record,
-    decode::encode, flags, kind, maps,
+    GATE_OPEN, GATE_SHUT, Header, LAUNCHES_COUNTED, LAUNCHES_TO_RING, LaunchCount, LaunchKey,
+    LaunchesBody, Record, decode::encode, flags, kind, maps,
 };
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -77,6 +77,44 @@ impl LaunchMode {
 
     pub fn counting(&self) -> bool {
         self.counting
+    }
+}
+
+/// The duty cycle's gate on counted launches ([`maps::LAUNCH_GATE`]): shut while its links go
+/// in and out, open for the window, so that a window lasts exactly from one write to the other.
+pub struct LaunchGate(Array<MapData, u32>);
+
+impl LaunchGate {
+    /// Takes the gate out of the object (open, as the probes start).
+    pub fn take(ebpf: &mut Ebpf) -> Result<LaunchGate, CaptureError> {
+        let map = ebpf
+            .take_map(maps::LAUNCH_GATE)
+            .ok_or(CaptureError::MissingMap {
+                name: maps::LAUNCH_GATE,
+            })?;
+        Array::try_from(map)
+            .map(LaunchGate)
+            .map_err(|source| CaptureError::Map {
+                name: maps::LAUNCH_GATE,
+                source,
+            })
+    }
+
+    /// Opens (`true`) or shuts the gate, and returns the time it did (monotonic ns: the
+    /// records' clock), read right before an opening write and right after a shutting one, so
+    /// that the time between them holds every launch counted (a write takes microseconds).
+    pub fn set(&mut self, open: bool) -> Result<u64, CaptureError> {
+        let v = if open { GATE_OPEN } else { GATE_SHUT };
+        let before = crate::sys::clock::monotonic_ns();
+        self.0.set(0, v, 0).map_err(|source| CaptureError::Map {
+            name: maps::LAUNCH_GATE,
+            source,
+        })?;
+        Ok(if open {
+            before
+        } else {
+            crate::sys::clock::monotonic_ns()
+        })
     }
 }
 

@@ -459,6 +459,12 @@ pub async fn run(
     }
 }
 
+impl crate::attach::duty::Gate for capture::counted::LaunchGate {
+    fn set(&mut self, open: bool) -> Result<u64, String> {
+        capture::counted::LaunchGate::set(self, open).map_err(|e| e.to_string())
+    }
+}
+
 /// Starts the launch probes' duty cycle on a thread of its own, when the setup kept their sites
 /// for it: the windows' receiver for the reader, and what the session shares with the cycle.
 #[allow(clippy::type_complexity)]
@@ -471,7 +477,7 @@ fn start_duty(
     ),
     SessionError,
 > {
-    let Some((cycle, sites)) = probes.duty.take() else {
+    let Some((cycle, sites, gate)) = probes.duty.take() else {
         return Ok((None, None));
     };
     let (wtx, wrx) = mpsc::unbounded_channel();
@@ -481,7 +487,9 @@ fn start_duty(
         let (control, stop) = (control.clone(), stop.clone());
         std::thread::Builder::new()
             .name("gpuprofd-duty".into())
-            .spawn(move || crate::attach::duty::run(cycle, sites, control, wtx, stop))
+            .spawn(move || {
+                crate::attach::duty::run(cycle, sites, control, wtx, stop, Box::new(gate))
+            })
             .map_err(|e| SessionError::Internal(format!("cannot start the duty cycle: {e}")))?
     };
     probes.duty_thread = Some((stop, thread));

@@ -33,8 +33,9 @@ pub(super) struct Probes {
     /// What a driver launch stands for when a runtime called it (one trap per launch), as
     /// the attach says; read by the ring reader.
     pub seen_at_driver: SeenAtDriver,
-    /// The duty cycle and the launch probes' sites kept for its windows (taken at the start).
-    pub duty: Option<(DutyCycle, LaunchSites)>,
+    /// The duty cycle, the launch probes' sites kept for its windows and the gate on their
+    /// counts (taken at the start).
+    pub duty: Option<(DutyCycle, LaunchSites, capture::counted::LaunchGate)>,
     /// The running cycle: its stop flag and thread (stopped before the reader's last drain).
     pub duty_thread: Option<(
         std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -156,6 +157,12 @@ impl Probes {
                 (Some(capture::Counting::new(counts, period)), Some(mode))
             }
             None => (None, None),
+        };
+        let duty = match duty {
+            Some((cycle, sites)) => {
+                Some((cycle, sites, capture::counted::LaunchGate::take(&mut ebpf)?))
+            }
+            None => None,
         };
         let seen_at_driver = SeenAtDriver::default();
         publish(&attacher, &seen_at_driver);

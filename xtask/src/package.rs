@@ -96,7 +96,8 @@ fn doc_files() -> Result<Vec<PathBuf>> {
 }
 
 /// The install kit target/dist/gpuprofd-VERSION-x86_64-linux/ from `bin`, its .tar.gz beside
-/// it, and the .deb beside that ([`deb`]). Returns the kit's directory.
+/// it, the .deb beside that ([`deb`]) and the OCI image ([`crate::image::image`]). Returns the
+/// kit's directory.
 pub fn dist(bin: &Path) -> Result<PathBuf> {
     let name = format!("gpuprofd-{}-x86_64-linux", env!("CARGO_PKG_VERSION"));
     let out = root().join("target/dist");
@@ -139,13 +140,16 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         .arg(&out)
         .arg(&name))?;
     let deb = deb(&dir, &out)?;
+    let image = crate::image::image(&dir, &out)?;
     eprintln!(
         "xtask: dist kit in {} and {}; install with `sudo {}/install.sh`, then \
-         `systemctl enable --now gpuprofd`; Debian package {} (`sudo dpkg -i`)",
+         `systemctl enable --now gpuprofd`; Debian package {} (`sudo dpkg -i`); OCI image {} \
+         (and .tar: deploy/kubernetes/ says how to use it)",
         dir.display(),
         tarball.display(),
         dir.display(),
-        deb.display()
+        deb.display(),
+        image.display()
     );
     Ok(dir)
 }

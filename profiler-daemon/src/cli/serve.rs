@@ -57,7 +57,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_state: bool,
     /// When the node lacks what the probes need (BTF, the uprobe PMU, the privilege to load
-    /// BPF), say so and wait this long (or until SIGTERM) before exiting with status 10 (6 for
+    /// BPF), say so and wait this long (or until SIGTERM) before exiting with status 14 (6 for
     /// privilege), so that a supervisor that restarts at once (a Kubernetes pod's first
     /// restarts) does not restart faster. deploy/kubernetes/ sets 60s.
     #[arg(long, value_parser = crate::sys::duration::parse_duration_or_zero,

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Exit status of a service that stopped for want of a kernel feature: a restart cannot help.
-pub const EXIT_UNMET: u8 = 10;
+pub const EXIT_UNMET: u8 = 14;
 /// Exit status of a service that stopped for want of privilege (as a refused attach).
 pub const EXIT_PRIVILEGE: u8 = 6;
 

@@ -533,8 +533,7 @@ impl Bundle {
         };
         // SAFETY: getrlimit writes into a valid rlimit.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
-        p["rlimits"] =
-            json!([{"type": "RLIMIT_NOFILE", "hard": rl.rlim_max, "soft": rl.rlim_max}]);
+        p["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": rl.rlim_max, "soft": rl.rlim_max}]);
         spec["root"]["readonly"] = json!(sc["readOnlyRootFilesystem"] == true);
         // hostPID: the host's PID namespace (no pid namespace of its own); no hostNetwork: a
         // network namespace of its own, as a pod's.
@@ -698,13 +697,33 @@ fn the_service_in_the_image_counts_a_host_process() {
     let mut err = Lines::new(child.stderr.take().unwrap());
     err.wait_for("the service's ready line", |l| l.contains("ready:"));
     let pid = b.pid();
-    // A process of the host, outside the container: found through /proc/PID/map_files.
+    // A process of the host, outside the container: its libraries are found through
+    // /proc/PID/map_files (the configuration reads no linker cache), attached once it maps
+    // them; its calls after that are counted.
     let mut w = Workload::start();
-    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 2"]);
     let socket = PathBuf::from(format!("/proc/{pid}/root/run/gpuprofd.sock"));
+    let libs: Vec<String> = ["libcuda.so.1", "libcudart.so.12"]
+        .iter()
+        .map(|l| fakecuda().join("lib").join(l).display().to_string())
+        .collect();
+    snapshot_until(
+        &daemon_bin(),
+        &socket,
+        "the workload's libraries attached",
+        |s| {
+            libs.iter().all(|l| {
+                s["libraries"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|x| x["path"] == l.as_str() && x["probes"].as_u64() > Some(0))
+                })
+            })
+        },
+    );
+    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 2"]);
     let snap = snapshot_when(&daemon_bin(), &socket, w.tgid, 7);
     let p = process(&snap, w.tgid);
     assert_eq!(kernel_calls(p, GEMM), 7);
+    assert_eq!(copies(p, "h2d").unwrap()["bytes"], 8192);
     // The readiness probe's request, from inside the pod's network namespace.
     let code = ok(Command::new("nsenter")
         .args([
@@ -732,7 +751,7 @@ fn the_service_in_the_image_counts_a_host_process() {
 fn a_node_without_btf_is_named_in_the_log_and_the_exit_waits() {
     require_bpf();
     let missing = "this node lacks /sys/kernel/btf/vmlinux (the kernel's BTF type information)";
-    // The DaemonSet's service with a short delay: the log names what is missing; status 10
+    // The DaemonSet's service with a short delay: the log names what is missing; status 14
     // after the delay.
     let b = Bundle::new(
         "base",
@@ -748,7 +767,7 @@ fn a_node_without_btf_is_named_in_the_log_and_the_exit_waits() {
     let t = Instant::now();
     let (rc, out, err) = output(&mut b.command(&container_id("nobtf")));
     let took = t.elapsed();
-    assert_eq!(rc, 10, "{out}{err}");
+    assert_eq!(rc, 14, "{out}{err}");
     assert!(err.contains(missing), "{err}");
     assert!(err.contains("check=\"btf\""), "{err}");
     assert!(!err.contains("check=\"uprobe_pmu\""), "{err}");
@@ -757,7 +776,7 @@ fn a_node_without_btf_is_named_in_the_log_and_the_exit_waits() {
         "exited after {took:?}, before its 2 s delay"
     );
 
-    // The DaemonSet's own 60 s: a pod deleted meanwhile (SIGTERM) exits at once, still 10.
+    // The DaemonSet's own 60 s: a pod deleted meanwhile (SIGTERM) exits at once, still 14.
     let b = Bundle::new("base", None, &["/sys/kernel/btf"]);
     let id = container_id("nobtf-term");
     let mut child = b
@@ -774,7 +793,7 @@ fn a_node_without_btf_is_named_in_the_log_and_the_exit_waits() {
     let (rc, out, e) = b.runc(&["kill", &id, "TERM"]);
     assert_eq!(rc, 0, "{out}{e}");
     let st = wait_bounded(&mut child);
-    assert_eq!(st.code(), Some(10));
+    assert_eq!(st.code(), Some(14));
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     let _ = b.runc(&["delete", "-f", &id]);
 

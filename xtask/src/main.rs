@@ -45,8 +45,8 @@ enum Cmd {
     },
     /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
     /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, gpuprofd-metrics.socket,
-    /// least-privilege.conf, config.toml, install.sh, README.md), the same as a .tar.gz beside
-    /// it, the Debian package target/dist/gpuprofd_VERSION_amd64.deb, and the OCI image
+    /// least-privilege.conf, config.toml, install.sh, README.md, docs/, deploy/), the same as a
+    /// .tar.gz beside it, the Debian package target/dist/gpuprofd_VERSION_amd64.deb, and the OCI image
     /// target/dist/gpuprofd-VERSION-oci/ (an image layout; gpuprofd-VERSION-oci.tar beside it)
     /// made of Debian's libc6 (apt-get download) and the kit's binary.
     Dist,

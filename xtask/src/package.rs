@@ -116,6 +116,11 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         copy(&root().join("scripts/dist").join(f), &dir.join(f))?;
     }
     copy(&root().join("README.md"), &dir.join("README.md"))?;
+    // The Kubernetes manifests, for `kubectl apply -k deploy/kubernetes/base` from the kit.
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(root().join("deploy"))
+        .arg(dir.join("deploy")))?;
     // The README links into docs/: the kit carries them, to be installed beside it.
     for p in doc_files()? {
         copy(&p, &dir.join("docs").join(p.file_name().expect("a file")))?;

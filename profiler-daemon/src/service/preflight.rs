@@ -32,8 +32,9 @@ pub fn unmet(root: &Path, may_load_bpf: bool) -> Vec<Unmet> {
         out.push(Unmet {
             check: "btf",
             missing: "/sys/kernel/btf/vmlinux (the kernel's BTF type information)".into(),
-            fix: "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y (every major distribution's \
-                  since 2020/2021); in a container, the node's /sys must be visible",
+            fix: "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y (the distribution kernels of \
+                  Debian 11, Ubuntu 20.10 and RHEL 8.2 and later are); in a container, the \
+                  node's /sys must be visible",
         });
     }
     if !root

@@ -185,8 +185,21 @@ pub fn image(kit: &Path, out: &Path) -> Result<PathBuf> {
             std::fs::remove_dir_all(d).with_context(|| format!("removing {}", d.display()))?;
         }
     }
-    let pkgs = closure(&ROOT_PACKAGES)?;
-    for deb in debs(&pkgs)? {
+    // apt's package lists may be missing on a fresh machine: read them once, then try again.
+    let fetch = || -> Result<(Vec<String>, Vec<PathBuf>)> {
+        let pkgs = closure(&ROOT_PACKAGES)?;
+        let files = debs(&pkgs)?;
+        Ok((pkgs, files))
+    };
+    let (pkgs, files) = match fetch() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("xtask: {e:#}; running apt-get update and trying again");
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            fetch()?
+        }
+    };
+    for deb in files {
         run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&rootfs))?;
     }
     let put = |to: &str, from: &Path, mode: u32| -> Result<()> {

@@ -462,6 +462,17 @@ struct Bundle {
     dir: TempDir,
     /// The capabilities granted that this machine withholds from the tests too.
     withheld: Vec<String>,
+    /// Containers run from it: deleted (killed first) when it goes, so that a failed test
+    /// leaves no daemon behind with its probes attached.
+    ids: std::cell::RefCell<Vec<String>>,
+}
+
+impl Drop for Bundle {
+    fn drop(&mut self) {
+        for id in self.ids.borrow().iter() {
+            let _ = self.runc(&["delete", "-f", id]);
+        }
+    }
 }
 
 impl Bundle {
@@ -580,7 +591,11 @@ impl Bundle {
             serde_json::to_vec_pretty(&spec).unwrap(),
         )
         .unwrap();
-        Bundle { dir, withheld }
+        Bundle {
+            dir,
+            withheld,
+            ids: Default::default(),
+        }
     }
 
     fn bundle(&self) -> PathBuf {
@@ -589,6 +604,7 @@ impl Bundle {
 
     /// `runc run` in the foreground, stdout and stderr piped; its own state directory.
     fn command(&self, id: &str) -> Command {
+        self.ids.borrow_mut().push(id.to_owned());
         let mut c = Command::new("runc");
         c.arg("--root")
             .arg(self.dir.path().join("runc"))
@@ -744,7 +760,6 @@ fn the_service_in_the_image_counts_a_host_process() {
     assert_eq!(rc, 0, "{out}{e}");
     let st = wait_bounded(&mut child);
     assert_eq!(st.code(), Some(0), "{:?}", err.rest());
-    let _ = b.runc(&["delete", "-f", &id]);
 }
 
 #[test]
@@ -795,7 +810,6 @@ fn a_node_without_btf_is_named_in_the_log_and_the_exit_waits() {
     let st = wait_bounded(&mut child);
     assert_eq!(st.code(), Some(14));
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-    let _ = b.runc(&["delete", "-f", &id]);
 
     // doctor in the same container says the same.
     let b = Bundle::new(

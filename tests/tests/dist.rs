@@ -48,6 +48,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "README.md",
             "bin",
             "config.toml",
+            "deploy",
             "docs",
             "gpuprofd-metrics.socket",
             "gpuprofd.1",
@@ -140,7 +141,7 @@ fn the_kit_installs_where_the_unit_expects_it() {
         "ProtectSystem=strict",
         "StateDirectory=gpuprofd",
         "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_RESOURCE CAP_SYS_PTRACE CAP_DAC_READ_SEARCH",
-        "RestartPreventExitStatus=6",
+        "RestartPreventExitStatus=6 14",
         // Ceilings sized from docs/PERFORMANCE.md (the unit says how).
         "CPUQuota=50%",
         "MemoryHigh=512M",

@@ -7,6 +7,7 @@ mod bench_traps;
 mod bpfstats;
 mod cpucap;
 mod debian;
+mod image;
 mod neighbour;
 mod package;
 mod reliability;
@@ -45,8 +46,10 @@ enum Cmd {
     },
     /// Build the release binary and a systemd install kit: target/dist/gpuprofd-VERSION-x86_64-linux/
     /// (bin/gpuprofd, gpuprofd.service, gpuprofd.socket, gpuprofd-metrics.socket,
-    /// least-privilege.conf, config.toml, install.sh, README.md), the same as a .tar.gz beside
-    /// it, and the Debian package target/dist/gpuprofd_VERSION_amd64.deb.
+    /// least-privilege.conf, config.toml, install.sh, README.md, docs/, deploy/), the same as a
+    /// .tar.gz beside it, the Debian package target/dist/gpuprofd_VERSION_amd64.deb, and the OCI image
+    /// target/dist/gpuprofd-VERSION-oci/ (an image layout; gpuprofd-VERSION-oci.tar beside it)
+    /// made of Debian's libc6 (apt-get download) and the kit's binary.
     Dist,
     /// Run every fuzz target (fuzz/, cargo-fuzz on nightly) for SECONDS each, from the seeds in
     /// fuzz/corpus; a crash fails it and leaves its input in fuzz/artifacts/TARGET/.

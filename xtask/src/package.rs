@@ -122,7 +122,8 @@ fn grafana_files() -> Result<Vec<(PathBuf, String)>> {
 }
 
 /// The install kit target/dist/gpuprofd-VERSION-x86_64-linux/ from `bin`, its .tar.gz beside
-/// it, and the .deb beside that ([`deb`]). Returns the kit's directory.
+/// it, the .deb beside that ([`deb`]) and the OCI image ([`crate::image::image`]). Returns the
+/// kit's directory.
 pub fn dist(bin: &Path) -> Result<PathBuf> {
     let name = format!("gpuprofd-{}-x86_64-linux", env!("CARGO_PKG_VERSION"));
     let out = root().join("target/dist");
@@ -141,6 +142,11 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         copy(&root().join("scripts/dist").join(f), &dir.join(f))?;
     }
     copy(&root().join("README.md"), &dir.join("README.md"))?;
+    // The Kubernetes manifests, for `kubectl apply -k deploy/kubernetes/base` from the kit.
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(root().join("deploy"))
+        .arg(dir.join("deploy")))?;
     // The README links into docs/: the kit carries them, to be installed beside it.
     for p in doc_files()? {
         copy(&p, &dir.join("docs").join(p.file_name().expect("a file")))?;
@@ -177,13 +183,16 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         .arg(&out)
         .arg(&name))?;
     let deb = deb(&dir, &out)?;
+    let image = crate::image::image(&dir, &out)?;
     eprintln!(
         "xtask: dist kit in {} and {}; install with `sudo {}/install.sh`, then \
-         `systemctl enable --now gpuprofd`; Debian package {} (`sudo dpkg -i`)",
+         `systemctl enable --now gpuprofd`; Debian package {} (`sudo dpkg -i`); OCI image {} \
+         (and .tar: deploy/kubernetes/ says how to use it)",
         dir.display(),
         tarball.display(),
         dir.display(),
-        deb.display()
+        deb.display(),
+        image.display()
     );
     Ok(dir)
 }

@@ -55,7 +55,8 @@ const HINT_PERF_EVENT: &str = "Without uprobe_multi links (Linux 6.6+) gpuprofd 
     (CAP_PERFMON is not enough): run gpuprofd as root with CAP_SYS_ADMIN. For the systemd \
     service, delete the least-privilege drop-in \
     /etc/systemd/system/gpuprofd.service.d/least-privilege.conf and run `systemctl \
-    daemon-reload` (`gpuprofd doctor` checks this machine)";
+    daemon-reload`; on Kubernetes, deploy deploy/kubernetes/kernel-before-6.6 (`gpuprofd \
+    doctor` checks this machine)";
 const HINT_REFUSED_ANYWAY: &str = "The kernel refused perf-event uprobes although gpuprofd has \
     CAP_SYS_ADMIN: a security policy (SELinux, AppArmor, kernel lockdown) or a sandbox forbids \
     them here (`gpuprofd doctor` checks this machine)";

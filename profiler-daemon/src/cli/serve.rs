@@ -56,6 +56,13 @@ pub struct ServeArgs {
     /// Neither read nor write the state directory (layouts are learned afresh each run).
     #[arg(long)]
     pub no_state: bool,
+    /// When the node lacks what the probes need (BTF, the uprobe PMU, the privilege to load
+    /// BPF), say so and wait this long (or until SIGTERM) before exiting with status 14 (6 for
+    /// privilege), so that a supervisor that restarts at once (a Kubernetes pod's first
+    /// restarts) does not restart faster. deploy/kubernetes/ sets 60s.
+    #[arg(long, value_parser = crate::sys::duration::parse_duration_or_zero,
+          default_value = "0", value_name = "DURATION")]
+    pub fail_delay: std::time::Duration,
 }
 
 pub(super) fn serve(a: &ServeArgs) -> ExitCode {
@@ -101,6 +108,23 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
             file = %source.path().display(),
             "no configuration file; running on defaults and flags"
         );
+    }
+    let unmet = crate::service::preflight::unmet(
+        std::path::Path::new("/"),
+        crate::service::preflight::may_load_bpf(),
+    );
+    if !unmet.is_empty() {
+        for u in &unmet {
+            tracing::error!(check = u.check, "this node lacks {}: {}", u.missing, u.fix);
+        }
+        let status = crate::service::preflight::exit_status(&unmet);
+        tracing::error!(
+            status,
+            delay = ?a.fail_delay,
+            "gpuprofd cannot capture on this node (`gpuprofd doctor` checks everything); exiting"
+        );
+        crate::service::preflight::wait_before_exit(a.fail_delay);
+        return ExitCode::from(status);
     }
     if let Some(addr) = cfg.metrics_addr()
         && !addr.ip().is_loopback()

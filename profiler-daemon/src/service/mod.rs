@@ -9,6 +9,7 @@ pub mod ctl;
 pub mod http;
 pub mod notify;
 pub mod peer;
+pub mod preflight;
 
 use config::{Config, Overrides, Source};
 use std::sync::atomic::{AtomicU64, Ordering};

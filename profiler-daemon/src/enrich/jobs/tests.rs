@@ -337,3 +337,27 @@ fn labels() {
     );
     assert_eq!(a.key(), "slurm:12");
 }
+
+/// Another pod as the DaemonSet's daemon sees it (deploy/kubernetes): on cgroup v2 a container
+/// has a cgroup namespace of its own, so other pods' paths are relative to the daemon's own
+/// container, `..` first. With the systemd cgroup driver the slice names still carry the pod's
+/// uid, whether the pod is of another QoS class or of the same one.
+#[test]
+fn another_pod_seen_from_the_daemonsets_cgroup_namespace() {
+    let cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let uid = "5b1d2f3a-7c6e-4d2b-9a1e-0f2b3c4d5e6f";
+    let u = uid.replace('-', "_");
+    let want = Some((s("kubernetes"), s(uid), None, Some(s(cid))));
+    assert_eq!(
+        j(&format!(
+            "/../../../kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{cid}.scope"
+        )),
+        want
+    );
+    assert_eq!(
+        j(&format!(
+            "/../../kubepods-besteffort-pod{u}.slice/cri-containerd-{cid}.scope"
+        )),
+        want
+    );
+}

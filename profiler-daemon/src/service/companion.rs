@@ -2,13 +2,15 @@
 //! the service's `metrics.listen`), and in service mode the control socket, configuration
 //! reloads (SIGHUP, `gpuprofd ctl reload`) and systemd's readiness and watchdog. It binds its
 //! sockets before the session starts (a busy port fails before anything is attached) and
-//! answers from the session's [`Queries`] once the probes are attached.
+//! answers from the session's [`Queries`] once the probes are attached. With `[otlp]` (or
+//! `--otlp`) it also pushes the same figures to an OpenTelemetry Collector.
 
 use super::Service;
 use super::activation::{self, MetricsSocket};
 use super::ctl::{self, BindError};
 use super::http::{self, Page};
-use crate::output::prometheus;
+use crate::model::snapshot::Report;
+use crate::output::{otlp, prometheus};
 use crate::session::{Companion, Queries};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +57,10 @@ pub struct Beside {
     /// The task that reloads on SIGHUP and `ctl reload`: stopped when the session stops (a
     /// reload then would tell systemd "ready" again after "stopping").
     reloader: Option<tokio::task::JoinHandle<()>>,
+    /// Where to push the figures over OTLP (the service's `[otlp]`, or `--otlp`).
+    otlp: Option<otlp::Settings>,
+    /// The OTLP push, once the session answers questions.
+    pusher: Option<Arc<otlp::Pusher>>,
 }
 
 impl Beside {
@@ -112,6 +118,8 @@ impl Beside {
             streaming: Arc::new(AtomicUsize::new(0)),
             queries: None,
             reloader: None,
+            otlp: None,
+            pusher: None,
         })
     }
 
@@ -121,17 +129,52 @@ impl Beside {
         self
     }
 
+    /// Pushes the figures over OTLP to `s` (`None`: no push).
+    pub fn otlp(mut self, s: Option<otlp::Settings>) -> Beside {
+        self.otlp = s;
+        self
+    }
+
+    /// Starts the OTLP push from `queries`. A push that cannot start is logged; the capture
+    /// goes on.
+    fn start_otlp(&mut self, s: &otlp::Settings, queries: Queries) {
+        let handle = tokio::runtime::Handle::current();
+        let svc = self.svc.clone();
+        let per_process = self.per_process;
+        // Asked on the exporter's own thread, once per push; bounded, so that a session that
+        // cannot answer delays one push, not the capture.
+        let source: otlp::push::Source = Box::new(move || {
+            handle.block_on(async {
+                let input = metrics_input(&queries, svc.as_deref(), per_process);
+                tokio::time::timeout(Duration::from_secs(5), input)
+                    .await
+                    .ok()
+                    .flatten()
+            })
+        });
+        match otlp::Pusher::start(s, source) {
+            Ok(p) => self.pusher = Some(Arc::new(p)),
+            Err(e) => tracing::error!(error = %e, "OTLP push not started; the capture goes on"),
+        }
+    }
+
     /// Serves `/metrics` and the dashboard from `queries`.
     fn serve_metrics(&mut self, listener: TcpListener, queries: Queries) {
         let served_at = listener.local_addr().ok();
         let svc = self.svc.clone();
         let per_process = self.per_process;
+        let pusher = self.pusher.clone();
         let page = move |page: Page| {
-            let (queries, svc) = (queries.clone(), svc.clone());
+            let (queries, svc, pusher) = (queries.clone(), svc.clone(), pusher.clone());
             async move {
                 match page {
                     Page::Dashboard => queries.dashboard().await,
-                    Page::Metrics => exposition(&queries, svc.as_deref(), per_process).await,
+                    Page::Metrics => {
+                        let (report, mut extra) =
+                            metrics_input(&queries, svc.as_deref(), per_process).await?;
+                        extra.otlp = pusher.map(|p| p.status());
+                        Some(prometheus::render(&report, &extra))
+                    }
                 }
             }
         };
@@ -173,7 +216,13 @@ impl Beside {
                 }
             }
         }));
-        let handler = handler(s.clone(), queries, reload_tx, self.streaming.clone());
+        let handler = handler(
+            s.clone(),
+            queries,
+            reload_tx,
+            self.streaming.clone(),
+            self.pusher.clone(),
+        );
         tokio::spawn(ctl::serve(listener, Arc::new(handler)));
         tracing::info!(socket = %path.display(), "control socket ready");
     }
@@ -181,6 +230,9 @@ impl Beside {
 
 impl Companion for Beside {
     fn started(&mut self, queries: Queries) {
+        if let Some(s) = self.otlp.clone() {
+            self.start_otlp(&s, queries.clone());
+        }
         if let Some(l) = self.metrics.take() {
             self.serve_metrics(l, queries.clone());
         }
@@ -202,7 +254,7 @@ impl Companion for Beside {
     }
 
     fn asks(&self) -> bool {
-        self.svc.is_some() || self.metrics_on
+        self.svc.is_some() || self.metrics_on || self.otlp.is_some()
     }
 
     fn alive_every(&self) -> Option<Duration> {
@@ -237,7 +289,27 @@ impl Companion for Beside {
         self.streaming.load(Ordering::SeqCst)
     }
 
+    fn finished(&mut self, report: &Report) {
+        let (Some(p), Some(q)) = (&self.pusher, &self.queries) else {
+            return;
+        };
+        let me = q.figures();
+        p.finish(report, |e| {
+            e.records_read = me.records_read;
+            e.launches_counted = me.launches_counted_in_kernel;
+            e.probes = me.probes;
+            e.bpf_maps = me.bpf_maps;
+            e.heap_in_use = me.heap_in_use_bytes;
+        });
+    }
+
     fn stopped(&mut self) {
+        // The last push (the final figures, after `finished`), bounded by its timeout. The
+        // SDK's shutdown waits on its reader thread: called from a thread of its own, never a
+        // runtime's.
+        if let Some(p) = self.pusher.take() {
+            let _ = std::thread::spawn(move || p.shutdown()).join();
+        }
         if let Some(p) = self.owned_socket.take() {
             let _ = std::fs::remove_file(p);
         }
@@ -278,8 +350,12 @@ async fn metrics_listener(m: MetricsSocket) -> Result<Option<TcpListener>, Compa
     }
 }
 
-/// The Prometheus exposition now.
-async fn exposition(queries: &Queries, svc: Option<&Service>, per_process: bool) -> Option<String> {
+/// The report and extras the figures are made of now (`/metrics`, OTLP).
+async fn metrics_input(
+    queries: &Queries,
+    svc: Option<&Service>,
+    per_process: bool,
+) -> Option<(Report, prometheus::Extra)> {
     let (top, grace, per_process) = match svc {
         Some(s) => {
             let c = s.config();
@@ -306,8 +382,9 @@ async fn exposition(queries: &Queries, svc: Option<&Service>, per_process: bool)
         heap_in_use: me.heap_in_use_bytes,
         top_kernels: top,
         per_process,
+        otlp: None,
     };
-    Some(prometheus::render(&report, &extra))
+    Some((report, extra))
 }
 
 /// Re-reads the service's configuration and applies what can change while running (the run
@@ -328,6 +405,7 @@ fn handler(
     queries: Queries,
     reload: mpsc::Sender<ReloadReply>,
     streaming: Arc<AtomicUsize>,
+    pusher: Option<Arc<otlp::Pusher>>,
 ) -> ctl::Handler {
     let (s1, s2, s3) = (svc.clone(), svc.clone(), svc);
     let (q1, q2, q3) = (queries.clone(), queries.clone(), queries);
@@ -337,7 +415,7 @@ fn handler(
             let q = q1.clone();
             Box::pin(async move { q.deep_start(req).await.map_err(|e| e.to_string()) })
         }),
-        status: Box::new(move || status(&s1, &q2)),
+        status: Box::new(move || status(&s1, &q2, pusher.as_deref())),
         snapshot: Box::new(move || {
             let q = q3.clone();
             Box::pin(async move { q.report().await.map(|report| ctl::Snapshot { report }) })
@@ -349,7 +427,7 @@ fn handler(
 }
 
 /// `status`: the service's part, the daemon's identity and the session's own figures.
-fn status(s: &Service, q: &Queries) -> serde_json::Value {
+fn status(s: &Service, q: &Queries, pusher: Option<&otlp::Pusher>) -> serde_json::Value {
     let mut v = s.status();
     if let Some(o) = v.as_object_mut() {
         o.insert("protocol".into(), ctl::PROTOCOL.into());
@@ -358,6 +436,11 @@ fn status(s: &Service, q: &Queries) -> serde_json::Value {
         o.insert("host".into(), crate::sys::kernel::hostname().into());
         if let Ok(serde_json::Value::Object(me)) = serde_json::to_value(q.figures()) {
             o.extend(me);
+        }
+        if let Some(p) = pusher
+            && let Ok(v) = serde_json::to_value(p.status())
+        {
+            o.insert("otlp".into(), v);
         }
     }
     v

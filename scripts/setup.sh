@@ -12,7 +12,8 @@
 #     promtool + prometheus from Debian's prometheus package, unpacked (not installed: no
 #     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both), and
 #     Perfetto's Python package in a venv there (the trace export test checks protobuf traces
-#     with Perfetto's own schema)
+#     with Perfetto's own schema), and OpenTelemetry's protobuf definitions in another (the
+#     OTLP push test decodes what gpuprofd sends with them)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -91,6 +92,16 @@ if [ -n "$TEST_TOOLS" ] && ! "$PERFETTO_PY" -c 'import perfetto.protos.perfetto.
   $SUDO mkdir -p "$TEST_TOOLS_DIR"
   $SUDO python3 -m venv "$TEST_TOOLS_DIR/perfetto"
   $SUDO "$PERFETTO_PY" -m pip install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
+fi
+
+# the OTLP push test (tests/tests/otlp.rs) decodes what gpuprofd sends with OpenTelemetry's own
+# protobuf definitions (tests/tools/otlp_receiver.py): PyPI's opentelemetry-proto and protobuf
+OTLP_PY="$TEST_TOOLS_DIR/otlp/bin/python3"
+if [ -n "$TEST_TOOLS" ] && ! "$OTLP_PY" -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' 2>/dev/null; then
+  log "installing OpenTelemetry's protobuf definitions (opentelemetry-proto) into $TEST_TOOLS_DIR/otlp"
+  $SUDO mkdir -p "$TEST_TOOLS_DIR"
+  $SUDO python3 -m venv "$TEST_TOOLS_DIR/otlp"
+  $SUDO "$OTLP_PY" -m pip install -q --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
 fi
 
 # the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly

@@ -293,14 +293,11 @@ impl Companion for Beside {
         let (Some(p), Some(q)) = (&self.pusher, &self.queries) else {
             return;
         };
-        let me = q.figures();
-        p.finish(report, |e| {
-            e.records_read = me.records_read;
-            e.launches_counted = me.launches_counted_in_kernel;
-            e.probes = me.probes;
-            e.bpf_maps = me.bpf_maps;
-            e.heap_in_use = me.heap_in_use_bytes;
-        });
+        // The model is gone: NVML's facts are the last push's (the pusher keeps them).
+        p.finish(
+            report,
+            extra(q, self.svc.as_deref(), self.per_process, Default::default()),
+        );
     }
 
     fn stopped(&mut self) {
@@ -356,24 +353,34 @@ async fn metrics_input(
     svc: Option<&Service>,
     per_process: bool,
 ) -> Option<(Report, prometheus::Extra)> {
-    let (top, grace, per_process) = match svc {
+    let (report, facts) = queries.metrics(grace(svc)).await?;
+    Some((report, extra(queries, svc, per_process, facts)))
+}
+
+/// How long an ended process stays in the figures.
+fn grace(svc: Option<&Service>) -> Duration {
+    match svc {
+        Some(s) => s.config().metrics.expire_after.0,
+        None => prometheus::EXITED_GRACE,
+    }
+}
+
+/// The extras of the figures now, with the model's `facts`.
+fn extra(
+    queries: &Queries,
+    svc: Option<&Service>,
+    per_process: bool,
+    facts: crate::model::snapshot::MetricsFacts,
+) -> prometheus::Extra {
+    let (top, per_process) = match svc {
         Some(s) => {
             let c = s.config();
-            (
-                c.metrics.top_kernels,
-                c.metrics.expire_after.0,
-                c.metrics.per_process,
-            )
+            (c.metrics.top_kernels, c.metrics.per_process)
         }
-        None => (
-            prometheus::TOP_KERNELS,
-            prometheus::EXITED_GRACE,
-            per_process,
-        ),
+        None => (prometheus::TOP_KERNELS, per_process),
     };
-    let (report, facts) = queries.metrics(grace).await?;
     let me = queries.figures();
-    let extra = prometheus::Extra {
+    prometheus::Extra {
         facts,
         records_read: me.records_read,
         launches_counted: me.launches_counted_in_kernel,
@@ -383,8 +390,7 @@ async fn metrics_input(
         top_kernels: top,
         per_process,
         otlp: None,
-    };
-    Some((report, extra))
+    }
 }
 
 /// Re-reads the service's configuration and applies what can change while running (the run

@@ -101,12 +101,14 @@ impl Pusher {
         }
     }
 
-    /// The session's last figures: `report`, with the last extras `update` refreshes. Exports
-    /// from now on (the last one: [`Self::shutdown`]'s) send these.
-    pub fn finish(&self, report: &Report, update: impl FnOnce(&mut Extra)) {
+    /// The session's last figures: `report`, with `extra` (its NVML facts, which the model no
+    /// longer has, are the latest push's). Exports from now on (the last one:
+    /// [`Self::shutdown`]'s) send these.
+    pub fn finish(&self, report: &Report, mut extra: Extra) {
         if let Ok(mut c) = self.latest.cached.lock() {
-            let mut extra = c.extra.take().unwrap_or_default();
-            update(&mut extra);
+            if let Some(last) = c.extra.take() {
+                extra.facts = last.facts;
+            }
             c.figures = Arc::new(figures::figures(report, &extra));
             c.extra = Some(extra);
             c.frozen = true;

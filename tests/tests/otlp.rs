@@ -30,6 +30,11 @@ struct Receiver {
 
 impl Receiver {
     fn start(dir: &Path) -> Receiver {
+        Receiver::start_on(dir, 0)
+    }
+
+    /// On `port` (0: one the kernel picks).
+    fn start_on(dir: &Path, port: u16) -> Receiver {
         assert!(
             Path::new(PYTHON).exists(),
             "{PYTHON} is missing: run scripts/setup.sh --test-tools"
@@ -39,6 +44,7 @@ impl Receiver {
         let mut child = Command::new(PYTHON)
             .arg(script)
             .arg(&out)
+            .arg(port.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -386,4 +392,104 @@ fn otlp_endpoint_that_hangs_is_bounded_counted_and_logged_once() {
 
 fn svc_lines<'a>(log: &'a [String], what: &str) -> Vec<&'a String> {
     log.iter().filter(|l| l.contains(what)).collect()
+}
+
+/// The service's push through an outage and back: failures counted while nothing listens, then
+/// a receiver on the endpoint's port gets the workload's exact figures; the outage is logged
+/// once when it starts and once when it ends.
+#[test]
+fn otlp_outage_ends_with_the_totals_and_two_log_lines() {
+    let dir = TempDir::new("otlp-outage");
+    let port = free_port();
+    let cg = Cgroup::new("otlp_outage");
+    let lib = fakecuda().join("lib");
+    let socket = dir.path().join("ctl.sock");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nlibs = [\"{}\"]\nsystem_libs = false\ncgroups = [\"{}\"]\n\n\
+             [nvml]\nenabled = false\n\n[metrics]\nlisten = \"{addr}\"\nper_process = true\n\n\
+             [otlp]\nendpoint = \"http://127.0.0.1:{port}\"\ninterval = \"100ms\"\n\
+             resource = {{ \"deployment.environment\" = \"test\" }}\n\n\
+             [control]\nsocket = \"{}\"\n",
+            lib.display(),
+            cg.rel(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut svc = Service::start(&config, None);
+    svc.stderr.wait_for("the service's ready line", |l| {
+        l.contains("control socket ready")
+    });
+    let mut w = Workload::spawn_in("workload", &cg);
+    w.script(&["rt_launch gemm 7 1 1 1 32 1 1 0 0", "rt_memcpy h2d 4096 3"]);
+    let scraped = |name: &str| -> f64 {
+        let body = http_get(&addr, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until("3 failed exports", &|| {
+        scraped("gpuprofd_otlp_exports_failed_total") >= 3.0
+    });
+    // The endpoint comes up: the next export carries the totals.
+    let rx = Receiver::start_on(dir.path(), port);
+    let pid = w.tgid.to_string();
+    let launches_of = |req: &Value| -> Option<u64> {
+        points(metric_in(req, "gpuprofd.kernel.launches")?)
+            .iter()
+            .find(|p| attrs(&p["attributes"]).contains(&("pid".to_owned(), pid.clone())))
+            .map(int)
+    };
+    until("a push with the workload's 7 launches", &|| {
+        rx.requests().iter().any(|r| launches_of(r) == Some(7))
+    });
+    until("the accepted export counted", &|| {
+        scraped("gpuprofd_otlp_exports_total") >= 1.0
+    });
+    let reqs = rx.requests();
+    let req = reqs.iter().find(|r| launches_of(r) == Some(7)).unwrap();
+    let res = attrs(&req["request"]["resource_metrics"][0]["resource"]["attributes"]);
+    assert!(
+        res.contains(&("deployment.environment".to_owned(), "test".to_owned())),
+        "{res:?}"
+    );
+    let bytes: Vec<u64> = points(metric(req, "gpuprofd.copy"))
+        .iter()
+        .filter(|p| attrs(&p["attributes"]).contains(&("pid".to_owned(), pid.clone())))
+        .map(int)
+        .collect();
+    assert_eq!(bytes, [12288]);
+
+    w.exit();
+    let (status, log) = svc.stop();
+    assert!(status.success(), "{status:?}: {log:?}");
+    assert_eq!(svc_lines(&log, "OTLP export failed").len(), 1, "{log:?}");
+    assert_eq!(
+        svc_lines(&log, "OTLP endpoint reachable again").len(),
+        1,
+        "{log:?}"
+    );
+}
+
+/// [`metric`], or `None` when the request has no such metric.
+fn metric_in<'a>(req: &'a Value, name: &str) -> Option<&'a Value> {
+    req["request"]["resource_metrics"][0]["scope_metrics"][0]["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)
 }

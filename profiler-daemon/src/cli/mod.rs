@@ -193,6 +193,13 @@ pub struct CaptureArgs {
     /// Metrics per process (labels pid, comm and workload) instead of per workload.
     #[arg(long, requires = "metrics_addr")]
     pub metrics_per_process: bool,
+    /// Push the metrics to an OpenTelemetry Collector over OTLP/HTTP while capturing, and once
+    /// more at the end, e.g. http://127.0.0.1:4318 (a URL without a path gets /v1/metrics).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// How often to push over OTLP.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION", requires = "otlp")]
+    pub otlp_interval: Duration,
     /// Ring-buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ring_buffer_mb: u32,
@@ -267,6 +274,7 @@ fn run_session(
     svc: Option<std::sync::Arc<crate::service::Service>>,
     metrics_addr: Option<std::net::SocketAddr>,
     per_process: bool,
+    otlp: Option<crate::output::otlp::Settings>,
 ) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -281,7 +289,7 @@ fn run_session(
     };
     rt.block_on(async {
         let mut beside = match crate::service::companion::Beside::bind(svc, metrics_addr).await {
-            Ok(b) => b.per_process(per_process),
+            Ok(b) => b.per_process(per_process).otlp(otlp),
             Err(e) => {
                 eprintln!("gpuprofd: error: {e:#}");
                 return ExitCode::from(2);
@@ -374,6 +382,13 @@ pub fn main() -> ExitCode {
         }));
     }
     let per_process = cli.capture.metrics_per_process;
+    let otlp = match otlp_settings(cli.capture.otlp.as_deref(), cli.capture.otlp_interval) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("gpuprofd: --otlp: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (opts, metrics_addr) = match to_options(cli) {
         Ok(o) => o,
         Err(msg) => {
@@ -381,7 +396,25 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    run_session(opts, None, metrics_addr, per_process)
+    run_session(opts, None, metrics_addr, per_process, otlp)
+}
+
+/// `--otlp URL` and `--otlp-interval`: the service's `[otlp]` defaults otherwise.
+fn otlp_settings(
+    url: Option<&str>,
+    interval: Duration,
+) -> Result<Option<crate::output::otlp::Settings>, crate::output::otlp::OtlpError> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let d = crate::service::config::OtlpConfig::default();
+    Ok(Some(crate::output::otlp::Settings {
+        url: crate::output::otlp::metrics_url(url)?,
+        interval,
+        timeout: d.timeout.0.min(interval).max(Duration::from_secs(1)),
+        headers: d.headers,
+        resource: d.resource,
+    }))
 }
 
 /// The capture the command line asks for, and the metrics address to serve beside it.

@@ -165,6 +165,13 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
         state_dir: super::state_dir(&a.state_dir, a.no_state),
     };
     let metrics_addr = cfg.metrics_addr();
+    let otlp = cfg.otlp.settings();
     let svc = crate::service::Service::new(source, overrides, cfg, used, log_reload);
-    run_session(opts, Some(std::sync::Arc::new(svc)), metrics_addr, false)
+    run_session(
+        opts,
+        Some(std::sync::Arc::new(svc)),
+        metrics_addr,
+        false,
+        otlp,
+    )
 }

@@ -5,6 +5,7 @@ pub mod fmt;
 pub mod html;
 pub mod json;
 pub mod live;
+pub mod otlp;
 pub mod prometheus;
 pub mod table;
 pub mod trace;

@@ -106,6 +106,8 @@ pub struct Extra {
     pub top_kernels: usize,
     /// Series per process (`pid`, `comm` and `workload` labels) instead of per workload.
     pub per_process: bool,
+    /// The OTLP push's own counts, when it runs.
+    pub otlp: Option<crate::output::otlp::Status>,
 }
 
 fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
@@ -375,16 +377,9 @@ impl Families {
 pub fn render(r: &Report, extra: &Extra) -> String {
     let mut reg = Registry::default();
     let f = Families::register(&mut reg);
-    let mut shown = 0;
-    let mut seen: Vec<u32> = Vec::new();
     let mut kernels = BTreeMap::new();
-    // A reused pid: only its latest process is exposed (series are keyed by pid).
-    for p in r.processes.iter().rev() {
-        if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
-            continue;
-        }
-        seen.push(p.tgid);
-        shown += 1;
+    let processes = shown(r, extra);
+    for p in &processes {
         let held = extra.facts.process_gpu_bytes.get(&p.tgid).copied();
         f.process(&labels(p, extra.per_process), p, held, &mut kernels);
     }
@@ -418,9 +413,12 @@ pub fn render(r: &Report, extra: &Extra) -> String {
         );
         heap.set(b.min(i64::MAX as u64) as i64);
     }
+    if let Some(o) = &extra.otlp {
+        otlp(&mut reg, o);
+    }
     f.read.inc_by(extra.records_read);
     f.counted.inc_by(extra.launches_counted);
-    f.procs.set(shown);
+    f.procs.set(processes.len() as i64);
     f.probes.set(extra.probes.min(i64::MAX as u64) as i64);
     let mut out = String::new();
     // Writing into a String cannot fail.
@@ -428,9 +426,24 @@ pub fn render(r: &Report, extra: &Extra) -> String {
     to_prometheus_text(&out)
 }
 
+/// The processes in the figures: the latest process of each pid (series are keyed by pid), none
+/// that ended longer than the grace ago. Newest first.
+pub(crate) fn shown<'a>(r: &'a Report, extra: &Extra) -> Vec<&'a ProcessReport> {
+    let mut seen: Vec<u32> = Vec::new();
+    let mut out = Vec::new();
+    for p in r.processes.iter().rev() {
+        if seen.contains(&p.tgid) || extra.facts.expired.contains(&p.tgid) {
+            continue;
+        }
+        seen.push(p.tgid);
+        out.push(p);
+    }
+    out
+}
+
 /// The labels of `p`'s series: its workload (`kind:id` of its job; empty for a process gpuprofd
 /// could not attribute), and with `per_process` its pid and command name first.
-fn labels(p: &ProcessReport, per_process: bool) -> Labels {
+pub(crate) fn labels(p: &ProcessReport, per_process: bool) -> Labels {
     let workload = p
         .job
         .as_ref()
@@ -467,6 +480,33 @@ fn bpf_maps(reg: &mut Registry, fill: &[crate::capture::MapFill]) {
         entries.get_or_create(&l).set(i64::from(f.entries));
         capacity.get_or_create(&l).set(i64::from(f.capacity));
     }
+}
+
+/// The OTLP push: exports that got through, those that failed (dropped: never queued), and
+/// those under way (at most [`crate::output::otlp::MAX_IN_FLIGHT`]).
+fn otlp(reg: &mut Registry, o: &crate::output::otlp::Status) {
+    let ok: Counter = Counter::default();
+    reg.register(
+        "gpuprofd_otlp_exports",
+        "OTLP exports the endpoint accepted",
+        ok.clone(),
+    );
+    ok.inc_by(o.exports);
+    let failed: Counter = Counter::default();
+    reg.register(
+        "gpuprofd_otlp_exports_failed",
+        "OTLP exports that failed (endpoint down, refused, timed out) and were dropped: not \
+         queued, not retried; the next export that gets through carries the cumulative totals",
+        failed.clone(),
+    );
+    failed.inc_by(o.exports_failed);
+    let in_flight: Gauge = Gauge::default();
+    reg.register(
+        "gpuprofd_otlp_exports_in_flight",
+        "OTLP exports under way (at most 1)",
+        in_flight.clone(),
+    );
+    in_flight.set(o.in_flight.min(i64::MAX as u64) as i64);
 }
 
 /// Throttling, PCIe throughput, ECC and XID figures of each GPU NVML reported on.
@@ -699,4 +739,4 @@ fn to_prometheus_text(om: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

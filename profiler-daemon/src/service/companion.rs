@@ -2,13 +2,15 @@
 //! the service's `metrics.listen`), and in service mode the control socket, configuration
 //! reloads (SIGHUP, `gpuprofd ctl reload`) and systemd's readiness and watchdog. It binds its
 //! sockets before the session starts (a busy port fails before anything is attached) and
-//! answers from the session's [`Queries`] once the probes are attached.
+//! answers from the session's [`Queries`] once the probes are attached. With `[otlp]` (or
+//! `--otlp`) it also pushes the same figures to an OpenTelemetry Collector.
 
 use super::Service;
 use super::activation::{self, MetricsSocket};
 use super::ctl::{self, BindError};
 use super::http::{self, Page};
-use crate::output::prometheus;
+use crate::model::snapshot::Report;
+use crate::output::{otlp, prometheus};
 use crate::session::{Companion, Queries};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,6 +61,10 @@ pub struct Beside {
     /// The task that reloads on SIGHUP and `ctl reload`: stopped when the session stops (a
     /// reload then would tell systemd "ready" again after "stopping").
     reloader: Option<tokio::task::JoinHandle<()>>,
+    /// Where to push the figures over OTLP (the service's `[otlp]`, or `--otlp`).
+    otlp: Option<otlp::Settings>,
+    /// The OTLP push, once the session answers questions.
+    pusher: Option<Arc<otlp::Pusher>>,
 }
 
 impl Beside {
@@ -116,6 +122,8 @@ impl Beside {
             streaming: Arc::new(AtomicUsize::new(0)),
             queries: None,
             reloader: None,
+            otlp: None,
+            pusher: None,
         })
     }
 
@@ -125,17 +133,52 @@ impl Beside {
         self
     }
 
+    /// Pushes the figures over OTLP to `s` (`None`: no push).
+    pub fn otlp(mut self, s: Option<otlp::Settings>) -> Beside {
+        self.otlp = s;
+        self
+    }
+
+    /// Starts the OTLP push from `queries`. A push that cannot start is logged; the capture
+    /// goes on.
+    fn start_otlp(&mut self, s: &otlp::Settings, queries: Queries) {
+        let handle = tokio::runtime::Handle::current();
+        let svc = self.svc.clone();
+        let per_process = self.per_process;
+        // Asked on the exporter's own thread, once per push; bounded, so that a session that
+        // cannot answer delays one push, not the capture.
+        let source: otlp::push::Source = Box::new(move || {
+            handle.block_on(async {
+                let input = metrics_input(&queries, svc.as_deref(), per_process);
+                tokio::time::timeout(Duration::from_secs(5), input)
+                    .await
+                    .ok()
+                    .flatten()
+            })
+        });
+        match otlp::Pusher::start(s, source) {
+            Ok(p) => self.pusher = Some(Arc::new(p)),
+            Err(e) => tracing::error!(error = %e, "OTLP push not started; the capture goes on"),
+        }
+    }
+
     /// Serves `/metrics` and the dashboard from `queries`.
     fn serve_metrics(&mut self, listener: TcpListener, queries: Queries) {
         let served_at = listener.local_addr().ok();
         let svc = self.svc.clone();
         let per_process = self.per_process;
+        let pusher = self.pusher.clone();
         let page = move |page: Page| {
-            let (queries, svc) = (queries.clone(), svc.clone());
+            let (queries, svc, pusher) = (queries.clone(), svc.clone(), pusher.clone());
             async move {
                 match page {
                     Page::Dashboard => queries.dashboard().await,
-                    Page::Metrics => exposition(&queries, svc.as_deref(), per_process).await,
+                    Page::Metrics => {
+                        let (report, mut extra) =
+                            metrics_input(&queries, svc.as_deref(), per_process).await?;
+                        extra.otlp = pusher.map(|p| p.status());
+                        Some(prometheus::render(&report, &extra))
+                    }
                 }
             }
         };
@@ -177,7 +220,13 @@ impl Beside {
                 }
             }
         }));
-        let handler = handler(s.clone(), queries, reload_tx, self.streaming.clone());
+        let handler = handler(
+            s.clone(),
+            queries,
+            reload_tx,
+            self.streaming.clone(),
+            self.pusher.clone(),
+        );
         tokio::spawn(ctl::serve(listener, Arc::new(handler)));
         tracing::info!(socket = %path.display(), "control socket ready");
     }
@@ -185,6 +234,9 @@ impl Beside {
 
 impl Companion for Beside {
     fn started(&mut self, queries: Queries) {
+        if let Some(s) = self.otlp.clone() {
+            self.start_otlp(&s, queries.clone());
+        }
         if let Some(l) = self.metrics.take() {
             self.serve_metrics(l, queries.clone());
         }
@@ -206,7 +258,7 @@ impl Companion for Beside {
     }
 
     fn asks(&self) -> bool {
-        self.svc.is_some() || self.metrics_on
+        self.svc.is_some() || self.metrics_on || self.otlp.is_some()
     }
 
     fn alive_every(&self) -> Option<Duration> {
@@ -241,7 +293,24 @@ impl Companion for Beside {
         self.streaming.load(Ordering::SeqCst)
     }
 
+    fn finished(&mut self, report: &Report) {
+        let (Some(p), Some(q)) = (&self.pusher, &self.queries) else {
+            return;
+        };
+        // The model is gone: NVML's facts are the last push's (the pusher keeps them).
+        p.finish(
+            report,
+            extra(q, self.svc.as_deref(), self.per_process, Default::default()),
+        );
+    }
+
     fn stopped(&mut self) {
+        // The last push (the final figures, after `finished`), bounded by its timeout. The
+        // SDK's shutdown waits on its reader thread: called from a thread of its own, never a
+        // runtime's.
+        if let Some(p) = self.pusher.take() {
+            let _ = std::thread::spawn(move || p.shutdown()).join();
+        }
         if let Some(p) = self.owned_socket.take() {
             let _ = std::fs::remove_file(p);
         }
@@ -303,26 +372,40 @@ async fn metrics_listener(m: MetricsSocket) -> Result<Option<TcpListener>, Compa
     }
 }
 
-/// The Prometheus exposition now.
-async fn exposition(queries: &Queries, svc: Option<&Service>, per_process: bool) -> Option<String> {
-    let (top, grace, per_process) = match svc {
+/// The report and extras the figures are made of now (`/metrics`, OTLP).
+async fn metrics_input(
+    queries: &Queries,
+    svc: Option<&Service>,
+    per_process: bool,
+) -> Option<(Report, prometheus::Extra)> {
+    let (report, facts) = queries.metrics(grace(svc)).await?;
+    Some((report, extra(queries, svc, per_process, facts)))
+}
+
+/// How long an ended process stays in the figures.
+fn grace(svc: Option<&Service>) -> Duration {
+    match svc {
+        Some(s) => s.config().metrics.expire_after.0,
+        None => prometheus::EXITED_GRACE,
+    }
+}
+
+/// The extras of the figures now, with the model's `facts`.
+fn extra(
+    queries: &Queries,
+    svc: Option<&Service>,
+    per_process: bool,
+    facts: crate::model::snapshot::MetricsFacts,
+) -> prometheus::Extra {
+    let (top, per_process) = match svc {
         Some(s) => {
             let c = s.config();
-            (
-                c.metrics.top_kernels,
-                c.metrics.expire_after.0,
-                c.metrics.per_process,
-            )
+            (c.metrics.top_kernels, c.metrics.per_process)
         }
-        None => (
-            prometheus::TOP_KERNELS,
-            prometheus::EXITED_GRACE,
-            per_process,
-        ),
+        None => (prometheus::TOP_KERNELS, per_process),
     };
-    let (report, facts) = queries.metrics(grace).await?;
     let me = queries.figures();
-    let extra = prometheus::Extra {
+    prometheus::Extra {
         facts,
         records_read: me.records_read,
         launches_counted: me.launches_counted_in_kernel,
@@ -331,8 +414,8 @@ async fn exposition(queries: &Queries, svc: Option<&Service>, per_process: bool)
         heap_in_use: me.heap_in_use_bytes,
         top_kernels: top,
         per_process,
-    };
-    Some(prometheus::render(&report, &extra))
+        otlp: None,
+    }
 }
 
 /// Re-reads the service's configuration and applies what can change while running (the run
@@ -353,6 +436,7 @@ fn handler(
     queries: Queries,
     reload: mpsc::Sender<ReloadReply>,
     streaming: Arc<AtomicUsize>,
+    pusher: Option<Arc<otlp::Pusher>>,
 ) -> ctl::Handler {
     let (s1, s2, s3) = (svc.clone(), svc.clone(), svc);
     let (q1, q2, q3) = (queries.clone(), queries.clone(), queries);
@@ -362,7 +446,7 @@ fn handler(
             let q = q1.clone();
             Box::pin(async move { q.deep_start(req).await.map_err(|e| e.to_string()) })
         }),
-        status: Box::new(move || status(&s1, &q2)),
+        status: Box::new(move || status(&s1, &q2, pusher.as_deref())),
         snapshot: Box::new(move || {
             let q = q3.clone();
             Box::pin(async move { q.report().await.map(|report| ctl::Snapshot { report }) })
@@ -374,7 +458,7 @@ fn handler(
 }
 
 /// `status`: the service's part, the daemon's identity and the session's own figures.
-fn status(s: &Service, q: &Queries) -> serde_json::Value {
+fn status(s: &Service, q: &Queries, pusher: Option<&otlp::Pusher>) -> serde_json::Value {
     let mut v = s.status();
     if let Some(o) = v.as_object_mut() {
         o.insert("protocol".into(), ctl::PROTOCOL.into());
@@ -383,6 +467,11 @@ fn status(s: &Service, q: &Queries) -> serde_json::Value {
         o.insert("host".into(), crate::sys::kernel::hostname().into());
         if let Ok(serde_json::Value::Object(me)) = serde_json::to_value(q.figures()) {
             o.extend(me);
+        }
+        if let Some(p) = pusher
+            && let Ok(v) = serde_json::to_value(p.status())
+        {
+            o.insert("otlp".into(), v);
         }
     }
     v

@@ -72,6 +72,22 @@ top_kernels = 10
 # (reload) How long a process that ended stays in the metrics and snapshots (and in memory).
 expire_after = "60s"
 
+[otlp]
+# Push the metrics above to an OpenTelemetry Collector over OTLP/HTTP (protobuf), e.g.
+# "http://127.0.0.1:4318" (a URL without a path gets /v1/metrics). "": off. Plain HTTP only: send
+# to a Collector on the node or in the cluster, which can forward over TLS.
+endpoint = ""
+# How often to push. Counts are cumulative: a push that fails is dropped (not queued, not
+# retried) and the next one that gets through carries the totals.
+interval = "10s"
+# How long one push may take before it counts as failed (one push at a time).
+timeout = "5s"
+# HTTP headers sent with each push, e.g. { authorization = "Bearer TOKEN" } (hidden in `status`).
+headers = {}
+# Resource attributes besides service.name = "gpuprofd", service.version and host.name (which
+# these may replace), e.g. { "k8s.cluster.name" = "a" }.
+resource = {}
+
 [control]
 # The control socket (`gpuprofd ctl`, `gpuprofd top`); any local user may connect, see below.
 socket = "/run/gpuprofd.sock"
@@ -121,6 +137,7 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub nvml: NvmlConfig,
     pub metrics: MetricsConfig,
+    pub otlp: OtlpConfig,
     pub control: ControlConfig,
     pub log: LogConfig,
 }
@@ -201,6 +218,101 @@ pub struct MetricsConfig {
     pub per_process: bool,
     pub top_kernels: usize,
     pub expire_after: Dur,
+}
+
+/// `[otlp]`: the OTLP/HTTP push ([`crate::output::otlp`]); every key takes effect at restart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    pub endpoint: String,
+    pub interval: Dur,
+    pub timeout: Dur,
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub resource: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        OtlpConfig {
+            endpoint: String::new(),
+            interval: Dur(Duration::from_secs(10)),
+            timeout: Dur(Duration::from_secs(5)),
+            headers: Default::default(),
+            resource: Default::default(),
+        }
+    }
+}
+
+impl OtlpConfig {
+    /// The push's settings (`None`: off). The configuration was validated.
+    pub fn settings(&self) -> Option<crate::output::otlp::Settings> {
+        if self.endpoint.is_empty() {
+            return None;
+        }
+        Some(crate::output::otlp::Settings {
+            url: crate::output::otlp::metrics_url(&self.endpoint).ok()?,
+            interval: self.interval.0,
+            timeout: self.timeout.0,
+            headers: self.headers.clone(),
+            resource: self.resource.clone(),
+        })
+    }
+
+    fn validate(
+        &self,
+        bad: &dyn Fn(&'static str, String, &str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if !self.endpoint.is_empty()
+            && let Err(e) = crate::output::otlp::metrics_url(&self.endpoint)
+        {
+            return Err(bad(
+                "otlp.endpoint",
+                format!("\"{}\"", self.endpoint),
+                &e.to_string(),
+            ));
+        }
+        let within = |d: Dur, lo: Duration, hi: Duration| d.0 >= lo && d.0 <= hi;
+        if !within(
+            self.interval,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        ) {
+            return Err(bad(
+                "otlp.interval",
+                format!("\"{}\"", self.interval),
+                "must be between 100ms and 1h",
+            ));
+        }
+        if !within(
+            self.timeout,
+            Duration::from_millis(100),
+            Duration::from_secs(60),
+        ) {
+            return Err(bad(
+                "otlp.timeout",
+                format!("\"{}\"", self.timeout),
+                "must be between 100ms and 60s",
+            ));
+        }
+        for (k, v) in &self.headers {
+            let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if k.is_empty() || !k.chars().all(token) {
+                return Err(bad(
+                    "otlp.headers",
+                    format!("\"{k}\""),
+                    "is not an HTTP header name",
+                ));
+            }
+            if v.chars().any(|c| c.is_control()) {
+                return Err(bad(
+                    "otlp.headers",
+                    format!("\"{k}\""),
+                    "its value has a control character (a line break?)",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -449,6 +561,7 @@ impl Config {
                 "must be between 1 and 1000",
             ));
         }
+        self.otlp.validate(&bad)?;
         if !self.control.socket.is_absolute() {
             return Err(bad(
                 "control.socket",
@@ -576,6 +689,7 @@ impl Config {
             ),
             ("metrics.listen", next.metrics.listen != new.metrics.listen),
             ("control.socket", next.control.socket != new.control.socket),
+            ("otlp", next.otlp != new.otlp),
         ];
         let pending = differs.iter().filter(|d| d.1).map(|d| d.0).collect();
         Reload {

@@ -148,9 +148,17 @@ impl Service {
             "reloads": self.reloads.load(Ordering::Relaxed),
             "failed_reloads": self.failed_reloads.load(Ordering::Relaxed),
             "pending_restart": self.pending_restart.lock().map(|p| p.clone()).unwrap_or_default(),
-            "config": self.config(),
+            "config": shown_config(self.config()),
         })
     }
+}
+
+/// The configuration as `status` shows it: the OTLP headers' values (credentials, often) hidden.
+fn shown_config(mut c: Config) -> Config {
+    for v in c.otlp.headers.values_mut() {
+        *v = "(hidden)".into();
+    }
+    c
 }
 
 fn admin_gid_of(c: &Config) -> Option<u32> {

@@ -234,6 +234,8 @@ pub trait Companion: Send {
     fn streaming(&self) -> usize {
         0
     }
+    /// The final report, once the results are written (just before [`Self::stopped`]).
+    fn finished(&mut self, _report: &crate::model::snapshot::Report) {}
     /// The capture stopped and its results are written.
     fn stopped(&mut self) {}
     /// Whether the end-of-run table goes to standard output (not into a service's log).

@@ -82,6 +82,7 @@ impl Stopping<'_> {
         }
         // Results first: detaching is slow (see Attacher::link_count) and must not delay them.
         let written = write(opts, out_file.as_mut(), &report, journaled.as_ref());
+        companion.finished(&report);
         companion.stopped();
         if companion.prints_report() {
             print!("{}", output::table::render(&report));

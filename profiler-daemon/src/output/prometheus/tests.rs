@@ -3,7 +3,7 @@
 use super::*;
 use serde_json::json;
 
-fn report() -> Report {
+pub(crate) fn report() -> Report {
     let k = |name: &str, calls: u64| {
         json!({"name": name, "mangled": null, "calls": calls, "grid": [1, 1, 1],
                "block": [32, 1, 1], "shared_bytes": 0, "streams": 1,
@@ -47,7 +47,7 @@ fn report() -> Report {
     .unwrap()
 }
 
-fn extra() -> Extra {
+pub(crate) fn extra() -> Extra {
     Extra {
         facts: crate::model::snapshot::MetricsFacts {
             gpu_now: BTreeMap::from([(0, (Some(87), Some(12 << 30)))]),
@@ -107,6 +107,7 @@ fn extra() -> Extra {
         heap_in_use: Some(5 << 20),
         top_kernels: TOP_KERNELS,
         per_process: true,
+        otlp: None,
     }
 }
 
@@ -456,4 +457,36 @@ fn a_duty_cycle_exposes_the_estimates_and_the_attached_share() {
         ["gpuprofd_launch_probes_attached_ratio 1.0"]
     );
     assert!(samples(&t, "gpuprofd_kernel_launches_estimated_total").is_empty());
+}
+
+#[test]
+fn otlp_push_counts_are_exposed_while_it_runs() {
+    let t = render(&report(), &extra());
+    assert!(!t.contains("gpuprofd_otlp"), "{t}");
+    let status = crate::output::otlp::Status {
+        exports: 4,
+        exports_failed: 2,
+        in_flight: 1,
+        ..Default::default()
+    };
+    let t = render(
+        &report(),
+        &Extra {
+            otlp: Some(status),
+            ..extra()
+        },
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_otlp_exports_total"),
+        ["gpuprofd_otlp_exports_total 4"]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_otlp_exports_failed_total"),
+        ["gpuprofd_otlp_exports_failed_total 2"]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_otlp_exports_in_flight"),
+        ["gpuprofd_otlp_exports_in_flight 1"]
+    );
+    assert!(t.contains("# TYPE gpuprofd_otlp_exports_failed_total counter\n"));
 }

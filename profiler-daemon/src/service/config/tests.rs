@@ -143,3 +143,61 @@ fn a_reload_takes_the_reloadable_keys_and_names_the_rest() {
     assert_eq!(same.next, old);
     assert!(same.changed.is_empty() && same.pending.is_empty());
 }
+
+#[test]
+fn otlp_is_off_by_default_and_its_section_sets_the_push() {
+    assert_eq!(Config::default().otlp.settings(), None);
+    let c = parse(
+        "[otlp]\nendpoint = \"http://collector:4318\"\ninterval = \"30s\"\n\
+         headers = { authorization = \"Bearer x\" }\nresource = { \"k8s.cluster.name\" = \"a\" }\n",
+        p(),
+    )
+    .unwrap();
+    c.validate(p()).unwrap();
+    let s = c.otlp.settings().unwrap();
+    assert_eq!(s.url, "http://collector:4318/v1/metrics");
+    assert_eq!(s.interval, Duration::from_secs(30));
+    assert_eq!(s.timeout, Duration::from_secs(5));
+    assert_eq!(s.headers["authorization"], "Bearer x");
+    assert_eq!(s.resource["k8s.cluster.name"], "a");
+}
+
+#[test]
+fn bad_otlp_settings_say_what() {
+    let err = |text: &str| {
+        parse(text, p())
+            .unwrap()
+            .validate(p())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("[otlp]\nendpoint = \"https://c:4318\"\n");
+    assert!(
+        e.contains("otlp.endpoint = \"https://c:4318\"") && e.contains("plain HTTP only"),
+        "{e}"
+    );
+    let e = err("[otlp]\nendpoint = \"collector:4318\"\n");
+    assert!(e.contains("not an http:// URL"), "{e}");
+    let e = err("[otlp]\ninterval = \"10ms\"\n");
+    assert!(
+        e.contains("otlp.interval") && e.contains("100ms and 1h"),
+        "{e}"
+    );
+    let e = err("[otlp]\ntimeout = \"2m\"\n");
+    assert!(e.contains("otlp.timeout"), "{e}");
+    let e = err("[otlp]\nheaders = { \"bad name\" = \"x\" }\n");
+    assert!(e.contains("not an HTTP header name"), "{e}");
+    let e = err("[otlp]\nheaders = { a = \"x\\ny\" }\n");
+    assert!(e.contains("control character"), "{e}");
+}
+
+#[test]
+fn otlp_changes_wait_for_a_restart() {
+    let old = Config::default();
+    let mut new = Config::default();
+    new.otlp.endpoint = "http://c:4318".into();
+    let r = old.reload_from(&new);
+    assert_eq!(r.pending, ["otlp"]);
+    assert!(r.changed.is_empty());
+    assert_eq!(r.next.otlp.endpoint, "");
+}

@@ -1,0 +1,127 @@
+//! The OTLP figures are `/metrics`' figures: same series, same labels, same values.
+
+use super::*;
+use crate::output::prometheus::tests::{extra, report};
+
+/// The exposition's samples of `name`: `{labels}` → value.
+fn samples(text: &str, name: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = rest.rsplit_once(' ')?;
+            (labels.is_empty() || labels.starts_with('{'))
+                .then(|| (labels.to_owned(), value.parse().unwrap()))
+        })
+        .collect()
+}
+
+/// `attrs` written as Prometheus writes labels (`hw.id`, the conventions' extra, left out).
+fn label_text(a: &Attrs) -> String {
+    let l: Vec<String> = a
+        .iter()
+        .filter(|(k, _)| *k != "hw.id")
+        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .collect();
+    if l.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", l.join(","))
+    }
+}
+
+#[test]
+fn every_instrument_carries_the_exposition_s_samples_exactly() {
+    let (r, e) = (report(), extra());
+    let text = prometheus::render(&r, &e);
+    let f = figures(&r, &e);
+    for spec in METRICS {
+        let want = samples(&text, spec.prometheus);
+        let got: BTreeMap<String, f64> = f
+            .of(spec.name)
+            .map(|(a, v)| {
+                let x = match v {
+                    Value::Int(n) => n as f64,
+                    Value::Float(x) => x,
+                };
+                (label_text(a), x)
+            })
+            .collect();
+        assert_eq!(got, want, "{} (/metrics: {})", spec.name, spec.prometheus);
+    }
+    // The fixture reaches every instrument but the duty cycle's (no duty cycle in it).
+    let empty: Vec<&str> = METRICS
+        .iter()
+        .filter(|s| f.of(s.name).next().is_none())
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(empty, [LAUNCHES_ESTIMATED, LAUNCHES_STDERR]);
+    assert_eq!(
+        f.of(LAUNCHES).collect::<Vec<_>>(),
+        [(
+            &vec![
+                ("pid", "100".to_owned()),
+                ("comm", "python3".to_owned()),
+                ("workload", "slurm:77".to_owned())
+            ],
+            Value::Int(1000)
+        )]
+    );
+    let gpu: Vec<_> = f.of(GPU_UTIL).collect();
+    assert_eq!(gpu.len(), 1);
+    assert!(gpu[0].0.contains(&("hw.id", "GPU-1".to_owned())));
+    assert_eq!(gpu[0].1, Value::Float(0.87));
+}
+
+/// Every family of the exposition is sent, but GPM's (per GPU and link, see docs/SERVICE.md).
+#[test]
+fn every_exposition_family_but_gpm_has_an_instrument() {
+    let text = prometheus::render(&report(), &extra());
+    let missing: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| !METRICS.iter().any(|s| s.prometheus == *n))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            "gpuprofd_gpu_gpm_supported",
+            "gpuprofd_gpu_gpm_ratio",
+            "gpuprofd_gpu_gpm_pcie_bytes_per_second",
+            "gpuprofd_gpu_gpm_nvlink_bytes_per_second",
+            "gpuprofd_gpu_gpm_holder",
+            "gpuprofd_workload_gpm_ratio",
+        ]
+    );
+}
+
+/// What an OpenTelemetry Collector's Prometheus exporter makes of a name and unit (the
+/// translation its `prometheus` exporter applies by default).
+fn collector_name(s: &Spec) -> String {
+    let mut n = s.name.replace('.', "_");
+    let unit = match s.unit {
+        "By" => "bytes",
+        "s" => "seconds",
+        "By/s" => "bytes_per_second",
+        "1" if s.kind == Kind::Gauge => "ratio",
+        _ => "",
+    };
+    if !unit.is_empty() && !n.ends_with(unit) {
+        n = format!("{n}_{unit}");
+    }
+    if s.kind == Kind::Counter {
+        n.push_str("_total");
+    }
+    n
+}
+
+#[test]
+fn through_a_collector_the_names_are_gpuprofd_s_own_but_the_conventions() {
+    for s in METRICS {
+        if s.name.starts_with("hw.") {
+            assert_ne!(collector_name(s), s.prometheus);
+        } else {
+            assert_eq!(collector_name(s), s.prometheus, "{}", s.name);
+        }
+    }
+}

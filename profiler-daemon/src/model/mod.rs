@@ -7,6 +7,7 @@
 //! names them.
 
 pub mod activity;
+pub mod busy;
 pub mod gpm;
 pub mod gpu;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
@@ -91,6 +92,8 @@ pub struct Aggregator {
         String,
         std::sync::Arc<std::sync::Mutex<crate::attach::duty::CycleCost>>,
     )>,
+    /// What each API does to the streams' queues (for the derived GPU idle).
+    roles: busy::Roles,
 }
 
 impl Aggregator {
@@ -112,6 +115,7 @@ impl Aggregator {
             libraries: Vec::new(),
             duty: None,
             duty_config: None,
+            roles: busy::Roles::default(),
         }
     }
 
@@ -191,6 +195,9 @@ impl Aggregator {
                 p.api_call(h.api, dur);
             }
         };
+        if !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..)) {
+            p.busy.apply(ev, self.roles.of(&self.api, h.api));
+        }
         match ev {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
@@ -623,6 +630,12 @@ impl Aggregator {
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);
+        if self.duty.is_some() {
+            // Launches outside the windows were not seen: no queue is known empty.
+            for p in &mut processes {
+                busy::unavailable(p, busy::BLIND_DUTY);
+            }
+        }
         let gpus = self
             .gpus
             .report(|pid| processes.iter().any(|p| p.tgid == pid));

@@ -544,6 +544,7 @@ mod tests {
             stacks: Default::default(),
             timeline: None,
             launch_sampling: None,
+            derived_gpu_idle: None,
         };
         Report {
             schema: SCHEMA.into(),

@@ -264,6 +264,8 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
                     first_enqueue_ns,
                     live_bytes,
                     regular: true,
+                    derived_gpu_idle_ns: None,
+                    derived_launch_ahead_ns: None,
                 },
             )
             .collect(),

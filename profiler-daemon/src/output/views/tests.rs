@@ -312,6 +312,8 @@ fn steps_view_medians_and_series() {
         first_enqueue_ns: 500_000,
         live_bytes: 1 << 20,
         regular,
+        derived_gpu_idle_ns: Some(4_000_000),
+        derived_launch_ahead_ns: Some(1_500_000),
     };
     let steps = vec![ProcessSteps {
         tgid: 100,

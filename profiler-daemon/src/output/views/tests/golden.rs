@@ -143,6 +143,8 @@ fn steps() -> Vec<ProcessSteps> {
         first_enqueue_ns: 500_000,
         live_bytes: 1 << 20,
         regular,
+        derived_gpu_idle_ns: Some(4_000_000 + i),
+        derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
     };
     vec![
         ProcessSteps {

@@ -84,7 +84,10 @@ impl Roles {
         if i >= self.0.len() && i < api.len() {
             self.0 = api.list().iter().map(|a| Role::of(&a.name)).collect();
         }
-        self.0.get(i).copied().unwrap_or(Role::Other { per_thread: false })
+        self.0
+            .get(i)
+            .copied()
+            .unwrap_or(Role::Other { per_thread: false })
     }
 }
 

@@ -61,7 +61,11 @@ fn one_stream_idle_between_drain_and_next_launch() {
     launch(&mut d, S1, 10);
     // Blocks 30: the GPU had ≥ 30 queued at 20; empty from 50.
     assert_eq!(sync(&mut d, STREAM, S1, 20, 30), Some(30));
-    assert_eq!(d.idle_through(60), 10, "open interval counted to the asking time");
+    assert_eq!(
+        d.idle_through(60),
+        10,
+        "open interval counted to the asking time"
+    );
     launch(&mut d, S1, 80);
     // Did not block: the queue had drained already; still a drain (ahead ≥ 0).
     assert_eq!(sync(&mut d, STREAM, S1, 90, 0), Some(0));
@@ -183,7 +187,11 @@ fn failed_event_and_per_thread_syncs_drain_nothing() {
 fn graphs_async_memory_and_gpu_side_waits_enqueue() {
     let mut d = Derived::default();
     sync(&mut d, STREAM, S1, 0, 10);
-    assert_eq!(d.idle_through(20), 10, "a synced stream with no work is known empty");
+    assert_eq!(
+        d.idle_through(20),
+        10,
+        "a synced stream with no work is known empty"
+    );
     let g = GraphBody {
         graph_exec: 1,
         stream: S1,

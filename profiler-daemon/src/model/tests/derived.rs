@@ -80,7 +80,10 @@ fn counted_launches_make_the_derived_idle_unavailable() {
             ..Default::default()
         },
     );
-    let p = only(&mut a, &[at(launch(100, LAUNCH_RT, 0xf, 1, 0), 10), counted]);
+    let p = only(
+        &mut a,
+        &[at(launch(100, LAUNCH_RT, 0xf, 1, 0), 10), counted],
+    );
     assert_eq!(
         p["derived_gpu_idle"]["unavailable"],
         json!(busy::BLIND_COUNTED)

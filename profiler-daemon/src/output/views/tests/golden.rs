@@ -62,7 +62,8 @@ fn rich() -> Report {
                                     "vmm": {"calls": 0, "bytes": 0}}},
         "streams": [
             {"stream": "per-thread", "launches": 27, "copies": 4003,
-             "copy_bytes": 3_225_225_472u64},
+             "copy_bytes": 3_225_225_472u64, "derived_idle_ns": 1_250_000_000u64,
+             "drains": 4, "derived_launch_ahead_max_ns": 8_000_000},
             {"stream": "0x55d0c0ffee00", "launches": 13, "copies": 1,
              "copy_bytes": 300_000_000u64}],
         "stacks": {"samples": 12, "dropped": 3, "truncated": 1, "python": null,
@@ -203,10 +204,13 @@ fn all_columns(view: &str) -> &'static str {
         "memory" => "pid,comm,calls,bytes,frees,live_bytes,peak_bytes,failed,never_freed_bytes",
         "processes" => "pid,comm,job,launches,rate,copy_bytes,blocked_ns,peak_bytes,exited",
         "jobs" => "kind,job,processes,launches,copy_bytes,blocked_ns,gpm_sm_activity",
-        "streams" => "pid,stream,launches,rate,share,copies,copy_bytes",
+        "streams" => {
+            "pid,stream,launches,rate,share,copies,copy_bytes,derived_idle_ns,drains,\
+             derived_launch_ahead_max_ns"
+        }
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
-             first_enqueue_ns,copy_bytes,steps"
+             first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,copy_bytes,steps"
         }
         "timeline" => {
             "pid,comm,job,first_call_ns,last_call_ns,calls,launches,rate,blocked_share,\

@@ -66,6 +66,10 @@ fn rich() -> Report {
              "drains": 4, "derived_launch_ahead_max_ns": 8_000_000},
             {"stream": "0x55d0c0ffee00", "launches": 13, "copies": 1,
              "copy_bytes": 300_000_000u64}],
+        "derived_gpu_idle": {"basis": "derived", "unavailable": null,
+                             "span_ns": 2_500_000_000u64, "idle_lower_bound_ns": 1_000_000_000u64,
+                             "idle_share": 0.4, "drains": 4, "launch_ahead_p50_ns": 2_000_000,
+                             "launch_ahead_max_ns": 8_000_000},
         "stacks": {"samples": 12, "dropped": 3, "truncated": 1, "python": null,
                    "python_no_thread": 0, "python_fault": 0, "shallow": 2},
         "code": [

@@ -147,6 +147,9 @@ impl Derived {
     /// Applies one record whose API has `role`; returns the launch-ahead it shows (the
     /// blocked time of a drain that found work queued).
     pub fn apply(&mut self, ev: &Event, role: Role) -> Option<u64> {
+        if self.blind.is_some() {
+            return None; // nothing more can be derived: spare the hot path
+        }
         match ev {
             Event::Launch(h, l) => self.enqueue(l.stream, h.ts_ns),
             Event::Graph(h, g) => self.enqueue(g.stream, h.ts_ns),

@@ -94,6 +94,9 @@ pub struct Aggregator {
     )>,
     /// What each API does to the streams' queues (for the derived GPU idle).
     roles: busy::Roles,
+    /// Launches are counted in the kernel: no launch has its time (the derived GPU idle is
+    /// unavailable even before a process's first counted batch arrives).
+    launches_counted: bool,
 }
 
 impl Aggregator {
@@ -116,7 +119,13 @@ impl Aggregator {
             duty: None,
             duty_config: None,
             roles: busy::Roles::default(),
+            launches_counted: false,
         }
+    }
+
+    /// Launches are counted in the kernel in this session (service mode).
+    pub fn set_launches_counted(&mut self) {
+        self.launches_counted = true;
     }
 
     /// The CUDA libraries attached so far (the whole list, replacing the last).
@@ -630,10 +639,16 @@ impl Aggregator {
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);
-        if self.duty.is_some() {
-            // Launches outside the windows were not seen: no queue is known empty.
+        // Launches outside the duty cycle's windows were not seen, counted ones have no time:
+        // no queue is known empty.
+        let blind = if self.duty.is_some() {
+            Some(busy::BLIND_DUTY)
+        } else {
+            self.launches_counted.then_some(busy::BLIND_COUNTED)
+        };
+        if let Some(why) = blind {
             for p in &mut processes {
-                busy::unavailable(p, busy::BLIND_DUTY);
+                busy::unavailable(p, why);
             }
         }
         let gpus = self

@@ -101,3 +101,30 @@ fn a_process_without_queue_work_has_no_derived_idle() {
     );
     assert_eq!(p["derived_gpu_idle"], Value::Null);
 }
+
+#[test]
+fn a_session_counting_launches_or_under_a_duty_cycle_derives_nothing() {
+    let events = [
+        at(launch(100, LAUNCH_RT, 0xf, 1, 0x10), 1_000),
+        at(stream_sync(0x10, 3_000), 2_000),
+        at(launch(100, LAUNCH_RT, 0xf, 1, 0x10), 9_000),
+    ];
+    let mut a = agg();
+    a.set_launches_counted();
+    let p = only(&mut a, &events);
+    assert_eq!(
+        p["derived_gpu_idle"]["unavailable"],
+        json!(busy::BLIND_COUNTED)
+    );
+    let mut a = agg();
+    a.apply(&Event::Window(
+        hdr(kind::WINDOW, 0, 0),
+        profiler_common::WindowBody::default(),
+    ));
+    let p = only(&mut a, &events);
+    assert_eq!(
+        p["derived_gpu_idle"]["unavailable"],
+        json!(busy::BLIND_DUTY)
+    );
+    assert_eq!(p["streams"][0]["derived_idle_ns"], Value::Null);
+}

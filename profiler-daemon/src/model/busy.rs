@@ -22,7 +22,9 @@
 //! seen), a sync of the per-thread default stream (its handle names a different stream on each
 //! thread), host-to-device and device-to-device copies and memsets without `Async` (they may
 //! return before the GPU finishes). Launches counted in the kernel and launch probes under a
-//! duty cycle hide when work was enqueued: the process's figures are then unavailable.
+//! duty cycle hide when work was enqueued, and a device-wide sync drains only the calling
+//! thread's device: the process's figures are unavailable then, and where NVML lists it on
+//! several GPUs.
 //!
 //! Why hand-written: it is a small state machine over the model's own records; memory is
 //! bounded per process (one entry per stream, as the stream counters, and one histogram).
@@ -140,6 +142,9 @@ pub struct Derived {
 
 /// The reason given when launches were counted in the kernel.
 pub const BLIND_COUNTED: &str = "launches were counted in the kernel: their times are not known";
+/// The reason given when NVML lists the process on several GPUs.
+pub const BLIND_DEVICES: &str =
+    "the process used several GPUs: a device-wide sync waits for one of them only";
 /// The reason given when the launch probes ran under a duty cycle.
 pub const BLIND_DUTY: &str = "the launch probes ran under a duty cycle: launches were missed";
 
@@ -301,6 +306,10 @@ pub fn fill(r: &mut ProcessReport, d: &Derived) {
     };
     if let Some(why) = d.blind {
         unavailable(r, why);
+        return;
+    }
+    if r.gpu.as_ref().is_some_and(|g| g.devices.len() > 1) {
+        unavailable(r, BLIND_DEVICES);
         return;
     }
     let end = d.last_ns;

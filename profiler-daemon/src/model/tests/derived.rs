@@ -128,3 +128,30 @@ fn a_session_counting_launches_or_under_a_duty_cycle_derives_nothing() {
     );
     assert_eq!(p["streams"][0]["derived_idle_ns"], Value::Null);
 }
+
+#[test]
+fn a_process_nvml_lists_on_two_gpus_derives_nothing() {
+    use crate::nvml::{ProcessSample, Sample};
+    let mut a = agg();
+    a.apply(&at(launch(100, LAUNCH_RT, 0xf, 1, 0x10), 1_000));
+    a.apply(&at(stream_sync(0x10, 3_000), 2_000));
+    let on = |device| ProcessSample {
+        device,
+        pid: 100,
+        used_bytes: None,
+        sm_util: None,
+        mem_util: None,
+    };
+    a.apply_nvml(&Sample {
+        ts_ns: 1,
+        devices: vec![],
+        processes: vec![on(0), on(1)],
+        health: None,
+        gpm: None,
+    });
+    let p = only(&mut a, &[]);
+    assert_eq!(
+        p["derived_gpu_idle"]["unavailable"],
+        json!(busy::BLIND_DEVICES)
+    );
+}

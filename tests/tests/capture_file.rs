@@ -555,3 +555,70 @@ fn a_training_loop_is_cut_into_its_steps() {
     assert!(dom.contains("data-rule=\"input_bound\""), "{dom}");
     w.exit();
 }
+
+/// The GPU idle derived from the syncs, on a loop whose true figures the script sets: the fake
+/// driver blocks every sync 30 ms (the GPU "had" 30 ms of work queued), and the host prepares
+/// each step for 100 ms with nothing queued.
+#[test]
+fn derived_gpu_idle_and_launch_ahead_of_a_known_loop() {
+    const MS: u64 = 1_000_000;
+    // Sleeps overshoot, and each scripted command is a round trip through a pipe: on a loaded
+    // 2-core CI machine, 30 ms of slack on the 100 ms gap and 10 ms on the 30 ms sync.
+    let gap = 100 * MS..130 * MS;
+    let ahead = 30 * MS..40 * MS;
+    let d = Daemon::all_jobs_capturing();
+    let mut w = Workload::start();
+    let mut script = vec!["set_delay_us 30000", "rt_malloc 1048576 1"];
+    for _ in 0..5 {
+        script.extend([
+            "sleep_ms 100",
+            "rt_launch gemm 3 1 1 1 32 1 1 0 1",
+            "rt_launch relu 2 1 1 1 32 1 1 0 1",
+            "rt_sync_stream 1 1",
+        ]);
+    }
+    w.script(&script);
+    let tgid = w.tgid;
+    let f = d.stop();
+    let p = process(&f.report, tgid);
+    let g = &p["derived_gpu_idle"];
+    assert_eq!(
+        (g["basis"].as_str(), &g["unavailable"], g["drains"].as_u64()),
+        (Some("derived"), &serde_json::Value::Null, Some(5)),
+        "{g}"
+    );
+    // Known empty from each sync's return to the next iteration's first launch: 4 gaps.
+    let idle = g["idle_lower_bound_ns"].as_u64().unwrap();
+    assert!((4 * gap.start..4 * gap.end).contains(&idle), "{g}");
+    for k in ["launch_ahead_p50_ns", "launch_ahead_max_ns"] {
+        assert!(ahead.contains(&g[k].as_u64().unwrap()), "{k}: {g}");
+    }
+    // One stream got all the work: its figures are the process's.
+    let streams = p["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    assert_eq!(streams[0]["derived_idle_ns"].as_u64(), Some(idle));
+    assert_eq!(streams[0]["drains"].as_u64(), Some(5));
+    // The steps: the first sync opens the loop, iterations 2..5 are its steps. The boundary
+    // drains everything, so each step's derived idle is exactly its wait for its first launch.
+    let file = f.output.to_str().unwrap();
+    let (code, out, err) = run_daemon(&["report", file, "--view", "steps", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v.as_array().unwrap()[0];
+    let steps = s["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "{s}");
+    for st in steps {
+        let idle = st["derived_gpu_idle_ns"].as_u64().unwrap();
+        assert_eq!(Some(idle), st["first_enqueue_ns"].as_u64(), "{st}");
+        assert!(gap.contains(&idle), "{st}");
+        let a = st["derived_launch_ahead_ns"].as_u64().unwrap();
+        assert!(ahead.contains(&a), "{st}");
+    }
+    assert!(
+        f.stdout
+            .contains("GPU idle (derived from syncs, a lower bound): >= "),
+        "{}",
+        f.stdout
+    );
+    w.exit();
+}

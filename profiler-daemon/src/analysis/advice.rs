@@ -3,7 +3,8 @@
 //!
 //! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls), or
 //! from NVML's figures of the GPUs (GPM's are measured device activity); none knows how long
-//! kernels ran on the GPU. Thresholds are the constants below. Per-process rates
+//! kernels ran on the GPU. `sync_bound` and `input_bound` add the GPU idle **derived** from the
+//! syncs (`model::busy`) to their evidence, labelled so. Thresholds are the constants below. Per-process rates
 //! and shares are over the time the process was active in the capture ([`active_ns`]), and need
 //! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
@@ -303,12 +304,13 @@ fn sync_bound(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) 
             "sync_bound",
             format!(
                 "blocked {:.1} s of {secs:.1} s active ({:.0}%) waiting for the GPU; most in {} \
-                 ({} calls, p50 {} ms)",
+                 ({} calls, p50 {} ms){}",
                 sync_ns as f64 / 1e9,
                 share(sync_ns) * 100.0,
                 top.name,
                 top.calls,
-                units::ms(top.p50_ns)
+                units::ms(top.p50_ns),
+                derived_idle(p)
             ),
             "the host waits for the GPU instead of queueing more work: take per-step \
              synchronisations (loss.item(), .cpu(), printing tensors) out of the step loop or \
@@ -456,6 +458,20 @@ fn gpu_idle_held(p: &ProcessReport, out: &mut Vec<Advice>) {
     }
 }
 
+/// The process's derived GPU idle as evidence ("" when there is none): after the waits the
+/// GPU had nothing queued until the host enqueued more.
+fn derived_idle(p: &ProcessReport) -> String {
+    match &p.derived_gpu_idle {
+        Some(d) if d.unavailable.is_none() && d.span_ns > 0 => format!(
+            "; derived from the syncs, the GPU had no work queued >= {:.0}% of the time, and \
+             the host ran >= {} ms ahead of it before a wait (median)",
+            d.idle_share * 100.0,
+            units::ms(d.launch_ahead_p50_ns)
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Device allocations at a high rate.
 fn alloc_churn(p: &ProcessReport, secs: f64, out: &mut Vec<Advice>) {
     let mut push = |rule, evidence: String, suggestion: &str| {
@@ -487,12 +503,27 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
     };
     let wall = quantile(regular.iter().map(|x| x.wall_ns).collect(), 0.5);
     let wait = quantile(regular.iter().map(|x| x.first_enqueue_ns).collect(), 0.5);
+    let idle: Vec<u64> = regular
+        .iter()
+        .filter_map(|x| x.derived_gpu_idle_ns)
+        .collect();
+    let idle = if wall > 0 && idle.len() == regular.len() {
+        let idle = quantile(idle, 0.5);
+        format!(
+            "; derived from the syncs, the GPU had no work queued for >= {} ms ({:.0}%) of \
+             the step (median)",
+            units::ms(idle),
+            idle as f64 * 100.0 / wall as f64
+        )
+    } else {
+        String::new()
+    };
     if wall > 0 && wait as f64 >= INPUT_BOUND_SHARE * wall as f64 {
         push(
             "input_bound",
             format!(
                 "in {} steps of {} ms (median; boundary {}), the first GPU work was enqueued \
-                 {} ms ({:.0}%) after the step began",
+                 {} ms ({:.0}%) after the step began{idle}",
                 regular.len(),
                 units::ms(wall),
                 s.boundary,

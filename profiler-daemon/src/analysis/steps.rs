@@ -12,7 +12,9 @@
 //! Per step (from the end of one boundary call to the end of the next): wall time; launches;
 //! host time blocked in timed calls; copy bytes; the delay from the step's start to its first
 //! enqueued work (launch or copy) — time the GPU had nothing new from this process, e.g. waiting
-//! for input; device memory live at its end. Steps whose signature differs from the step's
+//! for input; device memory live at its end; the GPU idle and launch-ahead **derived** from the
+//! calls (`model::busy`: a lower bound on the time every stream of the process was empty, split
+//! at the step's edges). Steps whose signature differs from the step's
 //! (a last, shorter batch; an evaluation pass) are counted as irregular and kept in the series.
 //!
 //! Limits: a loop whose steps launch different kernels each time (dynamic shapes that change the
@@ -22,6 +24,7 @@
 //! the boundary waits for all of the step's work.
 
 use crate::api::ApiTable;
+use crate::model::busy::{Derived, Roles};
 use crate::store;
 use profiler_common::decode::Event;
 use profiler_common::flags;
@@ -52,6 +55,13 @@ pub struct Step {
     pub live_bytes: u64,
     /// The step's signature is the loop's.
     pub regular: bool,
+    /// **Derived** (`model::busy`): time within the step in which every stream of the process
+    /// was known empty, a lower bound on the GPU's idle time; `null` when it cannot be derived
+    /// (launches counted in the kernel).
+    pub derived_gpu_idle_ns: Option<u64>,
+    /// **Derived**: the longest blocked time of the step's waits that found work queued (the
+    /// host ran at least this far ahead of the GPU); `null` when no wait found work queued.
+    pub derived_launch_ahead_ns: Option<u64>,
 }
 
 /// The steps of one process.
@@ -177,6 +187,8 @@ fn fresh_step(start_ns: u64) -> Step {
         first_enqueue_ns: u64::MAX,
         live_bytes: 0,
         regular: false,
+        derived_gpu_idle_ns: None,
+        derived_launch_ahead_ns: None,
     }
 }
 
@@ -191,6 +203,11 @@ struct Cutter {
     cur_sig: Sig,
     live: crate::model::mem::MemTracker,
     steps: Vec<Step>,
+    /// The derived GPU idle (the model's derivation, fed the same records).
+    busy: Derived,
+    roles: Roles,
+    /// The process's derived idle up to the current step's start.
+    idle_at_start: u64,
 }
 
 impl Cutter {
@@ -204,12 +221,19 @@ impl Cutter {
             cur_sig: Sig::default(),
             live: crate::model::mem::MemTracker::new(crate::model::DEFAULT_LIVE_CAP),
             steps: Vec::new(),
+            busy: Derived::default(),
+            roles: Roles::default(),
+            idle_at_start: 0,
         }
     }
 
     fn on(&mut self, api: &ApiTable, ev: &Event, t0: u64) {
         let h = *ev.header();
         let rel = h.ts_ns.saturating_sub(t0);
+        if let Some(ahead) = self.busy.apply(ev, self.roles.of(api, h.api)) {
+            let a = self.cur.derived_launch_ahead_ns.get_or_insert(0);
+            *a = (*a).max(ahead);
+        }
         let mut enqueue = false;
         match ev {
             Event::Launch(_, l) => {
@@ -258,9 +282,19 @@ impl Cutter {
                 }
                 s.live_bytes = self.live.live_bytes;
                 s.regular = self.cur_sig == self.sig;
+                let idle = self.busy.idle_through(end + t0);
+                s.derived_gpu_idle_ns = self
+                    .busy
+                    .blind
+                    .is_none()
+                    .then(|| idle.saturating_sub(self.idle_at_start));
+                if self.busy.blind.is_some() {
+                    s.derived_launch_ahead_ns = None;
+                }
                 self.steps.push(s);
             }
             self.started = true;
+            self.idle_at_start = self.busy.idle_through(end + t0);
             self.cur = fresh_step(end);
             self.cur_sig = Sig::default();
         }

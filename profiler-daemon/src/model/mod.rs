@@ -7,6 +7,7 @@
 //! names them.
 
 pub mod activity;
+pub mod busy;
 pub mod gpm;
 pub mod gpu;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
@@ -91,6 +92,11 @@ pub struct Aggregator {
         String,
         std::sync::Arc<std::sync::Mutex<crate::attach::duty::CycleCost>>,
     )>,
+    /// What each API does to the streams' queues (for the derived GPU idle).
+    roles: busy::Roles,
+    /// Launches are counted in the kernel: no launch has its time (the derived GPU idle is
+    /// unavailable even before a process's first counted batch arrives).
+    launches_counted: bool,
 }
 
 impl Aggregator {
@@ -112,7 +118,14 @@ impl Aggregator {
             libraries: Vec::new(),
             duty: None,
             duty_config: None,
+            roles: busy::Roles::default(),
+            launches_counted: false,
         }
+    }
+
+    /// Launches are counted in the kernel in this session (service mode).
+    pub fn set_launches_counted(&mut self) {
+        self.launches_counted = true;
     }
 
     /// The CUDA libraries attached so far (the whole list, replacing the last).
@@ -191,6 +204,9 @@ impl Aggregator {
                 p.api_call(h.api, dur);
             }
         };
+        if !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..)) {
+            p.busy.apply(ev, self.roles.of(&self.api, h.api));
+        }
         match ev {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
@@ -623,6 +639,18 @@ impl Aggregator {
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);
+        // Launches outside the duty cycle's windows were not seen, counted ones have no time:
+        // no queue is known empty.
+        let blind = if self.duty.is_some() {
+            Some(busy::BLIND_DUTY)
+        } else {
+            self.launches_counted.then_some(busy::BLIND_COUNTED)
+        };
+        if let Some(why) = blind {
+            for p in &mut processes {
+                busy::unavailable(p, why);
+            }
+        }
         let gpus = self
             .gpus
             .report(|pid| processes.iter().any(|p| p.tgid == pid));

@@ -123,6 +123,8 @@ pub struct ProcState {
     pub activity: super::activity::Activity,
     /// Launches counted in duty-cycle windows, and the estimate made from them.
     pub sampling: super::sampling::Sampling,
+    /// GPU idle and launch-ahead derived from the calls (per stream and for the process).
+    pub busy: super::busy::Derived,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -149,6 +151,7 @@ impl ProcState {
             streams: FastMap::default(),
             activity: Default::default(),
             sampling: Default::default(),
+            busy: Default::default(),
         }
     }
 

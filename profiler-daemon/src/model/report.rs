@@ -154,6 +154,9 @@ fn streams(p: &ProcState) -> Vec<crate::model::snapshot::StreamReport> {
             launches: s.launches,
             copies: s.copies,
             copy_bytes: s.copy_bytes,
+            derived_idle_ns: None,
+            drains: 0,
+            derived_launch_ahead_max_ns: 0,
         })
         .collect()
 }
@@ -239,7 +242,7 @@ pub(super) fn process(
         Some(c) => c.clone(),
         None => code(tgid, p, api, resolver, stacks),
     };
-    ProcessReport {
+    let mut r = ProcessReport {
         tgid,
         owner: meta.and_then(|m| m.owner),
         comm: meta.map(|m| m.comm.clone()).unwrap_or_default(),
@@ -261,7 +264,10 @@ pub(super) fn process(
         stacks: stack_summary,
         timeline: p.activity.report(origin_ns),
         launch_sampling: sampling(&p.sampling),
-    }
+        derived_gpu_idle: None,
+    };
+    super::busy::fill(&mut r, &p.busy);
+    r
 }
 
 fn sampling(s: &super::sampling::Sampling) -> Option<crate::model::snapshot::LaunchSamplingReport> {

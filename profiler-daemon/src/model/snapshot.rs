@@ -267,6 +267,32 @@ pub struct ProcessReport {
     /// probes were attached all the time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_sampling: Option<LaunchSamplingReport>,
+    /// GPU idle and launch-ahead **derived** from the calls (`null` when the process enqueued
+    /// no work and waited for none): `model::busy`, docs/GPU-TIME.md.
+    #[serde(default)]
+    pub derived_gpu_idle: Option<DerivedGpuIdleReport>,
+}
+
+/// A process's GPU idle and launch-ahead, **derived** from its calls, never measured: the time
+/// in which every stream it used was known empty (a lower bound on its GPU's idle time), and
+/// how long the waits that found work queued blocked (the host ran at least that far ahead).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DerivedGpuIdleReport {
+    /// Always `derived`.
+    pub basis: String,
+    /// Why nothing could be derived (`null` when the figures hold; else they are 0).
+    pub unavailable: Option<String>,
+    /// From the first work enqueued or wait returned to the last the probes saw.
+    pub span_ns: u64,
+    /// Time every stream was known empty: a lower bound on the GPU's idle time.
+    pub idle_lower_bound_ns: u64,
+    /// `idle_lower_bound_ns / span_ns` (0 when the span is 0).
+    pub idle_share: f64,
+    /// Waits (syncs, blocking device-to-host copies) that found work queued.
+    pub drains: u64,
+    /// Their blocked times, median and largest: launch-ahead ≥ these.
+    pub launch_ahead_p50_ns: u64,
+    pub launch_ahead_max_ns: u64,
 }
 
 /// A process's launches under the duty cycle (see `model::sampling` for the estimator).
@@ -351,6 +377,16 @@ pub struct StreamReport {
     pub launches: u64,
     pub copies: u64,
     pub copy_bytes: u64,
+    /// **Derived**: time the stream's queue was known empty (a lower bound on its idle time;
+    /// `null` when nothing could be derived: the process's `derived_gpu_idle` says why).
+    #[serde(default)]
+    pub derived_idle_ns: Option<u64>,
+    /// Waits that found work queued on it, and the longest one's blocked time (**derived**
+    /// launch-ahead ≥ it).
+    #[serde(default)]
+    pub drains: u64,
+    #[serde(default)]
+    pub derived_launch_ahead_max_ns: u64,
 }
 
 /// Launches of one kernel with one configuration through one API.

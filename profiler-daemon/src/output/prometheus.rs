@@ -137,6 +137,7 @@ struct Families {
     copy_bytes: Family<Labels, Counter>,
     api_calls: Family<Labels, Counter>,
     api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
+    idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
     kernels: Family<Labels, Counter>,
     live: Family<Labels, Gauge>,
     held: Family<Labels, Gauge>,
@@ -182,6 +183,14 @@ impl Families {
             "gpuprofd_api_blocked_seconds",
             "CPU time spent inside calls a return probe timed (synchronisations, blocking copies, allocations)",
             api_blocked.clone(),
+        );
+        let idle_derived = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_gpu_idle_derived_seconds",
+            "Derived from the syncs, never measured: time every stream of the processes was \
+             known empty, a lower bound on their GPU idle time (absent where launches are \
+             counted in the kernel or sampled: docs/GPU-TIME.md)",
+            idle_derived.clone(),
         );
         let kernels = counter(
             reg,
@@ -275,6 +284,7 @@ impl Families {
             copy_bytes,
             api_calls,
             api_blocked,
+            idle_derived,
             kernels,
             live,
             held,
@@ -331,6 +341,13 @@ impl Families {
                     .get_or_create(&k)
                     .inc_by(a.blocked_ns as f64 / 1e9);
             }
+        }
+        if let Some(d) = &p.derived_gpu_idle
+            && d.unavailable.is_none()
+        {
+            self.idle_derived
+                .get_or_create(l)
+                .inc_by(d.idle_lower_bound_ns as f64 / 1e9);
         }
         // Kernels by name (launch configurations summed).
         let by_name = kernels.entry(l.clone()).or_default();

@@ -392,6 +392,27 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
             g.memory_max_bytes.map_or("-".into(), fmt::bytes),
         );
     }
+    derived_idle(s, p);
+}
+
+/// The GPU idle derived from the process's syncs (docs/GPU-TIME.md): a lower bound.
+fn derived_idle(s: &mut String, p: &ProcessReport) {
+    let Some(d) = &p.derived_gpu_idle else {
+        return;
+    };
+    let _ = match &d.unavailable {
+        Some(why) => writeln!(s, "  GPU idle (derived): unavailable: {why}"),
+        None => writeln!(
+            s,
+            "  GPU idle (derived from syncs, a lower bound): >= {:.1}% of {} ms; launch-ahead \
+             >= {} ms median, {} ms max ({} waits found work queued)",
+            d.idle_share * 100.0,
+            fmt::ms(d.span_ns),
+            fmt::ms(d.launch_ahead_p50_ns),
+            fmt::ms(d.launch_ahead_max_ns),
+            d.drains
+        ),
+    };
 }
 
 fn allocations(s: &mut String, a: &AllocReport) {
@@ -544,6 +565,7 @@ mod tests {
             stacks: Default::default(),
             timeline: None,
             launch_sampling: None,
+            derived_gpu_idle: None,
         };
         Report {
             schema: SCHEMA.into(),

@@ -136,6 +136,9 @@ pub(crate) async fn aggregate(
     if let Some((cycle, control)) = &seen.duty {
         agg.set_duty(cycle.clone(), control.cost.clone());
     }
+    if seen.counts_launches() {
+        agg.set_launches_counted();
+    }
     let mut taps = Taps {
         journal,
         deep: Vec::new(),

@@ -68,6 +68,11 @@ impl Seen {
         }
     }
 
+    /// Whether launches are counted in the kernel (at least while no deep capture runs).
+    pub fn counts_launches(&self) -> bool {
+        self.launch_mode.is_some()
+    }
+
     /// The launch probes run under `cycle`; `control` holds them attached for deep captures.
     pub fn set_duty(&mut self, cycle: String, control: crate::attach::duty::DutyControl) {
         self.duty = Some((cycle, control));

@@ -264,6 +264,8 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
                     first_enqueue_ns,
                     live_bytes,
                     regular: true,
+                    derived_gpu_idle_ns: None,
+                    derived_launch_ahead_ns: None,
                 },
             )
             .collect(),
@@ -437,4 +439,50 @@ fn gpm_busy_sms_missing_the_tensor_cores_or_holding_few_warps() {
         "GPU 1 (H100): SM activity averaged 60.0 % over 20 GPM rounds (measured), while the SMs \
          held 12.0 % of the warps they can (occupancy)"
     );
+}
+
+#[test]
+fn sync_bound_and_input_bound_cite_the_derived_gpu_idle() {
+    let mut p = process(
+        7,
+        1_000,
+        &[("cudaStreamSynchronize", 3_000, 4_000_000_000, 1_200_000)],
+        &[],
+        0,
+    );
+    p["derived_gpu_idle"] = json!({
+        "basis": "derived", "unavailable": null, "span_ns": 10_000_000_000u64,
+        "idle_lower_bound_ns": 3_500_000_000u64, "idle_share": 0.35, "drains": 3_000,
+        "launch_ahead_p50_ns": 1_100_000, "launch_ahead_max_ns": 9_000_000});
+    let mut s = steps_of(7, &[(10_000_000, 4_000_000, 0); 4]);
+    for (i, st) in s.steps.iter_mut().enumerate() {
+        st.derived_gpu_idle_ns = Some(3_000_000 + i as u64 * 1_000_000);
+    }
+    let a = advise(&report(vec![balanced(), p.clone()], 0), &[s.clone()]);
+    let got: Vec<(&str, &str)> = a.iter().map(|x| (x.rule, x.evidence.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "sync_bound",
+                "blocked 4.0 s of 10.0 s active (40%) waiting for the GPU; most in \
+                 cudaStreamSynchronize (3000 calls, p50 1.200 ms); derived from the syncs, the \
+                 GPU had no work queued >= 35% of the time, and the host ran >= 1.100 ms ahead \
+                 of it before a wait (median)"
+            ),
+            (
+                "input_bound",
+                "in 4 steps of 10.000 ms (median; boundary cudaStreamSynchronize 0x10), the \
+                 first GPU work was enqueued 4.000 ms (40%) after the step began; derived from \
+                 the syncs, the GPU had no work queued for >= 4.000 ms (40%) of the step \
+                 (median)"
+            ),
+        ]
+    );
+    // Unavailable (launches counted in the kernel), or missing in a step: no such evidence.
+    p["derived_gpu_idle"]["unavailable"] = json!("launches were counted in the kernel");
+    s.steps[1].derived_gpu_idle_ns = None;
+    let a = advise(&report(vec![balanced(), p], 0), &[s]);
+    assert_eq!(a.len(), 2);
+    assert!(a.iter().all(|x| !x.evidence.contains("derived")), "{a:?}");
 }

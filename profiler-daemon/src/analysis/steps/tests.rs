@@ -149,6 +149,10 @@ fn a_known_loop_is_found_and_measured() {
         first_enqueue_ns: 220_000,
         live_bytes: live,
         regular: true,
+        // The syncs wait on 0x10, which got no work; the launches and copies went to the
+        // default stream, never drained after the warm-up: nothing is known idle.
+        derived_gpu_idle_ns: Some(0),
+        derived_launch_ahead_ns: None,
     };
     let last = Step {
         start_ns: 100_000 + 4 * 1_000_000 + 980_000 - 1_000,
@@ -159,6 +163,8 @@ fn a_known_loop_is_found_and_measured() {
         first_enqueue_ns: 220_000,
         live_bytes: 3 * MIB,
         regular: false,
+        derived_gpu_idle_ns: Some(0),
+        derived_launch_ahead_ns: None,
     };
     assert_eq!(
         p.steps,
@@ -194,4 +200,59 @@ fn steps_fed_from_the_replay_pass_are_the_steps_found_alone() {
     read(&t.0, |api, g, ev| search.second(api, g, ev)).unwrap();
     assert_eq!(search.steps(), alone);
     assert_eq!(alone.len(), 1);
+}
+
+/// pid 400: a sync of 0x10 (no work on it: the step boundary, seen first), then 4 iterations
+/// 1 ms apart of [launch A on the default stream at +200 µs, device sync at +500 µs blocking
+/// 100 µs, sync of 0x10 at +900 µs]. The device sync's idle gap (+600 µs to the next
+/// iteration's +200 µs) straddles the boundary at +900 µs.
+fn drained_capture(path: &std::path::Path) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header()); // t0 = 1_000 ns
+    let mut api = ApiTable::new();
+    for (n, l) in [
+        ("cudaLaunchKernel", Layer::Runtime),
+        ("cudaStreamSynchronize", Layer::Runtime),
+        ("cudaDeviceSynchronize", Layer::Runtime),
+    ] {
+        api.intern(n, l);
+    }
+    w.frame(&Frame::Api(api.list().to_vec()));
+    let mut p = Rec(&mut w, 400);
+    p.sync(STREAM_SYNC, 10_000, 0x10, 0);
+    for i in 0..5u64 {
+        let base = 100_000 + i * 1_000_000;
+        p.launch(base + 200_000, A);
+        p.sync(DEVICE_SYNC, base + 500_000, 0, 100_000);
+        p.sync(STREAM_SYNC, base + 900_000, 0x10, 0);
+    }
+    w.flush();
+}
+
+#[test]
+fn derived_gpu_idle_is_split_at_the_step_edges() {
+    let t = Tmp::new("steps-derived");
+    drained_capture(&t.0);
+    let found = find(&t.0, header().started_at_monotonic_ns).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].boundary, "cudaStreamSynchronize 0x10");
+    let got: Vec<_> = found[0]
+        .steps
+        .iter()
+        .map(|s| {
+            (
+                s.wall_ns,
+                s.derived_gpu_idle_ns,
+                s.derived_launch_ahead_ns,
+                s.regular,
+            )
+        })
+        .collect();
+    // Each step: 300 µs known idle from its start to its launch, 300 µs from the device
+    // sync's return to its end; the device sync found work queued and blocked 100 µs. The
+    // first step starts at the first sync of 0x10 (10 µs): known idle from there (nothing
+    // was enqueued yet) to its launch at 300 µs.
+    let step = (1_000_000, Some(600_000), Some(100_000), true);
+    let first = (990_000, Some(290_000 + 300_000), Some(100_000), true);
+    assert_eq!(got, [first, step, step, step, step]);
 }

@@ -68,7 +68,8 @@ fn memsets_are_a_direction_of_their_own() {
     // Memory operations: the stream's copy figures count memsets too.
     assert_eq!(
         v["streams"],
-        json!([{"stream": "default", "launches": 0, "copies": 5, "copy_bytes": 1_052_740}])
+        json!([{"stream": "default", "launches": 0, "copies": 5, "copy_bytes": 1_052_740,
+               "derived_idle_ns": 0, "drains": 0, "derived_launch_ahead_max_ns": 0}])
     );
     assert_eq!(
         v["api"][0],
@@ -561,9 +562,12 @@ fn work_per_stream_bounded() {
     assert_eq!(
         v["streams"],
         json!([
-            {"stream": "0x55", "launches": 2, "copies": 1, "copy_bytes": 4096},
-            {"stream": "default", "launches": 1, "copies": 0, "copy_bytes": 0},
-            {"stream": "per-thread", "launches": 1, "copies": 0, "copy_bytes": 0},
+            {"stream": "0x55", "launches": 2, "copies": 1, "copy_bytes": 4096,
+             "derived_idle_ns": 0, "drains": 0, "derived_launch_ahead_max_ns": 0},
+            {"stream": "default", "launches": 1, "copies": 0, "copy_bytes": 0,
+             "derived_idle_ns": 0, "drains": 0, "derived_launch_ahead_max_ns": 0},
+            {"stream": "per-thread", "launches": 1, "copies": 0, "copy_bytes": 0,
+             "derived_idle_ns": 0, "drains": 0, "derived_launch_ahead_max_ns": 0},
         ])
     );
     // Beyond MAX_STREAMS distinct streams, the rest is summed under "other".

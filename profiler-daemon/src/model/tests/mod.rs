@@ -1,6 +1,7 @@
 //! Aggregator tests: synthetic record sequences in, exact report values out (shared builders).
 
 mod counters;
+mod derived;
 mod kernels;
 
 use super::*;

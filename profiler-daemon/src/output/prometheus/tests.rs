@@ -24,7 +24,10 @@ pub(crate) fn report() -> Report {
                        "blocked_ns": 1500}],
            "api": [{"name": "cudaStreamSynchronize", "calls": 4, "blocked_ns": 2_500_000_000u64,
                     "p50_ns": 1, "p99_ns": 1, "max_ns": 1}],
-           "graphs": {"launches": 2}, "allocations": alloc, "gpu": null})
+           "graphs": {"launches": 2}, "allocations": alloc, "gpu": null,
+           "derived_gpu_idle": {"basis": "derived", "unavailable": null, "span_ns": 4_000_000_000u64,
+                                "idle_lower_bound_ns": 1_500_000_000u64, "idle_share": 0.375,
+                                "drains": 4, "launch_ahead_p50_ns": 1, "launch_ahead_max_ns": 1}})
     };
     serde_json::from_value(json!({
         "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
@@ -142,6 +145,10 @@ fn exposition_has_exact_values() {
         [
             r#"gpuprofd_api_blocked_seconds_total{pid="100",comm="python3",workload="slurm:77",api="cudaStreamSynchronize"} 2.5"#
         ]
+    );
+    assert_eq!(
+        samples(&t, "gpuprofd_gpu_idle_derived_seconds_total"),
+        [format!("gpuprofd_gpu_idle_derived_seconds_total{l} 1.5")]
     );
     assert_eq!(
         samples(&t, "gpuprofd_gpu_memory_held_bytes"),

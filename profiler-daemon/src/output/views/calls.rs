@@ -173,6 +173,17 @@ impl Tabular for Streams {
         Column::new("copy_bytes", "COPIED", RIGHT, |r| {
             Cell::Bytes(r.x.copy_bytes)
         }),
+        // Derived (model::busy), never measured: a lower bound, hence ≥.
+        Column::new("derived_idle_ns", "IDLE≥ ms", RIGHT, |r| {
+            Cell::or_null(r.x.derived_idle_ns, Cell::Ms)
+        }),
+        Column::new("drains", "DRAINS", RIGHT.wide(), |r| Cell::Int(r.x.drains)),
+        Column::new(
+            "derived_launch_ahead_max_ns",
+            "AHEAD≥ ms",
+            RIGHT.wide(),
+            |r| Cell::Ms(r.x.derived_launch_ahead_max_ns),
+        ),
     ];
 
     fn rows<'a>(r: &'a Report, _: &'a [ProcessSteps]) -> Vec<Of<'a, StreamReport>> {

@@ -1,5 +1,6 @@
 //! `--view steps`: per process with a training loop, the medians of its regular steps (what
-//! the loop usually does); JSON adds every step.
+//! the loop usually does); JSON adds every step. `IDLE≥`/`AHEAD≥` are derived (a lower bound
+//! on the GPU's idle time per step, and the host's launch-ahead: docs/GPU-TIME.md).
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
 use super::select::{Key, Tabular, job_label};
@@ -18,6 +19,12 @@ impl Loop<'_> {
     /// The `at` quantile of `f` over the regular steps.
     fn q(&self, f: fn(&Step) -> u64, at: f64) -> u64 {
         quantile(self.regular.iter().map(|x| f(x)).collect(), at)
+    }
+
+    /// The `at` quantile of `f` over the regular steps that have it (`None`: none has).
+    fn q_some(&self, f: fn(&Step) -> Option<u64>, at: f64) -> Option<u64> {
+        let v: Vec<u64> = self.regular.iter().filter_map(|x| f(x)).collect();
+        (!v.is_empty()).then(|| quantile(v, at))
     }
 }
 
@@ -49,12 +56,22 @@ impl Tabular for Steps {
         Column::new("launches", "LAUNCH/STEP", RIGHT, |r| {
             Cell::Int(r.q(|x| x.launches, 0.5))
         }),
-        Column::new("blocked_ns", "BLOCKED ms", RIGHT, |r| {
+        Column::new("blocked_ns", "BLOCKED ms", RIGHT.wide(), |r| {
             Cell::Ms(r.q(|x| x.blocked_ns, 0.5))
         }),
         Column::new("first_enqueue_ns", "INPUT ms", RIGHT, |r| {
             Cell::Ms(r.q(|x| x.first_enqueue_ns, 0.5))
         }),
+        // Derived (model::busy), never measured: a lower bound, hence ≥.
+        Column::new("derived_gpu_idle_ns", "IDLE≥ ms", RIGHT, |r| {
+            Cell::or_null(r.q_some(|x| x.derived_gpu_idle_ns, 0.5), Cell::Ms)
+        }),
+        Column::new(
+            "derived_launch_ahead_ns",
+            "AHEAD≥ ms",
+            RIGHT.wide(),
+            |r| Cell::or_null(r.q_some(|x| x.derived_launch_ahead_ns, 0.5), Cell::Ms),
+        ),
         Column::new("copy_bytes", "COPIED/STEP", RIGHT.wide(), |r| {
             Cell::Bytes(r.q(|x| x.copy_bytes, 0.5))
         }),

@@ -312,6 +312,8 @@ fn steps_view_medians_and_series() {
         first_enqueue_ns: 500_000,
         live_bytes: 1 << 20,
         regular,
+        derived_gpu_idle_ns: Some(4_000_000),
+        derived_launch_ahead_ns: Some(1_500_000),
     };
     let steps = vec![ProcessSteps {
         tgid: 100,
@@ -332,14 +334,15 @@ fn steps_view_medians_and_series() {
     };
     assert_eq!(
         a(&[]),
-        "PID  BOUNDARY               STEPS  P50 ms  LAUNCH/STEP  BLOCKED ms  INPUT ms\n\
-         100  cudaStreamSynchronize      3  11.000          300       2.000     0.500\n"
+        "PID  BOUNDARY               STEPS  P50 ms  LAUNCH/STEP  INPUT ms  IDLE≥ ms\n\
+         100  cudaStreamSynchronize      3  11.000          300     0.500     4.000\n"
     );
     assert_eq!(
         a(&["--format", "csv"]),
         "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
-         first_enqueue_ns,copy_bytes\n100,cudaStreamSynchronize,3,1,11000000,12000000,300,\
-         2000000,500000,4096\n"
+         first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,copy_bytes\n\
+         100,cudaStreamSynchronize,3,1,11000000,12000000,300,2000000,500000,4000000,1500000,\
+         4096\n"
     );
     let j: Value = serde_json::from_str(&a(&["--format", "json"])).unwrap();
     assert_eq!(j[0]["steps"].as_array().unwrap().len(), 4);
@@ -356,9 +359,9 @@ fn steps_view_medians_and_series() {
 fn streams_per_process() {
     assert_eq!(
         show(&["--view", "streams"]).unwrap(),
-        "PID  STREAM   LAUNCHES  PER s  SHARE  COPIES   COPIED\n\
-         100  0x7f00        240   30.0  80.0%       3  3.0 MiB\n\
-         100  default        60    7.5  20.0%       0      0 B\n"
+        "PID  STREAM   LAUNCHES  PER s  SHARE  COPIES   COPIED  IDLE≥ ms\n\
+         100  0x7f00        240   30.0  80.0%       3  3.0 MiB         -\n\
+         100  default        60    7.5  20.0%       0      0 B         -\n"
     );
     let j = show(&[
         "--view",
@@ -374,7 +377,8 @@ fn streams_per_process() {
     assert_eq!(
         serde_json::from_str::<Value>(&j).unwrap(),
         json!([{"pid": 100, "stream": "0x7f00", "launches": 240, "rate": 30.0, "share": 0.8, "copies": 3,
-                "copy_bytes": 3_145_728u64}])
+                "copy_bytes": 3_145_728u64, "derived_idle_ns": null, "drains": 0,
+                "derived_launch_ahead_max_ns": 0}])
     );
 }
 

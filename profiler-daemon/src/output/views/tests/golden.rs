@@ -62,9 +62,14 @@ fn rich() -> Report {
                                     "vmm": {"calls": 0, "bytes": 0}}},
         "streams": [
             {"stream": "per-thread", "launches": 27, "copies": 4003,
-             "copy_bytes": 3_225_225_472u64},
+             "copy_bytes": 3_225_225_472u64, "derived_idle_ns": 1_250_000_000u64,
+             "drains": 4, "derived_launch_ahead_max_ns": 8_000_000},
             {"stream": "0x55d0c0ffee00", "launches": 13, "copies": 1,
              "copy_bytes": 300_000_000u64}],
+        "derived_gpu_idle": {"basis": "derived", "unavailable": null,
+                             "span_ns": 2_500_000_000u64, "idle_lower_bound_ns": 1_000_000_000u64,
+                             "idle_share": 0.4, "drains": 4, "launch_ahead_p50_ns": 2_000_000,
+                             "launch_ahead_max_ns": 8_000_000},
         "stacks": {"samples": 12, "dropped": 3, "truncated": 1, "python": null,
                    "python_no_thread": 0, "python_fault": 0, "shallow": 2},
         "code": [
@@ -143,6 +148,8 @@ fn steps() -> Vec<ProcessSteps> {
         first_enqueue_ns: 500_000,
         live_bytes: 1 << 20,
         regular,
+        derived_gpu_idle_ns: Some(4_000_000 + i),
+        derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
     };
     vec![
         ProcessSteps {
@@ -201,10 +208,13 @@ fn all_columns(view: &str) -> &'static str {
         "memory" => "pid,comm,calls,bytes,frees,live_bytes,peak_bytes,failed,never_freed_bytes",
         "processes" => "pid,comm,job,launches,rate,copy_bytes,blocked_ns,peak_bytes,exited",
         "jobs" => "kind,job,processes,launches,copy_bytes,blocked_ns,gpm_sm_activity",
-        "streams" => "pid,stream,launches,rate,share,copies,copy_bytes",
+        "streams" => {
+            "pid,stream,launches,rate,share,copies,copy_bytes,derived_idle_ns,drains,\
+             derived_launch_ahead_max_ns"
+        }
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
-             first_enqueue_ns,copy_bytes,steps"
+             first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,copy_bytes,steps"
         }
         "timeline" => {
             "pid,comm,job,first_call_ns,last_call_ns,calls,launches,rate,blocked_share,\

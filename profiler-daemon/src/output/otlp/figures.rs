@@ -66,6 +66,7 @@ pub const COPIES: &str = "gpuprofd.copies";
 pub const COPY_BYTES: &str = "gpuprofd.copy";
 pub const API_CALLS: &str = "gpuprofd.api.calls";
 pub const API_BLOCKED: &str = "gpuprofd.api.blocked";
+pub const IDLE_DERIVED: &str = "gpuprofd.gpu.idle_derived";
 pub const TOP_KERNELS: &str = "gpuprofd.top_kernel.launches";
 pub const LIVE: &str = "gpuprofd.device_memory.live";
 pub const HELD: &str = "gpuprofd.gpu.memory.held";
@@ -106,6 +107,9 @@ pub const METRICS: &[Spec] = &[
         "Calls of each hooked CUDA API function"),
     spec(API_BLOCKED, "s", Counter, false, "gpuprofd_api_blocked_seconds_total",
         "CPU time spent inside calls a return probe timed"),
+    spec(IDLE_DERIVED, "s", Counter, false, "gpuprofd_gpu_idle_derived_seconds_total",
+        "Derived from the syncs, never measured: time every stream of the processes was known \
+         empty, a lower bound on their GPU idle time (docs/GPU-TIME.md)"),
     spec(TOP_KERNELS, "{launch}", Counter, true, "gpuprofd_top_kernel_launches_total",
         "Launches per kernel, of the most launched kernels of each workload (or process) only"),
     spec(LIVE, "By", Gauge, true, "gpuprofd_device_memory_live_bytes",
@@ -237,6 +241,11 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
             if a.blocked_ns > 0 {
                 f.add_f(API_BLOCKED, k, a.blocked_ns as f64 / 1e9);
             }
+        }
+        if let Some(d) = &p.derived_gpu_idle
+            && d.unavailable.is_none()
+        {
+            f.add_f(IDLE_DERIVED, l.clone(), d.idle_lower_bound_ns as f64 / 1e9);
         }
         let by_name = kernels.entry(l).or_default();
         for k in &p.kernels {

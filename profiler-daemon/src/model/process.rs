@@ -123,6 +123,8 @@ pub struct ProcState {
     pub activity: super::activity::Activity,
     /// Launches counted in duty-cycle windows, and the estimate made from them.
     pub sampling: super::sampling::Sampling,
+    /// Calls per device.
+    pub devices: super::devices::Devices,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -149,6 +151,7 @@ impl ProcState {
             streams: FastMap::default(),
             activity: Default::default(),
             sampling: Default::default(),
+            devices: Default::default(),
         }
     }
 
@@ -190,6 +193,7 @@ impl ProcState {
     /// `n` launches of one configuration (counted in the kernel, or one recorded launch).
     pub fn launches_n(&mut self, api: u32, l: &LaunchBody, n: u64) {
         self.launches += n;
+        self.devices.launches(l.flags, n);
         self.stream(l.stream).launches += n;
         let key = LaunchKey {
             api,
@@ -223,6 +227,7 @@ impl ProcState {
         if copied {
             s.bytes = s.bytes.saturating_add(c.bytes);
         }
+        self.devices.copy(c, copied);
         let st = self.stream(c.stream);
         st.copies += 1;
         if copied {
@@ -250,6 +255,7 @@ impl ProcState {
 
     #[inline]
     pub fn sync(&mut self, s: &SyncBody) {
+        self.devices.sync(s);
         if s.flags & flags::GPU_SIDE == 0 {
             let d = measured(s.flags, s.dur_ns).unwrap_or(0);
             self.sync_blocked_ns = self.sync_blocked_ns.saturating_add(d);

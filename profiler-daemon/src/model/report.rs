@@ -261,6 +261,9 @@ pub(super) fn process(
         stacks: stack_summary,
         timeline: p.activity.report(origin_ns),
         launch_sampling: sampling(&p.sampling),
+        devices: p
+            .devices
+            .report(p.gpu.report().as_ref().map_or(&[][..], |g| &g.devices[..])),
     }
 }
 

@@ -283,6 +283,7 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
         "  kernel launches {} ({} unnamed), graph launches {}",
         p.launches, p.unnamed_launches, p.graphs.launches
     );
+    devices(s, &p.devices);
 
     if p.kernels.is_empty() {
         s.push_str("  kernels: none\n");
@@ -392,6 +393,45 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
             g.memory_max_bytes.map_or("-".into(), fmt::bytes),
         );
     }
+}
+
+/// The calls per device they went to (nothing when the process made none).
+fn devices(s: &mut String, d: &[crate::model::devices::DeviceReport]) {
+    if d.is_empty() {
+        return;
+    }
+    s.push_str("  by device (unknown: a context made current before gpuprofd attached):\n");
+    let rows: Vec<Vec<String>> = d
+        .iter()
+        .map(|r| {
+            vec![
+                r.device.map_or("unknown".to_owned(), |d| d.to_string()),
+                r.launches.to_string(),
+                r.copies.to_string(),
+                fmt::bytes(r.copy_bytes),
+                r.memsets.to_string(),
+                r.syncs.to_string(),
+                r.allocations.to_string(),
+                fmt::bytes(r.alloc_bytes),
+            ]
+        })
+        .collect();
+    use Align::{Left as L, Right as R};
+    s.push_str(&table(
+        "    ",
+        &[
+            "device",
+            "launches",
+            "copies",
+            "copied",
+            "memsets",
+            "syncs",
+            "allocations",
+            "allocated",
+        ],
+        &[L, R, R, R, R, R, R, R],
+        &rows,
+    ));
 }
 
 fn allocations(s: &mut String, a: &AllocReport) {
@@ -544,6 +584,7 @@ mod tests {
             stacks: Default::default(),
             timeline: None,
             launch_sampling: None,
+            devices: Vec::new(),
         };
         Report {
             schema: SCHEMA.into(),

@@ -292,7 +292,10 @@ fn report_json_contract() {
         r#""gpu":{"samples":1,"devices":[0],"memory_max_bytes":536870912,"sm_util_avg":45.0,"mem_util_avg":10.0},"#,
         r#""streams":[{"stream":"default","launches":1,"copies":0,"copy_bytes":0}],"code":[],"#,
         r#""stacks":{"samples":0,"dropped":0,"truncated":0,"python":null,"python_no_thread":0,"python_fault":0,"shallow":0},"#,
-        r#""timeline":{"first_call_ns":1,"last_call_ns":1,"bin_ns":1000000,"calls":[1],"launches":[1],"blocked_ns":[0]}}],"#,
+        r#""timeline":{"first_call_ns":1,"last_call_ns":1,"bin_ns":1000000,"calls":[1],"launches":[1],"blocked_ns":[0]},"#,
+        // The launch's record carried no device; NVML listed the process on GPU 0 alone.
+        r#""devices":[{"device":null,"launches":1,"copies":0,"copy_bytes":0,"memsets":0,"#,
+        r#""memset_bytes":0,"syncs":0,"allocations":0,"alloc_bytes":0,"nvml_gpu":0}]}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,

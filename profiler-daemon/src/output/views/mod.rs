@@ -124,6 +124,11 @@ pub struct ReportArgs {
     /// Only processes of this job (its id or name, as the report shows them).
     #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
+    /// Only the calls that went to this CUDA device (its ordinal): launches, copies, memsets,
+    /// syncs and memory operations on other devices, or on a device gpuprofd could not learn,
+    /// are left out. Reads a capture file.
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
     /// Only these columns, comma-separated, in this order (names as in the JSON/CSV output).
     #[arg(long, value_name = "COLS", value_delimiter = ',')]
     pub select: Vec<String>,

@@ -35,14 +35,8 @@ fn devices(p: &Value) -> Vec<Row> {
 
 const K: &str = "triton_poi_fused_add_0";
 
-#[test]
-fn calls_on_two_devices_from_several_threads_are_split_exactly() {
-    // Started before the daemon: the main thread's context (device 0's primary, made current
-    // by the runtime and the workload at start) was set before anything was attached.
-    let mut w = Workload::spawn("workload", &[("FAKECUDA_DEVICES", "2")]);
-    let tgid = w.tgid;
-    let lib = fakecuda().join("lib");
-    let d = Daemon::capturing(&all_jobs_args(&lib));
+/// The workload's calls (see the comments): 36 launches, 9 copies, 5 syncs, 2 allocations.
+fn calls(w: &mut Workload) {
     let launch = |n: u32, stream: u32| format!("drv_launch {K} {n} 1 1 1 1 1 1 0 {stream}");
     // The main thread, context unknown: 3 launches and 2 copies of 1000 bytes, device unknown.
     w.cmd(&launch(3, 0));
@@ -70,20 +64,33 @@ fn calls_on_two_devices_from_several_threads_are_split_exactly() {
     // Through the runtime: cudaSetDevice(1) on a new thread, 8 launches, 2 device syncs.
     w.cmd("on_rt_device 1 rt_launch vecAdd 8 1 1 1 1 1 1 0 0");
     w.cmd("on_rt_device 1 rt_sync_device 2");
+}
+
+/// What [`calls`] must give, per device.
+fn expected() -> Vec<Row> {
+    vec![
+        // device 0: 4 + 1 launches; 3 × 4096 bytes; 2 × 1 MiB allocated
+        (Some(0), 4 + 1, 3, 3 * 4096, 0, 2, 2 << 20),
+        // device 1: 5 + 2 + 6 + 7 + 8 launches; 4 × 512 bytes; 3 + 2 syncs
+        (Some(1), 5 + 2 + 6 + 7 + 8, 4, 4 * 512, 3 + 2, 0, 0),
+        // unknown: the main thread before it revealed its context
+        (None, 3, 2, 2 * 1000, 0, 0, 0),
+    ]
+}
+
+#[test]
+fn calls_on_two_devices_from_several_threads_are_split_exactly() {
+    // Started before the daemon: the main thread's context (device 0's primary, made current
+    // by the runtime and the workload at start) was set before anything was attached.
+    let mut w = Workload::spawn("workload", &[("FAKECUDA_DEVICES", "2")]);
+    let tgid = w.tgid;
+    let lib = fakecuda().join("lib");
+    let d = Daemon::capturing(&all_jobs_args(&lib));
+    calls(&mut w);
     w.exit();
     let f = d.stop();
     let p = process(&f.report, tgid);
-    assert_eq!(
-        devices(p),
-        vec![
-            // device 0: 4 + 1 launches; 3 × 4096 bytes; 2 × 1 MiB allocated
-            (Some(0), 4 + 1, 3, 3 * 4096, 0, 2, 2 << 20),
-            // device 1: 5 + 2 + 6 + 7 + 8 launches; 4 × 512 bytes; 3 + 2 syncs
-            (Some(1), 5 + 2 + 6 + 7 + 8, 4, 4 * 512, 3 + 2, 0, 0),
-            // unknown: the main thread before it revealed its context
-            (None, 3, 2, 2 * 1000, 0, 0, 0),
-        ]
-    );
+    assert_eq!(devices(p), expected());
     assert_eq!(p["launches"], 3 + 5 + 2 + 6 + 4 + 7 + 1 + 8);
 
     // `report --device 1`: only device 1's calls.
@@ -106,4 +113,20 @@ fn calls_on_two_devices_from_several_threads_are_split_exactly() {
         (Some(4), Some(2048))
     );
     assert!(copies(p1, "h2d").is_none(), "{}", p1["copies"]);
+}
+
+/// Launches counted in the kernel (`--count-launches`) keep their device: it is part of the
+/// counters' key, so the split is the one a record per launch gives.
+#[test]
+fn counted_launches_keep_their_device() {
+    let mut w = Workload::spawn("workload", &[("FAKECUDA_DEVICES", "2")]);
+    let tgid = w.tgid;
+    let lib = fakecuda().join("lib");
+    let mut args = all_jobs_args(&lib).to_vec();
+    args.extend(["--count-launches", "100ms"]);
+    let d = Daemon::start(&args);
+    calls(&mut w);
+    w.exit();
+    let r = d.stop().report;
+    assert_eq!(devices(process(&r, tgid)), expected());
 }

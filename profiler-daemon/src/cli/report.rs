@@ -62,7 +62,11 @@ pub fn run(a: &ReportArgs) -> u8 {
     let t0 = replay.header.started_at_monotonic_ns;
     if want_steps
         && search.chosen(t0)
-        && let Err(e) = steps::read(&file, |api, g, ev| search.second(api, g, ev))
+        && let Err(e) = steps::read(&file, |api, g, ev| {
+            if keep(ev) {
+                search.second(api, g, ev)
+            }
+        })
     {
         eprintln!("gpuprofd report: finding steps: {e}");
         return EXIT_UNREADABLE;

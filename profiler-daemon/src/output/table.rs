@@ -770,4 +770,39 @@ mod tests {
                 .ends_with("no records lost; decode errors: 2\n\nno CUDA activity recorded\n")
         );
     }
+
+    #[test]
+    fn the_calls_per_device_follow_the_launch_line_unknown_last() {
+        use crate::model::devices::DeviceReport;
+        let mut r = report(&[("copy", 0), ("launch", 0)]);
+        r.processes[0].devices = vec![
+            DeviceReport {
+                device: Some(1),
+                launches: 1200,
+                copies: 50,
+                copy_bytes: 50 << 20,
+                syncs: 100,
+                allocations: 8,
+                alloc_bytes: 16 << 20,
+                ..Default::default()
+            },
+            DeviceReport {
+                device: None,
+                launches: 34,
+                copies: 2,
+                copy_bytes: 512,
+                ..Default::default()
+            },
+        ];
+        let text = render_with(&r, 2);
+        let want = concat!(
+            "  kernel launches 1234 (4 unnamed), graph launches 3\n",
+            "  by device (unknown: a context made current before gpuprofd attached):\n",
+            "    device   launches  copies    copied  memsets  syncs  allocations  allocated\n",
+            "    1            1200      50  50.0 MiB        0    100            8   16.0 MiB\n",
+            "    unknown        34       2     512 B        0      0            0        0 B\n",
+            "  kernels by launches:\n",
+        );
+        assert!(text.contains(want), "{text}");
+    }
 }

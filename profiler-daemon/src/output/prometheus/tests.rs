@@ -24,7 +24,13 @@ fn report() -> Report {
                        "blocked_ns": 1500}],
            "api": [{"name": "cudaStreamSynchronize", "calls": 4, "blocked_ns": 2_500_000_000u64,
                     "p50_ns": 1, "p99_ns": 1, "max_ns": 1}],
-           "graphs": {"launches": 2}, "allocations": alloc, "gpu": null})
+           "graphs": {"launches": 2}, "allocations": alloc, "gpu": null,
+           "devices": [{"device": 1, "launches": 990, "copies": 3, "copy_bytes": 3072,
+                        "memsets": 0, "memset_bytes": 0, "syncs": 4, "allocations": 1,
+                        "alloc_bytes": 4096},
+                       {"device": null, "launches": 10, "copies": 0, "copy_bytes": 0,
+                        "memsets": 0, "memset_bytes": 0, "syncs": 0, "allocations": 0,
+                        "alloc_bytes": 0}]})
     };
     serde_json::from_value(json!({
         "schema": "gpuprofd.report/1", "host": "n", "started_at": "2026-11-23T07:00:00Z",
@@ -134,6 +140,26 @@ fn exposition_has_exact_values() {
         samples(&t, "gpuprofd_copy_bytes_total"),
         [
             r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",direction="h2d"} 3072"#
+        ]
+    );
+    // Per device: the ordinal, or "unknown".
+    let sorted = |name: &str| {
+        let mut v = samples(&t, name);
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted("gpuprofd_device_kernel_launches_total"),
+        [
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 990"#,
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 10"#,
+        ]
+    );
+    assert_eq!(
+        sorted("gpuprofd_device_copy_bytes_total"),
+        [
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 3072"#,
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 0"#,
         ]
     );
     assert_eq!(

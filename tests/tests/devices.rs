@@ -113,6 +113,35 @@ fn calls_on_two_devices_from_several_threads_are_split_exactly() {
         (Some(4), Some(2048))
     );
     assert!(copies(p1, "h2d").is_none(), "{}", p1["copies"]);
+
+    // The timeline: a stream's track per device, named by its GPU where known.
+    let trace = f.output.with_extension("trace.json");
+    let file = f.output.to_str().unwrap();
+    let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let mut tracks: Vec<String> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pid"] == tgid && e["ph"] == "M" && e["name"] == "thread_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .filter(|n| n.contains("stream"))
+        .map(|n| match n.split_once("stream 0x") {
+            Some((gpu, _)) => format!("{gpu}stream 0x…"),
+            None => n.to_owned(),
+        })
+        .collect();
+    tracks.sort();
+    assert_eq!(
+        tracks,
+        [
+            "GPU 0: default stream",
+            "GPU 1: default stream",
+            "GPU 1: stream 0x…",
+            "default stream"
+        ]
+    );
 }
 
 /// Launches counted in the kernel (`--count-launches`) keep their device: it is part of the

@@ -230,7 +230,9 @@ struct alloc_list {
 static struct alloc_list rt_dev, rt_other, drv_dev;
 
 /* ------------------------------------------------------------ commands */
-static int run(int argc, char **argv, char *reply_extra, size_t extra_len);
+/* Inlined into each caller (main, on_device's thread): the stack tests expect a command's
+ * frames right under main's, as when main was its only caller. */
+static inline __attribute__((always_inline)) int run(int argc, char **argv, char *reply_extra, size_t extra_len);
 static int need_rt(void);
 static int need_drv(void);
 
@@ -1051,7 +1053,7 @@ static int cmd_drv_launch_held(int argc, char **argv) {
 }
 
 /* returns 1 to exit, 0 ok, -1 error (err_buf) */
-static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
+static inline __attribute__((always_inline)) int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     const char *c = argv[0];
     argc--, argv++;
     reply_extra[0] = 0;

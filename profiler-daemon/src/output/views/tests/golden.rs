@@ -65,6 +65,15 @@ fn rich() -> Report {
              "copy_bytes": 3_225_225_472u64},
             {"stream": "0x55d0c0ffee00", "launches": 13, "copies": 1,
              "copy_bytes": 300_000_000u64}],
+        "devices": [
+            {"device": 0, "launches": 30, "copies": 4003, "copy_bytes": 3_225_225_472u64,
+             "memsets": 1, "memset_bytes": 4096, "syncs": 12, "allocations": 6,
+             "alloc_bytes": 5_368_709_120u64},
+            {"device": 3, "launches": 8, "copies": 1, "copy_bytes": 300_000_000u64,
+             "memsets": 0, "memset_bytes": 0, "syncs": 2, "allocations": 0, "alloc_bytes": 0},
+            {"device": null, "launches": 2, "copies": 0, "copy_bytes": 0, "memsets": 0,
+             "memset_bytes": 0, "syncs": 0, "allocations": 0, "alloc_bytes": 0,
+             "nvml_gpu": 3}],
         "stacks": {"samples": 12, "dropped": 3, "truncated": 1, "python": null,
                    "python_no_thread": 0, "python_fault": 0, "shallow": 2},
         "code": [
@@ -180,6 +189,7 @@ const VIEWS: &[&str] = &[
     "processes",
     "jobs",
     "streams",
+    "devices",
     "advice",
     "steps",
     "code",
@@ -202,6 +212,9 @@ fn all_columns(view: &str) -> &'static str {
         "processes" => "pid,comm,job,launches,rate,copy_bytes,blocked_ns,peak_bytes,exited",
         "jobs" => "kind,job,processes,launches,copy_bytes,blocked_ns,gpm_sm_activity",
         "streams" => "pid,stream,launches,rate,share,copies,copy_bytes",
+        "devices" => {
+            "pid,device,launches,share,copies,copy_bytes,memsets,syncs,allocations,alloc_bytes"
+        }
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
              first_enqueue_ns,copy_bytes,steps"

@@ -913,7 +913,8 @@ __attribute__((noinline, noclone)) int stack_chain_sync(long n) {
     g_chain_sink += 1;
     return bad;
 }
-static int cmd_stack_chain(int argc, char **argv) {
+/* Inlined, as run() is: the stack tests expect main's frame right above stack_chain_a. */
+static inline __attribute__((always_inline)) int cmd_stack_chain(int argc, char **argv) {
     if (need_rt()) return -1;
     if (argc != 3) return FAIL("usage: NA NB SYNCS");
     if (stack_chain_a(atol(argv[0]), atol(argv[1]))) return FAIL("a launch failed"); /* STACK_CMD_A */
@@ -946,7 +947,7 @@ __attribute__((noinline, noclone)) int stack_steps(long steps) {
     g_chain_sink += 1;
     return bad;
 }
-static int cmd_stack_steps(int argc, char **argv) {
+static inline __attribute__((always_inline)) int cmd_stack_steps(int argc, char **argv) {
     if (need_rt()) return -1;
     if (argc != 1) return FAIL("usage: STEPS");
     if (stack_steps(atol(argv[0]))) return FAIL("a launch failed"); /* STEP_CMD */

@@ -65,6 +65,13 @@ pub mod maps {
     /// always-on default). The daemon reads it every period and removes an ended process's
     /// entries; a launch that finds it full goes to the ring as a record instead.
     pub const LAUNCH_COUNTS: &str = "LAUNCH_COUNTS";
+    /// Task-local storage (one [`crate::ThreadCtx`] per thread): the thread's current CUDA
+    /// context and its device.
+    pub const THREAD_CTX: &str = "THREAD_CTX";
+    /// `LruHashMap<HandleKey, u32>`: a process's context → its device (wire value).
+    pub const CTX_DEVICE: &str = "CTX_DEVICE";
+    /// `LruHashMap<HandleKey, u32>`: a process's stream → its context's device (wire value).
+    pub const STREAM_DEVICE: &str = "STREAM_DEVICE";
 
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it
@@ -262,7 +269,103 @@ pub mod flags {
     /// Launch under a runtime API whose `func` is the driver's handle: a runtime launch seen
     /// at the driver call it made (one trap per launch: the runtime entry is not probed).
     pub const DRIVER_HANDLE: u32 = 1 << 6;
+    /// Launch, copy, memset, sync, memory operation: the top byte holds the device the call
+    /// went to, plus one (0: unknown). See [`crate::device`].
+    pub const DEVICE_SHIFT: u32 = 24;
+    /// The bits of [`DEVICE_SHIFT`].
+    pub const DEVICE_MASK: u32 = 0xff << DEVICE_SHIFT;
 }
+
+/// The device a call went to, carried in the top byte of its record's `flags` (launches,
+/// copies, memsets, syncs, memory operations) and so in a counted launch's key. The probes
+/// know it from the stream's context, else the calling thread's current context (see
+/// `profiler-ebpf/src/device.rs`). Stored as device + 1 so that 0 — what every record of a
+/// capture made before device attribution holds — reads as unknown: the record layouts did
+/// not change, and older capture files decode as they did.
+pub mod device {
+    use crate::flags::{DEVICE_MASK, DEVICE_SHIFT};
+
+    /// Devices that can be told apart; a higher ordinal is recorded as unknown.
+    pub const MAX: u32 = 254;
+
+    /// The wire value (device + 1, 0 unknown) of device ordinal `ordinal` (negative or above
+    /// [`MAX`]: unknown).
+    #[inline(always)]
+    pub const fn wire(ordinal: i64) -> u32 {
+        if ordinal < 0 || ordinal > MAX as i64 {
+            0
+        } else {
+            ordinal as u32 + 1
+        }
+    }
+
+    /// `flags` with the device whose wire value is `wire` (0 leaves it unknown).
+    #[inline(always)]
+    pub const fn with(flags: u32, wire: u32) -> u32 {
+        (flags & !DEVICE_MASK) | ((wire & 0xff) << DEVICE_SHIFT)
+    }
+
+    /// The device ordinal a record's `flags` carry, `None` when unknown.
+    #[inline(always)]
+    pub const fn of(flags: u32) -> Option<u32> {
+        match (flags & DEVICE_MASK) >> DEVICE_SHIFT {
+            0 => None,
+            w => Some(w - 1),
+        }
+    }
+
+    /// Context operations the device tracker follows (`Cookie::q` of its probes).
+    pub mod op {
+        /// `cuCtxSetCurrent(ctx)`.
+        pub const SET_CURRENT: u8 = 1;
+        /// `cuCtxPushCurrent_v2(ctx)`.
+        pub const PUSH: u8 = 2;
+        /// `cuCtxPopCurrent_v2(CUcontext *)`.
+        pub const POP: u8 = 3;
+        /// `cuDevicePrimaryCtxRetain(CUcontext *, CUdevice)`.
+        pub const PRIMARY_RETAIN: u8 = 4;
+        /// `cuCtxCreate_v2/_v3/_v4(CUcontext *, …, CUdevice)`: made and pushed.
+        pub const CREATE: u8 = 5;
+        /// `cuCtxGetCurrent(CUcontext *)`: reveals a context made current before attach.
+        pub const GET_CURRENT: u8 = 6;
+        /// `cuCtxGetDevice(CUdevice *)`, `cudaGetDevice(int *)`: the current context's device.
+        pub const GET_DEVICE: u8 = 7;
+        /// `cuStreamCreate(CUstream *, …)`, `cudaStreamCreate*(cudaStream_t *, …)`: the stream
+        /// belongs to the thread's current context.
+        pub const STREAM_CREATE: u8 = 8;
+        /// `cudaSetDevice(int)`: the thread's device from now on.
+        pub const SET_DEVICE: u8 = 9;
+    }
+}
+
+/// Key of the device tracker's per-process handle maps (context → device, stream → device).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HandleKey {
+    pub handle: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<HandleKey>() == 16);
+
+/// The device tracker's per-thread state (task storage `THREAD_CTX`): the current context, the
+/// one beneath it on the thread's context stack (one level: a push and its pop), their devices
+/// (wire values: device + 1, 0 unknown), and the context call in flight per layer (its
+/// out-pointer and device argument, for the return probe).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadCtx {
+    pub ctx: u64,
+    pub prev_ctx: u64,
+    pub dev: u32,
+    pub prev_dev: u32,
+    /// Index 0: driver, 1: runtime.
+    pub pend_ptr: [u64; 2],
+    pub pend_arg: [u64; 2],
+    /// The [`device::op`] in flight per layer, 0 none.
+    pub pend_op: [u32; 2],
+}
+const _: () = assert!(core::mem::size_of::<ThreadCtx>() == 64);
 
 /// Common header of every record.
 #[repr(C)]

@@ -46,6 +46,7 @@ pub(crate) fn finish_copy(
     } else {
         0
     };
+    let fl = profiler_common::device::with(fl, device_for(pt, stream));
     if c.has(cookie::F_RET) {
         save(
             c,

@@ -85,7 +85,14 @@ pub(crate) fn count_launch(
 /// says so. The precise clock is read only where a time is kept: a record, a counter's first
 /// launch, a stack sample (0 in `now`: not read yet).
 #[inline(always)]
-pub(crate) fn emit_launch(ctx: &ProbeContext, api: u16, runtime: bool, pt: u64, body: LaunchBody) {
+pub(crate) fn emit_launch(
+    ctx: &ProbeContext,
+    api: u16,
+    runtime: bool,
+    pt: u64,
+    mut body: LaunchBody,
+) {
+    body.flags = profiler_common::device::with(body.flags, device_for(pt, body.stream));
     let mut now = 0;
     let counting = matches!(LAUNCH_MODE.get(0), Some(&m) if m == LAUNCHES_COUNTED);
     // Outside a duty cycle's window (its links still going in, or on their way out).

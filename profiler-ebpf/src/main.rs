@@ -33,10 +33,11 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AliasBody, CopyBody, ExitBody, FILTER_CGROUPS as MODE_CGROUPS, FILTER_TGIDS as MODE_TGIDS,
-    FILTER_TREE as MODE_TREE, GATE_SHUT, GraphBody, Header, LAUNCH_COUNTS_MAX, LAUNCHES_COUNTED,
-    LaunchBody, LaunchCount, LaunchKey, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody, MemBody, NAME_CAP,
-    NameBody, PENDING_ENTRY_ONLY, PENDING_HAS_RETURN, PENDING_NONE, PY_MAX_THREADS, PY_NONE,
-    Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody, class,
+    FILTER_TREE as MODE_TREE, GATE_SHUT, GraphBody, HandleKey, Header, LAUNCH_COUNTS_MAX,
+    LAUNCHES_COUNTED, LaunchBody, LaunchCount, LaunchKey, MAX_CGROUP_DEPTH, MAX_KINDS, MapBody,
+    MemBody, NAME_CAP, NameBody, PENDING_ENTRY_ONLY, PENDING_HAS_RETURN, PENDING_NONE,
+    PY_MAX_THREADS, PY_NONE, Pending, PyProc, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody,
+    SyncBody, ThreadCtx, class,
     cookie::{self, Cookie},
     dir, fault, flags, kind, memkind, memop, stackflags,
 };
@@ -44,6 +45,7 @@ use profiler_common::{
 mod bench;
 mod common;
 mod copy;
+mod device;
 mod launch;
 mod maps;
 mod memory;
@@ -56,6 +58,7 @@ mod sync;
 mod watch;
 
 use common::*;
+use device::*;
 use launch::*;
 use maps::*;
 use pairing::*;

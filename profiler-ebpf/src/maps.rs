@@ -102,3 +102,15 @@ pub(crate) static STACK_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 /// exit: LRU, so entries of ended processes make room instead of filling the map for good.
 #[map(name = "PY_PROCS")]
 pub(crate) static PY_PROCS: LruHashMap<u32, PyProc> = LruHashMap::with_max_entries(4096, 0);
+
+#[unsafe(link_section = ".maps")]
+#[unsafe(export_name = "THREAD_CTX")]
+pub(crate) static THREAD_CTX: TaskStorage<ThreadCtx> = TaskStorage::new();
+/// Context → device per process. LRU: a process's contexts are not removed at its end; the
+/// oldest make room.
+#[map(name = "CTX_DEVICE")]
+pub(crate) static CTX_DEVICE: LruHashMap<HandleKey, u32> = LruHashMap::with_max_entries(16384, 0);
+/// Stream → device per process (LRU, as [`CTX_DEVICE`]).
+#[map(name = "STREAM_DEVICE")]
+pub(crate) static STREAM_DEVICE: LruHashMap<HandleKey, u32> =
+    LruHashMap::with_max_entries(65536, 0);

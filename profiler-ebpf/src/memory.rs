@@ -21,7 +21,9 @@ pub fn mem_entry(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let op = c.q as u32;
-    let v = [arg(r, c.a), arg(r, c.c), arg(r, c.d), arg(r, c.b), 0, 0];
+    let stream = arg(r, c.d);
+    let dev = device_for(pt, stream);
+    let v = [arg(r, c.a), arg(r, c.c), stream, arg(r, c.b), dev as u64, 0];
     if c.has(cookie::F_RET) {
         save(&c, class::MEM, kind::MEM, r.rsp, now, v);
     } else {
@@ -33,11 +35,14 @@ pub fn mem_entry(ctx: ProbeContext) -> u32 {
             op,
             mem_kind: c.p as u32,
             ret: 0,
-            flags: if c.has(cookie::F_ASYNC) {
-                flags::ASYNC
-            } else {
-                0
-            },
+            flags: profiler_common::device::with(
+                if c.has(cookie::F_ASYNC) {
+                    flags::ASYNC
+                } else {
+                    0
+                },
+                dev,
+            ),
         };
         emit(kind::MEM, c.api, pt, now, body);
     }

@@ -51,7 +51,7 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 handle: p.v[0],
                 dur_ns: dur,
                 ret,
-                flags: flags::HAS_RETURN,
+                flags: profiler_common::device::with(flags::HAS_RETURN, p.v[1] as u32),
             };
             emit(kind::SYNC, c.api, pid_tgid, p.ts_ns, body);
             sample_stack(
@@ -85,12 +85,15 @@ pub fn api_ret(ctx: RetProbeContext) -> u32 {
                 op,
                 mem_kind,
                 ret,
-                flags: flags::HAS_RETURN
-                    | if c.has(cookie::F_ASYNC) {
-                        flags::ASYNC
-                    } else {
-                        0
-                    },
+                flags: profiler_common::device::with(
+                    flags::HAS_RETURN
+                        | if c.has(cookie::F_ASYNC) {
+                            flags::ASYNC
+                        } else {
+                            0
+                        },
+                    p.v[4] as u32,
+                ),
             };
             emit(kind::MEM, c.api, pid_tgid, p.ts_ns, body);
         }

@@ -15,6 +15,9 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let handle = arg(r, c.a);
+    // A stream sync or wait: the stream's device; a context, device or event sync: the
+    // thread's (an event handle is no stream, and misses the stream map).
+    let dev = device_for(pt, handle);
     if c.has(cookie::F_RET) {
         save(
             &c,
@@ -22,7 +25,7 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
             kind::SYNC,
             r.rsp,
             now,
-            [handle, 0, 0, 0, 0, 0],
+            [handle, dev as u64, 0, 0, 0, 0],
         );
     } else {
         let fl = if c.has(cookie::F_GPU_SIDE) {
@@ -30,6 +33,7 @@ pub fn sync_entry(ctx: ProbeContext) -> u32 {
         } else {
             0
         };
+        let fl = profiler_common::device::with(fl, dev);
         emit(
             kind::SYNC,
             c.api,

@@ -113,6 +113,10 @@ CUresult cuDeviceGetCount(int *count);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
@@ -386,6 +390,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaSetDevice(int device);
 
 /* crt/host_runtime.h registration API */
 typedef struct {

@@ -258,10 +258,31 @@ IMPL CUresult impl_cuKernelGetName(const char **name, CUkernel hfunc) {
 }
 
 /* ------------------------------------------------------- init / context */
-static struct CUctx_st {
-    int dummy;
-} g_primary_ctx;
-static __thread CUcontext t_current_ctx;
+/* Devices: $FAKECUDA_DEVICES of them (1 to FAKE_MAX_DEVICES, default 1), each with its primary
+ * context; contexts made by cuCtxCreate are allocated. Each thread has its own context stack
+ * (cuCtxSetCurrent replaces its top, Push/Pop move it), as the real driver keeps it. */
+#define FAKE_MAX_DEVICES 8
+#define FAKE_CTX_STACK 8
+struct CUctx_st {
+    CUdevice dev;
+    int primary;
+};
+static struct CUctx_st g_primary_ctx[FAKE_MAX_DEVICES];
+static __thread CUcontext t_ctx_stack[FAKE_CTX_STACK];
+static __thread int t_ctx_depth; /* entries in use; the current context is the top */
+#define t_current_ctx (t_ctx_depth ? t_ctx_stack[t_ctx_depth - 1] : NULL)
+
+static int device_count(void) {
+    const char *e = getenv("FAKECUDA_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n < 1 ? 1 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : n;
+}
+static int ctx_valid(CUcontext c) {
+    if (!c) return 0;
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+        if (c == &g_primary_ctx[i]) return i < device_count();
+    return !c->primary && c->dev >= 0 && c->dev < device_count();
+}
 
 IMPL CUresult impl_cuInit(unsigned flags) {
     CNT(cuInit);
@@ -276,27 +297,69 @@ IMPL CUresult impl_cuDriverGetVersion(int *v) {
 IMPL CUresult impl_cuDeviceGet(CUdevice *d, int ordinal) {
     CNT(cuDeviceGet);
     if (!d) return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *d = 0;
+    if (ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuDeviceGetCount(int *c) {
     CNT(cuDeviceGetCount);
     if (!c) return CUDA_ERROR_INVALID_VALUE;
-    *c = 1;
+    *c = device_count();
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     CNT(cuDevicePrimaryCtxRetain);
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *pctx = &g_primary_ctx;
+    if (dev < 0 || dev >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    g_primary_ctx[dev].dev = dev;
+    g_primary_ctx[dev].primary = 1;
+    *pctx = &g_primary_ctx[dev];
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuCtxSetCurrent(CUcontext ctx) {
     CNT(cuCtxSetCurrent);
-    if (ctx && ctx != &g_primary_ctx) return CUDA_ERROR_INVALID_CONTEXT;
-    t_current_ctx = ctx;
+    if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx) {
+        if (t_ctx_depth) t_ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!t_ctx_depth) t_ctx_depth = 1;
+    t_ctx_stack[t_ctx_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+IMPL CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx) {
+    CNT(cuCtxPushCurrent_v2);
+    if (!ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (t_ctx_depth == FAKE_CTX_STACK) return CUDA_ERROR_INVALID_VALUE;
+    t_ctx_stack[t_ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+IMPL CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx) {
+    CNT(cuCtxPopCurrent_v2);
+    if (!t_ctx_depth) return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = t_ctx_stack[--t_ctx_depth];
+    if (pctx) *pctx = c;
+    return CUDA_SUCCESS;
+}
+/* cuCtxCreate_v2(pctx, flags, dev): a new context on dev, pushed on the thread's stack */
+IMPL CUresult impl_cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
+    CNT(cuCtxCreate_v2);
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    if (t_ctx_depth == FAKE_CTX_STACK) return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c = calloc(1, sizeof *c);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dev = dev;
+    t_ctx_stack[t_ctx_depth++] = c;
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+IMPL CUresult impl_cuCtxGetDevice(CUdevice *dev) {
+    CNT(cuCtxGetDevice);
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = t_current_ctx;
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = c->dev;
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuCtxGetCurrent(CUcontext *pctx) {
@@ -508,7 +571,7 @@ IMPL CUresult impl_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream st) 
     return stream_ok(st) ? copy2d(p) : CUDA_ERROR_INVALID_HANDLE;
 }
 static CUresult copy_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
-    if (dc != &g_primary_ctx || sc != &g_primary_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_valid(dc) || !ctx_valid(sc)) return CUDA_ERROR_INVALID_CONTEXT;
     return copy_async(d, s, n, st);
 }
 IMPL CUresult impl_cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) {

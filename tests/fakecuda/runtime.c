@@ -32,7 +32,7 @@
     X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaMallocPitch)         \
     X(cudaDeviceSynchronize) X(cudaStreamSynchronize) X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize)      \
     X(cudaStreamWaitEvent) X(cudaStreamWaitEvent_ptsz) X(cudaStreamCreate) X(cudaEventCreate)                   \
-    X(cudaEventRecord) X(cudaGetLastError) X(cudaGetDeviceCount) X(__cudaRegisterFatBinary)                      \
+    X(cudaEventRecord) X(cudaGetLastError) X(cudaGetDeviceCount) X(cudaSetDevice) X(__cudaRegisterFatBinary)                    \
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaUnregisterFatBinary) X(__cudaGetKernel)
 
 enum {
@@ -647,6 +647,16 @@ EXPORT cudaError_t cudaGetLastError(void) {
     cudaError_t e = t_last_err;
     t_last_err = cudaSuccess;
     return e;
+}
+/* cudaSetDevice(dev): the device's primary context becomes the calling thread's current one
+ * (the runtime since 12.0 binds it at once, through the driver). */
+EXPORT cudaError_t cudaSetDevice(int dev) {
+    CNT(cudaSetDevice);
+    INIT(D);
+    CUcontext c;
+    CUresult r = T->cuDevicePrimaryCtxRetain(&c, dev);
+    if (r != CUDA_SUCCESS) return ret(map_err(r));
+    RET_DRV(T->cuCtxSetCurrent(c));
 }
 EXPORT cudaError_t cudaGetDeviceCount(int *count) {
     CNT(cudaGetDeviceCount);

@@ -53,7 +53,7 @@
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls) X(fakecudart_digest) \
     X(cudaMemset) X(cudaMemset_ptds) X(cudaMemsetAsync) X(cudaMemsetAsync_ptsz) X(cudaMemset2D)                \
     X(cudaMemset2D_ptds) X(cudaMemset2DAsync) X(cudaMemset2DAsync_ptsz) X(cudaMemset3D) X(cudaMemset3D_ptds)   \
-    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz)
+    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz) X(cudaSetDevice)
 
 #define DRV_API(X)                                                                                      \
     X(cuInit) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleGetFunction) \
@@ -75,7 +75,8 @@
     X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) \
     X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) \
     X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) \
-    X(fakecuda_set_sync_delay_us)
+    X(fakecuda_set_sync_delay_us) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxCreate_v2)     \
+    X(cuCtxGetCurrent) X(cuCtxGetDevice)
 
 static struct {
 #define X(n) __typeof__(n) *n;
@@ -229,6 +230,67 @@ struct alloc_list {
 static struct alloc_list rt_dev, rt_other, drv_dev;
 
 /* ------------------------------------------------------------ commands */
+/* Inlined into each caller (main, on_device's thread): the stack tests expect a command's
+ * frames right under main's, as when main was its only caller. */
+static inline __attribute__((always_inline)) int run(int argc, char **argv, char *reply_extra, size_t extra_len);
+static int need_rt(void);
+static int need_drv(void);
+
+/* Devices and contexts (FAKECUDA_DEVICES sets how many devices the fake driver has):
+ *   drv_set_device D     cuDevicePrimaryCtxRetain(D) + cuCtxSetCurrent on this thread
+ *   rt_set_device D      cudaSetDevice(D)
+ *   drv_push_ctx D       cuCtxPushCurrent_v2(primary context of D)
+ *   drv_pop_ctx          cuCtxPopCurrent_v2
+ *   drv_ctx_create D     cuCtxCreate_v2 on D (pushed)
+ *   drv_get_device       cuCtxGetCurrent + cuCtxGetDevice; replies device=N
+ *   on_device D CMD ...  CMD on a new thread whose current context is D's primary (joined)
+ *   on_rt_device D CMD   the same through cudaSetDevice */
+static int cmd_ctx(const char *c, int argc, char **argv, char *extra, size_t extra_len) {
+    if (need_drv()) return -1;
+    CUcontext ctx;
+    CUresult r;
+    if (!strcmp(c, "drv_pop_ctx")) return D.cuCtxPopCurrent_v2(&ctx) ? FAIL("cuCtxPopCurrent_v2 failed") : 0;
+    if (!strcmp(c, "drv_get_device")) {
+        CUdevice d;
+        if (D.cuCtxGetCurrent(&ctx) || D.cuCtxGetDevice(&d)) return FAIL("no current context");
+        snprintf(extra, extra_len, " device=%d", d);
+        return 0;
+    }
+    if (argc != 1) return FAIL("usage: DEVICE");
+    int dev = atoi(argv[0]);
+    if (!strcmp(c, "rt_set_device")) {
+        if (need_rt()) return -1;
+        return R.cudaSetDevice(dev) ? FAIL("cudaSetDevice(%d) failed", dev) : 0;
+    }
+    if (!strcmp(c, "drv_ctx_create"))
+        return D.cuCtxCreate_v2(&ctx, 0, dev) ? FAIL("cuCtxCreate_v2(%d) failed", dev) : 0;
+    if ((r = D.cuDevicePrimaryCtxRetain(&ctx, dev))) return FAIL("cuDevicePrimaryCtxRetain(%d): %d", dev, r);
+    if (!strcmp(c, "drv_push_ctx")) return D.cuCtxPushCurrent_v2(ctx) ? FAIL("cuCtxPushCurrent_v2 failed") : 0;
+    return D.cuCtxSetCurrent(ctx) ? FAIL("cuCtxSetCurrent failed") : 0;
+}
+
+struct on_device {
+    int argc;
+    char **argv;
+    int rt, r;
+    char extra[64];
+};
+static void *on_device_thread(void *p) {
+    struct on_device *o = p;
+    char *set[2] = {o->rt ? "rt_set_device" : "drv_set_device", o->argv[0]};
+    o->r = cmd_ctx(set[0], 1, &set[1], o->extra, sizeof o->extra);
+    if (!o->r) o->r = run(o->argc - 1, o->argv + 1, o->extra, sizeof o->extra);
+    return NULL;
+}
+static int cmd_on_device(int rt, int argc, char **argv, char *extra, size_t extra_len) {
+    if (argc < 2) return FAIL("usage: DEVICE COMMAND [ARGS...]");
+    struct on_device o = {argc, argv, rt, 0, ""};
+    pthread_t t;
+    if (pthread_create(&t, NULL, on_device_thread, &o)) return FAIL("pthread_create");
+    pthread_join(t, NULL);
+    snprintf(extra, extra_len, "%s", o.extra);
+    return o.r;
+}
 static int need_rt(void) { return g_have_rt ? 0 : FAIL("no CUDA runtime in this workload"); }
 static int need_drv(void) { return g_have_drv ? 0 : FAIL("no CUDA driver in this workload"); }
 
@@ -851,7 +913,8 @@ __attribute__((noinline, noclone)) int stack_chain_sync(long n) {
     g_chain_sink += 1;
     return bad;
 }
-static int cmd_stack_chain(int argc, char **argv) {
+/* Inlined, as run() is: the stack tests expect main's frame right above stack_chain_a. */
+static inline __attribute__((always_inline)) int cmd_stack_chain(int argc, char **argv) {
     if (need_rt()) return -1;
     if (argc != 3) return FAIL("usage: NA NB SYNCS");
     if (stack_chain_a(atol(argv[0]), atol(argv[1]))) return FAIL("a launch failed"); /* STACK_CMD_A */
@@ -884,7 +947,7 @@ __attribute__((noinline, noclone)) int stack_steps(long steps) {
     g_chain_sink += 1;
     return bad;
 }
-static int cmd_stack_steps(int argc, char **argv) {
+static inline __attribute__((always_inline)) int cmd_stack_steps(int argc, char **argv) {
     if (need_rt()) return -1;
     if (argc != 1) return FAIL("usage: STEPS");
     if (stack_steps(atol(argv[0]))) return FAIL("a launch failed"); /* STEP_CMD */
@@ -991,7 +1054,7 @@ static int cmd_drv_launch_held(int argc, char **argv) {
 }
 
 /* returns 1 to exit, 0 ok, -1 error (err_buf) */
-static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
+static inline __attribute__((always_inline)) int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     const char *c = argv[0];
     argc--, argv++;
     reply_extra[0] = 0;
@@ -999,6 +1062,11 @@ static int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     if (!strcmp(c, "exec")) return cmd_exec(argc, argv);
     if (!strcmp(c, "exec_thread")) return cmd_exec_thread(argc, argv);
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
+    if (!strcmp(c, "drv_set_device") || !strcmp(c, "rt_set_device") || !strcmp(c, "drv_push_ctx") ||
+        !strcmp(c, "drv_pop_ctx") || !strcmp(c, "drv_ctx_create") || !strcmp(c, "drv_get_device"))
+        return cmd_ctx(c, argc, argv, reply_extra, extra_len);
+    if (!strcmp(c, "on_device") || !strcmp(c, "on_rt_device"))
+        return cmd_on_device(c[3] == 'r', argc, argv, reply_extra, extra_len);
     if (!strcmp(c, "stack_chain")) return cmd_stack_chain(argc, argv);
     if (!strcmp(c, "stack_steps")) return cmd_stack_steps(argc, argv);
     if (!strcmp(c, "rt_launch_ptsz")) return cmd_rt_launch(V_PTSZ, argc, argv);

@@ -459,6 +459,8 @@ fn no_probe_runs_on_a_per_cpu_private_stack() {
         "copy_3d",
         "copy_linear",
         "copy_rt3d",
+        "ctx_entry",
+        "ctx_ret",
         "drv_launch",
         "drv_launch_ex",
         "graph_launch",

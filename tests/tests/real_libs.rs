@@ -13,7 +13,7 @@ use std::process::Command;
 
 const POOL: &str = "http://deb.debian.org/debian/pool/non-free/n/nvidia-graphics-drivers";
 /// Driver packages (version, package revision) and the symbols gpuprofd hooks in each.
-const DRIVERS: [(&str, &str, usize); 2] = [("535.261.03", "1", 95), ("550.163.01", "2", 97)];
+const DRIVERS: [(&str, &str, usize); 2] = [("535.261.03", "1", 105), ("550.163.01", "2", 107)];
 const RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 
 fn cache() -> PathBuf {
@@ -138,6 +138,14 @@ fn placement_on_the_real_driver_and_runtime() {
             "cuMemsetD8_v2",
             "cuMemsetD2D16Async_ptsz",
             "cuMemsetD32_v2_ptds",
+            // the device tracker's
+            "cuCtxSetCurrent",
+            "cuCtxPushCurrent_v2",
+            "cuCtxPopCurrent_v2",
+            "cuDevicePrimaryCtxRetain",
+            "cuCtxGetCurrent",
+            "cuCtxGetDevice",
+            "cuStreamCreate",
         ] {
             assert!(
                 names.contains(&must),
@@ -153,7 +161,7 @@ fn placement_on_the_real_driver_and_runtime() {
         (&"libcudart.so.12".into(), &"runtime".into())
     );
     let syms = r["symbols"].as_array().unwrap();
-    assert_eq!(syms.len(), 65, "hooked symbols of runtime 12.9.79");
+    assert_eq!(syms.len(), 69, "hooked symbols of runtime 12.9.79");
     for s in syms {
         assert!(
             s["entry_bytes"]
@@ -169,4 +177,5 @@ fn placement_on_the_real_driver_and_runtime() {
     assert!(names.contains(&"cudaLaunchKernel") && names.contains(&"__cudaRegisterFunction"));
     assert!(names.contains(&"cudaHostRegister") && names.contains(&"cudaHostUnregister"));
     assert!(names.contains(&"cudaMemset3DAsync_ptsz") && names.contains(&"cudaMemset"));
+    assert!(names.contains(&"cudaSetDevice") && names.contains(&"cudaStreamCreateWithFlags"));
 }

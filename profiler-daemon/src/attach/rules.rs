@@ -9,6 +9,7 @@ use crate::api::Layer;
 use profiler_common::cookie::{
     Cookie, F_2D, F_ASYNC, F_COOP, F_GPU_SIDE, F_KIND_ARG, F_RET, F_RUNTIME, NONE,
 };
+use profiler_common::device::op as ctx;
 use profiler_common::{dir, memkind, memop, namesrc};
 
 /// The eBPF programs (names as in profiler-ebpf).
@@ -28,10 +29,11 @@ pub enum Prog {
     MemEntry,
     NameEntry,
     RegisterFunction,
+    CtxEntry,
 }
 
 impl Prog {
-    pub const ALL: [Prog; 14] = [
+    pub const ALL: [Prog; 15] = [
         Prog::DrvLaunch,
         Prog::DrvLaunchEx,
         Prog::RtLaunch,
@@ -46,6 +48,7 @@ impl Prog {
         Prog::MemEntry,
         Prog::NameEntry,
         Prog::RegisterFunction,
+        Prog::CtxEntry,
     ];
 
     /// The entry program's name in the eBPF object.
@@ -65,6 +68,7 @@ impl Prog {
             Prog::MemEntry => "mem_entry",
             Prog::NameEntry => "name_entry",
             Prog::RegisterFunction => "register_function",
+            Prog::CtxEntry => "ctx_entry",
         }
     }
 
@@ -72,13 +76,14 @@ impl Prog {
     pub fn ret_name(self) -> &'static str {
         match self {
             Prog::NameEntry => "name_ret",
+            Prog::CtxEntry => "ctx_ret",
             _ => "api_ret",
         }
     }
 }
 
 /// Return-program names, for loading.
-pub const RET_PROGS: [&str; 2] = ["api_ret", "name_ret"];
+pub const RET_PROGS: [&str; 3] = ["api_ret", "name_ret", "ctx_ret"];
 
 /// How one symbol is probed. `cookie.api` is filled in by the attach layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +196,12 @@ fn host_unregister() -> B {
         .f(F_RET)
 }
 
+/// A context call the device tracker follows (see `profiler-ebpf/src/device.rs`): operation
+/// `op`, its context argument or out-pointer in arg 0.
+fn ctx_call(op: u8) -> B {
+    B::new().q(op as u32).a(0)
+}
+
 /// A free of kind `k`: pointer in arg 0.
 fn free(k: u32) -> B {
     B::new().q(memop::FREE).p(k).a(0).f(F_RET)
@@ -274,6 +285,23 @@ fn driver_rule(base: &str) -> Option<Rule> {
         "cuMemsetD2D16Async" => memset(2, 3, Some(4), Some(5)),
         "cuMemsetD2D32Async" => memset(4, 3, Some(4), Some(5)),
         "cuCtxSynchronize" => B::new().f(F_RET).rule(SyncEntry),
+        // The device tracker: what each thread's current context is, and its device.
+        "cuCtxSetCurrent" => ctx_call(ctx::SET_CURRENT).rule(CtxEntry),
+        "cuCtxPushCurrent_v2" => ctx_call(ctx::PUSH).rule(CtxEntry),
+        "cuCtxPopCurrent_v2" => ctx_call(ctx::POP).rule(CtxEntry),
+        // cuDevicePrimaryCtxRetain(CUcontext *, CUdevice)
+        "cuDevicePrimaryCtxRetain" => ctx_call(ctx::PRIMARY_RETAIN).b(1).f(F_RET).rule(CtxEntry),
+        // cuCtxCreate_v2(pctx, flags, dev), _v3(pctx, params, n, flags, dev),
+        // _v4(pctx, CUctxCreateParams *, flags, dev)
+        "cuCtxCreate_v2" => ctx_call(ctx::CREATE).b(2).f(F_RET).rule(CtxEntry),
+        "cuCtxCreate_v3" => ctx_call(ctx::CREATE).b(4).f(F_RET).rule(CtxEntry),
+        "cuCtxCreate_v4" => ctx_call(ctx::CREATE).b(3).f(F_RET).rule(CtxEntry),
+        "cuCtxGetCurrent" => ctx_call(ctx::GET_CURRENT).f(F_RET).rule(CtxEntry),
+        "cuCtxGetDevice" => ctx_call(ctx::GET_DEVICE).f(F_RET).rule(CtxEntry),
+        // cuStreamCreate(CUstream *, flags), cuStreamCreateWithPriority(CUstream *, flags, prio)
+        "cuStreamCreate" | "cuStreamCreateWithPriority" => {
+            ctx_call(ctx::STREAM_CREATE).f(F_RET).rule(CtxEntry)
+        }
         "cuStreamSynchronize" | "cuEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
         "cuStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
         "cuMemAlloc_v2" => alloc(memkind::DEVICE).rule(MemEntry),
@@ -439,6 +467,15 @@ fn runtime_rule(base: &str) -> Option<Rule> {
             .f(F_ASYNC)
             .rule(Memset),
         "cudaDeviceSynchronize" => B::new().f(F_RET).rule(SyncEntry),
+        // cudaSetDevice(int): the thread's device once it returns (the runtime may make the
+        // context current inside, through the driver, or only at the next call). Not
+        // cudaGetDevice: frameworks call it around every operation (PyTorch's device guard),
+        // and the driver's cuCtxGetDevice/cuCtxGetCurrent reveal the same.
+        "cudaSetDevice" => ctx_call(ctx::SET_DEVICE).b(0).f(F_RET).rule(CtxEntry),
+        // cudaStreamCreate(cudaStream_t *), …WithFlags(…, flags), …WithPriority(…, flags, prio)
+        "cudaStreamCreate" | "cudaStreamCreateWithFlags" | "cudaStreamCreateWithPriority" => {
+            ctx_call(ctx::STREAM_CREATE).f(F_RET).rule(CtxEntry)
+        }
         "cudaStreamSynchronize" | "cudaEventSynchronize" => B::new().a(0).f(F_RET).rule(SyncEntry),
         "cudaStreamWaitEvent" => B::new().a(0).f(F_GPU_SIDE).rule(SyncEntry),
         "cudaMalloc" => alloc(memkind::DEVICE).rule(MemEntry),
@@ -604,6 +641,101 @@ mod tests {
         ] {
             assert_eq!(rule_for(Layer::Driver, s), None, "{s}");
         }
+    }
+
+    #[test]
+    fn context_calls_feed_the_device_tracker_where_the_abi_puts_their_arguments() {
+        use profiler_common::device::op;
+        // (layer, symbol, op, arg a, arg b, return probe)
+        let want: [(Layer, &str, u8, u8, u8, bool); 14] = [
+            (
+                Layer::Driver,
+                "cuCtxSetCurrent",
+                op::SET_CURRENT,
+                0,
+                NONE,
+                false,
+            ),
+            (
+                Layer::Driver,
+                "cuCtxPushCurrent_v2",
+                op::PUSH,
+                0,
+                NONE,
+                false,
+            ),
+            (Layer::Driver, "cuCtxPopCurrent_v2", op::POP, 0, NONE, false),
+            (
+                Layer::Driver,
+                "cuDevicePrimaryCtxRetain",
+                op::PRIMARY_RETAIN,
+                0,
+                1,
+                true,
+            ),
+            (Layer::Driver, "cuCtxCreate_v2", op::CREATE, 0, 2, true),
+            (Layer::Driver, "cuCtxCreate_v3", op::CREATE, 0, 4, true),
+            (Layer::Driver, "cuCtxCreate_v4", op::CREATE, 0, 3, true),
+            (
+                Layer::Driver,
+                "cuCtxGetCurrent",
+                op::GET_CURRENT,
+                0,
+                NONE,
+                true,
+            ),
+            (
+                Layer::Driver,
+                "cuCtxGetDevice",
+                op::GET_DEVICE,
+                0,
+                NONE,
+                true,
+            ),
+            (
+                Layer::Driver,
+                "cuStreamCreate",
+                op::STREAM_CREATE,
+                0,
+                NONE,
+                true,
+            ),
+            (
+                Layer::Driver,
+                "cuStreamCreateWithPriority",
+                op::STREAM_CREATE,
+                0,
+                NONE,
+                true,
+            ),
+            (Layer::Runtime, "cudaSetDevice", op::SET_DEVICE, 0, 0, true),
+            (
+                Layer::Runtime,
+                "cudaStreamCreateWithFlags",
+                op::STREAM_CREATE,
+                0,
+                NONE,
+                true,
+            ),
+            (
+                Layer::Runtime,
+                "cudaStreamCreateWithPriority",
+                op::STREAM_CREATE,
+                0,
+                NONE,
+                true,
+            ),
+        ];
+        for (layer, s, o, a, b, ret) in want {
+            let r = rule_for(layer, s).unwrap_or_else(|| panic!("{s} not hooked"));
+            assert_eq!(
+                (r.prog, r.cookie.q, r.cookie.a, r.cookie.b, r.has_return()),
+                (Prog::CtxEntry, o, a, b, ret),
+                "{s}"
+            );
+        }
+        // Called around every framework operation: not hooked.
+        assert_eq!(rule_for(Layer::Runtime, "cudaGetDevice"), None);
     }
 
     #[test]

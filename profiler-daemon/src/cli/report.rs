@@ -38,7 +38,11 @@ pub fn run(a: &ReportArgs) -> u8 {
     let html = a.format == Format::Html;
     let mut search = StepSearch::default();
     let mut memory = MemoryCollector::default();
-    let replay = match store::replay_visiting(&file, |_, g, ev| {
+    let device = a.device;
+    let keep = |ev: &profiler_common::decode::Event| {
+        device.is_none_or(|d| crate::model::devices::selected(ev, d))
+    };
+    let replay = match store::replay_selecting(&file, keep, |_, g, ev| {
         if want_steps {
             search.first(g, ev);
         }
@@ -58,7 +62,11 @@ pub fn run(a: &ReportArgs) -> u8 {
     let t0 = replay.header.started_at_monotonic_ns;
     if want_steps
         && search.chosen(t0)
-        && let Err(e) = steps::read(&file, |api, g, ev| search.second(api, g, ev))
+        && let Err(e) = steps::read(&file, |api, g, ev| {
+            if keep(ev) {
+                search.second(api, g, ev)
+            }
+        })
     {
         eprintln!("gpuprofd report: finding steps: {e}");
         return EXIT_UNREADABLE;
@@ -90,6 +98,13 @@ pub fn run(a: &ReportArgs) -> u8 {
 /// `report --live`: the view of the service's snapshot (the same [`Report`] a file gives).
 fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
     use crate::service::ctl::{Client, ClientError, Request};
+    if a.device.is_some() {
+        eprintln!(
+            "gpuprofd report --live: --device selects a capture's records; the live report \
+             has each process's calls per device in its `devices` rows"
+        );
+        return 2;
+    }
     if a.view == View::Steps || a.format == Format::Html {
         eprintln!(
             "gpuprofd report --live: steps and the HTML page are found in a capture's records; \

@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod busy;
+pub mod devices;
 pub mod gpm;
 pub mod gpu;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
@@ -237,6 +238,7 @@ impl Aggregator {
             }
             Event::Mem(_, m) => {
                 p.mem.apply(m);
+                p.devices.mem(m);
                 let d = measured(m.flags, m.dur_ns);
                 call(p, d);
                 p.activity.add(h.ts_ns, false, d.unwrap_or(0));

@@ -125,6 +125,8 @@ pub struct ProcState {
     pub sampling: super::sampling::Sampling,
     /// GPU idle and launch-ahead derived from the calls (per stream and for the process).
     pub busy: super::busy::Derived,
+    /// Calls per device.
+    pub devices: super::devices::Devices,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -152,6 +154,7 @@ impl ProcState {
             activity: Default::default(),
             sampling: Default::default(),
             busy: Default::default(),
+            devices: Default::default(),
         }
     }
 
@@ -193,6 +196,7 @@ impl ProcState {
     /// `n` launches of one configuration (counted in the kernel, or one recorded launch).
     pub fn launches_n(&mut self, api: u32, l: &LaunchBody, n: u64) {
         self.launches += n;
+        self.devices.launches(l.flags, n);
         self.stream(l.stream).launches += n;
         let key = LaunchKey {
             api,
@@ -226,6 +230,7 @@ impl ProcState {
         if copied {
             s.bytes = s.bytes.saturating_add(c.bytes);
         }
+        self.devices.copy(c, copied);
         let st = self.stream(c.stream);
         st.copies += 1;
         if copied {
@@ -253,6 +258,7 @@ impl ProcState {
 
     #[inline]
     pub fn sync(&mut self, s: &SyncBody) {
+        self.devices.sync(s);
         if s.flags & flags::GPU_SIDE == 0 {
             let d = measured(s.flags, s.dur_ns).unwrap_or(0);
             self.sync_blocked_ns = self.sync_blocked_ns.saturating_add(d);

@@ -264,6 +264,9 @@ pub(super) fn process(
         stacks: stack_summary,
         timeline: p.activity.report(origin_ns),
         launch_sampling: sampling(&p.sampling),
+        devices: p
+            .devices
+            .report(p.gpu.report().as_ref().map_or(&[][..], |g| &g.devices[..])),
         derived_gpu_idle: None,
     };
     super::busy::fill(&mut r, &p.busy);

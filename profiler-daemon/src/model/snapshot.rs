@@ -267,6 +267,10 @@ pub struct ProcessReport {
     /// probes were attached all the time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_sampling: Option<LaunchSamplingReport>,
+    /// The calls per device they went to (known devices by ordinal, then `device: null` for
+    /// calls whose device was never revealed); empty when the process made no such call.
+    #[serde(default)]
+    pub devices: Vec<crate::model::devices::DeviceReport>,
     /// GPU idle and launch-ahead **derived** from the calls (`null` when the process enqueued
     /// no work and waited for none): `model::busy`, docs/GPU-TIME.md.
     #[serde(default)]

@@ -126,6 +126,19 @@ pub fn page_data(
             None => copies.push((c.direction.clone(), c.calls, c.bytes)),
         }
     }
+    // Per CUDA device (unknown last): processes, launches, bytes copied.
+    let mut devices: Vec<(Option<u32>, u64, u64, u64)> = Vec::new();
+    for d in r.processes.iter().flat_map(|p| &p.devices) {
+        match devices.iter_mut().find(|x| x.0 == d.device) {
+            Some(x) => {
+                x.1 += 1;
+                x.2 += d.launches;
+                x.3 += d.copy_bytes;
+            }
+            None => devices.push((d.device, 1, d.launches, d.copy_bytes)),
+        }
+    }
+    devices.sort_by_key(|d| (d.0.is_none(), d.0));
     let comm = |tgid: u32, g: u32| {
         r.processes
             .iter()
@@ -163,6 +176,9 @@ pub fn page_data(
         },
         "kernels": kernels,
         "jobs": jobs,
+        "devices": devices.iter().map(|(d, n, l, b)| json!({
+            "device": d.map_or("unknown".to_owned(), |d| d.to_string()),
+            "processes": n, "launches": l, "copy_bytes": b})).collect::<Vec<_>>(),
         "copies": copies.iter().map(|(d, c, b)| json!({"direction": d, "calls": c, "bytes": b}))
             .collect::<Vec<_>>(),
         "steps": step_series,
@@ -243,6 +259,7 @@ they were blocked); GPU execution times are not measured.</p>
 <h2>Top kernels (by launches)</h2><table id="kernels"></table>
 <h2>Jobs</h2><table id="jobs"></table>
 <h2>Copies</h2><div id="copies"></div>
+<h2>Devices (CUDA ordinal the calls went to)</h2><table id="devices"></table>
 <h2>Device memory over time</h2><div id="memory"></div>
 <h2>Advice</h2><div id="advice"></div>
 "#;
@@ -325,6 +342,9 @@ table('jobs', [{key: 'kind', title: 'kind', left: true}, {key: 'job', title: 'jo
   {key: 'processes', title: 'processes'}, {key: 'launches', title: 'launches'},
   {key: 'copy_bytes', title: 'copied', fmt: bytes},
   {key: 'blocked_ms', title: 'blocked ms', fmt: (v) => v.toFixed(3)}], D.jobs);
+table('devices', [{key: 'device', title: 'device', left: true},
+  {key: 'processes', title: 'processes'}, {key: 'launches', title: 'launches'},
+  {key: 'copy_bytes', title: 'copied', fmt: bytes}], D.devices || []);
 const ct = el('table', {id: 'copytable'}); $('copies').appendChild(ct);
 const maxB = Math.max(1, ...D.copies.map(c => c.bytes));
 D.copies.forEach(c => { const tr = el('tr'); tr.appendChild(el('td', {class: 'l'}, c.direction));

@@ -135,6 +135,8 @@ struct Families {
     graphs: Family<Labels, Counter>,
     copies: Family<Labels, Counter>,
     copy_bytes: Family<Labels, Counter>,
+    device_launches: Family<Labels, Counter>,
+    device_copy_bytes: Family<Labels, Counter>,
     api_calls: Family<Labels, Counter>,
     api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
     idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
@@ -172,6 +174,18 @@ impl Families {
             reg,
             "gpuprofd_copy_bytes",
             "Bytes copied, by direction (memsets: the bytes set)",
+        );
+        let device_launches = counter(
+            reg,
+            "gpuprofd_device_kernel_launches",
+            "Kernel launches by the CUDA device they went to (gpu: its ordinal, or \"unknown\" \
+             where a context made current before gpuprofd attached was never revealed)",
+        );
+        let device_copy_bytes = counter(
+            reg,
+            "gpuprofd_device_copy_bytes",
+            "Bytes copied by the CUDA device the copy went to (memsets excluded; gpu as for \
+             gpuprofd_device_kernel_launches)",
         );
         let api_calls = counter(
             reg,
@@ -282,6 +296,8 @@ impl Families {
             graphs,
             copies,
             copy_bytes,
+            device_launches,
+            device_copy_bytes,
             api_calls,
             api_blocked,
             idle_derived,
@@ -332,6 +348,14 @@ impl Families {
             let d = with(l, "direction", &c.direction);
             self.copies.get_or_create(&d).inc_by(c.calls);
             self.copy_bytes.get_or_create(&d).inc_by(c.bytes);
+        }
+        for d in &p.devices {
+            let g = d.device.map_or("unknown".to_owned(), |n| n.to_string());
+            let k = with(l, "gpu", &g);
+            self.device_launches.get_or_create(&k).inc_by(d.launches);
+            self.device_copy_bytes
+                .get_or_create(&k)
+                .inc_by(d.copy_bytes);
         }
         for a in &p.api {
             let k = with(l, "api", &a.name);

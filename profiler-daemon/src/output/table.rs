@@ -283,6 +283,7 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
         "  kernel launches {} ({} unnamed), graph launches {}",
         p.launches, p.unnamed_launches, p.graphs.launches
     );
+    devices(s, &p.devices);
 
     if p.kernels.is_empty() {
         s.push_str("  kernels: none\n");
@@ -413,6 +414,45 @@ fn derived_idle(s: &mut String, p: &ProcessReport) {
             d.drains
         ),
     };
+}
+
+/// The calls per device they went to (nothing when the process made none).
+fn devices(s: &mut String, d: &[crate::model::devices::DeviceReport]) {
+    if d.is_empty() {
+        return;
+    }
+    s.push_str("  by device (unknown: a context made current before gpuprofd attached):\n");
+    let rows: Vec<Vec<String>> = d
+        .iter()
+        .map(|r| {
+            vec![
+                r.device.map_or("unknown".to_owned(), |d| d.to_string()),
+                r.launches.to_string(),
+                r.copies.to_string(),
+                fmt::bytes(r.copy_bytes),
+                r.memsets.to_string(),
+                r.syncs.to_string(),
+                r.allocations.to_string(),
+                fmt::bytes(r.alloc_bytes),
+            ]
+        })
+        .collect();
+    use Align::{Left as L, Right as R};
+    s.push_str(&table(
+        "    ",
+        &[
+            "device",
+            "launches",
+            "copies",
+            "copied",
+            "memsets",
+            "syncs",
+            "allocations",
+            "allocated",
+        ],
+        &[L, R, R, R, R, R, R, R],
+        &rows,
+    ));
 }
 
 fn allocations(s: &mut String, a: &AllocReport) {
@@ -566,6 +606,7 @@ mod tests {
             timeline: None,
             launch_sampling: None,
             derived_gpu_idle: None,
+            devices: Vec::new(),
         };
         Report {
             schema: SCHEMA.into(),
@@ -750,5 +791,40 @@ mod tests {
             render(&r)
                 .ends_with("no records lost; decode errors: 2\n\nno CUDA activity recorded\n")
         );
+    }
+
+    #[test]
+    fn the_calls_per_device_follow_the_launch_line_unknown_last() {
+        use crate::model::devices::DeviceReport;
+        let mut r = report(&[("copy", 0), ("launch", 0)]);
+        r.processes[0].devices = vec![
+            DeviceReport {
+                device: Some(1),
+                launches: 1200,
+                copies: 50,
+                copy_bytes: 50 << 20,
+                syncs: 100,
+                allocations: 8,
+                alloc_bytes: 16 << 20,
+                ..Default::default()
+            },
+            DeviceReport {
+                device: None,
+                launches: 34,
+                copies: 2,
+                copy_bytes: 512,
+                ..Default::default()
+            },
+        ];
+        let text = render_with(&r, 2);
+        let want = concat!(
+            "  kernel launches 1234 (4 unnamed), graph launches 3\n",
+            "  by device (unknown: a context made current before gpuprofd attached):\n",
+            "    device   launches  copies    copied  memsets  syncs  allocations  allocated\n",
+            "    1            1200      50  50.0 MiB        0    100            8   16.0 MiB\n",
+            "    unknown        34       2     512 B        0      0            0        0 B\n",
+            "  kernels by launches:\n",
+        );
+        assert!(text.contains(want), "{text}");
     }
 }

@@ -514,7 +514,7 @@ mod read;
 
 pub use read::{
     Replay, WalkError, for_each_record, for_each_record_named, gpm_samples, nvml_samples, replay,
-    replay_visiting,
+    replay_selecting, replay_visiting,
 };
 
 #[cfg(test)]

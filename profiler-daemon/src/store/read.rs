@@ -175,6 +175,15 @@ pub fn replay(path: &Path) -> Result<Replay, StoreError> {
 /// the records gets them from the same pass.
 pub fn replay_visiting(
     path: &Path,
+    visit: impl FnMut(&ApiTable, u32, &Event),
+) -> Result<Replay, StoreError> {
+    replay_selecting(path, |_| true, visit)
+}
+
+/// [`replay_visiting`] of only the records `keep` keeps (`report --device N`).
+pub fn replay_selecting(
+    path: &Path,
+    keep: impl Fn(&Event) -> bool,
     mut visit: impl FnMut(&ApiTable, u32, &Event),
 ) -> Result<Replay, StoreError> {
     let mut r = Reader::open(path)?;
@@ -212,6 +221,7 @@ pub fn replay_visiting(
                 for rec in records(&bytes) {
                     n_records += 1;
                     match decode(rec) {
+                        Ok(ev) if !keep(&ev) => last_ts = last_ts.max(ev.header().ts_ns),
                         Ok(ev) => {
                             last_ts = last_ts.max(ev.header().ts_ns);
                             let g = generation.get(&ev.header().tgid).copied().unwrap_or(0);

@@ -294,6 +294,9 @@ fn report_json_contract() {
         r#""derived_launch_ahead_max_ns":0}],"code":[],"#,
         r#""stacks":{"samples":0,"dropped":0,"truncated":0,"python":null,"python_no_thread":0,"python_fault":0,"shallow":0},"#,
         r#""timeline":{"first_call_ns":1,"last_call_ns":1,"bin_ns":1000000,"calls":[1],"launches":[1],"blocked_ns":[0]},"#,
+        // The launch's record carried no device; NVML listed the process on GPU 0 alone.
+        r#""devices":[{"device":null,"launches":1,"copies":0,"copy_bytes":0,"memsets":0,"#,
+        r#""memset_bytes":0,"syncs":0,"allocations":0,"alloc_bytes":0,"nvml_gpu":0}],"#,
         r#""derived_gpu_idle":{"basis":"derived","unavailable":null,"span_ns":0,"idle_lower_bound_ns":0,"#,
         r#""idle_share":0.0,"drains":0,"launch_ahead_p50_ns":0,"launch_ahead_max_ns":0}}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,

@@ -67,6 +67,8 @@ pub const COPY_BYTES: &str = "gpuprofd.copy";
 pub const API_CALLS: &str = "gpuprofd.api.calls";
 pub const API_BLOCKED: &str = "gpuprofd.api.blocked";
 pub const IDLE_DERIVED: &str = "gpuprofd.gpu.idle_derived";
+pub const DEVICE_LAUNCHES: &str = "gpuprofd.device.kernel.launches";
+pub const DEVICE_COPY_BYTES: &str = "gpuprofd.device.copy";
 pub const TOP_KERNELS: &str = "gpuprofd.top_kernel.launches";
 pub const LIVE: &str = "gpuprofd.device_memory.live";
 pub const HELD: &str = "gpuprofd.gpu.memory.held";
@@ -107,6 +109,10 @@ pub const METRICS: &[Spec] = &[
         "Calls of each hooked CUDA API function"),
     spec(API_BLOCKED, "s", Counter, false, "gpuprofd_api_blocked_seconds_total",
         "CPU time spent inside calls a return probe timed"),
+    spec(DEVICE_LAUNCHES, "{launch}", Counter, true, "gpuprofd_device_kernel_launches_total",
+        "Kernel launches by the CUDA device they went to (gpu: its ordinal, or \"unknown\")"),
+    spec(DEVICE_COPY_BYTES, "By", Counter, true, "gpuprofd_device_copy_bytes_total",
+        "Bytes copied by the CUDA device the copy went to (memsets excluded)"),
     spec(IDLE_DERIVED, "s", Counter, false, "gpuprofd_gpu_idle_derived_seconds_total",
         "Derived from the syncs, never measured: time every stream of the processes was known \
          empty, a lower bound on their GPU idle time (docs/GPU-TIME.md)"),
@@ -234,6 +240,12 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
             let d = with(&l, "direction", &c.direction);
             f.add(COPIES, d.clone(), c.calls);
             f.add(COPY_BYTES, d, c.bytes);
+        }
+        for d in &p.devices {
+            let g = d.device.map_or("unknown".to_owned(), |n| n.to_string());
+            let k = with(&l, "gpu", &g);
+            f.add(DEVICE_LAUNCHES, k.clone(), d.launches);
+            f.add(DEVICE_COPY_BYTES, k, d.copy_bytes);
         }
         for a in &p.api {
             let k = with(&l, "api", &a.name);

@@ -25,6 +25,12 @@ pub(crate) fn report() -> Report {
            "api": [{"name": "cudaStreamSynchronize", "calls": 4, "blocked_ns": 2_500_000_000u64,
                     "p50_ns": 1, "p99_ns": 1, "max_ns": 1}],
            "graphs": {"launches": 2}, "allocations": alloc, "gpu": null,
+           "devices": [{"device": 1, "launches": 990, "copies": 3, "copy_bytes": 3072,
+                        "memsets": 0, "memset_bytes": 0, "syncs": 4, "allocations": 1,
+                        "alloc_bytes": 4096},
+                       {"device": null, "launches": 10, "copies": 0, "copy_bytes": 0,
+                        "memsets": 0, "memset_bytes": 0, "syncs": 0, "allocations": 0,
+                        "alloc_bytes": 0}],
            "derived_gpu_idle": {"basis": "derived", "unavailable": null, "span_ns": 4_000_000_000u64,
                                 "idle_lower_bound_ns": 1_500_000_000u64, "idle_share": 0.375,
                                 "drains": 4, "launch_ahead_p50_ns": 1, "launch_ahead_max_ns": 1}})
@@ -138,6 +144,26 @@ fn exposition_has_exact_values() {
         samples(&t, "gpuprofd_copy_bytes_total"),
         [
             r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",direction="h2d"} 3072"#
+        ]
+    );
+    // Per device: the ordinal, or "unknown".
+    let sorted = |name: &str| {
+        let mut v = samples(&t, name);
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted("gpuprofd_device_kernel_launches_total"),
+        [
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 990"#,
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 10"#,
+        ]
+    );
+    assert_eq!(
+        sorted("gpuprofd_device_copy_bytes_total"),
+        [
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 3072"#,
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 0"#,
         ]
     );
     assert_eq!(

@@ -9,7 +9,7 @@ use crate::model::direction_name as dir_name;
 use crate::model::mem::LiveMemory;
 use crate::store;
 use profiler_common::decode::Event;
-use profiler_common::{CopyBody, LaunchBody, LaunchesBody, dir, flags};
+use profiler_common::{CopyBody, LaunchBody, LaunchesBody, device, dir, flags};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -88,8 +88,9 @@ impl Call {
 struct Calls<'a> {
     cap: &'a Capture<'a>,
     threads: HashSet<(u64, u32)>,
-    /// `(pid, stream)` → its track.
-    streams: HashMap<(u64, u64), u64>,
+    /// `(pid, device, stream)` → its track: one device's default stream is not another's, and
+    /// a track's name says its GPU when known, so each GPU's streams read together.
+    streams: HashMap<(u64, Option<u32>, u64), u64>,
     live: LiveMemory<u64>,
     flow: u64,
 }
@@ -212,19 +213,33 @@ impl Calls<'_> {
             .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
     }
 
-    /// The track of `stream` in process track `pid`, named when it is new.
-    fn stream(&mut self, emit: &mut Emit, pid: u64, stream: u64) -> Result<u64, TraceError> {
+    /// The track of `stream` on device `device` (`None`: unknown) in process track `pid`,
+    /// named when it is new.
+    fn stream(
+        &mut self,
+        emit: &mut Emit,
+        pid: u64,
+        device: Option<u32>,
+        stream: u64,
+    ) -> Result<u64, TraceError> {
         let n = self.streams.len() as u64;
         let mut new = false;
-        let tid = *self.streams.entry((pid, stream)).or_insert_with(|| {
-            new = true;
-            STREAM_TID_BASE + n
-        });
+        let tid = *self
+            .streams
+            .entry((pid, device, stream))
+            .or_insert_with(|| {
+                new = true;
+                STREAM_TID_BASE + n
+            });
         if new {
             let name = if stream == 0 {
                 "default stream".to_owned()
             } else {
                 format!("stream 0x{stream:x}")
+            };
+            let name = match device {
+                Some(d) => format!("GPU {d}: {name}"),
+                None => name,
             };
             emit.send(TraceEvent::ThreadName { pid, tid, name })?;
         }
@@ -253,7 +268,7 @@ impl Calls<'_> {
             args,
         };
         emit.send(slice(call.tid, name.clone(), args.clone()))?;
-        let stream_tid = self.stream(emit, pid, l.stream)?;
+        let stream_tid = self.stream(emit, pid, device::of(l.flags), l.stream)?;
         emit.send(slice(stream_tid, name, args))?;
         self.flow += 1;
         let (id, cat) = (self.flow, "enqueue");
@@ -291,7 +306,7 @@ impl Calls<'_> {
             ("ret", Arg::Int(i64::from(c.ret))),
         ]);
         emit.send(call.timed("copy", name.clone(), c.flags, c.dur_ns, args.clone()))?;
-        let tid = self.stream(emit, call.pid, c.stream)?;
+        let tid = self.stream(emit, call.pid, device::of(c.flags), c.stream)?;
         emit.send(TraceEvent::Instant {
             pid: call.pid,
             tid,

@@ -1,11 +1,12 @@
 //! The views of what each process called, one row per item of a process: `kernels` (per
 //! kernel and launch configuration), `api` (per hooked function), `memcpy` (per copy
-//! direction) and `streams` (per stream).
+//! direction), `streams` (per stream) and `devices` (per CUDA device the calls went to).
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
 use super::select::{Key, Tabular};
 use super::{OrderBy, per_second};
 use crate::analysis::steps::ProcessSteps;
+use crate::model::devices::DeviceReport;
 use crate::model::snapshot::{
     ApiReport, CopyReport, KernelReport, ProcessReport, Report, StreamReport,
 };
@@ -192,5 +193,53 @@ impl Tabular for Streams {
 
     fn key(r: &Of<'_, StreamReport>) -> Key {
         Key::process(r.p, &r.x.stream, r.x.launches, r.x.copy_bytes, 0)
+    }
+}
+
+/// `--view devices`.
+pub struct Devices;
+
+impl Rows for Devices {
+    type Row<'a> = Of<'a, DeviceReport>;
+}
+
+/// A device row's name: the CUDA ordinal, or `unknown`.
+fn device_label(d: &DeviceReport) -> String {
+    d.device.map_or("unknown".to_owned(), |n| n.to_string())
+}
+
+impl Tabular for Devices {
+    const COLUMNS: &'static [Column<Self>] = &[
+        Column::new("pid", "PID", RIGHT, |r| Cell::Int(r.p.tgid.into())),
+        Column::new("device", "DEVICE", LEFT, |r| Cell::Text(device_label(r.x))),
+        Column::new("launches", "LAUNCHES", RIGHT, |r| Cell::Int(r.x.launches)),
+        Column::new("share", "SHARE", RIGHT, |r| {
+            // Of the process's launches, to 0.1%.
+            Cell::Share(if r.p.launches > 0 {
+                ((r.x.launches as f64 / r.p.launches as f64) * 1000.0).round() / 1000.0
+            } else {
+                0.0
+            })
+        }),
+        Column::new("copies", "COPIES", RIGHT, |r| Cell::Int(r.x.copies)),
+        Column::new("copy_bytes", "COPIED", RIGHT, |r| {
+            Cell::Bytes(r.x.copy_bytes)
+        }),
+        Column::new("memsets", "MEMSETS", RIGHT, |r| Cell::Int(r.x.memsets)),
+        Column::new("syncs", "SYNCS", RIGHT, |r| Cell::Int(r.x.syncs)),
+        Column::new("allocations", "ALLOCS", RIGHT, |r| {
+            Cell::Int(r.x.allocations)
+        }),
+        Column::new("alloc_bytes", "ALLOCATED", RIGHT, |r| {
+            Cell::Bytes(r.x.alloc_bytes)
+        }),
+    ];
+
+    fn rows<'a>(r: &'a Report, _: &'a [ProcessSteps]) -> Vec<Of<'a, DeviceReport>> {
+        each(r, |p| &p.devices)
+    }
+
+    fn key(r: &Of<'_, DeviceReport>) -> Key {
+        Key::process(r.p, &device_label(r.x), r.x.launches, r.x.copy_bytes, 0)
     }
 }

@@ -41,6 +41,9 @@ pub enum View {
     Jobs,
     /// Per stream of each process: launches, copies, bytes, share of the process's launches.
     Streams,
+    /// Per CUDA device each process's calls went to (`unknown`: a context made current before
+    /// the attach, never revealed): launches, copies, bytes, memsets, syncs, allocations.
+    Devices,
     /// What the figures suggest trying, with the evidence (also at the end of the summary).
     Advice,
     /// Training steps found per process (see `steps` for the method): step time, launches,
@@ -124,6 +127,11 @@ pub struct ReportArgs {
     /// Only processes of this job (its id or name, as the report shows them).
     #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
+    /// Only the calls that went to this CUDA device (its ordinal): launches, copies, memsets,
+    /// syncs and memory operations on other devices, or on a device gpuprofd could not learn,
+    /// are left out. Reads a capture file.
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
     /// Only these columns, comma-separated, in this order (names as in the JSON/CSV output).
     #[arg(long, value_name = "COLS", value_delimiter = ',')]
     pub select: Vec<String>,
@@ -157,6 +165,7 @@ pub fn render(
         View::Api => select::render::<calls::Api>(r, steps, a, name_re),
         View::Memcpy => select::render::<calls::Memcpy>(r, steps, a, name_re),
         View::Streams => select::render::<calls::Streams>(r, steps, a, name_re),
+        View::Devices => select::render::<calls::Devices>(r, steps, a, name_re),
         View::Memory => select::render::<processes::Memory>(r, steps, a, name_re),
         View::Processes => select::render::<processes::Processes>(r, steps, a, name_re),
         View::Jobs => select::render::<processes::Jobs>(r, steps, a, name_re),

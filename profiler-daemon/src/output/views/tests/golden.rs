@@ -66,6 +66,15 @@ fn rich() -> Report {
              "drains": 4, "derived_launch_ahead_max_ns": 8_000_000},
             {"stream": "0x55d0c0ffee00", "launches": 13, "copies": 1,
              "copy_bytes": 300_000_000u64}],
+        "devices": [
+            {"device": 0, "launches": 30, "copies": 4003, "copy_bytes": 3_225_225_472u64,
+             "memsets": 1, "memset_bytes": 4096, "syncs": 12, "allocations": 6,
+             "alloc_bytes": 5_368_709_120u64},
+            {"device": 3, "launches": 8, "copies": 1, "copy_bytes": 300_000_000u64,
+             "memsets": 0, "memset_bytes": 0, "syncs": 2, "allocations": 0, "alloc_bytes": 0},
+            {"device": null, "launches": 2, "copies": 0, "copy_bytes": 0, "memsets": 0,
+             "memset_bytes": 0, "syncs": 0, "allocations": 0, "alloc_bytes": 0,
+             "nvml_gpu": 3}],
         "derived_gpu_idle": {"basis": "derived", "unavailable": null,
                              "span_ns": 2_500_000_000u64, "idle_lower_bound_ns": 1_000_000_000u64,
                              "idle_share": 0.4, "drains": 4, "launch_ahead_p50_ns": 2_000_000,
@@ -187,6 +196,7 @@ const VIEWS: &[&str] = &[
     "processes",
     "jobs",
     "streams",
+    "devices",
     "advice",
     "steps",
     "code",
@@ -211,6 +221,9 @@ fn all_columns(view: &str) -> &'static str {
         "streams" => {
             "pid,stream,launches,rate,share,copies,copy_bytes,derived_idle_ns,drains,\
              derived_launch_ahead_max_ns"
+        }
+        "devices" => {
+            "pid,device,launches,share,copies,copy_bytes,memsets,syncs,allocations,alloc_bytes"
         }
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\

@@ -1,0 +1,222 @@
+//! Per-device split of a process's calls: which GPU each launch, copy, memset, sync and memory
+//! operation went to. The probes put the device in the top byte of each record's `flags` (see
+//! `profiler_common::device`); a call whose device no context call revealed is counted under
+//! "unknown", never guessed.
+
+use profiler_common::{CopyBody, MemBody, SyncBody, device, dir, flags, memop};
+use serde::{Deserialize, Serialize};
+
+/// What one device (or the unknown device) received from a process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStat {
+    pub launches: u64,
+    /// Copies, memsets excluded.
+    pub copies: u64,
+    pub copy_bytes: u64,
+    pub memsets: u64,
+    pub memset_bytes: u64,
+    /// Synchronisations (CPU-blocking and GPU-side waits).
+    pub syncs: u64,
+    /// Allocations that succeeded, and their bytes.
+    pub allocations: u64,
+    pub alloc_bytes: u64,
+}
+
+/// A process's calls per device, indexed by the wire value (device + 1; 0: unknown).
+#[derive(Clone, Debug, Default)]
+pub struct Devices {
+    by_wire: Vec<DeviceStat>,
+}
+
+impl Devices {
+    #[inline]
+    fn slot(&mut self, flags_: u32) -> &mut DeviceStat {
+        let w = ((flags_ & flags::DEVICE_MASK) >> flags::DEVICE_SHIFT) as usize;
+        if w >= self.by_wire.len() {
+            self.by_wire.resize(w + 1, DeviceStat::default());
+        }
+        &mut self.by_wire[w]
+    }
+
+    /// `n` launches whose record (or counted key) had `flags_`.
+    #[inline]
+    pub fn launches(&mut self, flags_: u32, n: u64) {
+        self.slot(flags_).launches += n;
+    }
+
+    /// One copy or memset; `copied`: it did not return an error (its bytes count).
+    #[inline]
+    pub fn copy(&mut self, c: &CopyBody, copied: bool) {
+        let bytes = if copied { c.bytes } else { 0 };
+        let s = self.slot(c.flags);
+        if c.direction == dir::MEMSET {
+            s.memsets += 1;
+            s.memset_bytes = s.memset_bytes.saturating_add(bytes);
+        } else {
+            s.copies += 1;
+            s.copy_bytes = s.copy_bytes.saturating_add(bytes);
+        }
+    }
+
+    #[inline]
+    pub fn sync(&mut self, s: &SyncBody) {
+        self.slot(s.flags).syncs += 1;
+    }
+
+    /// An allocation, free or VMM operation: only allocations that took are counted.
+    #[inline]
+    pub fn mem(&mut self, m: &MemBody) {
+        if (m.op == memop::ALLOC || m.op == memop::VMM_CREATE) && m.ret == 0 {
+            let s = self.slot(m.flags);
+            s.allocations += 1;
+            s.alloc_bytes = s.alloc_bytes.saturating_add(m.bytes);
+        }
+    }
+
+    /// The report rows: known devices by ordinal, then the unknown device; devices without
+    /// calls left out. Empty when nothing was counted. `nvml_gpus`: the GPUs NVML listed the
+    /// process on; exactly one (the usual one-process-per-GPU layout) is named on the unknown
+    /// row as where those calls most likely went, in NVML's numbering (not a CUDA ordinal,
+    /// which `CUDA_VISIBLE_DEVICES` renumbers), and the row stays unknown.
+    pub fn report(&self, nvml_gpus: &[u32]) -> Vec<DeviceReport> {
+        let row = |w: usize, s: &DeviceStat| DeviceReport {
+            device: device::of((w as u32) << flags::DEVICE_SHIFT),
+            launches: s.launches,
+            copies: s.copies,
+            copy_bytes: s.copy_bytes,
+            memsets: s.memsets,
+            memset_bytes: s.memset_bytes,
+            syncs: s.syncs,
+            allocations: s.allocations,
+            alloc_bytes: s.alloc_bytes,
+            nvml_gpu: None,
+        };
+        let used = |s: &DeviceStat| *s != DeviceStat::default();
+        let mut v: Vec<DeviceReport> = self
+            .by_wire
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, s)| used(s))
+            .map(|(w, s)| row(w, s))
+            .collect();
+        if let Some(u) = self.by_wire.first().filter(|s| used(s)) {
+            v.push(DeviceReport {
+                nvml_gpu: match nvml_gpus {
+                    [one] => Some(*one),
+                    _ => None,
+                },
+                ..row(0, u)
+            });
+        }
+        v
+    }
+}
+
+/// The flags of a record that carries a device (launches, copies, memsets, syncs, memory
+/// operations), `None` for the other kinds.
+pub fn device_flags(ev: &profiler_common::decode::Event) -> Option<u32> {
+    use profiler_common::decode::Event;
+    match ev {
+        Event::Launch(_, l) => Some(l.flags),
+        Event::Launches(_, l) => Some(l.flags),
+        Event::Copy(_, c) => Some(c.flags),
+        Event::Sync(_, s) => Some(s.flags),
+        Event::Mem(_, m) => Some(m.flags),
+        _ => None,
+    }
+}
+
+/// `--device N`: whether a record is kept. Records without a device (names, process ends,
+/// stacks, …) are kept; a call whose device is unknown is not device `N`'s.
+pub fn selected(ev: &profiler_common::decode::Event, want: u32) -> bool {
+    device_flags(ev).is_none_or(|f| device::of(f) == Some(want))
+}
+
+/// One device's share of a process's calls (`processes[].devices[]` in the JSON).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    /// The CUDA device ordinal; `null`: calls whose device gpuprofd could not learn (a context
+    /// made current before it attached and never revealed since).
+    pub device: Option<u32>,
+    pub launches: u64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+    pub memsets: u64,
+    pub memset_bytes: u64,
+    pub syncs: u64,
+    pub allocations: u64,
+    pub alloc_bytes: u64,
+    /// The unknown row of a process NVML listed on exactly one GPU: that GPU's NVML index
+    /// (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_gpu: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(dev: Option<u32>) -> u32 {
+        device::with(0, dev.map_or(0, |d| device::wire(d as i64)))
+    }
+
+    #[test]
+    fn calls_are_split_by_the_device_in_their_flags_unknown_last() {
+        let mut d = Devices::default();
+        d.launches(on(Some(1)), 5);
+        d.launches(on(None), 3);
+        d.launches(on(Some(0)), 2);
+        let c = CopyBody {
+            bytes: 100,
+            direction: dir::H2D,
+            flags: on(Some(1)),
+            ..Default::default()
+        };
+        d.copy(&c, true);
+        d.copy(&c, false);
+        let m = CopyBody {
+            bytes: 7,
+            direction: dir::MEMSET,
+            flags: on(Some(0)),
+            ..Default::default()
+        };
+        d.copy(&m, true);
+        let r = d.report(&[]);
+        let got: Vec<_> = r
+            .iter()
+            .map(|r| (r.device, r.launches, r.copies, r.copy_bytes, r.memsets))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(0), 2, 0, 0, 1),
+                (Some(1), 5, 2, 100, 0),
+                (None, 3, 0, 0, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_unknown_row_names_the_one_gpu_nvml_lists_and_stays_unknown() {
+        let mut d = Devices::default();
+        d.launches(on(None), 3);
+        d.launches(on(Some(0)), 1);
+        let r = d.report(&[5]);
+        assert_eq!((r[0].device, r[0].nvml_gpu), (Some(0), None));
+        assert_eq!((r[1].device, r[1].nvml_gpu), (None, Some(5)));
+        assert_eq!(d.report(&[5, 6])[1].nvml_gpu, None);
+        assert_eq!(d.report(&[])[1].nvml_gpu, None);
+    }
+
+    #[test]
+    fn a_record_made_before_device_attribution_reads_as_unknown() {
+        assert_eq!(device::of(flags::HAS_RETURN | flags::ASYNC), None);
+        assert_eq!(
+            device::of(device::with(flags::ASYNC, device::wire(3))),
+            Some(3)
+        );
+        assert_eq!(device::wire(-1), 0);
+        assert_eq!(device::wire(255), 0);
+    }
+}

@@ -3,6 +3,10 @@
 //! churn. Medians over repeated runs; ratios against a baseline measured in the same run.
 //! Without `--quick` it writes docs/PERFORMANCE.md.
 
+use crate::bench_onset::{
+    Capped, LAUNCH_RING_BYTES, ONSET_RANGE, ONSET_SECS, ONSET_SHARES, RING_BYTES, capped_run,
+    loss_onset,
+};
 use anyhow::{Context as _, Result, bail};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -31,7 +35,12 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs a workload with `lines` on stdin; returns the `result=` of each reply, in order.
-fn workload(ctx: &Ctx, name: &str, env: &[(&str, &Path)], lines: &[String]) -> Result<Vec<f64>> {
+pub(crate) fn workload(
+    ctx: &Ctx,
+    name: &str,
+    env: &[(&str, &Path)],
+    lines: &[String],
+) -> Result<Vec<f64>> {
     let mut cmd = Command::new(ctx.fake.join("bin").join(name));
     for (k, v) in env {
         cmd.env(k, v);
@@ -500,146 +509,6 @@ pub(crate) fn daemon_args(ctx: &Ctx, out: &Path, extra: &[&str]) -> Vec<String> 
     a
 }
 
-/// The CPU shares (percent of one CPU) the loss-onset search holds the daemon to: small enough
-/// that one launching thread outruns it on a two-CPU machine, two of them to show how the
-/// onset scales with the share.
-const ONSET_SHARES: [u32; 2] = [1, 2];
-/// Seconds per paced run of the loss-onset search.
-const ONSET_SECS: u64 = 15;
-/// Launches/s the loss-onset search starts from (the top is within what one thread launches
-/// through two probes per call on this machine kind).
-const ONSET_RANGE: (u64, u64) = (10_000, 250_000);
-/// A launch record's bytes in the ring buffer (24-byte record header, 56-byte body, the
-/// ring's own 8-byte header), to say how large a backlog the 16 MiB ring absorbs.
-const LAUNCH_RING_BYTES: u64 = 88;
-const RING_BYTES: u64 = 16 << 20;
-
-/// One run with the daemon held to `share` percent of one CPU.
-struct Capped {
-    share: u32,
-    /// "full capture" or "counted" (`--count-launches`: no record per launch).
-    mode: &'static str,
-    /// Launches per second asked of the paced workload (0 for a storm, which goes as fast as
-    /// the probes let it).
-    rate: u64,
-    secs: f64,
-    achieved: f64,
-    made: u64,
-    counted: u64,
-    /// Launch records dropped (every one counted by the probe that could not reserve it).
-    dropped_launch: u64,
-    /// Records of every kind dropped (stacks, exits, ...).
-    dropped_all: u64,
-    cpu_s: f64,
-}
-
-impl Capped {
-    fn lossy(&self) -> bool {
-        self.dropped_all > 0 || self.counted != self.made
-    }
-    /// Every launch made is either in the report or counted as dropped.
-    fn accounted(&self) -> bool {
-        self.counted + self.dropped_launch == self.made
-    }
-}
-
-/// Runs the workload command `line` (which makes `made` launches) under full capture, or with
-/// launches counted in the kernel when `counted`, the daemon moved into a cgroup that holds it
-/// to `share` percent of one CPU once its probes are in.
-fn capped_run(
-    ctx: &Ctx,
-    tmp: &Path,
-    (share, counted): (u32, bool),
-    rate: u64,
-    line: String,
-    made: u64,
-) -> Result<Capped> {
-    let cap = crate::cpucap::CpuCap::new(&format!("gpuprofd-bench-{}", std::process::id()), share)?;
-    let out = tmp.join("capped.json");
-    let extra: &[&str] = if counted {
-        &["--count-launches", "1s"]
-    } else {
-        &[]
-    };
-    let d = Bg::start(&ctx.bin, &daemon_args(ctx, &out, extra))?;
-    let pid = d.pid();
-    if let Err(e) = cap.add(pid) {
-        let _ = d.stop();
-        return Err(e);
-    }
-    let (c0, _, _) = usage(pid);
-    let t = Instant::now();
-    let achieved = workload(ctx, "workload", &[], &[line]);
-    let secs = t.elapsed().as_secs_f64();
-    // The daemon is still held to its share while it drains what the ring buffer holds.
-    std::thread::sleep(Duration::from_secs(1));
-    let (c1, _, _) = usage(pid);
-    d.stop()?;
-    drop(cap);
-    let achieved = achieved?;
-    let r = report(&out)?;
-    Ok(Capped {
-        share,
-        mode: if counted { "counted" } else { "full capture" },
-        rate,
-        secs,
-        achieved: achieved.first().copied().unwrap_or(f64::NAN),
-        made,
-        counted: launches_in(&r),
-        dropped_launch: r["drops"]["launch"].as_u64().unwrap_or(0),
-        dropped_all: drops_in(&r),
-        cpu_s: (c1 - c0) as f64 / ticks_per_second() as f64,
-    })
-}
-
-/// Where a daemon held to `share` percent of one CPU starts to lose records: paced runs of
-/// `secs` seconds, first at `hi` and `lo` launches/s, then bisecting between the highest
-/// loss-free and the lowest lossy rate `steps` times (rates in whole thousands, as `pace`
-/// makes them exactly). Every run is returned, in the order run.
-fn loss_onset(
-    ctx: &Ctx,
-    tmp: &Path,
-    share: u32,
-    secs: u64,
-    (lo, hi): (u64, u64),
-    steps: u32,
-) -> Result<Vec<Capped>> {
-    let run = |rate: u64| -> Result<Capped> {
-        eprintln!("bench: daemon held to {share}% of a CPU, {rate} launches/s for {secs} s");
-        capped_run(
-            ctx,
-            tmp,
-            (share, false),
-            rate,
-            format!("pace {rate} {secs}"),
-            rate * secs,
-        )
-    };
-    let mut runs = vec![run(hi)?];
-    if !runs[0].lossy() {
-        return Ok(runs);
-    }
-    runs.push(run(lo)?);
-    if runs[1].lossy() {
-        return Ok(runs);
-    }
-    let (mut ok, mut bad) = (lo, hi);
-    for _ in 0..steps {
-        let mid = (ok + bad) / 2 / 1000 * 1000;
-        if mid <= ok || mid >= bad {
-            break;
-        }
-        let r = run(mid)?;
-        if r.lossy() {
-            bad = mid;
-        } else {
-            ok = mid;
-        }
-        runs.push(r);
-    }
-    Ok(runs)
-}
-
 /// The goal the overhead issue set: gpuprofd's added time per call at most this many times the
 /// empty probe's.
 const GOAL_RATIO: f64 = 1.2;
@@ -715,12 +584,12 @@ fn lower_bound_section(rows: &[Row]) -> String {
     md
 }
 
-fn report(path: &Path) -> Result<serde_json::Value> {
+pub(crate) fn report(path: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
 }
 
 /// Launches of every process in a report.
-fn launches_in(r: &serde_json::Value) -> u64 {
+pub(crate) fn launches_in(r: &serde_json::Value) -> u64 {
     r["processes"]
         .as_array()
         .map(|ps| ps.iter().filter_map(|p| p["launches"].as_u64()).sum())
@@ -728,7 +597,7 @@ fn launches_in(r: &serde_json::Value) -> u64 {
 }
 
 /// Records lost, every kind, in a report.
-fn drops_in(r: &serde_json::Value) -> u64 {
+pub(crate) fn drops_in(r: &serde_json::Value) -> u64 {
     r["drops"]
         .as_object()
         .map(|m| m.values().filter_map(|v| v.as_u64()).sum())

@@ -10,6 +10,8 @@
 #   --steps N    measured steps per workload (default 20)
 #   --rounds N   overhead: N rounds, each running every mode once in turn (default 1)
 #   --only LIST  comma-separated step names (see the plan) to run a subset
+#   --modes LIST overhead: the modes to run (default: none,counted,counted_duty,counted_duty25,
+#                gpuprofd,gpuprofd_two,prof)
 #   --lib PATH   also give this CUDA library file or directory to the doctor step (repeatable)
 #   --dry-run    check prerequisites and print the plan; run nothing on the GPU
 #
@@ -27,6 +29,12 @@
 #   code         the code view on a PyTorch model (--stack-period 1): launches attributed to
 #                the known lines of its forward()
 #   attribution  two jobs at once in different cgroups, each job's totals against its own count
+#   device       device attribution: two processes on the GPU under --all-jobs (each call's
+#                device against torch.cuda.current_device(), launches against torch.profiler),
+#                and a loop attached with --pid after warm-up (context made before the attach);
+#                the context probes' runs per launch, counted by the kernel (bpf_stats.py)
+#   neighbour    a launch-bound loop that gpuprofd --pid does not watch (it watches another
+#                CUDA process), against the same loop with no daemon: interleaved rounds
 #   overhead     median step time with no profiler / gpuprofd service mode (launches counted
 #                in the kernel; and with the launch probes' duty cycle 100ms/1s) / gpuprofd
 #                full capture (one trap per runtime launch; and two) / torch.profiler
@@ -46,9 +54,10 @@ OUT=""
 STEPS=20
 ROUNDS=1
 ONLY=""
+MODES="none,counted,counted_duty,counted_duty25,gpuprofd,gpuprofd_two,prof"
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live service code attribution overhead nvml gpm"
+ALL_STEPS="doctor procaddr coverage live service code attribution device neighbour overhead nvml gpm"
 
 usage() { sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -59,6 +68,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
     --lib) EXTRA_LIBS+=(--lib "$2"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -99,6 +109,13 @@ for m in torch triton cupy jax; do
     if have_py_mod "$m"; then check "$m" 0 "importable"; else check "$m" 1 "not importable (its workloads are recorded as not run)"; fi
 done
 if [ -w /sys/fs/cgroup ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then check cgroup-v2 0 "/sys/fs/cgroup writable"; else check cgroup-v2 1 "attribution runs without separate cgroups"; fi
+
+for m in ${MODES//,/ }; do
+    case " none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof " in
+    *" $m "*) ;;
+    *) echo "gpu-validate: unknown overhead mode '$m' (modes: none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof)" >&2; exit 2 ;;
+    esac
+done
 
 echo "gpu-validate: plan (output in $OUT, $STEPS measured steps per workload)"
 for s in $ALL_STEPS; do
@@ -411,6 +428,120 @@ if wanted attribution; then
     fi
 fi
 
+# ---- device attribution ------------------------------------------------------------------------
+# The kernel's count of every BPF program's runs during a capture (bpf_stats.py); STATS_PID.
+stats_start() { # FILE
+    "$PY" "$WL/bpf_stats.py" --out "$1" >"$1.out" 2>&1 &
+    STATS_PID=$!
+    wait_line "$1.out" "bpf_stats: on" 10 || true
+}
+stats_stop() {
+    kill -INT "$STATS_PID" 2>/dev/null || true
+    wait "$STATS_PID" 2>/dev/null || true
+}
+if wanted device; then
+    echo "gpu-validate: device attribution (two processes under --all-jobs; a --pid attach after warm-up)"
+    if ! have_py_mod torch; then
+        record device_all device "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked device_all device
+    else
+        # Both processes start under the daemon: their contexts are made while it watches.
+        stats_start "$OUT/runs/device_all.bpfstats.json"
+        if "$BIN" --all-jobs --no-live --output "$OUT/runs/device_all.report.json" -- bash -c \
+            "'$PY' '$WL/torch_cnn.py' --mode eager --profile --out '$OUT/runs/device_a.result.json' --steps $STEPS 2>'$OUT/runs/device_a.err' &
+             '$PY' '$WL/cublas_gemm.py' --profile --out '$OUT/runs/device_b.result.json' --steps $STEPS 2>'$OUT/runs/device_b.err'
+             wait" >"$OUT/runs/device_all.gpuprofd.out" 2>"$OUT/runs/device_all.gpuprofd.err"; then
+            stats_stop
+            record device_all device "" "$OUT/runs/device_all.report.json" "" \
+                "$OUT/runs/device_a.result.json" "$OUT/runs/device_b.result.json"
+        else
+            stats_stop
+            record device_all device "" "" "gpuprofd or a workload failed: see runs/device_all.gpuprofd.err"
+        fi
+        # The context is made before the attach: learned from a later call, or NVML's
+        # one-GPU fallback names the GPU on the unknown row. No torch.profiler here (CUPTI's
+        # own context calls would reveal the context).
+        res="$OUT/runs/device_live.result.json"
+        "$PY" "$WL/torch_cnn.py" --mode eager --hold --out "$res" --steps "$STEPS" \
+            >"$OUT/runs/device_live.workload.out" 2>"$OUT/runs/device_live.workload.err" &
+        WPID=$!
+        if wait_line "$OUT/runs/device_live.workload.out" "^held " 300; then
+            stats_start "$OUT/runs/device_live.bpfstats.json"
+            "$BIN" --pid "$WPID" --no-live --output "$OUT/runs/device_live.report.json" \
+                >"$OUT/runs/device_live.gpuprofd.out" 2>"$OUT/runs/device_live.gpuprofd.err" &
+            DPID=$!
+            if wait_line "$OUT/runs/device_live.gpuprofd.err" "gpuprofd: ready" 60; then
+                kill -USR1 "$WPID"
+                wait "$WPID" || true
+                stop_daemon
+                stats_stop
+                record device_live device "" "$OUT/runs/device_live.report.json" "" "$res"
+            else
+                kill "$WPID" 2>/dev/null || true
+                stop_daemon
+                stats_stop
+                record device_live device "" "" "gpuprofd --pid did not become ready: see runs/device_live.gpuprofd.err"
+            fi
+        else
+            kill "$WPID" 2>/dev/null || true
+            record device_live device "" "" "the workload never reached its hold point: see runs/device_live.workload.err"
+        fi
+    fi
+fi
+
+# ---- neighbour -----------------------------------------------------------------------------------
+# Issue 35: a CUDA process that gpuprofd --pid does not select must not pay for the probes. The
+# watched process is a warmed-up loop held at its hold point; the neighbour is the launch-bound
+# loop, run with no daemon and beside gpuprofd --pid in turn, ROUNDS (at least 3) rounds.
+if wanted neighbour; then
+    echo "gpu-validate: neighbour (a process outside gpuprofd --pid's selection)"
+    if ! have_py_mod torch; then
+        record neighbour neighbour "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked neighbour neighbour
+    else
+        "$PY" "$WL/torch_cnn.py" --mode eager --hold --out "$OUT/runs/neighbour_watched.result.json" --steps 1 \
+            >"$OUT/runs/neighbour_watched.out" 2>"$OUT/runs/neighbour_watched.err" &
+        HPID=$!
+        if wait_line "$OUT/runs/neighbour_watched.out" "^held " 300; then
+            nr=$ROUNDS
+            if [ "$nr" -lt 3 ]; then nr=3; fi
+            for round in $(seq 1 "$nr"); do
+                for mode in none pid; do
+                    # Alternate which goes first, so a drift over time does not favour one.
+                    if [ $((round % 2)) = 0 ]; then
+                        if [ "$mode" = none ]; then mode=pid; else mode=none; fi
+                    fi
+                    n="nb_r${round}_$mode"
+                    if [ "$mode" = pid ]; then
+                        "$BIN" --pid "$HPID" --no-live --output "$OUT/runs/$n.report.json" \
+                            >"$OUT/runs/$n.gpuprofd.out" 2>"$OUT/runs/$n.gpuprofd.err" &
+                        DPID=$!
+                        if ! wait_line "$OUT/runs/$n.gpuprofd.err" "gpuprofd: ready" 60; then
+                            stop_daemon
+                            record "$n" neighbour gpuprofd-pid-other "" "gpuprofd --pid did not become ready: see runs/$n.gpuprofd.err"
+                            continue
+                        fi
+                    fi
+                    echo "  round $round: $mode"
+                    if "$PY" "$WL/launch_bound.py" --out "$OUT/runs/$n.json" --steps $((STEPS * 25)) 2>"$OUT/runs/$n.err"; then
+                        record "$n" neighbour "$([ "$mode" = pid ] && echo gpuprofd-pid-other || echo none)" \
+                            "$([ "$mode" = pid ] && echo "$OUT/runs/$n.report.json")" "" "$OUT/runs/$n.json"
+                    else
+                        record "$n" neighbour "$mode" "" "the loop failed: see runs/$n.err"
+                    fi
+                    if [ "$mode" = pid ]; then stop_daemon; fi
+                done
+            done
+        else
+            record neighbour neighbour "" "" "the watched process never reached its hold point: see runs/neighbour_watched.err"
+        fi
+        kill "$HPID" 2>/dev/null || true
+        wait "$HPID" 2>/dev/null || true
+    fi
+fi
+
 # ---- overhead --------------------------------------------------------------------------------
 overhead_run() { # NAME STEPS SCRIPT [args...]: ROUNDS rounds, the modes interleaved in each
     local name=$1 n=$2 script=$3
@@ -425,7 +556,8 @@ overhead_round() { # NAME STEPS SCRIPT ROUND [args...]: the modes in an order ro
     shift 4
     local name=$base
     [ "$ROUNDS" -gt 1 ] && name="${base}_r$round"
-    local modes=(none counted counted_duty gpuprofd gpuprofd_two prof) i
+    local modes i
+    IFS=, read -r -a modes <<<"$MODES"
     for i in "${!modes[@]}"; do
         overhead_mode "${modes[$(((i + round - 1) % ${#modes[@]}))]}" "$name" "$n" "$script" "$@" ||
             echo "  $name: mode ${modes[$(((i + round - 1) % ${#modes[@]}))]} failed (see its .err)"
@@ -466,6 +598,15 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
             >/dev/null 2>"$OUT/runs/oh_${name}_counted_duty.err" &&
             record "oh_${name}_counted_duty" overhead gpuprofd-counted-duty "" "" "$OUT/runs/oh_${name}_counted_duty.json"
         ;;
+    counted_duty25)
+        # The same with the launch probes attached 250 ms of every second.
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted_duty25" overhead; return; fi
+        echo "  $name: gpuprofd service mode, launch probes 250ms/1s"
+        "$BIN" --all-jobs --no-live --count-launches 1s --launch-duty 250ms/1s --output "$OUT/runs/oh_${name}_counted_duty25.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted_duty25.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_counted_duty25.err" &&
+            record "oh_${name}_counted_duty25" overhead gpuprofd-counted-duty25 "" "" "$OUT/runs/oh_${name}_counted_duty25.json"
+        ;;
     gpuprofd_two)
         # Full capture with both layers probed (two traps per runtime launch), as before #35.
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_gpuprofd_two" overhead; return; fi
@@ -480,6 +621,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
             record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
         ;;
+    *) echo "  $name: unknown overhead mode '$mode'" >&2; return 1 ;;
     esac
 }
 if wanted overhead; then

@@ -122,6 +122,10 @@ def write(out, workload, steps, step_times, profiler=None, known=None, extra=Non
         "profiler": profiler.result if profiler is not None else None,
         "known": known or {},
     }
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        # The device the process worked on, as the framework sees it (device attribution).
+        res["cuda_device"] = torch.cuda.current_device()
     if extra:
         res.update(extra)
     tmp = out + ".tmp"

@@ -5,7 +5,7 @@
 MANIFEST.json (written by gpu-validate.sh):
     {"env": {...}, "doctor": "doctor.json" | null, "procaddr": "procaddr.json" | null,
      "nvml": "nvml.json" | null, "gpm": "gpm.json" | null,
-     "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"overhead",
+     "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"device"|"neighbour"|"overhead",
                "mode": "none"|"gpuprofd-counted"|"gpuprofd-counted-duty"|"gpuprofd"|"gpuprofd-two-traps"|"torch.profiler",  # overhead only
                "report": "gpuprofd report path" | null, "results": ["workload result path", ...],
                "error": str | null}]}
@@ -190,8 +190,8 @@ API_FAMILY = {
 # Overhead modes in table order: gpuprofd-counted is the service's default (launches counted in
 # the kernel), gpuprofd is full capture (a record per launch), both with one trap per runtime
 # launch; gpuprofd-two-traps is full capture with the runtime's launch entries probed too.
-OVERHEAD_MODES = ("none", "gpuprofd-counted", "gpuprofd-counted-duty", "gpuprofd", "gpuprofd-two-traps",
-                  "torch.profiler")
+OVERHEAD_MODES = ("none", "gpuprofd-counted", "gpuprofd-counted-duty", "gpuprofd-counted-duty25", "gpuprofd",
+                  "gpuprofd-two-traps", "torch.profiler")
 
 
 def overhead_rows(runs):
@@ -217,6 +217,77 @@ def overhead_rows(runs):
             row["ratio_vs_none"] = {m: round(t / base, 4) for m, t in med.items() if t}
         rows.append(row)
     return rows
+
+
+def device_rows(name, report, results, stats, findings):
+    """Device attribution of each workload process: its calls per device against the device the
+    framework says it used, launches against torch.profiler's; the context probes' runs."""
+    rows = []
+    total_launches = 0
+    for res in results:
+        proc = process_of(report, res.get("pid"))
+        row = {"run": name, "workload": res.get("workload"), "pid": res.get("pid"),
+               "cuda_device": res.get("cuda_device")}
+        if proc is None:
+            findings.append(f"{name}: gpuprofd has no process {res.get('pid')} in its report")
+            rows.append(row)
+            continue
+        launches = proc.get("launches", 0)
+        total_launches += launches
+        devs = proc.get("devices", [])
+        row["launches"] = launches
+        row["devices"] = devs
+        known = next((d for d in devs if d.get("device") == res.get("cuda_device")), {})
+        unknown = next((d for d in devs if d.get("device") is None), {})
+        row["launches_on_device"] = known.get("launches", 0)
+        row["launches_unknown"] = unknown.get("launches", 0)
+        row["nvml_gpu"] = unknown.get("nvml_gpu")
+        other = sum(d.get("launches", 0) for d in devs
+                    if d.get("device") is not None and d.get("device") != res.get("cuda_device"))
+        if other:
+            findings.append(f"{name}: pid {res['pid']}: {other} launches on a device other than "
+                            f"torch's current device {res.get('cuda_device')}")
+        if sum(d.get("launches", 0) for d in devs) != launches:
+            findings.append(f"{name}: pid {res['pid']}: the devices' launches do not add up to {launches}")
+        prof = res.get("profiler")
+        if prof:
+            row["profiler_kernels"] = prof["kernels"]
+            if row["launches_on_device"] != prof["kernels"]:
+                findings.append(f"{name}: pid {res['pid']}: {row['launches_on_device']} launches on device "
+                                f"{res.get('cuda_device')}, torch.profiler counted {prof['kernels']} kernels")
+        rows.append(row)
+    progs = (stats or {}).get("programs", {})
+    if stats is not None:
+        ctx_in = progs.get("ctx_entry", {}).get("runs", 0)
+        ctx_ret = progs.get("ctx_ret", {}).get("runs", 0)
+        rows.append({"run": name, "context_probe_runs": {"ctx_entry": ctx_in, "ctx_ret": ctx_ret},
+                     "launches_all_processes": total_launches,
+                     "ctx_entry_per_launch": round(ctx_in / total_launches, 4) if total_launches else None,
+                     "bpf_programs": progs})
+    return rows
+
+
+def neighbour_rows(runs, findings):
+    """The neighbour of gpuprofd --pid: its median step time with no daemon and beside the
+    daemon watching another process, per round, and the ratio of the medians."""
+    by = {}
+    for r in runs:
+        if r.get("kind") != "neighbour" or r.get("error"):
+            continue
+        res = load(r["results"][0]) if r.get("results") else None
+        if not res:
+            continue
+        by.setdefault(r.get("mode"), []).append(median(res["step_times_s"]))
+        rep = load(r.get("report"))
+        if rep is not None and process_of(rep, res.get("pid")) is not None:
+            findings.append(f"{r['name']}: the neighbour (pid {res.get('pid')}) is in gpuprofd --pid's report")
+    if not by:
+        return None
+    med = {m: median(v) for m, v in by.items()}
+    out = {"runs_median_step_s": by, "median_step_s": med}
+    if med.get("none") and med.get("gpuprofd-pid-other"):
+        out["ratio"] = round(med["gpuprofd-pid-other"] / med["none"], 4)
+    return out
 
 
 def fmt_table(header, rows):
@@ -260,14 +331,20 @@ def main(manifest_path, outdir):
     def rel(p):
         return p if not p or os.path.isabs(p) else os.path.join(base, p)
 
-    findings, rows, blocked, code_rows = [], [], [], []
+    findings, rows, blocked, code_rows, dev_rows = [], [], [], [], []
     for r in man.get("runs", []):
         if r.get("error"):
             findings.append(f"{r['name']}: did not run: {r['error']}")
             continue
-        if r.get("kind") == "overhead":
+        if r.get("kind") in ("overhead", "neighbour"):
             continue
         report = load(rel(r.get("report")))
+        if r.get("kind") == "device" and report is not None:
+            rp = rel(r.get("report"))
+            stats = load(rp[: -len(".report.json")] + ".bpfstats.json") if rp.endswith(".report.json") else None
+            dev_rows.extend(device_rows(r["name"], report, [load(rel(x)) or {} for x in r.get("results", [])],
+                                        stats, findings))
+            continue
         if report is None:
             findings.append(f"{r['name']}: no gpuprofd report")
             continue
@@ -286,6 +363,8 @@ def main(manifest_path, outdir):
             if rp_report.endswith(".report.json"):
                 res["_steps_path"] = rp_report[: -len(".report.json")] + ".steps.json"
             rows.append(compare_process(r["name"], process_of(report, res["pid"]), res, findings))
+    neighbour = neighbour_rows([dict(r, report=rel(r.get("report")), results=[rel(x) for x in r.get("results", [])])
+                                for r in man.get("runs", [])], findings)
     over = overhead_rows([dict(r, results=[rel(x) for x in r.get("results", [])]) for r in man.get("runs", [])])
     doctor = load(rel(man.get("doctor")))
     if doctor is not None and not doctor.get("ok"):
@@ -314,6 +393,8 @@ def main(manifest_path, outdir):
         "processes": rows,
         "code_view": code_rows,
         "overhead": over,
+        "device": dev_rows,
+        "neighbour": neighbour,
         "findings": findings,
         "blocked": blocked,
     }
@@ -379,10 +460,10 @@ def main(manifest_path, outdir):
         md.append("## Overhead (median step time; ratio against no profiler in the same session)")
         md.append(
             fmt_table(
-                ["workload", "none s", "service mode s", "service 100ms/1s s", "full capture s",
-                 "full capture, two traps s", "torch.profiler s", "service mode ratio",
-                 "service 100ms/1s ratio", "full capture ratio", "two traps ratio",
-                 "torch.profiler ratio"],
+                ["workload", "none s", "service mode s", "service 100ms/1s s", "service 250ms/1s s",
+                 "full capture s", "full capture, two traps s", "torch.profiler s", "service mode ratio",
+                 "service 100ms/1s ratio", "service 250ms/1s ratio", "full capture ratio",
+                 "two traps ratio", "torch.profiler ratio"],
                 [
                     (
                         o["workload"],
@@ -393,6 +474,24 @@ def main(manifest_path, outdir):
                 ],
             )
         )
+        md.append("")
+    if dev_rows:
+        md.append("## Device attribution")
+        md.append(fmt_table(
+            ["run", "pid", "torch device", "launches", "on that device", "unknown", "nvml_gpu", "torch.profiler kernels"],
+            [(d["run"], d["pid"], d.get("cuda_device"), d.get("launches"), d.get("launches_on_device"),
+              d.get("launches_unknown"), d.get("nvml_gpu"), d.get("profiler_kernels", "-"))
+             for d in dev_rows if "pid" in d]))
+        md.append("")
+        for d in dev_rows:
+            if "context_probe_runs" in d:
+                md.append(f"- {d['run']}: context probes ran {d['context_probe_runs']} for "
+                          f"{d['launches_all_processes']} launches ({d['ctx_entry_per_launch']} ctx_entry per launch); "
+                          f"every program: {json.dumps(d['bpf_programs'])}")
+        md.append("")
+    if neighbour is not None:
+        md.append("## A neighbour of gpuprofd --pid (launch-bound loop, median step time)")
+        md.append("```\n" + json.dumps(neighbour, indent=1) + "\n```")
         md.append("")
     if nvml is not None:
         md.append("## NVML")

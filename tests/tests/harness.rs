@@ -42,6 +42,8 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
         "service",
         "code",
         "attribution",
+        "device",
+        "neighbour",
         "overhead",
         "nvml",
     ] {
@@ -60,6 +62,9 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
     let (code, _, stderr) = harness(&["--dry-run", "--only", "warp"], &[]);
     assert_eq!(code, 2);
     assert!(stderr.contains("unknown step 'warp'"), "{stderr}");
+    let (code, _, stderr) = harness(&["--dry-run", "--modes", "none,turbo"], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown overhead mode 'turbo'"), "{stderr}");
 }
 
 #[test]
@@ -216,5 +221,111 @@ fn compare_reports_every_mismatch() {
         r["overhead"],
         json!([{"workload": "lb", "median_step_s": {"none": 2.0, "gpuprofd": 2.2},
                 "ratio_vs_none": {"none": 1.0, "gpuprofd": 1.1}}])
+    );
+}
+
+/// The device step's comparison: each process's launches per device against the device torch
+/// says it used and torch.profiler's count; the context probes' runs per launch; and the
+/// neighbour step's ratio, with a finding when the neighbour shows up in `--pid`'s report.
+#[test]
+fn compare_reports_devices_and_the_neighbour() {
+    let dir = TempDir::new("gv-device");
+    let d = dir.path();
+    let write = |name: &str, v: Value| std::fs::write(d.join(name), v.to_string()).unwrap();
+    let row = |dev: Value, launches: u64| json!({"device": dev, "launches": launches, "copies": 0});
+    write(
+        "dev.report.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {}, "processes": [
+            {"tgid": 10, "launches": 30, "devices": [row(json!(0), 30)]},
+            {"tgid": 11, "launches": 12, "devices": [row(json!(0), 7), row(json!(1), 1),
+                {"device": null, "launches": 4, "nvml_gpu": 0}]}]}),
+    );
+    write(
+        "dev.bpfstats.json",
+        json!({"programs": {"ctx_entry": {"runs": 21, "ns": 1000}, "ctx_ret": {"runs": 9, "ns": 400},
+                            "drv_launch": {"runs": 42, "ns": 5000}}}),
+    );
+    write(
+        "a.json",
+        json!({"workload": "a", "pid": 10, "cuda_device": 0, "steps": 1, "step_times_s": [0.1],
+               "profiler": {"kernels": 30}}),
+    );
+    write(
+        "b.json",
+        json!({"workload": "b", "pid": 11, "cuda_device": 0, "steps": 1, "step_times_s": [0.1],
+               "profiler": {"kernels": 12}}),
+    );
+    let lb = |pid: u32, t: Vec<f64>| json!({"workload": "launch_bound", "pid": pid, "steps": t.len(), "step_times_s": t});
+    write("n1.json", lb(20, vec![1.0, 1.0, 1.0]));
+    write("n2.json", lb(21, vec![1.1, 1.1, 1.1]));
+    write("n3.json", lb(22, vec![2.0, 2.0, 2.0]));
+    write("p1.json", lb(23, vec![1.05, 1.05, 1.05]));
+    write("p2.json", lb(24, vec![1.2, 1.2]));
+    write("p3.json", lb(25, vec![1.3]));
+    write(
+        "p1.report.json",
+        json!({"processes": [{"tgid": 99, "launches": 1}]}),
+    );
+    write(
+        "p2.report.json",
+        json!({"processes": [{"tgid": 24, "launches": 1}]}),
+    );
+    let nb = |name: &str, mode: &str, res: &str, rep: Value| json!({"name": name, "kind": "neighbour", "mode": mode, "report": rep, "error": null, "results": [res]});
+    write(
+        "manifest.json",
+        json!({"env": {}, "doctor": null, "procaddr": null, "nvml": null, "runs": [
+            {"name": "device_all", "kind": "device", "report": "dev.report.json", "error": null,
+             "results": ["a.json", "b.json"]},
+            nb("nb_r1_none", "none", "n1.json", Value::Null),
+            nb("nb_r1_pid", "gpuprofd-pid-other", "p1.json", json!("p1.report.json")),
+            nb("nb_r2_pid", "gpuprofd-pid-other", "p2.json", json!("p2.report.json")),
+            nb("nb_r2_none", "none", "n2.json", Value::Null),
+            nb("nb_r3_none", "none", "n3.json", Value::Null),
+            nb("nb_r3_pid", "gpuprofd-pid-other", "p3.json", Value::Null)]}),
+    );
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gpu-workloads/compare.py"))
+        .arg(d.join("manifest.json"))
+        .arg(d.join("out"))
+        .output()
+        .expect("python3 (the validation scripts need it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r["findings"],
+        json!([
+            "device_all: pid 11: 1 launches on a device other than torch's current device 0",
+            "device_all: pid 11: 7 launches on device 0, torch.profiler counted 12 kernels",
+            "nb_r2_pid: the neighbour (pid 24) is in gpuprofd --pid's report",
+        ])
+    );
+    let dev = &r["device"];
+    assert_eq!(dev[0]["launches_on_device"], 30);
+    assert_eq!(dev[0]["launches_unknown"], 0);
+    assert_eq!(dev[1]["launches_on_device"], 7);
+    assert_eq!(dev[1]["launches_unknown"], 4);
+    assert_eq!(dev[1]["nvml_gpu"], 0);
+    assert_eq!(
+        dev[2]["context_probe_runs"],
+        json!({"ctx_entry": 21, "ctx_ret": 9})
+    );
+    assert_eq!(dev[2]["launches_all_processes"], 42);
+    assert_eq!(dev[2]["ctx_entry_per_launch"], 0.5);
+    // Medians per run: none 1.0, 1.1, 2.0 -> 1.1; beside --pid 1.05, 1.2, 1.3 -> 1.2.
+    assert_eq!(
+        r["neighbour"]["median_step_s"],
+        json!({"none": 1.1, "gpuprofd-pid-other": 1.2})
+    );
+    assert_eq!(r["neighbour"]["ratio"], 1.0909);
+    let md = std::fs::read_to_string(d.join("out/summary.md")).unwrap();
+    assert!(
+        md.contains("| device_all | 11 | 0 | 12 | 7 | 4 | 0 | 12 |"),
+        "{md}"
     );
 }

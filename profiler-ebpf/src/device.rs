@@ -161,7 +161,12 @@ pub fn ctx_ret(ctx: RetProbeContext) -> u32 {
         }
         op::GET_CURRENT => {
             let cx = user::<u64>(ptr, 0);
-            if cx != t.ctx || t.dev == 0 {
+            if t.ctx == 0 && t.dev != 0 && cx != 0 {
+                // The device came first (`cudaGetDevice`/`cudaSetDevice` on a thread whose
+                // context was made current before the attach): this is its context.
+                t.ctx = cx;
+                learn_ctx(pt, cx, t.dev);
+            } else if cx != t.ctx || t.dev == 0 {
                 t.ctx = cx;
                 t.dev = ctx_device(pt, cx);
             }

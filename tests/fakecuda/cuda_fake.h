@@ -117,6 +117,18 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxGetDevice(CUdevice *device);
+/* cuGetExportTable: the driver's private interfaces, by UUID, that the real runtime uses for
+ * what it asks most often (the current context, its device) without an exported call. The
+ * fake driver has one, FAKE_CTX_TABLE_ID. */
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+struct fake_ctx_table {
+    size_t size;
+    CUresult (*current_device)(CUdevice *dev);
+};
+#define FAKE_CTX_TABLE_ID "fakecuda:ctx-tbl" /* 16 bytes, no NUL */
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
@@ -391,6 +403,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
 
 /* crt/host_runtime.h registration API */
 typedef struct {

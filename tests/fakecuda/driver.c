@@ -369,6 +369,23 @@ IMPL CUresult impl_cuCtxGetCurrent(CUcontext *pctx) {
     return CUDA_SUCCESS;
 }
 
+/* The private table's one entry: the calling thread's current context's device. Not exported
+ * (no trampoline), so no probe sees it, as with the real driver's export tables. */
+static CUresult private_current_device(CUdevice *dev) {
+    CUcontext c = t_current_ctx;
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = c->dev;
+    return CUDA_SUCCESS;
+}
+static const struct fake_ctx_table g_ctx_table = {sizeof g_ctx_table, private_current_device};
+IMPL CUresult impl_cuGetExportTable(const void **pp, const CUuuid *id) {
+    CNT(cuGetExportTable);
+    if (!pp || !id) return CUDA_ERROR_INVALID_VALUE;
+    if (memcmp(id->bytes, FAKE_CTX_TABLE_ID, sizeof id->bytes)) return CUDA_ERROR_INVALID_VALUE;
+    *pp = &g_ctx_table;
+    return CUDA_SUCCESS;
+}
+
 /* -------------------------------------------------------- proc address */
 /* addresses of the EXPORTED trampolines (through the GOT, like dlsym) */
 static void *const sym_addrs[NSYMS] = {

@@ -32,7 +32,7 @@
     X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaMallocPitch)         \
     X(cudaDeviceSynchronize) X(cudaStreamSynchronize) X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize)      \
     X(cudaStreamWaitEvent) X(cudaStreamWaitEvent_ptsz) X(cudaStreamCreate) X(cudaEventCreate)                   \
-    X(cudaEventRecord) X(cudaGetLastError) X(cudaGetDeviceCount) X(cudaSetDevice) X(__cudaRegisterFatBinary)                    \
+    X(cudaEventRecord) X(cudaGetLastError) X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetDevice) X(__cudaRegisterFatBinary)                    \
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaUnregisterFatBinary) X(__cudaGetKernel)
 
 enum {
@@ -82,7 +82,8 @@ EXPORT unsigned long long fakecudart_calls(const char *name) {
     X(cuStreamWaitEvent, "cuStreamWaitEvent") X(cuStreamCreate, "cuStreamCreate")             \
     X(cuEventCreate, "cuEventCreate") X(cuEventRecord, "cuEventRecord")                     \
     X(cuMemsetD8_v2, "cuMemsetD8") X(cuMemsetD8Async, "cuMemsetD8Async")                      \
-    X(cuMemsetD2D8_v2, "cuMemsetD2D8") X(cuMemsetD2D8Async, "cuMemsetD2D8Async")
+    X(cuMemsetD2D8_v2, "cuMemsetD2D8") X(cuMemsetD2D8Async, "cuMemsetD2D8Async")            \
+    X(cuGetExportTable, "cuGetExportTable")
 
 struct drv {
 #define X(field, name) __typeof__(field) *field;
@@ -657,6 +658,26 @@ EXPORT cudaError_t cudaSetDevice(int dev) {
     CUresult r = T->cuDevicePrimaryCtxRetain(&c, dev);
     if (r != CUDA_SUCCESS) return ret(map_err(r));
     RET_DRV(T->cuCtxSetCurrent(c));
+}
+/* cudaGetDevice(dev): the calling thread's device. As in the real runtime, asked through the
+ * driver's private export table (fetched once), not through cuCtxGetDevice: no probe on the
+ * driver sees it. No current context: device 0. */
+static const struct fake_ctx_table *g_ctx_tbl;
+EXPORT cudaError_t cudaGetDevice(int *dev) {
+    CNT(cudaGetDevice);
+    INIT(D);
+    if (!dev) return ret(cudaErrorInvalidValue);
+    const struct fake_ctx_table *t = __atomic_load_n(&g_ctx_tbl, __ATOMIC_ACQUIRE);
+    if (!t) {
+        CUuuid id;
+        memcpy(id.bytes, FAKE_CTX_TABLE_ID, sizeof id.bytes);
+        CUresult r = T->cuGetExportTable((const void **)&t, &id);
+        if (r != CUDA_SUCCESS) return ret(map_err(r));
+        __atomic_store_n(&g_ctx_tbl, t, __ATOMIC_RELEASE);
+    }
+    CUdevice d;
+    *dev = t->current_device(&d) == CUDA_SUCCESS ? d : 0;
+    return ret(cudaSuccess);
 }
 EXPORT cudaError_t cudaGetDeviceCount(int *count) {
     CNT(cudaGetDeviceCount);

@@ -53,7 +53,7 @@
     X(__cudaRegisterFatBinaryEnd) X(__cudaRegisterFunction) X(__cudaGetKernel) X(fakecudart_calls) X(fakecudart_digest) \
     X(cudaMemset) X(cudaMemset_ptds) X(cudaMemsetAsync) X(cudaMemsetAsync_ptsz) X(cudaMemset2D)                \
     X(cudaMemset2D_ptds) X(cudaMemset2DAsync) X(cudaMemset2DAsync_ptsz) X(cudaMemset3D) X(cudaMemset3D_ptds)   \
-    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz) X(cudaSetDevice)
+    X(cudaMemset3DAsync) X(cudaMemset3DAsync_ptsz) X(cudaSetDevice) X(cudaGetDevice)
 
 #define DRV_API(X)                                                                                      \
     X(cuInit) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleGetFunction) \
@@ -243,6 +243,7 @@ static int need_drv(void);
  *   drv_pop_ctx          cuCtxPopCurrent_v2
  *   drv_ctx_create D     cuCtxCreate_v2 on D (pushed)
  *   drv_get_device       cuCtxGetCurrent + cuCtxGetDevice; replies device=N
+ *   rt_get_device        cudaGetDevice; replies device=N
  *   on_device D CMD ...  CMD on a new thread whose current context is D's primary (joined)
  *   on_rt_device D CMD   the same through cudaSetDevice */
 static int cmd_ctx(const char *c, int argc, char **argv, char *extra, size_t extra_len) {
@@ -253,6 +254,13 @@ static int cmd_ctx(const char *c, int argc, char **argv, char *extra, size_t ext
     if (!strcmp(c, "drv_get_device")) {
         CUdevice d;
         if (D.cuCtxGetCurrent(&ctx) || D.cuCtxGetDevice(&d)) return FAIL("no current context");
+        snprintf(extra, extra_len, " device=%d", d);
+        return 0;
+    }
+    if (!strcmp(c, "rt_get_device")) {
+        if (need_rt()) return -1;
+        int d;
+        if (R.cudaGetDevice(&d)) return FAIL("cudaGetDevice failed");
         snprintf(extra, extra_len, " device=%d", d);
         return 0;
     }
@@ -1063,7 +1071,8 @@ static inline __attribute__((always_inline)) int run(int argc, char **argv, char
     if (!strcmp(c, "exec_thread")) return cmd_exec_thread(argc, argv);
     if (!strcmp(c, "rt_launch")) return cmd_rt_launch(V_PLAIN, argc, argv);
     if (!strcmp(c, "drv_set_device") || !strcmp(c, "rt_set_device") || !strcmp(c, "drv_push_ctx") ||
-        !strcmp(c, "drv_pop_ctx") || !strcmp(c, "drv_ctx_create") || !strcmp(c, "drv_get_device"))
+        !strcmp(c, "drv_pop_ctx") || !strcmp(c, "drv_ctx_create") || !strcmp(c, "drv_get_device") ||
+        !strcmp(c, "rt_get_device"))
         return cmd_ctx(c, argc, argv, reply_extra, extra_len);
     if (!strcmp(c, "on_device") || !strcmp(c, "on_rt_device"))
         return cmd_on_device(c[3] == 'r', argc, argv, reply_extra, extra_len);

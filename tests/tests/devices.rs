@@ -159,3 +159,40 @@ fn counted_launches_keep_their_device() {
     let r = d.stop().report;
     assert_eq!(devices(process(&r, tgid)), expected());
 }
+
+/// A context made current before the daemon attached, on a thread that never calls a driver
+/// context function afterwards: the runtime's `cudaGetDevice` (which asks the driver through
+/// its private export table, as the real one does) reveals the device while it is probed, for
+/// the first seconds after its library is attached. After that the probe is gone: a call then
+/// reveals nothing, and costs no trap.
+#[test]
+fn cuda_get_device_reveals_an_earlier_context_while_it_is_probed() {
+    let launch = |n: u32| format!("drv_launch {K} {n} 1 1 1 1 1 1 0 0");
+    // Both processes made device 1 current on their main thread before the daemon started.
+    let mut early = Workload::spawn("workload", &[("FAKECUDA_DEVICES", "2")]);
+    let mut late = Workload::spawn("workload", &[("FAKECUDA_DEVICES", "2")]);
+    let (early_tgid, late_tgid) = (early.tgid, late.tgid);
+    early.cmd("rt_set_device 1");
+    late.cmd("rt_set_device 1");
+    let lib = fakecuda().join("lib");
+    let d = Daemon::capturing(&all_jobs_args(&lib));
+    // Inside the learning time: 3 launches unknown, then cudaGetDevice, then 5 on device 1.
+    early.cmd(&launch(3));
+    assert_eq!(early.cmd("rt_get_device"), "ok rt_get_device device=1");
+    early.cmd(&launch(5));
+    // After it (5 s, let go at the next once-a-second tick): cudaGetDevice is not probed.
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    assert_eq!(late.cmd("rt_get_device"), "ok rt_get_device device=1");
+    late.cmd(&launch(4));
+    // The first process's device stays known.
+    early.cmd(&launch(2));
+    early.exit();
+    late.exit();
+    let f = d.stop();
+    let row = |dev: Option<u64>, n: u64| (dev, n, 0, 0, 0, 0, 0);
+    assert_eq!(
+        devices(process(&f.report, early_tgid)),
+        vec![row(Some(1), 5 + 2), row(None, 3)]
+    );
+    assert_eq!(devices(process(&f.report, late_tgid)), vec![row(None, 4)]);
+}

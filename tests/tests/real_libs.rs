@@ -161,7 +161,7 @@ fn placement_on_the_real_driver_and_runtime() {
         (&"libcudart.so.12".into(), &"runtime".into())
     );
     let syms = r["symbols"].as_array().unwrap();
-    assert_eq!(syms.len(), 69, "hooked symbols of runtime 12.9.79");
+    assert_eq!(syms.len(), 70, "hooked symbols of runtime 12.9.79");
     for s in syms {
         assert!(
             s["entry_bytes"]

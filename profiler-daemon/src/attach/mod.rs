@@ -3,6 +3,7 @@
 //! aya changes `UProbe::attach` between releases; this module is the only place that calls it.
 
 pub mod duty;
+mod learn;
 pub mod multi;
 pub mod placement;
 #[cfg(test)]
@@ -196,6 +197,8 @@ pub struct Attacher {
     note: Option<String>,
     /// Perf-event probe links made (entry and return probes), where `uprobe_multi` is missing.
     links: usize,
+    /// Probes kept for a while only (see [`learn`]).
+    learning: learn::Learning,
 }
 
 impl Attacher {
@@ -363,6 +366,7 @@ impl Attacher {
         };
         let mut symbols = Vec::new();
         let mut sites = Vec::new();
+        let mut learn_sites = Vec::new();
         let mut seen_at_driver = Vec::new();
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
@@ -385,6 +389,10 @@ impl Attacher {
                 seen_at_driver.push(f.name.clone());
                 continue;
             }
+            let learning = rules::learning_only(&f.name);
+            if learning && self.multi.is_none() {
+                continue; // could not be let go (see `learn`)
+            }
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
             let error = if placement.reason == placement::Reason::Refused {
@@ -393,12 +401,17 @@ impl Attacher {
                 ))
             } else if self.multi.is_some() {
                 // Attached below, all of the library's symbols at once.
-                sites.push(Site {
+                let site = Site {
                     symbol: symbols.len(),
                     rule,
                     api,
                     offset: f.file_offset + placement.offset,
-                });
+                };
+                if learning {
+                    learn_sites.push(site);
+                } else {
+                    sites.push(site);
+                }
                 None
             } else {
                 attach_one(
@@ -431,6 +444,9 @@ impl Attacher {
                 self.files.insert(key, f);
             }
             for (i, e) in self.attach_sites(lib, &sites) {
+                symbols[i].error = Some(e);
+            }
+            for (i, e) in self.attach_learning(lib, &learn_sites) {
                 symbols[i].error = Some(e);
             }
             self.sites.insert(key, sites);
@@ -499,6 +515,7 @@ impl Attacher {
         if let Some(p) = &mut self.processes {
             links.extend(p.take_all());
         }
+        links.extend(self.learning.take_all());
         multi::release(links);
     }
 }

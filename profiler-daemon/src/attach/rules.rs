@@ -368,6 +368,16 @@ fn driver_rule(base: &str) -> Option<Rule> {
     })
 }
 
+/// Symbols probed only for [`LEARN_FOR`] after their library is attached: called too often to
+/// be probed for good, and needed only to learn what was set before the attach.
+pub fn learning_only(symbol: &str) -> bool {
+    symbol == "cudaGetDevice"
+}
+
+/// How long [`learning_only`] symbols stay probed after their library is attached. A process
+/// that uses its GPU calls `cudaGetDevice` many times a second (PyTorch: at every operation).
+pub const LEARN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The driver launch a runtime launch entry calls (`cudaLaunchKernel_ptsz` →
 /// `cuLaunchKernel_ptsz`): with one trap per launch the runtime's entry is left unprobed and
 /// its launches are seen there. `None` for anything that is not a runtime kernel launch.
@@ -468,10 +478,14 @@ fn runtime_rule(base: &str) -> Option<Rule> {
             .rule(Memset),
         "cudaDeviceSynchronize" => B::new().f(F_RET).rule(SyncEntry),
         // cudaSetDevice(int): the thread's device once it returns (the runtime may make the
-        // context current inside, through the driver, or only at the next call). Not
-        // cudaGetDevice: frameworks call it around every operation (PyTorch's device guard),
-        // and the driver's cuCtxGetDevice/cuCtxGetCurrent reveal the same.
+        // context current inside, through the driver, or only at the next call).
         "cudaSetDevice" => ctx_call(ctx::SET_DEVICE).b(0).f(F_RET).rule(CtxEntry),
+        // cudaGetDevice(int *): frameworks call it around every operation (PyTorch's device
+        // guard), so it is probed only for a while after its library is attached (see
+        // [`learning_only`]): long enough to learn the device of a context made before the
+        // attach, which the real runtime otherwise never reveals (it asks the driver through
+        // its private export table, which no probe sees).
+        "cudaGetDevice" => ctx_call(ctx::GET_DEVICE).f(F_RET).rule(CtxEntry),
         // cudaStreamCreate(cudaStream_t *), …WithFlags(…, flags), …WithPriority(…, flags, prio)
         "cudaStreamCreate" | "cudaStreamCreateWithFlags" | "cudaStreamCreateWithPriority" => {
             ctx_call(ctx::STREAM_CREATE).f(F_RET).rule(CtxEntry)
@@ -734,8 +748,14 @@ mod tests {
                 "{s}"
             );
         }
-        // Called around every framework operation: not hooked.
-        assert_eq!(rule_for(Layer::Runtime, "cudaGetDevice"), None);
+        // Called around every framework operation: probed only while learning.
+        let r = rule_for(Layer::Runtime, "cudaGetDevice").unwrap();
+        assert_eq!(
+            (r.prog, r.cookie.q, r.has_return()),
+            (Prog::CtxEntry, op::GET_DEVICE, true)
+        );
+        assert!(learning_only("cudaGetDevice"));
+        assert!(!learning_only("cudaSetDevice") && !learning_only("cuCtxGetDevice"));
     }
 
     #[test]

@@ -28,6 +28,11 @@ pub(super) struct Processes {
 }
 
 impl Processes {
+    /// The chosen processes.
+    pub(super) fn pids(&self) -> Vec<u32> {
+        self.links.keys().copied().collect()
+    }
+
     /// Every link, for the release at the end; the processes stay chosen.
     pub(super) fn take_all(&mut self) -> Vec<OwnedFd> {
         self.links.values_mut().flat_map(std::mem::take).collect()
@@ -84,7 +89,7 @@ fn fdinfo_pid(text: &str) -> Option<u32> {
 
 /// Closes `links` on a thread of their own: each close waits for RCU grace periods, which the
 /// caller (the session's run loop) must not.
-fn close_later(links: Vec<OwnedFd>) {
+pub(super) fn close_later(links: Vec<OwnedFd>) {
     if !links.is_empty() {
         std::thread::spawn(move || multi::release(links));
     }

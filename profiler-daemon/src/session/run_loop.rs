@@ -220,6 +220,7 @@ impl RunLoop<'_> {
         }
         // (Also here: an exec record lost to a full ring must not leave the process unprobed.)
         self.revive();
+        self.probes.attacher.end_learning();
         if let Some(r) = self.companion.rescan_every() {
             self.probes.rescan_every = r;
         }

@@ -6,6 +6,12 @@
 //! device tracker passes it on to the context (see `profiler-ebpf/src/device.rs`), so every
 //! thread that later names that context (`cuCtxGetCurrent`) has it too.
 //!
+//! Only for the libraries attached while the session sets up ([`Attacher::set_learning`]):
+//! those of processes already running. A library found later is mapped by a process that
+//! starts under watch, whose contexts the probes see being made; it would only pay (PyTorch
+//! calls `cudaGetDevice` about 8 times per kernel launch: on the H100, 4,101 calls for 500
+//! launches while it was probed).
+//!
 //! Only with `uprobe_multi` links: a perf-event probe cannot be let go on its own here (those
 //! links go with the eBPF object), so without them the symbol is not probed at all.
 
@@ -16,6 +22,8 @@ use std::time::Instant;
 /// The links of learning probes, with when they were made.
 #[derive(Default)]
 pub(super) struct Learning {
+    /// Whether libraries attached now get learning probes.
+    on: bool,
     links: Vec<(Instant, Vec<OwnedFd>)>,
 }
 
@@ -37,7 +45,7 @@ impl Attacher {
         let Some(m) = self.multi.as_ref() else {
             return Vec::new();
         };
-        if sites.is_empty() {
+        if sites.is_empty() || !self.learning.on {
             return Vec::new();
         }
         let pids = match &self.processes {
@@ -55,6 +63,12 @@ impl Attacher {
         tracing::debug!(lib = %lib.display, links = links.len(), "learning probes attached");
         self.learning.links.push((Instant::now(), links));
         failed
+    }
+
+    /// Whether libraries attached from now on get learning probes (the session: while it
+    /// attaches the libraries of the processes running when it starts).
+    pub fn set_learning(&mut self, on: bool) {
+        self.learning.on = on;
     }
 
     /// Lets go of the learning probes attached [`rules::LEARN_FOR`] ago or more (on a thread

@@ -374,9 +374,11 @@ pub fn learning_only(symbol: &str) -> bool {
     symbol == "cudaGetDevice"
 }
 
-/// How long [`learning_only`] symbols stay probed after their library is attached. A process
-/// that uses its GPU calls `cudaGetDevice` many times a second (PyTorch: at every operation).
-pub const LEARN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long [`learning_only`] symbols stay probed after their library is attached (let go at
+/// the session's next once-a-second tick after it). A process that uses its GPU calls
+/// `cudaGetDevice` many times a second (PyTorch: about 8 times per launch), each call then
+/// paying two traps, so the time is short.
+pub const LEARN_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The driver launch a runtime launch entry calls (`cudaLaunchKernel_ptsz` →
 /// `cuLaunchKernel_ptsz`): with one trap per launch the runtime's entry is left unprobed and
@@ -481,10 +483,10 @@ fn runtime_rule(base: &str) -> Option<Rule> {
         // context current inside, through the driver, or only at the next call).
         "cudaSetDevice" => ctx_call(ctx::SET_DEVICE).b(0).f(F_RET).rule(CtxEntry),
         // cudaGetDevice(int *): frameworks call it around every operation (PyTorch's device
-        // guard), so it is probed only for a while after its library is attached (see
-        // [`learning_only`]): long enough to learn the device of a context made before the
-        // attach, which the real runtime otherwise never reveals (it asks the driver through
-        // its private export table, which no probe sees).
+        // guard), so it is probed only for a second after the libraries of processes already
+        // running are attached (see [`learning_only`]): long enough to learn the device of a
+        // context made before the attach, which the real runtime otherwise never reveals (it
+        // asks the driver through its private export table, which no probe sees).
         "cudaGetDevice" => ctx_call(ctx::GET_DEVICE).f(F_RET).rule(CtxEntry),
         // cudaStreamCreate(cudaStream_t *), …WithFlags(…, flags), …WithPriority(…, flags, prio)
         "cudaStreamCreate" | "cudaStreamCreateWithFlags" | "cudaStreamCreateWithPriority" => {

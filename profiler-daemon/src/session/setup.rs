@@ -83,6 +83,9 @@ impl Probes {
         capture::set_stack_period(&mut ebpf, opts.stack_period)?;
         let mut attacher = Attacher::new();
         attacher.set_launch_traps(opts.launch_traps);
+        // The libraries attached while setting up are those of processes already running,
+        // whose contexts were made before: they get the learning probes (see attach::learn).
+        attacher.set_learning(true);
         // Now, while the eBPF object still holds every map (the ring and the counters are
         // taken below): `uprobe_multi` programs are loaded against them.
         attacher.load_programs(&mut ebpf)?;
@@ -148,6 +151,8 @@ impl Probes {
                 }
             }
         }
+        // Libraries found from here on are mapped by processes that start under watch.
+        attacher.set_learning(false);
         let ring = capture::take_ring(&mut ebpf)?;
         // Service mode's default: launches are counted in the kernel, read every period.
         let (counting, launch_mode) = match opts.count_launches {

@@ -336,7 +336,7 @@ fn serve_under(caps: &str, bits: &[u32]) {
     .unwrap();
     let mut err = Lines::new(child.stderr.take().unwrap());
     err.wait_for("the ready line", |l| {
-        l.contains("gpuprofd: ready: 141 probes")
+        l.contains("gpuprofd: ready: 140 probes")
     });
     assert!(
         !err.seen.iter().any(|l| l.contains("warning")),

@@ -82,10 +82,33 @@ fn workload_counts(d: Daemon) -> Finished {
     f
 }
 
+/// The daemon's links once its learning probes are let go: `cudaGetDevice`, linked for the
+/// first second only (profiler-daemon/src/attach/learn.rs), through a second link of the
+/// context program on the runtime. Waits (bounded) until no program has two links on one
+/// library.
+fn settled_links(pid: u32) -> Vec<Link> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let links = multi_links(pid);
+        let mut seen = std::collections::HashSet::new();
+        if links
+            .iter()
+            .all(|l| seen.insert((l.path.clone(), l.prog_id)))
+        {
+            return links;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the learning probes' links were not let go within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn one_uprobe_multi_link_per_program_library_and_direction() {
     let d = Daemon::all_jobs();
-    let links = multi_links(d.pid());
+    let links = settled_links(d.pid());
     let lib = fakecuda().join("lib");
     let mut seen = std::collections::HashSet::new();
     for l in &links {
@@ -157,7 +180,7 @@ fn perf_uprobe_links(pid: u32) -> usize {
 fn perf_event_uprobes_when_uprobe_multi_is_off_attach_and_record_the_same() {
     let lib = fakecuda().join("lib");
     let d = Daemon::all_jobs();
-    let sites: usize = multi_links(d.pid()).iter().map(|l| l.sites.len()).sum();
+    let sites: usize = settled_links(d.pid()).iter().map(|l| l.sites.len()).sum();
     assert_eq!(perf_uprobe_links(d.pid()), 0);
     workload_counts(d);
 

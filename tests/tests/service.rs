@@ -204,7 +204,7 @@ fn service_readiness_watchdog_reload_and_stop() {
     let ready = notify.expect("READY=1");
     assert_eq!(
         ready,
-        "READY=1\nSTATUS=capturing: 141 probes on 2 CUDA libraries"
+        "READY=1\nSTATUS=capturing: 140 probes on 2 CUDA libraries"
     );
     notify.expect("WATCHDOG=1");
     notify.expect("WATCHDOG=1");
@@ -223,7 +223,7 @@ fn service_readiness_watchdog_reload_and_stop() {
     assert_eq!(snap["schema"], "gpuprofd.report/1");
     let status = ctl_json(&bin, &socket, &["status"], None);
     assert_eq!(status["protocol"], "gpuprofd.ctl/1");
-    assert_eq!(status["probes"], 141);
+    assert_eq!(status["probes"], 140);
     assert_eq!(status["reloads"], 0);
     assert_eq!(status["config_file"], config.to_str().unwrap());
     assert_eq!(status["config"]["metrics"]["top_kernels"], 10);

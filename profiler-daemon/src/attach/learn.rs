@@ -12,6 +12,9 @@
 //! calls `cudaGetDevice` about 8 times per kernel launch: on the H100, 4,101 calls for 500
 //! launches while it was probed).
 //!
+//! These are not counted among a library's probes (the ready line, `status`, the report's
+//! `libraries[].probes`): they come and go.
+//!
 //! Only with `uprobe_multi` links: a perf-event probe cannot be let go on its own here (those
 //! links go with the eBPF object), so without them the symbol is not probed at all.
 

@@ -367,6 +367,7 @@ impl Attacher {
         let mut symbols = Vec::new();
         let mut sites = Vec::new();
         let mut learn_sites = Vec::new();
+        let mut learn_names: Vec<String> = Vec::new();
         let mut seen_at_driver = Vec::new();
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
@@ -389,9 +390,20 @@ impl Attacher {
                 seen_at_driver.push(f.name.clone());
                 continue;
             }
-            let learning = rules::learning_only(&f.name);
-            if learning && self.multi.is_none() {
-                continue; // could not be let go (see `learn`)
+            if rules::learning_only(&f.name) {
+                // Not one of the library's probes: linked for a while only, if at all (see
+                // `learn`), and only where it can be let go.
+                let placement = placement::choose(&f.entry_bytes, f.vaddr);
+                if self.multi.is_some() && placement.reason != placement::Reason::Refused {
+                    learn_sites.push(Site {
+                        symbol: learn_names.len(),
+                        rule,
+                        api: self.api.intern(&f.name, lib.layer),
+                        offset: f.file_offset + placement.offset,
+                    });
+                    learn_names.push(f.name.clone());
+                }
+                continue;
             }
             let api = self.api.intern(&f.name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
@@ -401,17 +413,12 @@ impl Attacher {
                 ))
             } else if self.multi.is_some() {
                 // Attached below, all of the library's symbols at once.
-                let site = Site {
+                sites.push(Site {
                     symbol: symbols.len(),
                     rule,
                     api,
                     offset: f.file_offset + placement.offset,
-                };
-                if learning {
-                    learn_sites.push(site);
-                } else {
-                    sites.push(site);
-                }
+                });
                 None
             } else {
                 attach_one(
@@ -447,7 +454,8 @@ impl Attacher {
                 symbols[i].error = Some(e);
             }
             for (i, e) in self.attach_learning(lib, &learn_sites) {
-                symbols[i].error = Some(e);
+                tracing::warn!(symbol = %learn_names[i], lib = %lib.display,
+                    "learning probe not attached: {e}");
             }
             self.sites.insert(key, sites);
         }

@@ -620,5 +620,28 @@ fn derived_gpu_idle_and_launch_ahead_of_a_known_loop() {
         "{}",
         f.stdout
     );
+    // The overview page shows the same figures, labelled derived.
+    let dom = overview_dom(&f.output, "derived-gpu-idle");
+    assert!(
+        dom.contains("GPU idle per process (derived from the syncs: a lower bound, not measured)"),
+        "{dom}"
+    );
+    let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
+    for (k, v) in [
+        ("idle_ms", ms(idle)),
+        ("drains", "5".to_owned()),
+        (
+            "ahead_p50_ms",
+            ms(g["launch_ahead_p50_ns"].as_u64().unwrap()),
+        ),
+        (
+            "ahead_max_ms",
+            ms(g["launch_ahead_max_ns"].as_u64().unwrap()),
+        ),
+        ("span_ms", ms(g["span_ns"].as_u64().unwrap())),
+    ] {
+        let cell = format!("<td class=\"\" data-k=\"{k}\">{v}</td>");
+        assert!(dom.contains(&cell), "{cell} not on the page: {dom}");
+    }
     w.exit();
 }

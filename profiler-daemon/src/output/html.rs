@@ -139,6 +139,20 @@ pub fn page_data(
         }
     }
     devices.sort_by_key(|d| (d.0.is_none(), d.0));
+    // Derived GPU idle per process (model/busy.rs): a lower bound, never measured.
+    let gpu_idle: Vec<Value> = r
+        .processes
+        .iter()
+        .filter_map(|p| p.derived_gpu_idle.as_ref().map(|g| (p, g)))
+        .map(|(p, g)| {
+            json!({"pid": p.tgid, "comm": p.comm, "span_ms": g.span_ns as f64 / 1e6,
+                   "idle_ms": g.idle_lower_bound_ns as f64 / 1e6,
+                   "idle_pct": g.idle_share * 100.0, "drains": g.drains,
+                   "ahead_p50_ms": g.launch_ahead_p50_ns as f64 / 1e6,
+                   "ahead_max_ms": g.launch_ahead_max_ns as f64 / 1e6,
+                   "unavailable": g.unavailable})
+        })
+        .collect();
     let comm = |tgid: u32, g: u32| {
         r.processes
             .iter()
@@ -179,6 +193,7 @@ pub fn page_data(
         "devices": devices.iter().map(|(d, n, l, b)| json!({
             "device": d.map_or("unknown".to_owned(), |d| d.to_string()),
             "processes": n, "launches": l, "copy_bytes": b})).collect::<Vec<_>>(),
+        "gpu_idle": gpu_idle,
         "copies": copies.iter().map(|(d, c, b)| json!({"direction": d, "calls": c, "bytes": b}))
             .collect::<Vec<_>>(),
         "steps": step_series,
@@ -260,6 +275,11 @@ they were blocked); GPU execution times are not measured.</p>
 <h2>Jobs</h2><table id="jobs"></table>
 <h2>Copies</h2><div id="copies"></div>
 <h2>Devices (CUDA ordinal the calls went to)</h2><table id="devices"></table>
+<h2>GPU idle per process (derived from the syncs: a lower bound, not measured)</h2>
+<p class="note">Time every stream the process used was known to have no work queued, and how
+far the host ran ahead of the GPU (the blocked time of the waits that found work queued):
+docs/GPU-TIME.md says how, and its error.</p>
+<table id="gpuidle"></table>
 <h2>Device memory over time</h2><div id="memory"></div>
 <h2>Advice</h2><div id="advice"></div>
 "#;
@@ -345,6 +365,17 @@ table('jobs', [{key: 'kind', title: 'kind', left: true}, {key: 'job', title: 'jo
 table('devices', [{key: 'device', title: 'device', left: true},
   {key: 'processes', title: 'processes'}, {key: 'launches', title: 'launches'},
   {key: 'copy_bytes', title: 'copied', fmt: bytes}], D.devices || []);
+const ms3 = (v) => v.toFixed(3);
+table('gpuidle', [{key: 'pid', title: 'PID'}, {key: 'comm', title: 'process', left: true},
+  {key: 'span_ms', title: 'span ms', fmt: ms3}, {key: 'idle_ms', title: 'idle ≥ ms', fmt: ms3},
+  {key: 'idle_pct', title: 'idle ≥ %', fmt: (v) => v.toFixed(1)},
+  {key: 'drains', title: 'waits with work queued'},
+  {key: 'ahead_p50_ms', title: 'ahead ≥ ms (median)', fmt: ms3},
+  {key: 'ahead_max_ms', title: 'ahead ≥ ms (max)', fmt: ms3},
+  {key: 'unavailable', title: 'not derived because', left: true, fmt: (v) => v || ''}],
+  D.gpu_idle || []);
+if (!(D.gpu_idle || []).length) $('gpuidle').appendChild(el('tr', {},
+  'nothing derived (no process waited for its GPU work)'));
 const ct = el('table', {id: 'copytable'}); $('copies').appendChild(ct);
 const maxB = Math.max(1, ...D.copies.map(c => c.bytes));
 D.copies.forEach(c => { const tr = el('tr'); tr.appendChild(el('td', {class: 'l'}, c.direction));

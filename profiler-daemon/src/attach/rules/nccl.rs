@@ -138,4 +138,38 @@ mod tests {
         assert_eq!((r.cookie.d, r.cookie.p, r.cookie.a), (0, 1, 3));
         assert!(!rule("ncclGroupStart").unwrap().has_return());
     }
+
+    /// The entry bytes of pip's nvidia-nccl-cu12 2.32.3 (docs/NCCL.md): the `movabs` entries
+    /// are probed on the `push` behind them, with rsp as at entry (the unique id still at
+    /// [rsp+8]); the others on their entry push.
+    #[test]
+    fn the_real_entries_are_probed_on_an_emulated_push() {
+        use crate::attach::placement::{Reason, choose};
+        let init_config = [
+            0x48, 0xb8, 0xef, 0xbe, 0xfe, 0xca, 0xa3, 0x5a, 0x00, 0x00, 0x55, 0x48, 0x89, 0xe5,
+            0x41, 0x57,
+        ];
+        let p = choose(&init_config, 0xda32c);
+        assert_eq!((p.offset, p.stack_delta), (10, 0));
+        assert_eq!(p.reason, Reason::SkippedToEmulated { skipped: 1 });
+        assert_eq!(p.site_insn, "push %rbp");
+        // ncclAllReduce, ncclGroupStart, ncclSend.
+        for (bytes, site) in [
+            (
+                &[0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0x49, 0x89, 0xff][..],
+                "push %rbp",
+            ),
+            (
+                &[0x53, 0x48, 0x83, 0xec, 0x10, 0xc6, 0x44, 0x24, 0x0f, 0x00][..],
+                "push %rbx",
+            ),
+            (&[0x41, 0x56, 0x41, 0x55, 0x49, 0x89, 0xfd][..], "push %r14"),
+        ] {
+            let p = choose(bytes, 0xb6630);
+            assert_eq!(
+                (p.offset, p.reason, p.site_insn.as_str()),
+                (0, Reason::EntryEmulated, site)
+            );
+        }
+    }
 }

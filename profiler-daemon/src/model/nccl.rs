@@ -19,6 +19,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Streams remembered per operation (more are counted, not listed).
 const MAX_STREAMS: usize = 16;
+/// Live communicators listed per process; calls on further unknown handles (a program passing
+/// garbage handles) count in the totals only.
+const MAX_LIVE: usize = 1024;
+/// Ended communicators listed per process (the oldest go first; their calls stay in the
+/// totals).
+const MAX_ENDED: usize = 256;
+/// The datatype key of values NCCL does not define (one row for all of them).
+const BAD_DATATYPE: u32 = u32::MAX;
+/// The reduction key of operators made by `ncclRedOpCreatePreMulSum` (values from 5 up).
+const CUSTOM_REDOP: u32 = 5;
 
 /// FNV-1a, 64-bit, over `bytes`, continuing from `h` (start: [`FNV_OFFSET`]).
 fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
@@ -98,7 +108,12 @@ pub struct Nccl {
     /// Live communicators by handle.
     live: HashMap<u64, Comm>,
     /// Communicators that ended (or whose handle was reused), in order.
-    done: Vec<Comm>,
+    done: std::collections::VecDeque<Comm>,
+    /// Collectives and sends/receives, and their bytes, over every communicator (listed or not).
+    calls: u64,
+    bytes: u64,
+    /// Communicators left out of the list (see [`MAX_LIVE`], [`MAX_ENDED`]).
+    not_listed: u64,
 }
 
 fn known(v: i32) -> Option<i32> {
@@ -108,24 +123,46 @@ fn known(v: i32) -> Option<i32> {
 impl Nccl {
     /// Whether the process made any NCCL call the probes recorded.
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty() && self.done.is_empty()
+        self.live.is_empty() && self.done.is_empty() && self.calls == 0 && self.not_listed == 0
     }
 
-    /// The live communicator `handle`, made (as one from before the attach) if unknown.
-    fn comm(&mut self, handle: u64) -> &mut Comm {
-        self.live
-            .entry(handle)
-            .or_insert_with(|| Comm::new(handle, Origin::BeforeAttach))
+    /// The live communicator `handle`, made (as one from before the attach) if unknown; `None`
+    /// when [`MAX_LIVE`] are listed already.
+    fn comm(&mut self, handle: u64) -> Option<&mut Comm> {
+        if !self.live.contains_key(&handle) && self.live.len() >= MAX_LIVE {
+            self.not_listed += 1;
+            return None;
+        }
+        Some(
+            self.live
+                .entry(handle)
+                .or_insert_with(|| Comm::new(handle, Origin::BeforeAttach)),
+        )
+    }
+
+    /// `c` ended (or its handle was reused): listed among the ended ones, within [`MAX_ENDED`].
+    fn end(&mut self, c: Comm) {
+        if self.done.len() >= MAX_ENDED {
+            self.done.pop_front();
+            self.not_listed += 1;
+        }
+        self.done.push_back(c);
     }
 
     /// A communicator made by `c` with handle `handle`: a live one with that handle is done.
-    fn made(&mut self, handle: u64, c: u32) -> &mut Comm {
+    fn made(&mut self, handle: u64, c: u32) -> Option<&mut Comm> {
         if let Some(old) = self.live.remove(&handle) {
-            self.done.push(old);
+            self.end(old);
         }
-        self.live
-            .entry(handle)
-            .or_insert(Comm::new(handle, Origin::Made(c)))
+        if self.live.len() >= MAX_LIVE {
+            self.not_listed += 1;
+            return None;
+        }
+        Some(
+            self.live
+                .entry(handle)
+                .or_insert(Comm::new(handle, Origin::Made(c))),
+        )
     }
 
     /// Applies one NCCL record of process `h.tgid`.
@@ -140,33 +177,36 @@ impl Nccl {
                 c.failed = Some(b.ret);
                 c.nranks = known(b.nranks);
                 c.rank = known(b.rank);
-                self.done.push(c);
+                self.end(c);
             }
             call::INIT_RANK | call::INIT_RANK_CONFIG => {
-                let c = self.made(b.comm, b.call);
-                c.rank = known(b.rank);
-                c.nranks = known(b.nranks);
-                c.device = dev;
-                c.id = (b.flags & nflags::HAS_ID != 0).then(|| comm_id(&b.id));
+                if let Some(c) = self.made(b.comm, b.call) {
+                    c.rank = known(b.rank);
+                    c.nranks = known(b.nranks);
+                    c.device = dev;
+                    c.id = (b.flags & nflags::HAS_ID != 0).then(|| comm_id(&b.id));
+                }
             }
             call::INIT_ALL => {
-                let c = self.made(b.comm, b.call);
-                c.rank = known(b.rank);
-                c.nranks = known(b.nranks);
-                c.device = dev;
                 let mut key = [0u8; 12];
                 key[..4].copy_from_slice(&h.tgid.to_le_bytes());
                 key[4..].copy_from_slice(&b.parent.to_le_bytes());
-                c.id = Some(comm_id(&key));
+                if let Some(c) = self.made(b.comm, b.call) {
+                    c.rank = known(b.rank);
+                    c.nranks = known(b.nranks);
+                    c.device = dev;
+                    c.id = Some(comm_id(&key));
+                }
             }
             call::SPLIT => {
                 let parent_id = self.live.get(&b.parent).and_then(|p| p.id);
-                let c = self.made(b.comm, b.call);
-                c.device = dev;
-                c.parent_id = parent_id;
-                c.color = Some(b.peer);
-                c.id = parent_id
-                    .map(|p| fnv1a(fnv1a(FNV_OFFSET, &p.to_le_bytes()), &b.peer.to_le_bytes()));
+                if let Some(c) = self.made(b.comm, b.call) {
+                    c.device = dev;
+                    c.parent_id = parent_id;
+                    c.color = Some(b.peer);
+                    c.id = parent_id
+                        .map(|p| fnv1a(fnv1a(FNV_OFFSET, &p.to_le_bytes()), &b.peer.to_le_bytes()));
+                }
             }
             call::DESTROY | call::ABORT => {
                 let mut c = match self.live.remove(&b.comm) {
@@ -174,13 +214,13 @@ impl Nccl {
                     None => Comm::new(b.comm, Origin::BeforeAttach),
                 };
                 c.ended = Some(b.call);
-                self.done.push(c);
+                self.end(c);
             }
             call::COUNT | call::USER_RANK | call::CU_DEVICE => {
                 if b.ret != 0 || b.peer < 0 {
                     return;
                 }
-                let c = self.comm(b.comm);
+                let Some(c) = self.comm(b.comm) else { return };
                 match b.call {
                     call::COUNT => c.nranks = Some(b.peer),
                     call::USER_RANK => c.rank = Some(b.peer),
@@ -188,7 +228,9 @@ impl Nccl {
                 }
             }
             op if call::is_op(op) => {
-                let c = self.comm(b.comm);
+                self.calls += 1;
+                self.bytes = self.bytes.saturating_add(b.bytes());
+                let Some(c) = self.comm(b.comm) else { return };
                 if c.device.is_none() {
                     c.device = dev;
                 }
@@ -198,21 +240,23 @@ impl Nccl {
                 if b.group > 0 {
                     s.in_group += 1;
                 }
-                *s.datatypes.entry(b.datatype).or_default() += 1;
+                let dt = if datatype::name(b.datatype).is_some() {
+                    b.datatype
+                } else {
+                    BAD_DATATYPE
+                };
+                *s.datatypes.entry(dt).or_default() += 1;
                 if b.redop != redop::NONE {
-                    *s.reductions.entry(b.redop).or_default() += 1;
+                    *s.reductions.entry(b.redop.min(CUSTOM_REDOP)).or_default() += 1;
                 }
                 if s.streams.len() < MAX_STREAMS || s.streams.contains(&b.stream) {
                     s.streams.insert(b.stream);
                 } else {
                     s.more_streams = true;
                 }
-                *s.devices
-                    .entry(
-                        (b.flags & profiler_common::flags::DEVICE_MASK)
-                            >> profiler_common::flags::DEVICE_SHIFT,
-                    )
-                    .or_default() += 1;
+                let wire = (b.flags & profiler_common::flags::DEVICE_MASK)
+                    >> profiler_common::flags::DEVICE_SHIFT;
+                *s.devices.entry(wire).or_default() += 1;
             }
             _ => {}
         }
@@ -227,17 +271,11 @@ impl Nccl {
         live.sort_by_key(|c| c.handle);
         let communicators: Vec<CommReport> =
             self.done.iter().chain(live).map(CommReport::of).collect();
-        let ops = |f: fn(&CollectiveReport) -> u64| {
-            communicators
-                .iter()
-                .flat_map(|c| &c.ops)
-                .map(f)
-                .sum::<u64>()
-        };
         Some(NcclReport {
-            calls: ops(|o| o.calls),
-            bytes: ops(|o| o.bytes),
+            calls: self.calls,
+            bytes: self.bytes,
             communicators,
+            communicators_not_listed: self.not_listed,
         })
     }
 }
@@ -251,6 +289,14 @@ pub struct NcclReport {
     pub bytes: u64,
     /// Communicators that ended first (in order), then the live ones by handle.
     pub communicators: Vec<CommReport>,
+    /// Communicators left out of the list (more than 1,024 live or 256 ended in one process):
+    /// their calls are in `calls` and `bytes` all the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub communicators_not_listed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One communicator of a process.
@@ -295,7 +341,7 @@ pub struct CollectiveReport {
     pub bytes: u64,
     /// Calls made between `ncclGroupStart` and `ncclGroupEnd`.
     pub in_group: u64,
-    /// Calls per datatype (`float32`, `bfloat16`, …; `unknown(N)` for a value NCCL lacks).
+    /// Calls per datatype (`float32`, `bfloat16`, …; `unknown` for values NCCL lacks).
     pub datatypes: BTreeMap<String, u64>,
     /// Calls per reduction (`sum`, `avg`, …); empty for operations without one.
     pub reductions: BTreeMap<String, u64>,
@@ -329,21 +375,13 @@ impl CommReport {
                 datatypes: s
                     .datatypes
                     .iter()
-                    .map(|(&d, &n)| {
-                        let name = datatype::name(d)
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| format!("unknown({d})"));
-                        (name, n)
-                    })
+                    .map(|(&d, &n)| (datatype::name(d).unwrap_or("unknown").to_owned(), n))
                     .collect(),
                 reductions: s
                     .reductions
                     .iter()
                     .map(|(&r, &n)| (redop::name(r).to_owned(), n))
-                    .fold(BTreeMap::new(), |mut m, (k, n)| {
-                        *m.entry(k).or_default() += n;
-                        m
-                    }),
+                    .collect(),
                 streams: s.streams.iter().map(|&x| hex(x)).collect(),
                 more_streams: s.more_streams,
                 devices: s
@@ -524,5 +562,44 @@ mod tests {
         assert_eq!(r.communicators[0].ended.as_deref(), Some("destroyed"));
         assert_eq!(r.communicators[0].color, Some(3));
         assert_eq!(r.communicators[1].ended, None);
+    }
+
+    #[test]
+    fn bad_values_and_endless_handles_stay_bounded() {
+        let mut n = Nccl::default();
+        for i in 0..(MAX_LIVE as u64 + 10) {
+            n.apply(
+                &h(),
+                &op(
+                    0x1000 + 8 * i,
+                    call::ALL_REDUCE,
+                    1,
+                    100 + i as u32,
+                    50 + i as u32,
+                    0,
+                ),
+            );
+        }
+        for i in 0..(MAX_ENDED as u64 + 3) {
+            n.apply(
+                &h(),
+                &NcclBody {
+                    comm: 0x1000 + 8 * i,
+                    call: call::DESTROY,
+                    ..NcclBody::default()
+                },
+            );
+        }
+        let r = n.report().unwrap();
+        assert_eq!(r.calls, MAX_LIVE as u64 + 10);
+        assert_eq!(r.bytes, 0, "unknown datatypes have no size");
+        assert_eq!(
+            r.communicators.len(),
+            MAX_LIVE - (MAX_ENDED + 3) + MAX_ENDED
+        );
+        assert_eq!(r.communicators_not_listed, 10 + 3);
+        let o = &r.communicators.last().unwrap().ops[0];
+        assert_eq!(o.datatypes, BTreeMap::from([("unknown".to_owned(), 1)]));
+        assert_eq!(o.reductions, BTreeMap::from([("custom".to_owned(), 1)]));
     }
 }

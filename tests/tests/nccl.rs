@@ -24,6 +24,18 @@ fn args(lib: &str, nccl: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// The communicator id of ranks made from seed word `seed` (the workload repeats its bytes over
+/// the 128-byte unique id): FNV-1a 64 over those bytes, in 16 hex digits, as docs/USAGE.md
+/// defines it.
+fn id_of(seed: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for i in 0..128 {
+        h ^= u64::from(seed.as_bytes()[i % seed.len()]);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 fn comms(p: &Value) -> &Vec<Value> {
     p["nccl"]["communicators"]
         .as_array()
@@ -127,7 +139,7 @@ fn communicators_collectives_groups_and_ranks_are_reported_exactly() {
         c["rank"] == 0 && c["nranks"] == 4
     });
     let id = job["id"].as_str().expect("an id").to_owned();
-    assert_eq!(id.len(), 16);
+    assert_eq!(id, id_of("job42"));
     assert_eq!(
         (&job["device"], &job["created_by"], &job["ended"]),
         (&json!(1), &json!("ncclCommInitRank"), &Value::Null)
@@ -353,4 +365,90 @@ fn communicators_collectives_groups_and_ranks_are_reported_exactly() {
             format!("{clique_id},1,2,0,AllReduce,1,32,0,uint32:1,prod:1"),
         ]
     );
+}
+
+/// `/metrics` while the job runs: calls and bytes per operation, communicator id and rank,
+/// with the process's labels; a communicator from before the attach under `unknown` until the
+/// program asks NCCL for its rank.
+#[test]
+fn metrics_carry_the_operation_communicator_and_rank() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let lib = fakecuda().join("lib");
+    let nccl = fakecuda().join("lib-nccl");
+    let mut w = Workload::spawn("nccl_workload", &[]);
+    w.cmd("init 1 before 2 1");
+    let mut args = args(lib.to_str().unwrap(), nccl.to_str().unwrap());
+    args.extend(
+        [
+            "--no-nvml",
+            "--metrics-addr",
+            &addr,
+            "--metrics-per-process",
+        ]
+        .map(String::from),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::start(&argv);
+    w.cmd("init 0 job7 4 2");
+    w.cmd("allreduce 0 1000 7 0 0 3");
+    w.cmd("group_start");
+    w.cmd("send 0 10 0 3 0 2");
+    w.cmd("group_end");
+    w.cmd("broadcast 1 8 8 0 0 1");
+    let id = id_of("job7");
+    let series = |body: &str, name: &str, labels: &str| -> Option<u64> {
+        body.lines()
+            .find(|l| l.starts_with(name) && l.contains(labels))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let pid = format!("pid=\"{}\"", w.tgid);
+    let wait = |want: &dyn Fn(&str) -> bool| -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some((_, body)) = http_get(&addr, "/metrics")
+                && want(&body)
+            {
+                return body;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for the NCCL series in /metrics"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let calls = "gpuprofd_nccl_collective_calls_total{";
+    let bytes = "gpuprofd_nccl_collective_bytes_total{";
+    let ar = format!(r#"op="AllReduce",communicator="{id}",rank="2""#);
+    let body = wait(&|b: &str| series(b, calls, &ar).is_some_and(|_| b.contains(&pid)));
+    let line = |name: &str, labels: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name) && l.contains(labels) && l.contains(&pid))
+            .map(str::to_owned)
+    };
+    assert!(
+        line(calls, &ar).is_some_and(|l| l.ends_with(" 3")),
+        "{body}"
+    );
+    assert!(
+        line(bytes, &ar).is_some_and(|l| l.ends_with(" 12000")),
+        "{body}"
+    );
+    let send = format!(r#"op="Send",communicator="{id}",rank="2""#);
+    assert!(
+        line(bytes, &send).is_some_and(|l| l.ends_with(" 20")),
+        "{body}"
+    );
+    let early = r#"op="Broadcast",communicator="unknown",rank="unknown""#;
+    assert!(
+        line(calls, early).is_some_and(|l| l.ends_with(" 1")),
+        "{body}"
+    );
+    // Asked, the earlier communicator's rank becomes known (its id does not).
+    assert_eq!(w.cmd("user_rank 1"), "ok user_rank value=1");
+    let known = r#"op="Broadcast",communicator="unknown",rank="1""#;
+    let body = wait(&|b: &str| series(b, calls, known).is_some());
+    assert!(!body.contains(early), "{body}");
+    w.exit();
+    d.stop();
 }

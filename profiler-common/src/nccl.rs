@@ -10,6 +10,16 @@
 /// Bytes of an `ncclUniqueId` (`NCCL_UNIQUE_ID_BYTES`).
 pub const UNIQUE_ID_BYTES: usize = 128;
 
+/// `ncclInProgress`: a non-blocking communicator (`ncclConfig_t.blocking = 0`) was made and is
+/// still initialising; NCCL has written the handle already.
+pub const IN_PROGRESS: i32 = 7;
+
+/// Whether a creation that returned `ret` made a communicator (`ncclSuccess` or
+/// [`IN_PROGRESS`]).
+pub const fn made(ret: i32) -> bool {
+    ret == 0 || ret == IN_PROGRESS
+}
+
 /// The NCCL call a record or probe stands for (`NcclBody::call`, the probe cookie's `q`).
 pub mod call {
     /// `ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)`.

@@ -11,7 +11,7 @@
 //! bytes into a communicator id (a hash, the same in every rank).
 
 use super::*;
-use profiler_common::nccl::{INIT_ALL_MAX, NcclBody, NcclThread, call, nflags, redop};
+use profiler_common::nccl::{INIT_ALL_MAX, NcclBody, NcclThread, call, made, nflags, redop};
 
 /// A signed 32-bit argument as NCCL passes `int`s, -1 where the API has none.
 #[inline(always)]
@@ -189,7 +189,7 @@ pub fn nccl_ret(ctx: RetProbeContext) -> u32 {
     };
     match q {
         call::INIT_RANK | call::INIT_RANK_CONFIG => {
-            body.comm = if ret == 0 { user::<u64>(t.ptr, 0) } else { 0 };
+            body.comm = if made(ret) { user::<u64>(t.ptr, 0) } else { 0 };
             body.nranks = t.a as i32;
             body.rank = t.b as i32;
             body.flags |= t.flags;
@@ -197,7 +197,7 @@ pub fn nccl_ret(ctx: RetProbeContext) -> u32 {
             emit_nccl(c.api, pt, ts, &body, Some(&*t));
         }
         call::SPLIT => {
-            body.comm = if ret == 0 { user::<u64>(t.ptr, 0) } else { 0 };
+            body.comm = if made(ret) { user::<u64>(t.ptr, 0) } else { 0 };
             body.parent = t.comm;
             body.peer = t.a as i32;
             emit_nccl(c.api, pt, t.ts_ns, &body, None);
@@ -207,10 +207,10 @@ pub fn nccl_ret(ctx: RetProbeContext) -> u32 {
             // from devlist (NULL: the index).
             let n = t.a;
             body.nranks = n as i32;
-            body.parent = if ret == 0 { user::<u64>(t.ptr, 0) } else { 0 };
+            body.parent = if made(ret) { user::<u64>(t.ptr, 0) } else { 0 };
             let mut i: u32 = 0;
             while i < INIT_ALL_MAX {
-                if i as i64 >= n || ret != 0 {
+                if i as i64 >= n || !made(ret) {
                     break;
                 }
                 body.comm = user::<u64>(t.ptr + 8 * i as u64, 0);
@@ -227,7 +227,7 @@ pub fn nccl_ret(ctx: RetProbeContext) -> u32 {
                 emit_nccl(c.api, pt, t.ts_ns, &body, None);
                 i += 1;
             }
-            if ret != 0 {
+            if !made(ret) {
                 emit_nccl(c.api, pt, t.ts_ns, &body, None);
             }
         }

@@ -170,7 +170,7 @@ impl Nccl {
         let dev = device::of(b.flags);
         match b.call {
             call::INIT_RANK | call::INIT_RANK_CONFIG | call::INIT_ALL | call::SPLIT
-                if b.ret != 0 || b.comm == 0 =>
+                if !profiler_common::nccl::made(b.ret) || b.comm == 0 =>
             {
                 // Failed: kept, under no handle, so that the report says so.
                 let mut c = Comm::new(0, Origin::Made(b.call));
@@ -601,5 +601,23 @@ mod tests {
         let o = &r.communicators.last().unwrap().ops[0];
         assert_eq!(o.datatypes, BTreeMap::from([("unknown".to_owned(), 1)]));
         assert_eq!(o.reductions, BTreeMap::from([("custom".to_owned(), 1)]));
+    }
+
+    #[test]
+    fn a_non_blocking_creation_in_progress_made_its_communicator() {
+        let mut n = Nccl::default();
+        let mut b = init(0x40, 0, 2, 1, 0);
+        b.ret = profiler_common::nccl::IN_PROGRESS;
+        n.apply(&h(), &b);
+        let mut failed = init(0, 1, 2, 1, 0);
+        failed.ret = 4; // ncclInvalidArgument
+        n.apply(&h(), &failed);
+        let r = n.report().unwrap();
+        let made: Vec<(Option<i32>, Option<String>)> = r
+            .communicators
+            .iter()
+            .map(|c| (c.error, c.handle.clone()))
+            .collect();
+        assert_eq!(made, [(Some(4), None), (None, Some("0x40".into()))]);
     }
 }

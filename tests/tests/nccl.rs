@@ -124,6 +124,7 @@ fn communicators_collectives_groups_and_ranks_are_reported_exactly() {
     b.cmd("init_config 0 job42 4 3");
     b.cmd("allreduce 0 1000 7 0 0 3");
     b.cmd("split 1 0 7 0");
+    b.cmd("split 2 0 -1 0"); // NCCL_SPLIT_NOCOLOR: no communicator, nothing reported
     b.cmd("init_all 4 2 1 0");
     b.cmd("allreduce 5 8 3 1 0 1"); // on the clique's rank 1: 8 uint32, prod
     b.cmd("abort 0");
@@ -302,6 +303,8 @@ fn communicators_collectives_groups_and_ranks_are_reported_exactly() {
         ]
     );
     assert_eq!(clique[0]["id"], clique[1]["id"]);
+    // B: the job's, the split, the clique's two; not the NOCOLOR split.
+    assert_eq!(comms(pb).len(), 4, "{:#}", pb["nccl"]);
     let r1 = comm(pb, "clique rank 1", |c| {
         c["created_by"] == "ncclCommInitAll" && c["rank"] == 1
     });

@@ -169,6 +169,8 @@ impl Nccl {
     pub fn apply(&mut self, h: &Header, b: &NcclBody) {
         let dev = device::of(b.flags);
         match b.call {
+            // `NCCL_SPLIT_NOCOLOR`: the rank took part in the split and got no communicator.
+            call::SPLIT if profiler_common::nccl::made(b.ret) && b.comm == 0 => {}
             call::INIT_RANK | call::INIT_RANK_CONFIG | call::INIT_ALL | call::SPLIT
                 if !profiler_common::nccl::made(b.ret) || b.comm == 0 =>
             {
@@ -538,6 +540,9 @@ mod tests {
         };
         a.apply(&h(), &split(0x20, 0x10));
         b.apply(&h(), &split(0x77, 0x99));
+        // NCCL_SPLIT_NOCOLOR: success and no communicator, nothing listed.
+        b.apply(&h(), &split(0, 0x99));
+        assert_eq!(b.report().unwrap().communicators.len(), 2);
         let ids = |n: &Nccl| -> Vec<Option<String>> {
             let mut v: Vec<_> = n
                 .report()

@@ -4,7 +4,7 @@
 use crate::{
     AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, LaunchesBody, MapBody, MemBody,
     NAME_CAP, NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody,
-    WindowBody, kind, record_size,
+    WindowBody, kind, nccl::NcclBody, record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -29,6 +29,7 @@ pub enum Event {
     Exec(Header, ExitBody),
     Launches(Header, LaunchesBody),
     Window(Header, WindowBody),
+    Nccl(Header, NcclBody),
 }
 
 impl Event {
@@ -46,7 +47,8 @@ impl Event {
             | Event::Stack(h, _)
             | Event::Exec(h, _)
             | Event::Launches(h, _)
-            | Event::Window(h, _) => h,
+            | Event::Window(h, _)
+            | Event::Nccl(h, _) => h,
         }
     }
 }
@@ -161,6 +163,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::EXEC => Event::Exec(header, read(bytes, hs)),
         kind::LAUNCHES => Event::Launches(header, read(bytes, hs)),
         kind::WINDOW => Event::Window(header, read(bytes, hs)),
+        kind::NCCL => Event::Nccl(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -233,6 +236,38 @@ mod tests {
             ([8, 1, 1], [128, 2, 1], 48)
         );
         assert_eq!(one.flags, crate::flags::LAUNCH_EX);
+    }
+
+    #[test]
+    fn nccl_round_trips() {
+        let mut b = NcclBody {
+            comm: 0x5555_0000_2000,
+            count: 1 << 20,
+            stream: 0x7f00_1234,
+            call: crate::nccl::call::ALL_REDUCE,
+            datatype: 7,
+            redop: 0,
+            group: 1,
+            flags: crate::device::with(0, 2),
+            ..NcclBody::default()
+        };
+        b.id[0] = 0xab;
+        b.id[127] = 0xcd;
+        let r = Record {
+            header: hdr(kind::NCCL),
+            body: b,
+        };
+        assert_eq!(decode(encode(&r)), Ok(Event::Nccl(hdr(kind::NCCL), b)));
+        assert_eq!(b.bytes(), 4 << 20);
+        assert_eq!(encode(&r).len(), 24 + 208);
+        assert_eq!(
+            decode(&encode(&r)[..24 + 200]),
+            Err(DecodeError::WrongLength {
+                kind: kind::NCCL,
+                expected: 232,
+                got: 224
+            })
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod cookie;
 #[cfg(feature = "user")]
 pub mod decode;
 pub mod memset;
+pub mod nccl;
 pub mod pairing;
 
 /// Names of the maps in the eBPF object (looked up by name from userspace).
@@ -72,6 +73,9 @@ pub mod maps {
     pub const CTX_DEVICE: &str = "CTX_DEVICE";
     /// `LruHashMap<HandleKey, u32>`: a process's stream → its context's device (wire value).
     pub const STREAM_DEVICE: &str = "STREAM_DEVICE";
+    /// Task-local storage (one [`crate::nccl::NcclThread`] per thread): the thread's NCCL
+    /// group depth and the NCCL call in flight.
+    pub const NCCL_THREAD: &str = "NCCL_THREAD";
 
     /// The hash maps that hold per-process or per-thread state, in the order the daemon reports
     /// their fill. The probes remove a thread's entries when it exits and a process's when it
@@ -160,9 +164,18 @@ pub mod kind {
     /// that ends at the record's `ts_ns` ([`crate::WindowBody`]). The daemon's own, like
     /// [`LAUNCHES`]: every counted launch of the window precedes it.
     pub const WINDOW: u32 = 13;
-    /// Highest kind the probes write (the kinds the loss and submission counters cover);
-    /// [`LAUNCHES`] is the daemon's own.
+    /// An NCCL call: a communicator made, split, queried or ended, a collective, a send or a
+    /// receive ([`crate::nccl::NcclBody`]).
+    pub const NCCL: u32 = 14;
+    /// Highest kind of the first run of kinds the probes write; [`LAUNCHES`] and [`WINDOW`]
+    /// are the daemon's own, and [`NCCL`] comes after them (see [`written_by_probes`]).
     pub const LAST: u32 = EXEC;
+
+    /// Whether the probes write records of kind `k` (the kinds the loss and submission
+    /// counters cover): `1..=LAST` and [`NCCL`].
+    pub const fn written_by_probes(k: u32) -> bool {
+        (k >= LAUNCH && k <= LAST) || k == NCCL
+    }
 
     /// The report's name of record kind `kind`, `None` for values that are no kind.
     pub const fn name(kind: u32) -> Option<&'static str> {
@@ -180,6 +193,7 @@ pub mod kind {
             EXEC => "exec",
             LAUNCHES => "counted_launches",
             WINDOW => "launch_window",
+            NCCL => "nccl",
             _ => return None,
         })
     }
@@ -773,6 +787,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::STACK => core::mem::size_of::<StackBody>(),
         kind::LAUNCHES => core::mem::size_of::<LaunchesBody>(),
         kind::WINDOW => core::mem::size_of::<WindowBody>(),
+        kind::NCCL => core::mem::size_of::<nccl::NcclBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

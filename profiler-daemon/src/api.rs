@@ -11,7 +11,7 @@ pub struct LibraryReport {
     /// The path as the process that mapped it sees it (or as given with `--lib`).
     pub path: String,
     pub soname: String,
-    /// `driver` or `runtime`.
+    /// `driver`, `runtime` or `nccl`.
     pub layer: String,
     /// From the file's name (`libcuda.so.535.261.03`: `535.261.03`; `libcudart.so.12.4.127`:
     /// `12.4.127`); `null` when the name carries no more than the SONAME (pip's
@@ -41,6 +41,19 @@ pub enum Layer {
     Driver,
     /// `libcudart.so.*`.
     Runtime,
+    /// `libnccl.so.2`, or a library that exports NCCL's API (NCCL linked into a framework).
+    Nccl,
+}
+
+impl Layer {
+    /// The report's name of the layer (`driver`, `runtime`, `nccl`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Layer::Driver => "driver",
+            Layer::Runtime => "runtime",
+            Layer::Nccl => "nccl",
+        }
+    }
 }
 
 /// One hooked symbol (every library copy that exports it shares the id).

@@ -24,7 +24,7 @@ use aya_ebpf::{
         bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
         bpf_get_current_uid_gid, bpf_get_prandom_u32, bpf_get_stack, bpf_jiffies64,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
         bpf_probe_read_user_str_bytes, bpf_task_storage_get,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
@@ -51,6 +51,7 @@ mod maps;
 mod memory;
 mod memset;
 mod names;
+mod nccl;
 mod pairing;
 mod ret;
 mod stacks;

@@ -114,3 +114,8 @@ pub(crate) static CTX_DEVICE: LruHashMap<HandleKey, u32> = LruHashMap::with_max_
 #[map(name = "STREAM_DEVICE")]
 pub(crate) static STREAM_DEVICE: LruHashMap<HandleKey, u32> =
     LruHashMap::with_max_entries(65536, 0);
+
+/// Per thread: the NCCL group depth and the NCCL call in flight (`nccl.rs`).
+#[unsafe(link_section = ".maps")]
+#[unsafe(export_name = "NCCL_THREAD")]
+pub(crate) static NCCL_THREAD: TaskStorage<profiler_common::nccl::NcclThread> = TaskStorage::new();

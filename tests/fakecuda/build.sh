@@ -7,8 +7,10 @@
 # OUTDIR/lib-tail libcudart.so.12 whose wrappers tail-jump into the driver (-DFAKE_TAILCALL)
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
+# OUTDIR/lib-nccl libnccl.so.2 (NCCL's prototypes and entry shapes; see nccl.c)
 # OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
-#                 workload_minidebug (stripped, .gnu_debugdata), workload_drv, workload_late, workload_static (runtime linked in)
+#                 workload_minidebug (stripped, .gnu_debugdata), workload_drv, workload_late, workload_static (runtime linked in),
+#                 nccl_workload (links libnccl.so.2, libcudart.so.12, libcuda.so.1)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
@@ -58,6 +60,16 @@ $CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.
 $CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
     -o "$OUT/lib-nvml/libnvidia-ml.so.1" nvml.c
 
+# NCCL: the real SONAME, each function as `pncclX` with a weak `ncclX` at the same address.
+# -O0 gives every function the real library's `push %rbp; mov %rsp,%rbp` entry (-O2 let a
+# leaf's early return skip the frame); nccl_tramp.S gives ncclCommInitRankConfig and
+# ncclCommInitAll the real `movabs …,%rax` before it. Kept out of lib/: only the NCCL
+# workload maps it (lib-nccl/ holds it and links to the fake runtime and driver).
+mkdir -p "$OUT/lib-nccl"
+$CC $(echo "$CFLAGS" | sed 's/-O2/-O0/') -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer \
+    -fcf-protection=none -Wl,-soname,libnccl.so.2 -Wl,--no-undefined \
+    -o "$OUT/lib-nccl/libnccl.so.2" nccl.c nccl_tramp.S -ldl
+
 # Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
 RPATH='-Wl,-rpath,$ORIGIN/../lib'
 $CC $CFLAGS -fno-omit-frame-pointer -o "$OUT/bin/workload" workload.c "$RPATH" -L"$OUT/lib" \
@@ -87,6 +99,9 @@ $CC $CFLAGS -DWORKLOAD_STATIC -fno-omit-frame-pointer -o "$OUT/bin/workload_stat
     "$OUT/lib-static/libcudart_static.a" "$RPATH" -L"$OUT/lib" \
     -Wl,--no-as-needed -l:libcuda.so.1 -Wl,--as-needed -ldl -lpthread
 $CC $CFLAGS -DWORKLOAD_LATE -o "$OUT/bin/workload_late" workload.c "$RPATH" -ldl
+$CC $CFLAGS -o "$OUT/bin/nccl_workload" nccl_workload.c -Wl,-rpath,'$ORIGIN/../lib-nccl' "$RPATH" \
+    -L"$OUT/lib-nccl" -L"$OUT/lib" -Wl,--no-as-needed -l:libnccl.so.2 -l:libcudart.so.12 -l:libcuda.so.1 \
+    -Wl,--as-needed -ldl -lpthread
 cp demo.script "$OUT/demo.script"
 
 # ---- check the promised entry shapes ------------------------------------------------------
@@ -115,6 +130,23 @@ expect "$OUT/lib/libcudart.so.12" cudaMemset3DAsync 1 '^push %rbp;'
 expect "$OUT/lib/libcudart.so.12" cudaLaunchKernel 2 '^push %rbp;mov %rsp,%rbp;'
 expect "$OUT/lib/libcudart.so.12" cudaMemcpy 1 '^push %rbp;'
 expect "$OUT/lib-cet/libcudart.so.12" cudaLaunchKernel 2 '^endbr64 ?;push %rbp;'
+for f in pncclCommInitRank pncclAllReduce pncclAllGather pncclReduceScatter pncclBroadcast pncclReduce \
+    pncclAlltoAll pncclSend pncclRecv pncclGroupStart pncclGroupEnd pncclCommSplit pncclCommDestroy \
+    pncclCommAbort pncclCommCount pncclCommUserRank pncclCommCuDevice; do
+    expect "$OUT/lib-nccl/libnccl.so.2" "$f" 2 '^push %rbp;mov %rsp,%rbp;'
+done
+expect "$OUT/lib-nccl/libnccl.so.2" pncclCommInitRankConfig 2 '^movabs \$0x5aa3cafebeef,%rax;push %rbp;'
+expect "$OUT/lib-nccl/libnccl.so.2" pncclCommInitAll 2 '^movabs \$0x5aa3cafebeef,%rax;push %rbp;'
+# ncclX and pncclX at one address, ncclBcast through ncclBroadcast's PLT entry.
+if [ "$(nm -D "$OUT/lib-nccl/libnccl.so.2" | awk '$3 == "ncclAllReduce" || $3 == "pncclAllReduce" { print $1 }' | sort -u | wc -l)" != 1 ]; then
+    echo "fakecuda/build.sh: ncclAllReduce and pncclAllReduce differ in address" >&2
+    exit 1
+fi
+objdump -d --no-show-raw-insn --disassemble=pncclBcast "$OUT/lib-nccl/libnccl.so.2" |
+    grep -Eq 'call .*<ncclBroadcast@plt>' || {
+    echo "fakecuda/build.sh: ncclBcast does not call ncclBroadcast through the PLT" >&2
+    exit 1
+}
 # __cudaLaunchKernel must reach cudaLaunchKernel through the PLT, as in the real runtime.
 objdump -d --no-show-raw-insn --disassemble=__cudaLaunchKernel "$OUT/lib/libcudart.so.12" |
     grep -Eq 'jmp .*<cudaLaunchKernel@plt>' || {

@@ -251,10 +251,7 @@ impl Attacher {
             .map(|la| crate::api::LibraryReport {
                 path: la.lib.display.clone(),
                 soname: la.lib.soname.clone(),
-                layer: match la.lib.layer {
-                    crate::api::Layer::Driver => "driver".into(),
-                    crate::api::Layer::Runtime => "runtime".into(),
-                },
+                layer: la.lib.layer.label().into(),
                 version: if la.lib.static_runtime {
                     None
                 } else {
@@ -369,9 +366,20 @@ impl Attacher {
         let mut learn_sites = Vec::new();
         let mut learn_names: Vec<String> = Vec::new();
         let mut seen_at_driver = Vec::new();
+        // NCCL exports each function as `ncclX` and `pncclX` at one address: one probe there,
+        // under the public name (`rules::nccl`).
+        let mut nccl_sites: std::collections::HashSet<u64> = Default::default();
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
+            };
+            let name = if lib.layer == Layer::Nccl {
+                if !nccl_sites.insert(f.file_offset) {
+                    continue;
+                }
+                rules::nccl::public_name(&f.name)
+            } else {
+                f.name.as_str()
             };
             // Only where a driver is probed: without one, the runtime's entry is the launch's
             // only trap.
@@ -405,7 +413,7 @@ impl Attacher {
                 }
                 continue;
             }
-            let api = self.api.intern(&f.name, lib.layer);
+            let api = self.api.intern(name, lib.layer);
             let placement = placement::choose(&f.entry_bytes, f.vaddr);
             let error = if placement.reason == placement::Reason::Refused {
                 Some(ProbeError::RefusedInstruction(
@@ -432,7 +440,7 @@ impl Attacher {
                 .err()
             };
             symbols.push(SymbolAttach {
-                symbol: f.name.clone(),
+                symbol: name.to_owned(),
                 api,
                 prog: rule.prog,
                 entry_offset: f.file_offset,
@@ -714,10 +722,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Whether `layer` is the driver (used by the verbose listing).
 pub fn layer_label(layer: Layer) -> &'static str {
-    match layer {
-        Layer::Driver => "driver",
-        Layer::Runtime => "runtime",
-    }
+    layer.label()
 }
 
 /// A library's version from its file name: what follows the SONAME's stem

@@ -5,6 +5,8 @@
 //! share their base's rule. The daemon applies the rules to each library's own export table, so
 //! a symbol that a driver or runtime version does not export is simply not attached.
 
+pub mod nccl;
+
 use crate::api::Layer;
 use profiler_common::cookie::{
     Cookie, F_2D, F_ASYNC, F_COOP, F_GPU_SIDE, F_KIND_ARG, F_RET, F_RUNTIME, NONE,
@@ -30,10 +32,11 @@ pub enum Prog {
     NameEntry,
     RegisterFunction,
     CtxEntry,
+    NcclEntry,
 }
 
 impl Prog {
-    pub const ALL: [Prog; 15] = [
+    pub const ALL: [Prog; 16] = [
         Prog::DrvLaunch,
         Prog::DrvLaunchEx,
         Prog::RtLaunch,
@@ -49,6 +52,7 @@ impl Prog {
         Prog::NameEntry,
         Prog::RegisterFunction,
         Prog::CtxEntry,
+        Prog::NcclEntry,
     ];
 
     /// The entry program's name in the eBPF object.
@@ -69,6 +73,7 @@ impl Prog {
             Prog::NameEntry => "name_entry",
             Prog::RegisterFunction => "register_function",
             Prog::CtxEntry => "ctx_entry",
+            Prog::NcclEntry => "nccl_entry",
         }
     }
 
@@ -77,13 +82,14 @@ impl Prog {
         match self {
             Prog::NameEntry => "name_ret",
             Prog::CtxEntry => "ctx_ret",
+            Prog::NcclEntry => "nccl_ret",
             _ => "api_ret",
         }
     }
 }
 
 /// Return-program names, for loading.
-pub const RET_PROGS: [&str; 3] = ["api_ret", "name_ret", "ctx_ret"];
+pub const RET_PROGS: [&str; 4] = ["api_ret", "name_ret", "ctx_ret", "nccl_ret"];
 
 /// How one symbol is probed. `cookie.api` is filled in by the attach layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +113,7 @@ impl Rule {
 
 /// Builder shorthand: argument indices a..e, p, q, flags.
 #[derive(Clone, Copy)]
-struct B(Cookie);
+pub(crate) struct B(Cookie);
 
 impl B {
     fn new() -> B {
@@ -168,6 +174,7 @@ pub fn rule_for(layer: Layer, sym: &str) -> Option<Rule> {
             r.cookie.flags |= F_RUNTIME;
             r
         }),
+        Layer::Nccl => nccl::rule(sym),
     }
 }
 

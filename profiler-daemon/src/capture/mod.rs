@@ -286,7 +286,8 @@ impl KindCounts {
     }
     /// `(name, count)` for every record kind, for reports.
     pub fn named(&self) -> Vec<(&'static str, u64)> {
-        (1..=kind::LAST)
+        (1..MAX_KINDS)
+            .filter(|&k| kind::written_by_probes(k))
             .map(|k| (kind_name(k), self.0[k as usize]))
             .collect()
     }
@@ -301,13 +302,13 @@ pub fn kind_name(k: u32) -> &'static str {
 /// (0 included); counts at indexes that are no kind are summed under `"other"` when non-zero.
 pub fn drops_by_kind(counts: &[u64]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for k in 1..=profiler_common::kind::LAST {
+    for k in (1..MAX_KINDS).filter(|&k| kind::written_by_probes(k)) {
         out.insert(kind::name(k).unwrap_or("other").to_owned(), 0);
     }
     for (i, &c) in counts.iter().enumerate() {
         let name = u32::try_from(i)
             .ok()
-            .filter(|&k| k <= profiler_common::kind::LAST)
+            .filter(|&k| kind::written_by_probes(k))
             .and_then(kind::name)
             .unwrap_or("other");
         if c != 0 || name != "other" {

@@ -1,6 +1,7 @@
 //! Which processes map which CUDA libraries: procfs scanning and ELF identity (SONAME).
 
 pub mod elf;
+pub mod nccl;
 
 use crate::api::Layer;
 use std::collections::{HashMap, HashSet};
@@ -89,7 +90,8 @@ pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
 pub fn looks_like_cuda(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    (name.starts_with("libcuda.so") || name.starts_with("libcudart")) && name.contains(".so")
+    (name.starts_with("libcuda.so") || name.starts_with("libcudart") || nccl::looks_like(name))
+        && name.contains(".so")
 }
 
 /// The layer a SONAME belongs to: `libcuda.so.1` is the driver, `libcudart.so.N` a runtime.
@@ -98,6 +100,8 @@ pub fn layer_of_soname(soname: &str) -> Option<Layer> {
         Some(Layer::Driver)
     } else if soname.starts_with("libcudart.so.") {
         Some(Layer::Runtime)
+    } else if nccl::is_soname(soname) {
+        Some(Layer::Nccl)
     } else {
         None
     }
@@ -373,7 +377,10 @@ impl Scanner {
                 let lib = self
                     .statics
                     .entry((md.dev(), md.ino()))
-                    .or_insert_with(|| identify_static(&open_path, clean, limit))
+                    .or_insert_with(|| {
+                        identify_static(&open_path, clean, limit)
+                            .or_else(|| nccl::identify_linked_in(&open_path, clean, limit))
+                    })
                     .clone();
                 if let Some(lib) = lib {
                     found.push(lib);
@@ -459,7 +466,9 @@ pub fn system_libraries() -> Vec<PathBuf> {
         for line in String::from_utf8_lossy(&o.stdout).lines() {
             if let Some((lhs, path)) = line.split_once("=>") {
                 let name = lhs.split_whitespace().next().unwrap_or("");
-                if (name == "libcuda.so.1" || name.starts_with("libcudart.so."))
+                if (name == "libcuda.so.1"
+                    || name.starts_with("libcudart.so.")
+                    || nccl::is_soname(name))
                     && lhs.contains("x86-64")
                 {
                     out.push(PathBuf::from(path.trim()));
@@ -602,6 +611,7 @@ garbage line
         assert_eq!(layer_of_soname("libcuda.so.1"), Some(Layer::Driver));
         assert_eq!(layer_of_soname("libcudart.so.12"), Some(Layer::Runtime));
         assert_eq!(layer_of_soname("libcudart.so.13"), Some(Layer::Runtime));
+        assert_eq!(layer_of_soname("libnccl.so.2"), Some(Layer::Nccl));
         assert_eq!(layer_of_soname("libcuda.so"), None);
         assert_eq!(layer_of_soname("liblookalike.so"), None);
     }

@@ -240,10 +240,15 @@ fn plan(lib: &CudaLibrary, all_symbols: bool) -> Value {
     };
     let mut syms = Vec::new();
     let mut emulated = 0;
+    // NCCL's ncclX/pncclX pairs: one probe per address, as the attach makes it.
+    let mut nccl_sites = std::collections::HashSet::new();
     for f in &info.exports {
         let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
             continue;
         };
+        if lib.layer == crate::api::Layer::Nccl && !nccl_sites.insert(f.file_offset) {
+            continue;
+        }
         let p = placement::choose(&f.entry_bytes, f.vaddr);
         if p.offset != 0 {
             emulated += 1;

@@ -123,6 +123,9 @@ pub fn device_flags(ev: &profiler_common::decode::Event) -> Option<u32> {
         Event::Copy(_, c) => Some(c.flags),
         Event::Sync(_, s) => Some(s.flags),
         Event::Mem(_, m) => Some(m.flags),
+        // An NCCL collective or send/recv went to its stream's device; a communicator's
+        // creation, queries and end are kept whatever the device (they name the communicator).
+        Event::Nccl(_, n) if profiler_common::nccl::call::is_op(n.call) => Some(n.flags),
         _ => None,
     }
 }

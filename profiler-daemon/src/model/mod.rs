@@ -16,6 +16,7 @@ pub use crate::sys::hash;
 pub mod hist;
 pub mod history;
 pub mod mem;
+pub mod nccl;
 pub mod process;
 pub(crate) mod report;
 pub mod sampling;
@@ -257,6 +258,10 @@ impl Aggregator {
                 }
             }
             Event::Alias(_, a) => p.names.alias(a.from, a.to),
+            Event::Nccl(_, b) => {
+                p.nccl.apply(&h, b);
+                call(p, measured(b.flags, b.dur_ns));
+            }
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
             Event::Stack(_, st) => p.stacks.apply(h.api, st),

@@ -127,6 +127,8 @@ pub struct ProcState {
     pub busy: super::busy::Derived,
     /// Calls per device.
     pub devices: super::devices::Devices,
+    /// NCCL communicators and collectives.
+    pub nccl: super::nccl::Nccl,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -155,6 +157,7 @@ impl ProcState {
             sampling: Default::default(),
             busy: Default::default(),
             devices: Default::default(),
+            nccl: Default::default(),
         }
     }
 

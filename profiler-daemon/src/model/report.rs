@@ -268,6 +268,7 @@ pub(super) fn process(
             .devices
             .report(p.gpu.report().as_ref().map_or(&[][..], |g| &g.devices[..])),
         derived_gpu_idle: None,
+        nccl: p.nccl.report(),
     };
     super::busy::fill(&mut r, &p.busy);
     r

@@ -275,6 +275,10 @@ pub struct ProcessReport {
     /// no work and waited for none): `model::busy`, docs/GPU-TIME.md.
     #[serde(default)]
     pub derived_gpu_idle: Option<DerivedGpuIdleReport>,
+    /// NCCL: communicators and, per communicator and operation, calls and bytes (absent when
+    /// the process made no NCCL call the probes saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::model::nccl::NcclReport>,
 }
 
 /// A process's GPU idle and launch-ahead, **derived** from its calls, never measured: the time

@@ -137,6 +137,8 @@ struct Families {
     copy_bytes: Family<Labels, Counter>,
     device_launches: Family<Labels, Counter>,
     device_copy_bytes: Family<Labels, Counter>,
+    nccl_calls: Family<Labels, Counter>,
+    nccl_bytes: Family<Labels, Counter>,
     api_calls: Family<Labels, Counter>,
     api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
     idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
@@ -186,6 +188,21 @@ impl Families {
             "gpuprofd_device_copy_bytes",
             "Bytes copied by the CUDA device the copy went to (memsets excluded; gpu as for \
              gpuprofd_device_kernel_launches)",
+        );
+        let nccl_calls = counter(
+            reg,
+            "gpuprofd_nccl_collective_calls",
+            "NCCL collectives and sends/receives, by operation (op: AllReduce, AllGather, \
+             ReduceScatter, Broadcast, Reduce, AlltoAll, Send, Recv), communicator (its id, the \
+             same in every rank, or \"unknown\" for one made before gpuprofd attached) and rank \
+             (\"unknown\" until learnt)",
+        );
+        let nccl_bytes = counter(
+            reg,
+            "gpuprofd_nccl_collective_bytes",
+            "Bytes of NCCL collectives and sends/receives: count x datatype size, with NCCL's \
+             count (per rank for AllGather and ReduceScatter, per peer for AlltoAll); labels as \
+             for gpuprofd_nccl_collective_calls",
         );
         let api_calls = counter(
             reg,
@@ -298,6 +315,8 @@ impl Families {
             copy_bytes,
             device_launches,
             device_copy_bytes,
+            nccl_calls,
+            nccl_bytes,
             api_calls,
             api_blocked,
             idle_derived,
@@ -356,6 +375,21 @@ impl Families {
             self.device_copy_bytes
                 .get_or_create(&k)
                 .inc_by(d.copy_bytes);
+        }
+        for c in p.nccl.iter().flat_map(|n| &n.communicators) {
+            let comm = c.id.as_deref().unwrap_or("unknown");
+            let rank = c.rank.map_or("unknown".to_owned(), |r| r.to_string());
+            for o in &c.ops {
+                // `communicator`, not `comm`: per-process series already carry `comm`, the
+                // process's name.
+                let k = with(
+                    &with(&with(l, "op", &o.op), "communicator", comm),
+                    "rank",
+                    &rank,
+                );
+                self.nccl_calls.get_or_create(&k).inc_by(o.calls);
+                self.nccl_bytes.get_or_create(&k).inc_by(o.bytes);
+            }
         }
         for a in &p.api {
             let k = with(l, "api", &a.name);

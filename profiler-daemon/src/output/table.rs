@@ -606,6 +606,7 @@ mod tests {
             timeline: None,
             launch_sampling: None,
             derived_gpu_idle: None,
+            nccl: None,
             devices: Vec::new(),
         };
         Report {

@@ -45,7 +45,10 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   schema 1–4 files read as before.)
 /// * 6: an `NvmlGpm` frame after an NVML round's (GPM figures). A schema-5 reader would count
 ///   it as damage and lose everything behind it: it refuses the file instead.
-pub const SCHEMA_VERSION: u32 = 6;
+/// * 7: records may be of kind `NCCL` (NCCL calls), and the API table may hold functions of
+///   the `nccl` layer. A schema-6 reader could not read that table (an enum value it lacks):
+///   it refuses the file instead. (Schema 1–6 files read as before.)
+pub const SCHEMA_VERSION: u32 = 7;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).

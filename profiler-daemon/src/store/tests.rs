@@ -692,3 +692,81 @@ fn gpm_frames_replay_and_schema_5_files_still_read() {
             .contains("gpm")
     );
 }
+
+/// Schema 7: NCCL records and the `nccl` layer in the API table come back from a file, and
+/// `--device N` keeps a communicator's creation while it drops other devices' collectives.
+#[test]
+fn nccl_records_and_their_layer_round_trip() {
+    use profiler_common::nccl::{NcclBody, call, nflags};
+    let t = Tmp::new("nccl");
+    let mut api = api();
+    let init = api.intern("ncclCommInitRank", Layer::Nccl);
+    let ar = api.intern("ncclAllReduce", Layer::Nccl);
+    let rec = |api: u16, ts: u64, b: NcclBody| {
+        encode(&Record {
+            header: Header {
+                kind: kind::NCCL,
+                api: api.into(),
+                tgid: 100,
+                tid: 100,
+                ts_ns: ts,
+            },
+            body: b,
+        })
+        .to_vec()
+    };
+    let mut made = NcclBody {
+        comm: 0x77,
+        call: call::INIT_RANK,
+        rank: 1,
+        nranks: 2,
+        flags: nflags::HAS_ID | nflags::HAS_RETURN | profiler_common::device::with(0, 2),
+        ..NcclBody::default()
+    };
+    made.id = [3; 128];
+    let coll = |dev: u32| NcclBody {
+        comm: 0x77,
+        call: call::ALL_REDUCE,
+        count: 10,
+        datatype: 7,
+        redop: 0,
+        flags: profiler_common::device::with(0, dev),
+        ..NcclBody::default()
+    };
+    {
+        let f = File::create(&t.0).unwrap();
+        let mut w = Writer::new(f, &t.0, header());
+        w.frame(&Frame::Api(api.list().to_vec()));
+        w.frame(&Frame::Process {
+            tgid: 100,
+            process: meta("python3"),
+        });
+        w.record(&rec(init, 2_000, made));
+        w.record(&rec(ar, 2_001, coll(2)));
+        w.record(&rec(ar, 2_002, coll(2)));
+        w.record(&rec(ar, 2_003, coll(1)));
+        w.flush();
+        assert_eq!(w.failure(), None);
+    }
+    let r = replay(&t.0).unwrap();
+    let p = &r.report.processes[0];
+    let calls: Vec<(&str, u64)> = p.api.iter().map(|a| (a.name.as_str(), a.calls)).collect();
+    assert_eq!(calls, [("ncclAllReduce", 3), ("ncclCommInitRank", 1)]);
+    let n = p.nccl.as_ref().unwrap();
+    assert_eq!((n.calls, n.bytes), (3, 120));
+    let c = &n.communicators[0];
+    assert_eq!((c.rank, c.nranks, c.device), (Some(1), Some(2), Some(1)));
+    assert_eq!(
+        c.id.as_deref(),
+        Some(format!("{:016x}", crate::model::nccl::comm_id(&[3; 128])).as_str())
+    );
+    // Device 1 (wire 2): the creation and two collectives; device 0's one is left out.
+    let one = replay_selecting(
+        &t.0,
+        |ev| crate::model::devices::selected(ev, 1),
+        |_, _, _| {},
+    )
+    .unwrap();
+    let n = one.report.processes[0].nccl.as_ref().unwrap();
+    assert_eq!((n.calls, n.communicators[0].rank), (2, Some(1)));
+}

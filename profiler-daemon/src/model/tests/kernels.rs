@@ -275,8 +275,8 @@ fn report_json_contract() {
     let got = serde_json::to_string(&a.report(m)).unwrap();
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
-        r#""drops":{"alias":0,"copy":0,"exec":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"stack":0,"sync":0},"#,
-        r#""submitted":{"alias":0,"copy":2,"exec":0,"exit":0,"graph":0,"launch":1,"map":0,"mem":0,"name":0,"stack":0,"sync":0},"#,
+        r#""drops":{"alias":0,"copy":0,"exec":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
+        r#""submitted":{"alias":0,"copy":2,"exec":0,"exit":0,"graph":0,"launch":1,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
         r#""decode_errors":0,"#,
         r#""jobs":[{"kind":"slurm","id":"77","steps":["0"],"processes":[42],"launches":1,"graph_launches":0,"#,
         r#""copy_bytes":0,"alloc_bytes":0,"blocked_ns":0}],"#,

@@ -523,3 +523,67 @@ fn otlp_push_counts_are_exposed_while_it_runs() {
     );
     assert!(t.contains("# TYPE gpuprofd_otlp_exports_failed_total counter\n"));
 }
+
+#[test]
+fn nccl_collectives_per_operation_communicator_and_rank() {
+    // Two processes of one job: ranks 0 and 1 of one communicator; the first also uses one
+    // made before the attach (id and rank unknown).
+    let mut r = report();
+    let nccl = |rank: i32, calls: u64| {
+        serde_json::from_value::<crate::model::nccl::NcclReport>(serde_json::json!({
+            "calls": calls, "bytes": calls * 4096,
+            "communicators": [{
+                "handle": "0x10", "id": "00000000000000ab", "rank": rank, "nranks": 2,
+                "device": rank, "created_by": "ncclCommInitRank", "ended": null,
+                "ops": [{"op": "AllReduce", "calls": calls, "bytes": calls * 4096,
+                         "in_group": 0, "datatypes": {"float32": calls},
+                         "reductions": {"sum": calls}, "streams": ["0x5"],
+                         "devices": {"0": calls}}]}]
+        }))
+        .unwrap()
+    };
+    let mut a = nccl(0, 3);
+    let mut early = a.communicators[0].clone();
+    early.id = None;
+    early.rank = None;
+    early.created_by = "before_attach".into();
+    early.ops[0].op = "Broadcast".into();
+    a.communicators.push(early);
+    // Pid 100's earlier process and pid 200 are not exposed (`extra`'s facts).
+    r.processes[0].nccl = Some(nccl(0, 99));
+    r.processes[1].nccl = Some(a);
+    let mut other = r.processes[1].clone();
+    other.tgid = 300;
+    other.nccl = Some(nccl(1, 5));
+    r.processes.push(other);
+    let t = render(&r, &extra());
+    let mut calls = samples(&t, "gpuprofd_nccl_collective_calls_total");
+    calls.sort();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(
+        calls.iter().any(|s| s.contains(r#"op="AllReduce""#)
+            && s.contains(r#"communicator="00000000000000ab",rank="0""#)
+            && s.ends_with(" 3")),
+        "{calls:?}"
+    );
+    assert!(
+        calls.iter().any(
+            |s| s.contains(r#"communicator="00000000000000ab",rank="1""#) && s.ends_with(" 5")
+        ),
+        "{calls:?}"
+    );
+    assert!(
+        calls.iter().any(
+            |s| s.contains(r#"op="Broadcast",communicator="unknown",rank="unknown""#)
+                && s.ends_with(" 3")
+        ),
+        "{calls:?}"
+    );
+    let bytes = samples(&t, "gpuprofd_nccl_collective_bytes_total");
+    assert_eq!(bytes.len(), 3, "{bytes:?}");
+    assert!(
+        bytes
+            .iter()
+            .any(|s| s.contains(r#"rank="1""#) && s.ends_with(" 20480"))
+    );
+}

@@ -7,6 +7,7 @@
 //! its table, CSV and JSON are rendered from that declaration (`select`).
 
 mod calls;
+mod collectives;
 pub(crate) mod columns;
 mod processes;
 mod select;
@@ -44,6 +45,10 @@ pub enum View {
     /// Per CUDA device each process's calls went to (`unknown`: a context made current before
     /// the attach, never revealed): launches, copies, bytes, memsets, syncs, allocations.
     Devices,
+    /// NCCL per process, communicator and operation: rank, ranks, device, communicator id
+    /// (the same in every rank), calls, bytes (count × datatype size), datatypes, reductions,
+    /// streams, calls inside a group.
+    Collectives,
     /// What the figures suggest trying, with the evidence (also at the end of the summary).
     Advice,
     /// Training steps found per process (see `steps` for the method): step time, launches,
@@ -166,6 +171,7 @@ pub fn render(
         View::Memcpy => select::render::<calls::Memcpy>(r, steps, a, name_re),
         View::Streams => select::render::<calls::Streams>(r, steps, a, name_re),
         View::Devices => select::render::<calls::Devices>(r, steps, a, name_re),
+        View::Collectives => select::render::<collectives::Collectives>(r, steps, a, name_re),
         View::Memory => select::render::<processes::Memory>(r, steps, a, name_re),
         View::Processes => select::render::<processes::Processes>(r, steps, a, name_re),
         View::Jobs => select::render::<processes::Jobs>(r, steps, a, name_re),

@@ -75,6 +75,23 @@ fn rich() -> Report {
             {"device": null, "launches": 2, "copies": 0, "copy_bytes": 0, "memsets": 0,
              "memset_bytes": 0, "syncs": 0, "allocations": 0, "alloc_bytes": 0,
              "nvml_gpu": 3}],
+        "nccl": {"calls": 14, "bytes": 402_653_312u64, "communicators": [
+            {"handle": null, "id": null, "rank": 1, "nranks": 8, "device": null,
+             "created_by": "ncclCommInitRank", "ended": null, "error": 4, "ops": []},
+            {"handle": "0x55d0c0ff1000", "id": "9c3bfa0e51d2a476", "rank": 3, "nranks": 8,
+             "device": 0, "created_by": "ncclCommInitRankConfig", "ended": null, "ops": [
+                {"op": "AllReduce", "calls": 10, "bytes": 402_653_184u64, "in_group": 0,
+                 "datatypes": {"bfloat16": 8, "float32": 2}, "reductions": {"avg": 2, "sum": 8},
+                 "streams": ["0x55d0c0ffee00"], "devices": {"0": 10}},
+                {"op": "Send", "calls": 2, "bytes": 64, "in_group": 2,
+                 "datatypes": {"int8": 2}, "reductions": {}, "streams": ["0x55d0c0ffee00"],
+                 "devices": {"0": 2}},
+                {"op": "Recv", "calls": 2, "bytes": 64, "in_group": 2,
+                 "datatypes": {"int8": 2}, "reductions": {}, "streams": ["0x55d0c0ffee00"],
+                 "devices": {"0": 2}}]},
+            {"handle": "0x55d0c0ff2000", "id": "0d1e2f3a4b5c6d7e", "rank": null,
+             "nranks": null, "device": 0, "created_by": "ncclCommSplit",
+             "parent_id": "9c3bfa0e51d2a476", "color": 1, "ended": "destroyed", "ops": []}]},
         "derived_gpu_idle": {"basis": "derived", "unavailable": null,
                              "span_ns": 2_500_000_000u64, "idle_lower_bound_ns": 1_000_000_000u64,
                              "idle_share": 0.4, "drains": 4, "launch_ahead_p50_ns": 2_000_000,
@@ -197,6 +214,7 @@ const VIEWS: &[&str] = &[
     "jobs",
     "streams",
     "devices",
+    "collectives",
     "advice",
     "steps",
     "code",
@@ -224,6 +242,10 @@ fn all_columns(view: &str) -> &'static str {
         }
         "devices" => {
             "pid,device,launches,share,copies,copy_bytes,memsets,syncs,allocations,alloc_bytes"
+        }
+        "collectives" => {
+            "pid,comm_id,rank,nranks,device,op,calls,bytes,in_group,datatypes,reductions,\
+             streams,created_by,handle,ended"
         }
         "steps" => {
             "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\

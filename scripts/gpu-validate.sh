@@ -33,6 +33,9 @@
 #                device against torch.cuda.current_device(), launches against torch.profiler),
 #                and a loop attached with --pid after warm-up (context made before the attach);
 #                the context probes' runs per launch, counted by the kernel (bpf_stats.py)
+#   nccl         torch.distributed with the NCCL backend at world size 1 under --all-jobs: each
+#                operation's calls and bytes against what the script asked for; the
+#                communicator's rank, size, device and which call made it
 #   neighbour    a launch-bound loop that gpuprofd --pid does not watch (it watches another
 #                CUDA process), against the same loop with no daemon: interleaved rounds
 #   overhead     median step time with no profiler / gpuprofd service mode (launches counted
@@ -57,7 +60,7 @@ ONLY=""
 MODES="none,counted,counted_duty,counted_duty25,gpuprofd,gpuprofd_two,prof"
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live service code attribution device neighbour overhead nvml gpm"
+ALL_STEPS="doctor procaddr coverage live service code attribution device nccl neighbour overhead nvml gpm"
 
 usage() { sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -486,6 +489,30 @@ if wanted device; then
         else
             kill "$WPID" 2>/dev/null || true
             record device_live device "" "" "the workload never reached its hold point: see runs/device_live.workload.err"
+        fi
+    fi
+fi
+
+# ---- NCCL ------------------------------------------------------------------------------------------
+# Issue 32: NCCL's collectives without a code change. One GPU: world size 1 (NCCL refuses two
+# ranks on one GPU); the rank still calls the API and launches NCCL's kernels.
+if wanted nccl; then
+    echo "gpu-validate: nccl (torch.distributed, NCCL backend, world size 1)"
+    if ! have_py_mod torch; then
+        record nccl nccl "" "" "torch is not importable"
+    elif [ "$BPF_OK" != 1 ]; then
+        blocked nccl nccl
+    else
+        cap="$OUT/runs/nccl.gpuprof"
+        res="$OUT/runs/nccl.result.json"
+        if "$BIN" --all-jobs --no-live --output "$cap" -- \
+            "$PY" "$WL/nccl_collectives.py" --out "$res" --steps "$STEPS" --profile \
+            >"$OUT/runs/nccl.gpuprofd.out" 2>"$OUT/runs/nccl.gpuprofd.err" &&
+            "$BIN" report "$cap" --format json -o "$OUT/runs/nccl.report.json" 2>>"$OUT/runs/nccl.gpuprofd.err"; then
+            "$BIN" report "$cap" --view collectives -o "$OUT/runs/nccl.collectives.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            record nccl nccl "" "$OUT/runs/nccl.report.json" "" "$res"
+        else
+            record nccl nccl "" "" "gpuprofd or the workload failed: see runs/nccl.gpuprofd.err"
         fi
     fi
 fi

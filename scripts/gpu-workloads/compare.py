@@ -5,7 +5,7 @@
 MANIFEST.json (written by gpu-validate.sh):
     {"env": {...}, "doctor": "doctor.json" | null, "procaddr": "procaddr.json" | null,
      "nvml": "nvml.json" | null, "gpm": "gpm.json" | null,
-     "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"device"|"neighbour"|"overhead",
+     "runs": [{"name": str, "kind": "coverage"|"live"|"attribution"|"device"|"nccl"|"neighbour"|"overhead",
                "mode": "none"|"gpuprofd-counted"|"gpuprofd-counted-duty"|"gpuprofd"|"gpuprofd-two-traps"|"torch.profiler",  # overhead only
                "report": "gpuprofd report path" | null, "results": ["workload result path", ...],
                "error": str | null}]}
@@ -267,6 +267,47 @@ def device_rows(name, report, results, stats, findings):
     return rows
 
 
+def nccl_rows(name, proc, res, findings):
+    """NCCL under gpuprofd against what the workload asked for: calls and bytes per operation
+    (over every communicator of the process), and each communicator's rank, size, device and
+    the call that made it."""
+    row = {"run": name, "pid": res.get("pid"), "ops": {}, "communicators": []}
+    known = res.get("known", {})
+    nccl = (proc or {}).get("nccl")
+    if proc is None or nccl is None:
+        findings.append(f"{name}: no NCCL call of process {res.get('pid')} in the report "
+                        "(was libnccl.so.2 found? see the report's libraries)")
+        return row
+    got = {}
+    for c in nccl.get("communicators", []):
+        row["communicators"].append({k: c.get(k) for k in ("id", "rank", "nranks", "device", "created_by", "ended")})
+        for o in c.get("ops", []):
+            g = got.setdefault(o["op"], {"calls": 0, "bytes": 0, "datatypes": {}})
+            g["calls"] += o.get("calls", 0)
+            g["bytes"] += o.get("bytes", 0)
+            for d, n in o.get("datatypes", {}).items():
+                g["datatypes"][d] = g["datatypes"].get(d, 0) + n
+    for op in sorted(set(got) | set(known.get("nccl", {}))):
+        k = known.get("nccl", {}).get(op, {"calls": 0, "bytes": 0})
+        g = got.get(op, {"calls": 0, "bytes": 0, "datatypes": {}})
+        row["ops"][op] = {"known_calls": k["calls"], "known_bytes": k["bytes"], "calls": g["calls"],
+                          "bytes": g["bytes"], "datatypes": g["datatypes"]}
+        if (g["calls"], g["bytes"]) != (k["calls"], k["bytes"]):
+            findings.append(f"{name}: {op}: gpuprofd {g['calls']} calls / {g['bytes']} B, "
+                            f"the script asked for {k['calls']} / {k['bytes']} B")
+    used = [c for c in nccl.get("communicators", []) if c.get("ops")]
+    for c in used:
+        want = (known.get("rank"), known.get("nranks"), res.get("cuda_device"))
+        have = (c.get("rank"), c.get("nranks"), c.get("device"))
+        if have != want:
+            findings.append(f"{name}: communicator {c.get('id')}: rank {have[0]} of {have[1]} on device "
+                            f"{have[2]}, expected rank {want[0]} of {want[1]} on device {want[2]}")
+    prof = res.get("profiler") or {}
+    row["profiler_nccl_kernels"] = sum(n for k, n in prof.get("kernel_names", {}).items()
+                                       if k.startswith(("ncclDevKernel", "ncclKernel")))
+    return row
+
+
 def neighbour_rows(runs, findings):
     """The neighbour of gpuprofd --pid: its median step time with no daemon and beside the
     daemon watching another process, per round, and the ratio of the medians."""
@@ -331,7 +372,7 @@ def main(manifest_path, outdir):
     def rel(p):
         return p if not p or os.path.isabs(p) else os.path.join(base, p)
 
-    findings, rows, blocked, code_rows, dev_rows = [], [], [], [], []
+    findings, rows, blocked, code_rows, dev_rows, nccl_out = [], [], [], [], [], []
     for r in man.get("runs", []):
         if r.get("error"):
             findings.append(f"{r['name']}: did not run: {r['error']}")
@@ -339,6 +380,11 @@ def main(manifest_path, outdir):
         if r.get("kind") in ("overhead", "neighbour"):
             continue
         report = load(rel(r.get("report")))
+        if r.get("kind") == "nccl" and report is not None:
+            for x in r.get("results", []):
+                res = load(rel(x)) or {}
+                nccl_out.append(nccl_rows(r["name"], process_of(report, res.get("pid")), res, findings))
+            continue
         if r.get("kind") == "device" and report is not None:
             rp = rel(r.get("report"))
             stats = load(rp[: -len(".report.json")] + ".bpfstats.json") if rp.endswith(".report.json") else None
@@ -394,6 +440,7 @@ def main(manifest_path, outdir):
         "code_view": code_rows,
         "overhead": over,
         "device": dev_rows,
+        "nccl": nccl_out,
         "neighbour": neighbour,
         "findings": findings,
         "blocked": blocked,
@@ -488,6 +535,16 @@ def main(manifest_path, outdir):
                 md.append(f"- {d['run']}: context probes ran {d['context_probe_runs']} for "
                           f"{d['launches_all_processes']} launches ({d['ctx_entry_per_launch']} ctx_entry per launch); "
                           f"every program: {json.dumps(d['bpf_programs'])}")
+        md.append("")
+    if nccl_out:
+        md.append("## NCCL (per operation: gpuprofd against what the script asked for)")
+        md.append(fmt_table(
+            ["run", "op", "calls", "asked", "bytes", "asked bytes", "datatypes"],
+            [(n["run"], op, o["calls"], o["known_calls"], o["bytes"], o["known_bytes"], json.dumps(o["datatypes"]))
+             for n in nccl_out for op, o in n["ops"].items()]))
+        for n in nccl_out:
+            md.append(f"- {n['run']}: communicators {json.dumps(n['communicators'])}; "
+                      f"torch.profiler's NCCL kernels: {n.get('profiler_nccl_kernels')}")
         md.append("")
     if neighbour is not None:
         md.append("## A neighbour of gpuprofd --pid (launch-bound loop, median step time)")

@@ -43,6 +43,7 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
         "code",
         "attribution",
         "device",
+        "nccl",
         "neighbour",
         "overhead",
         "nvml",
@@ -327,5 +328,80 @@ fn compare_reports_devices_and_the_neighbour() {
     assert!(
         md.contains("| device_all | 11 | 0 | 12 | 7 | 4 | 0 | 12 |"),
         "{md}"
+    );
+}
+
+/// The NCCL step's comparison: calls and bytes per operation over every communicator against
+/// what the script asked for, and the communicator's rank, size and device.
+#[test]
+fn compare_reports_nccl_against_what_the_script_asked_for() {
+    let dir = TempDir::new("gv-nccl");
+    let d = dir.path();
+    let write = |name: &str, v: Value| std::fs::write(d.join(name), v.to_string()).unwrap();
+    let op = |op: &str, calls: u64, bytes: u64, dt: &str| {
+        json!({"op": op, "calls": calls, "bytes": bytes, "in_group": 0,
+               "datatypes": {dt: calls}, "reductions": {}, "streams": [], "devices": {}})
+    };
+    write(
+        "nccl.report.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {}, "processes": [
+            {"tgid": 7, "launches": 0, "nccl": {"calls": 0, "bytes": 0, "communicators": [
+                {"id": "00000000000000aa", "rank": 0, "nranks": 1, "device": 0,
+                 "created_by": "ncclCommInitRankConfig", "ended": "destroyed",
+                 "ops": [op("AllReduce", 26, 1000, "float32"), op("Broadcast", 13, 500, "float32")]},
+                {"id": "00000000000000bb", "rank": 0, "nranks": 2, "device": 0,
+                 "created_by": "ncclCommSplit", "ended": null,
+                 "ops": [op("AllGather", 12, 48, "float32")]}]}},
+            {"tgid": 8, "launches": 0}]}),
+    );
+    let res = |pid: u32| {
+        json!({"workload": "nccl_collectives", "pid": pid, "cuda_device": 0, "steps": 13,
+               "step_times_s": [0.1],
+               "profiler": {"kernels": 2, "kernel_names": {"ncclDevKernel_AllReduce_Sum_f32_RING_LL": 2}},
+               "known": {"rank": 0, "nranks": 1, "nccl": {
+                   "AllReduce": {"calls": 26, "bytes": 1000},
+                   "AllGather": {"calls": 13, "bytes": 52},
+                   "Broadcast": {"calls": 13, "bytes": 500}}}})
+    };
+    write("a.json", res(7));
+    write("b.json", res(8));
+    write(
+        "manifest.json",
+        json!({"env": {}, "doctor": null, "procaddr": null, "nvml": null, "runs": [
+            {"name": "nccl", "kind": "nccl", "report": "nccl.report.json", "error": null,
+             "results": ["a.json", "b.json"]}]}),
+    );
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gpu-workloads/compare.py"))
+        .arg(d.join("manifest.json"))
+        .arg(d.join("out"))
+        .output()
+        .expect("python3 (the validation scripts need it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r["findings"],
+        json!([
+            "nccl: AllGather: gpuprofd 12 calls / 48 B, the script asked for 13 / 52 B",
+            "nccl: communicator 00000000000000bb: rank 0 of 2 on device 0, expected rank 0 of 1 on device 0",
+            "nccl: no NCCL call of process 8 in the report (was libnccl.so.2 found? see the report's libraries)",
+        ])
+    );
+    let n = &r["nccl"][0];
+    assert_eq!(
+        n["ops"]["AllReduce"],
+        json!({"known_calls": 26, "known_bytes": 1000, "calls": 26, "bytes": 1000,
+               "datatypes": {"float32": 26}})
+    );
+    assert_eq!(n["profiler_nccl_kernels"], 2);
+    assert_eq!(
+        n["communicators"][0]["created_by"],
+        "ncclCommInitRankConfig"
     );
 }

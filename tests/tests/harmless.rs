@@ -470,6 +470,8 @@ fn no_probe_runs_on_a_per_cpu_private_stack() {
         "mmap_exit",
         "name_entry",
         "name_ret",
+        "nccl_entry",
+        "nccl_ret",
         "proc_exec",
         "proc_exit",
         "register_functi",

@@ -109,6 +109,22 @@ fn no_gpu_steps_against_the_fake_driver() {
     );
 }
 
+/// Runs compare.py on `d/manifest.json` into `d/out`; its `results.json`.
+fn compare(d: &std::path::Path) -> Value {
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gpu-workloads/compare.py"))
+        .arg(d.join("manifest.json"))
+        .arg(d.join("out"))
+        .output()
+        .expect("python3 (the validation scripts need it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn compare_reports_every_mismatch() {
     let dir = TempDir::new("gv-compare");
@@ -178,20 +194,7 @@ fn compare_reports_every_mismatch() {
             {"name": "oh_none", "kind": "overhead", "mode": "none", "report": null, "error": null, "results": ["none.json"]},
             {"name": "oh_g", "kind": "overhead", "mode": "gpuprofd", "report": null, "error": null, "results": ["gp.json"]}]}),
     );
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/gpu-workloads/compare.py"))
-        .arg(d.join("manifest.json"))
-        .arg(d.join("out"))
-        .output()
-        .expect("python3 (the validation scripts need it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
-            .unwrap();
+    let r = compare(d);
     assert_eq!(
         r["findings"],
         json!([
@@ -284,20 +287,7 @@ fn compare_reports_devices_and_the_neighbour() {
             nb("nb_r3_none", "none", "n3.json", Value::Null),
             nb("nb_r3_pid", "gpuprofd-pid-other", "p3.json", Value::Null)]}),
     );
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/gpu-workloads/compare.py"))
-        .arg(d.join("manifest.json"))
-        .arg(d.join("out"))
-        .output()
-        .expect("python3 (the validation scripts need it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
-            .unwrap();
+    let r = compare(d);
     assert_eq!(
         r["findings"],
         json!([
@@ -371,20 +361,7 @@ fn compare_reports_nccl_against_what_the_script_asked_for() {
             {"name": "nccl", "kind": "nccl", "report": "nccl.report.json", "error": null,
              "results": ["a.json", "b.json"]}]}),
     );
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/gpu-workloads/compare.py"))
-        .arg(d.join("manifest.json"))
-        .arg(d.join("out"))
-        .output()
-        .expect("python3 (the validation scripts need it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
-            .unwrap();
+    let r = compare(d);
     assert_eq!(
         r["findings"],
         json!([

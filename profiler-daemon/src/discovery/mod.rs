@@ -278,19 +278,39 @@ pub const MAX_STATIC_EXE_BYTES: u64 = 512 << 20;
 pub fn identify_static(open_path: &Path, display: &str, max_bytes: u64) -> Option<CudaLibrary> {
     let md = fs::metadata(open_path).ok()?;
     elf::read_static_runtime(open_path, max_bytes).ok()??;
+    Some(linked_into(
+        open_path,
+        display,
+        &md,
+        "static libcudart",
+        Layer::Runtime,
+        true,
+    ))
+}
+
+/// A CUDA library linked into the file at `open_path` (a program or a framework's library):
+/// named "`what` in FILE", since it has no SONAME of its own.
+pub(crate) fn linked_into(
+    open_path: &Path,
+    display: &str,
+    md: &fs::Metadata,
+    what: &str,
+    layer: Layer,
+    static_runtime: bool,
+) -> CudaLibrary {
     let name = Path::new(display)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| display.to_owned());
-    Some(CudaLibrary {
+    CudaLibrary {
         open_path: open_path.to_owned(),
         display: display.to_owned(),
-        soname: format!("static libcudart in {name}"),
-        layer: Layer::Runtime,
+        soname: format!("{what} in {name}"),
+        layer,
         dev: md.dev(),
         ino: md.ino(),
-        static_runtime: true,
-    })
+        static_runtime,
+    }
 }
 
 /// Every process id in `/proc`.

@@ -4,7 +4,6 @@
 
 use super::{CudaLibrary, elf};
 use crate::api::Layer;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Whether a file name looks like NCCL's library (`libnccl.so.2`, `libnccl.so.2.21.5`): a
@@ -44,19 +43,14 @@ pub fn identify_linked_in(open_path: &Path, display: &str, max_bytes: u64) -> Op
     if info.soname.as_deref().is_some_and(is_soname) || !exports_api(&info.exports) {
         return None;
     }
-    let name = Path::new(display)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| display.to_owned());
-    Some(CudaLibrary {
-        open_path: open_path.to_owned(),
-        display: display.to_owned(),
-        soname: format!("NCCL in {name}"),
-        layer: Layer::Nccl,
-        dev: md.dev(),
-        ino: md.ino(),
-        static_runtime: false,
-    })
+    Some(super::linked_into(
+        open_path,
+        display,
+        &md,
+        "NCCL",
+        Layer::Nccl,
+        false,
+    ))
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@
 //! Only for the libraries attached while the session sets up ([`Attacher::set_learning`]):
 //! those of processes already running. A library found later is mapped by a process that
 //! starts under watch, whose contexts the probes see being made; it would only pay (PyTorch
-//! calls `cudaGetDevice` about 8 times per kernel launch: on the H100, 4,101 calls for 500
-//! launches while it was probed).
+//! calls `cudaGetDevice` about 8 times per kernel launch: on the H100 the context probes ran
+//! 4,101 times for 500 launches while it was probed, against 100 without it).
 //!
 //! These are not counted among a library's probes (the ready line, `status`, the report's
 //! `libraries[].probes`): they come and go.

@@ -423,7 +423,12 @@ fn metrics_carry_the_operation_communicator_and_rank() {
     let calls = "gpuprofd_nccl_collective_calls_total{";
     let bytes = "gpuprofd_nccl_collective_bytes_total{";
     let ar = format!(r#"op="AllReduce",communicator="{id}",rank="2""#);
-    let body = wait(&|b: &str| series(b, calls, &ar).is_some_and(|_| b.contains(&pid)));
+    let early = r#"op="Broadcast",communicator="unknown",rank="unknown""#;
+    // The broadcast was the last call made: once it shows, every earlier record was folded in
+    // (a scrape between two records of one batch saw the AllReduce without it).
+    let body = wait(&|b: &str| {
+        b.contains(&pid) && series(b, calls, &ar).is_some() && series(b, calls, early).is_some()
+    });
     let line = |name: &str, labels: &str| {
         body.lines()
             .find(|l| l.starts_with(name) && l.contains(labels) && l.contains(&pid))
@@ -442,7 +447,6 @@ fn metrics_carry_the_operation_communicator_and_rank() {
         line(bytes, &send).is_some_and(|l| l.ends_with(" 20")),
         "{body}"
     );
-    let early = r#"op="Broadcast",communicator="unknown",rank="unknown""#;
     assert!(
         line(calls, early).is_some_and(|l| l.ends_with(" 1")),
         "{body}"

@@ -8,6 +8,7 @@
 pub mod cookie;
 #[cfg(feature = "user")]
 pub mod decode;
+pub mod gpu;
 pub mod memset;
 pub mod nccl;
 pub mod pairing;
@@ -125,7 +126,7 @@ pub mod fault {
 }
 
 /// Capacity of the counters arrays (kinds are below this).
-pub const MAX_KINDS: u32 = 16;
+pub const MAX_KINDS: u32 = 24;
 
 /// Record kinds (`Header::kind`).
 pub mod kind {
@@ -167,14 +168,22 @@ pub mod kind {
     /// An NCCL call: a communicator made, split, queried or ended, a collective, a send or a
     /// receive ([`crate::nccl::NcclBody`]).
     pub const NCCL: u32 = 14;
+    /// Kernels, copies and memsets as the GPU ran them, handed over by the injection library
+    /// ([`crate::gpu::GpuActivityBody`]).
+    pub const GPU_ACTIVITY: u32 = 15;
+    /// A kernel name id of the injection library ([`crate::gpu::GpuNameBody`]).
+    pub const GPU_NAME: u32 = 16;
+    /// The injection library's state changed ([`crate::gpu::GpuStateBody`]).
+    pub const GPU_STATE: u32 = 17;
     /// Highest kind of the first run of kinds the probes write; [`LAUNCHES`] and [`WINDOW`]
-    /// are the daemon's own, and [`NCCL`] comes after them (see [`written_by_probes`]).
+    /// are the daemon's own, and [`NCCL`] to [`GPU_STATE`] come after them (see
+    /// [`written_by_probes`]).
     pub const LAST: u32 = EXEC;
 
     /// Whether the probes write records of kind `k` (the kinds the loss and submission
-    /// counters cover): `1..=LAST` and [`NCCL`].
+    /// counters cover): `1..=LAST` and [`NCCL`]`..=`[`GPU_STATE`].
     pub const fn written_by_probes(k: u32) -> bool {
-        (k >= LAUNCH && k <= LAST) || k == NCCL
+        (k >= LAUNCH && k <= LAST) || (k >= NCCL && k <= GPU_STATE)
     }
 
     /// The report's name of record kind `kind`, `None` for values that are no kind.
@@ -194,6 +203,9 @@ pub mod kind {
             LAUNCHES => "counted_launches",
             WINDOW => "launch_window",
             NCCL => "nccl",
+            GPU_ACTIVITY => "gpu_activity",
+            GPU_NAME => "gpu_name",
+            GPU_STATE => "gpu_state",
             _ => return None,
         })
     }
@@ -771,6 +783,7 @@ pub struct Record<B> {
 }
 const _: () = assert!(core::mem::size_of::<Record<LaunchBody>>() == 80);
 const _: () = assert!(core::mem::size_of::<Record<NameBody>>() == 544);
+const _: () = assert!(kind::GPU_STATE < MAX_KINDS);
 
 /// Byte size of the record of `kind` (header included), or `None` for an unknown kind.
 pub const fn record_size(kind: u32) -> Option<usize> {
@@ -788,6 +801,9 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::LAUNCHES => core::mem::size_of::<LaunchesBody>(),
         kind::WINDOW => core::mem::size_of::<WindowBody>(),
         kind::NCCL => core::mem::size_of::<nccl::NcclBody>(),
+        kind::GPU_ACTIVITY => core::mem::size_of::<gpu::GpuActivityBody>(),
+        kind::GPU_NAME => core::mem::size_of::<gpu::GpuNameBody>(),
+        kind::GPU_STATE => core::mem::size_of::<gpu::GpuStateBody>(),
         _ => return None,
     };
     Some(core::mem::size_of::<Header>() + body)

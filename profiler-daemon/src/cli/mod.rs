@@ -212,6 +212,11 @@ pub struct CaptureArgs {
     /// SIGINT and SIGTERM on to it. Under sudo it runs as the user who ran sudo.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Do not load the GPU-time library into the command (by default the CUDA driver loads
+    /// `libgpuprofd_inject.so` into it through CUDA_INJECTION64_PATH, for exact per-kernel GPU
+    /// times; see docs/GPU-TIME.md). Only with a command.
+    #[arg(long)]
+    pub no_inject: bool,
     /// Run the command as this user (a name or a uid; its groups as a login gives them):
     /// default, under sudo, the user who ran sudo (SUDO_UID, SUDO_GID); else as gpuprofd runs.
     #[arg(long, value_name = "NAME|UID", requires = "command")]
@@ -448,6 +453,7 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
                 launch_duty: None,
                 verbose: cli.capture.verbose,
                 command: vec![workload.display().to_string()],
+                inject_lib: None,
                 command_stdin: Some(script),
                 run_as: None,
                 cgroups: vec![],
@@ -551,6 +557,8 @@ fn to_options(cli: Cli) -> Result<(CaptureOptions, Option<std::net::SocketAddr>)
             ring_bytes: a.ring_buffer_mb << 20,
             verbose: a.verbose,
             run_as,
+            inject_lib: (!a.no_inject && !a.command.is_empty())
+                .then(crate::sys::inject_lib::locate),
             command: a.command,
             command_stdin: None,
             cgroups: a.cgroups,

@@ -153,6 +153,7 @@ pub(super) fn serve(a: &ServeArgs) -> ExitCode {
             .flatten(),
         verbose: false,
         command: Vec::new(),
+        inject_lib: None,
         command_stdin: None,
         run_as: None,
         cgroups: cfg.capture.cgroups.clone(),

@@ -5,10 +5,12 @@
 //! capabilities: [`requirements`]), BTF and the uprobe PMU; that the embedded eBPF object loads; a full
 //! round trip (a uprobe on a function of this very binary, called once, must produce exactly
 //! one ring-buffer record); and, for every CUDA library found, the hook plan: which exported
-//! symbols match a rule, their entry bytes and the probe offset the placement picks. The plan
+//! symbols match a rule, their entry bytes and the probe offset the placement picks; and the
+//! GPU-time library ([`inject`]: installed, and who has it loaded). The plan
 //! needs no BPF, so it is useful even where BPF is unavailable (gVisor), for comparing the real
 //! libraries' shapes against the fake ones.
 
+mod inject;
 mod requirements;
 
 use crate::attach::{multi, placement, rules};
@@ -434,6 +436,14 @@ pub fn run(opts: &DoctorOptions) -> u8 {
         false,
         requirements::driver(driver.as_deref()),
     ));
+    let gt = inject::finding(
+        &crate::sys::inject_lib::locate(),
+        multi,
+        &inject::processes_with_it(),
+    );
+    let mut c = Check::new("gpu_time_library", false, gt.ok, gt.detail);
+    c.fix = gt.fix;
+    checks.push(c);
     let plans: Vec<Value> = libs.iter().map(|l| plan(l, opts.symbols)).collect();
     // Capture works here when every required check passed (a container can have a working
     // round trip and no BTF to show it: the probes would not load in the service).

@@ -11,10 +11,11 @@
 use super::SessionError;
 use crate::capture;
 use crate::sys::account::Account;
+use crate::sys::inject_lib::{CUDA_INJECTION_VAR, Located, OVERRIDE_VAR};
 use aya::Ebpf;
 use std::fs::File;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
 /// The command while it runs, and its status once it ended.
@@ -67,12 +68,17 @@ impl Wrapped {
         argv: &[String],
         stdin: Option<&Path>,
         account: Option<&Account>,
+        inject: Option<&Located>,
     ) -> Result<Wrapped, SessionError> {
         let me = std::process::id();
+        let (inject, note) = injection(inject, std::env::var_os(CUDA_INJECTION_VAR));
+        if let Some(n) = note {
+            super::console::say(format_args!("{n}"));
+        }
         if tree {
             capture::seed_tree(ebpf, me, true)?;
         }
-        let child = spawn(argv, stdin, account);
+        let child = spawn(argv, stdin, account, inject.as_deref());
         if tree {
             capture::seed_tree(ebpf, me, false)?;
         }
@@ -131,14 +137,64 @@ fn terminal_sends_it_too(pid: u32) -> bool {
     }
 }
 
+/// The library to name in the command's `CUDA_INJECTION64_PATH` (`None`: leave the variable
+/// as it is), and a line for the user when the command gets no exact GPU times although they
+/// were asked for. `current` is the variable's value in gpuprofd's own environment, which the
+/// command inherits.
+fn injection(
+    asked: Option<&Located>,
+    current: Option<std::ffi::OsString>,
+) -> (Option<PathBuf>, Option<String>) {
+    let none =
+        "the command gets no exact GPU times (derived figures only; --no-inject silences this)";
+    match (asked, current) {
+        (None, _) => (None, None),
+        (Some(Located::Found(p)), Some(c)) if Path::new(&c) == p => (None, None),
+        (Some(Located::Found(_)), Some(c)) => (
+            None,
+            Some(format!(
+                "{CUDA_INJECTION_VAR} is already set to {} (another profiler's library?): left \
+                 as it is, so {none}",
+                c.to_string_lossy()
+            )),
+        ),
+        (Some(Located::Found(p)), None) => (Some(p.clone()), None),
+        (Some(Located::OverrideMissing(p)), _) => (
+            None,
+            Some(format!(
+                "{OVERRIDE_VAR} names {}, which does not exist: {none}",
+                p.display()
+            )),
+        ),
+        (Some(Located::NotInstalled(tried)), _) => (
+            None,
+            Some(format!(
+                "{} is not installed beside gpuprofd (looked for {}): {none}",
+                profiler_common::gpu::INJECT_SONAME,
+                tried
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        ),
+    }
+}
+
 fn spawn(
     argv: &[String],
     stdin: Option<&Path>,
     account: Option<&Account>,
+    inject: Option<&Path>,
 ) -> Result<tokio::process::Child, SessionError> {
     let prog = argv.first().map(String::as_str).unwrap_or_default();
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(&argv[1..]);
+    if let Some(lib) = inject {
+        // The CUDA driver loads it at cuInit, in every process of the command that uses CUDA
+        // (children inherit the variable).
+        cmd.env(CUDA_INJECTION_VAR, lib);
+    }
     if let Some(p) = stdin {
         let f = File::open(p).map_err(|source| SessionError::Spawn {
             cmd: p.display().to_string(),
@@ -201,5 +257,51 @@ mod tests {
         assert_eq!(exit_code(killed(libc::SIGTERM)), 143);
         assert_eq!(describe(exited(3)), "exit status 3");
         assert_eq!(describe(killed(9)), "killed by signal 9 (SIGKILL)");
+    }
+
+    #[test]
+    fn the_library_is_named_only_where_nothing_else_is() {
+        let lib = PathBuf::from("/opt/gpuprofd/lib/libgpuprofd_inject.so");
+        let found = Located::Found(lib.clone());
+        assert_eq!(injection(None, None), (None, None));
+        assert_eq!(injection(Some(&found), None), (Some(lib.clone()), None));
+        // Already ours (a gpuprofd inside a gpuprofd, or the admin's node-wide setting).
+        assert_eq!(
+            injection(Some(&found), Some(lib.clone().into())),
+            (None, None)
+        );
+        let (set, note) = injection(
+            Some(&found),
+            Some("/opt/nsys/libToolsInjection64.so".into()),
+        );
+        assert_eq!(set, None);
+        assert_eq!(
+            note.unwrap(),
+            "CUDA_INJECTION64_PATH is already set to /opt/nsys/libToolsInjection64.so (another \
+             profiler's library?): left as it is, so the command gets no exact GPU times \
+             (derived figures only; --no-inject silences this)"
+        );
+        let (set, note) = injection(
+            Some(&Located::NotInstalled(vec![PathBuf::from(
+                "/usr/bin/libgpuprofd_inject.so",
+            )])),
+            None,
+        );
+        assert_eq!(set, None);
+        assert_eq!(
+            note.unwrap(),
+            "libgpuprofd_inject.so is not installed beside gpuprofd (looked for \
+             /usr/bin/libgpuprofd_inject.so): the command gets no exact GPU times (derived \
+             figures only; --no-inject silences this)"
+        );
+        let (set, note) = injection(
+            Some(&Located::OverrideMissing(PathBuf::from("/nope.so"))),
+            None,
+        );
+        assert_eq!(set, None);
+        assert!(
+            note.unwrap()
+                .starts_with("GPUPROFD_INJECT_LIB names /nope.so, which does not exist: ")
+        );
     }
 }

@@ -83,6 +83,9 @@ pub struct CaptureOptions {
     pub verbose: bool,
     /// Run this command under the profiler; the session ends when it exits.
     pub command: Vec<String>,
+    /// The injection library to load into the command, where it was looked for (`None`: not
+    /// asked for: no command, or `--no-inject`).
+    pub inject_lib: Option<crate::sys::inject_lib::Located>,
     pub command_stdin: Option<PathBuf>,
     /// Whom the command runs as (`None`: as gpuprofd runs).
     pub run_as: Option<crate::sys::account::Account>,
@@ -395,6 +398,7 @@ pub async fn run(
             &opts.command,
             opts.command_stdin.as_deref(),
             opts.run_as.as_ref(),
+            opts.inject_lib.as_ref(),
         ) {
             Ok(c) => Some(c),
             Err(e) => {

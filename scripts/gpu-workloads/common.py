@@ -5,7 +5,9 @@ gpuprofd report of the same run:
 
     {"workload": str, "pid": int, "steps": int, "step_times_s": [float],
      "profiler": null | {"kernels": int, "kernel_names": {name: count},
-                         "memcpy": {"h2d"|"d2h"|"d2d"|...: {"calls": int, "bytes": int}},
+                         "kernel_gpu_us": {name: total GPU microseconds},
+                         "memcpy": {"h2d"|"d2h"|"d2d"|...: {"calls": int, "bytes": int,
+                                                            "gpu_us": float}},
                          "api": {name: count}},
      "known": {...}}     # what the workload itself knows it did (bytes copied, graph replays)
 
@@ -90,8 +92,11 @@ _COPY_KINDS = {
 
 
 def reduce_trace(trace):
-    """Counts kernels (by name), copies (by direction, with bytes) and CUDA API calls."""
+    """Counts kernels (by name, with their GPU time), copies (by direction, with bytes and GPU
+    time) and CUDA API calls. GPU times are the trace's ``dur`` (microseconds, CUPTI's start
+    and end), summed."""
     kernels, names, api = 0, {}, {}
+    kernel_us = {}
     memcpy = {}
     for ev in trace.get("traceEvents", []):
         if ev.get("ph") != "X":
@@ -101,16 +106,24 @@ def reduce_trace(trace):
         if cat == "kernel":
             kernels += 1
             names[name] = names.get(name, 0) + 1
+            kernel_us[name] = kernel_us.get(name, 0.0) + float(ev.get("dur", 0) or 0)
         elif cat == "gpu_memcpy":
             # names look like "Memcpy HtoD (Pageable -> Device)"
             parts = name.split()
             kind = _COPY_KINDS.get(parts[1].lower(), "default") if len(parts) > 1 else "default"
-            e = memcpy.setdefault(kind, {"calls": 0, "bytes": 0})
+            e = memcpy.setdefault(kind, {"calls": 0, "bytes": 0, "gpu_us": 0.0})
             e["calls"] += 1
             e["bytes"] += int(ev.get("args", {}).get("bytes", 0) or 0)
+            e["gpu_us"] += float(ev.get("dur", 0) or 0)
         elif cat in ("cuda_runtime", "cuda_driver"):
             api[name] = api.get(name, 0) + 1
-    return {"kernels": kernels, "kernel_names": names, "memcpy": memcpy, "api": api}
+    return {
+        "kernels": kernels,
+        "kernel_names": names,
+        "kernel_gpu_us": kernel_us,
+        "memcpy": memcpy,
+        "api": api,
+    }
 
 
 def write(out, workload, steps, step_times, profiler=None, known=None, extra=None):

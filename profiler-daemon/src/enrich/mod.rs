@@ -3,6 +3,7 @@
 //! stacks (ELF symbols, DWARF lines, CPython code objects).
 
 pub mod driver_objects;
+pub mod gpu_env;
 pub mod itanium;
 pub mod jobs;
 pub mod launch_origin;

@@ -113,6 +113,23 @@ impl Devices {
     }
 }
 
+/// Names the NVML GPU of each known device row, where the process's environment `env` says
+/// which of the node's `gpus` its CUDA ordinal is (`crate::enrich::gpu_env`). Rows stay
+/// without one where the environment was not read, NVML listed no GPU, or the rules cannot
+/// tell; the unknown row keeps what [`Devices::report`] gave it.
+pub fn name_node_gpus(
+    rows: &mut [DeviceReport],
+    env: Option<&crate::enrich::gpu_env::GpuEnv>,
+    gpus: &[crate::enrich::gpu_env::NodeGpu],
+) {
+    let Some(env) = env else { return };
+    for r in rows.iter_mut() {
+        if let Some(ord) = r.device {
+            r.nvml_gpu = env.resolve(ord, gpus).ok().map(|g| g.index);
+        }
+    }
+}
+
 /// The flags of a record that carries a device (launches, copies, memsets, syncs, memory
 /// operations), `None` for the other kinds.
 pub fn device_flags(ev: &profiler_common::decode::Event) -> Option<u32> {
@@ -150,8 +167,10 @@ pub struct DeviceReport {
     pub syncs: u64,
     pub allocations: u64,
     pub alloc_bytes: u64,
-    /// The unknown row of a process NVML listed on exactly one GPU: that GPU's NVML index
-    /// (absent otherwise).
+    /// The node's GPU (NVML index) this row's calls went to. A known device: the one its
+    /// CUDA ordinal is under the process's `CUDA_VISIBLE_DEVICES` / `NVIDIA_VISIBLE_DEVICES`
+    /// (exact, by CUDA's rules; absent where they cannot tell). The unknown row of a process
+    /// NVML listed on exactly one GPU: that GPU, the most likely (the row stays unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml_gpu: Option<u32>,
 }

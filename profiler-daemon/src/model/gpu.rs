@@ -186,6 +186,18 @@ impl Gpus {
         &self.now
     }
 
+    /// The GPUs NVML listed, as the device-numbering rules need them.
+    pub fn node_gpus(&self) -> Vec<crate::enrich::gpu_env::NodeGpu> {
+        self.devices
+            .iter()
+            .map(|(&index, d)| crate::enrich::gpu_env::NodeGpu {
+                index,
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+            })
+            .collect()
+    }
+
     /// The report's `gpus`; `profiled` says whether a pid made CUDA calls gpuprofd recorded.
     pub fn report(&self, profiled: impl Fn(u32) -> bool) -> Vec<GpuReport> {
         self.devices

@@ -52,6 +52,8 @@ pub struct ProcessMeta {
     /// `None` when unknown. Kept with the counters of an ended process whose pid a process of
     /// another user now has.
     pub owner: Option<u32>,
+    /// The environment that numbers its CUDA devices (`None`: not read).
+    pub gpu_env: Option<crate::enrich::gpu_env::GpuEnv>,
 }
 
 /// The `comm` of a process that was gone before procfs could be read, until its end record
@@ -361,6 +363,13 @@ impl Aggregator {
         }
     }
 
+    /// The environment that numbers `tgid`'s CUDA devices (from a capture file's frame).
+    pub fn set_gpu_env(&mut self, tgid: u32, env: crate::enrich::gpu_env::GpuEnv) {
+        if let Some(m) = self.meta.get_mut(&tgid) {
+            m.gpu_env = Some(env);
+        }
+    }
+
     /// What procfs said about `tgid` at first sight (and since).
     pub fn process_meta(&self, tgid: u32) -> Option<&ProcessMeta> {
         self.meta.get(&tgid)
@@ -618,6 +627,7 @@ impl Aggregator {
 
     /// The report of everything so far (names resolved now, through the symbol resolver).
     pub fn report(&self, meta: ReportMeta) -> Report {
+        let node = self.gpus.node_gpus();
         let mut processes: Vec<_> = self
             .retired
             .iter()
@@ -630,6 +640,7 @@ impl Aggregator {
                     self.resolver.as_ref(),
                     &self.stacks,
                     meta.started_mono_ns,
+                    &node,
                 )
             })
             .chain(self.seen_tgids().into_iter().map(|t| {
@@ -641,6 +652,7 @@ impl Aggregator {
                     self.resolver.as_ref(),
                     &self.stacks,
                     meta.started_mono_ns,
+                    &node,
                 )
             }))
             .collect();

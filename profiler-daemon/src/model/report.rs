@@ -236,6 +236,7 @@ pub(super) fn process(
     resolver: &dyn SymbolResolver,
     stacks: &crate::enrich::stacks::StackResolver,
     origin_ns: u64,
+    node: &[crate::enrich::gpu_env::NodeGpu],
 ) -> ProcessReport {
     let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
     let (code, stack_summary) = match &p.frozen_code {
@@ -270,6 +271,7 @@ pub(super) fn process(
         derived_gpu_idle: None,
         nccl: p.nccl.report(),
     };
+    super::devices::name_node_gpus(&mut r.devices, meta.and_then(|m| m.gpu_env.as_ref()), node);
     super::busy::fill(&mut r, &p.busy);
     r
 }

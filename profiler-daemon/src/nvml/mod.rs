@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// One device at one moment. `None`: the device does not report it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSample {
     pub index: u32,
     pub name: String,
@@ -53,7 +53,7 @@ pub struct ProcessSample {
 }
 
 /// One sampling round.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// CLOCK_MONOTONIC, as the probes' records.
     pub ts_ns: u64,

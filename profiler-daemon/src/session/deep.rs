@@ -227,6 +227,9 @@ impl DeepCapture {
                     tgid,
                     process: store::StoredProcess::from(meta),
                 });
+                if let Some(env) = meta.gpu_env.clone() {
+                    self.writer.frame(&Frame::GpuEnv { tgid, env });
+                }
             }
             if let Some(names) = agg.names(tgid) {
                 for rec in name_records(tgid, names) {

@@ -184,6 +184,9 @@ impl Seen {
             meta.owner = owner.filter(|_| !meta.exited);
             let process = StoredProcess::from(&meta);
             taps.frame_for(tgid, &Frame::Process { tgid, process });
+            if let Some(env) = meta.gpu_env.clone() {
+                taps.frame_for(tgid, &Frame::GpuEnv { tgid, env });
+            }
             agg.set_process_meta_read_at(tgid, meta, read_at);
         }
         if let Event::Stack(_, st) = ev {
@@ -282,6 +285,7 @@ fn first_sight(tgid: u32, ts_ns: u64, symbols: &ProcSymbols) -> ProcessMeta {
                 job: crate::enrich::jobs::job_of(tgid),
                 start_time,
                 owner: None,
+                gpu_env: crate::enrich::gpu_env::of_process(tgid),
             }
         }
         _ => ProcessMeta {
@@ -291,6 +295,7 @@ fn first_sight(tgid: u32, ts_ns: u64, symbols: &ProcSymbols) -> ProcessMeta {
             job: None,
             start_time: 0,
             owner: None,
+            gpu_env: None,
         },
     }
 }

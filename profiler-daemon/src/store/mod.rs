@@ -48,7 +48,10 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 /// * 7: records may be of kind `NCCL` (NCCL calls), and the API table may hold functions of
 ///   the `nccl` layer. A schema-6 reader could not read that table (an enum value it lacks):
 ///   it refuses the file instead. (Schema 1–6 files read as before.)
-pub const SCHEMA_VERSION: u32 = 7;
+/// * 8: a `GpuEnv` frame after a process's `Process` frame (which NVML GPU its CUDA devices
+///   are). A schema-7 reader would count it as damage and lose everything behind it: it
+///   refuses the file instead.
+pub const SCHEMA_VERSION: u32 = 8;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).
@@ -191,6 +194,12 @@ pub enum Frame {
     Faults(BTreeMap<String, u64>),
     /// The GPM figures of the NVML round just before (schema 6).
     NvmlGpm(crate::nvml::gpm::Gpm),
+    /// The environment that numbers the CUDA devices of the process whose [`Frame::Process`]
+    /// came just before (schema 8).
+    GpuEnv {
+        tgid: u32,
+        env: crate::enrich::gpu_env::GpuEnv,
+    },
 }
 
 fn codec() -> impl bincode::Options {

@@ -245,6 +245,7 @@ pub fn replay_selecting(
                     job: process.job.map(Job::from),
                     start_time: process.start_time,
                     owner: None,
+                    gpu_env: None,
                 },
             ),
             Frame::Retire { tgid } => {
@@ -267,6 +268,7 @@ pub fn replay_selecting(
             Frame::Libraries(v) => agg.set_libraries(v),
             Frame::Faults(f) => faults = f,
             Frame::NvmlGpm(g) => agg.apply_nvml_gpm(&g),
+            Frame::GpuEnv { tgid, env } => agg.set_gpu_env(tgid, env),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);

@@ -116,6 +116,7 @@ fn live_equivalent() -> Report {
             tgid,
             ProcessMeta {
                 owner: None,
+                gpu_env: None,
                 comm: m.comm,
                 cmdline: m.cmdline,
                 exited: m.exited,
@@ -769,4 +770,62 @@ fn nccl_records_and_their_layer_round_trip() {
     .unwrap();
     let n = one.report.processes[0].nccl.as_ref().unwrap();
     assert_eq!((n.calls, n.communicators[0].rank), (2, Some(1)));
+}
+
+/// A process's device-numbering environment travels in the file: replayed, its device 0 is
+/// the node GPU its `CUDA_VISIBLE_DEVICES` names.
+#[test]
+fn the_device_numbering_environment_is_kept() {
+    let t = Tmp::new("gpuenv");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.frame(&Frame::Nvml(crate::nvml::Sample {
+        ts_ns: 1_500,
+        devices: (0..2)
+            .map(|i| crate::nvml::DeviceSample {
+                index: i,
+                name: "NVIDIA H200".into(),
+                uuid: format!("GPU-{i}"),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    let env = crate::enrich::gpu_env::GpuEnv {
+        cuda_visible: Some("1".into()),
+        ..Default::default()
+    };
+    w.frame(&Frame::GpuEnv {
+        tgid: 100,
+        env: env.clone(),
+    });
+    let on_device_0 = Record {
+        header: Header {
+            kind: kind::LAUNCH,
+            api: 0,
+            tgid: 100,
+            tid: 100,
+            ts_ns: 2_000,
+        },
+        body: LaunchBody {
+            func: 0x4000,
+            flags: profiler_common::device::with(0, profiler_common::device::wire(0)),
+            ..Default::default()
+        },
+    };
+    w.record(&encode(&on_device_0));
+    w.flush();
+    assert_eq!(w.failure(), None);
+    let r = replay(&t.0).unwrap();
+    let p = &r.report.processes[0];
+    assert_eq!(p.devices.len(), 1);
+    assert_eq!(
+        (p.devices[0].device, p.devices[0].nvml_gpu),
+        (Some(0), Some(1))
+    );
 }

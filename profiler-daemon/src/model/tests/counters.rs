@@ -193,6 +193,7 @@ fn exited_process_kept_with_meta() {
         7,
         ProcessMeta {
             owner: None,
+            gpu_env: None,
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
@@ -206,6 +207,7 @@ fn exited_process_kept_with_meta() {
         7,
         ProcessMeta {
             owner: None,
+            gpu_env: None,
             comm: "python3".into(),
             cmdline: "python3 train.py".into(),
             exited: false,
@@ -696,4 +698,70 @@ fn live_rows_show_gpm_of_a_gpu_the_job_holds_alone() {
     let g1 = r.gpus[1].gpm.as_ref().unwrap();
     assert_eq!((g1.shared_samples, g1.jobs.len()), (1, 0));
     assert_eq!(r.gpus[0].gpm.as_ref().unwrap().jobs[0].workload, "slurm:7");
+}
+
+/// Two ranks on a four-GPU node, each "device 0" of its own: `CUDA_VISIBLE_DEVICES` (Slurm's
+/// per-task GPUs) and a container's `NVIDIA_VISIBLE_DEVICES` (the Kubernetes device plugin)
+/// say which of the node's GPUs that is.
+#[test]
+fn each_rank_s_device_0_is_named_by_its_node_gpu() {
+    use crate::enrich::gpu_env::GpuEnv;
+    use crate::nvml::{DeviceSample, Sample};
+    let mut a = agg();
+    a.apply_nvml(&Sample {
+        ts_ns: 5,
+        devices: (0..4)
+            .map(|i| DeviceSample {
+                index: i,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                uuid: format!("GPU-{i}0000000-aaaa"),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    let on_device_0 = |tgid| {
+        let mut l = launch(tgid, LAUNCH_RT, 0x1000, 1, 0);
+        if let Event::Launch(_, b) = &mut l {
+            b.flags = 1 << profiler_common::flags::DEVICE_SHIFT;
+        }
+        l
+    };
+    let env = |cuda: Option<&str>, nvidia: Option<&str>| GpuEnv {
+        cuda_visible: cuda.map(str::to_owned),
+        nvidia_visible: nvidia.map(str::to_owned),
+        device_order: None,
+        in_container: nvidia.is_some(),
+    };
+    for (tgid, e) in [
+        (10, Some(env(Some("2"), None))),
+        (11, Some(env(None, Some("GPU-30000000-aaaa")))),
+        (12, Some(env(None, None))),
+        (13, None),
+    ] {
+        a.apply(&on_device_0(tgid));
+        a.set_process_meta(
+            tgid,
+            ProcessMeta {
+                comm: "rank".into(),
+                gpu_env: e,
+                ..Default::default()
+            },
+        );
+    }
+    let ps = a.report(meta()).processes;
+    let named: Vec<(u32, Option<u32>, Option<u32>)> = ps
+        .iter()
+        .map(|p| (p.tgid, p.devices[0].device, p.devices[0].nvml_gpu))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (10, Some(0), Some(2)),
+            (11, Some(0), Some(3)),
+            (12, Some(0), Some(0)),
+            // Its environment was not read: not guessed.
+            (13, Some(0), None),
+        ]
+    );
 }

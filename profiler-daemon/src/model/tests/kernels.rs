@@ -205,6 +205,7 @@ fn report_json_contract() {
         42,
         ProcessMeta {
             owner: None,
+            gpu_env: None,
             comm: "demo".into(),
             cmdline: "./demo".into(),
             exited: false,

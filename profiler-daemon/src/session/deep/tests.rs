@@ -92,6 +92,7 @@ fn sync_rec(tgid: u32, ts_ns: u64) -> Vec<u8> {
 fn meta(comm: &str) -> ProcessMeta {
     ProcessMeta {
         owner: None,
+        gpu_env: None,
         comm: comm.into(),
         cmdline: format!("{comm} train.py"),
         exited: false,

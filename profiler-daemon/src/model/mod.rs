@@ -628,33 +628,22 @@ impl Aggregator {
     /// The report of everything so far (names resolved now, through the symbol resolver).
     pub fn report(&self, meta: ReportMeta) -> Report {
         let node = self.gpus.node_gpus();
+        let cx = report::Ctx {
+            api: &self.api,
+            resolver: self.resolver.as_ref(),
+            stacks: &self.stacks,
+            origin_ns: meta.started_mono_ns,
+            node: &node,
+        };
         let mut processes: Vec<_> = self
             .retired
             .iter()
-            .map(|(t, p, m)| {
-                report::process(
-                    *t,
-                    p,
-                    Some(m),
-                    &self.api,
-                    self.resolver.as_ref(),
-                    &self.stacks,
-                    meta.started_mono_ns,
-                    &node,
-                )
-            })
-            .chain(self.seen_tgids().into_iter().map(|t| {
-                report::process(
-                    t,
-                    &self.procs[&t],
-                    self.meta.get(&t),
-                    &self.api,
-                    self.resolver.as_ref(),
-                    &self.stacks,
-                    meta.started_mono_ns,
-                    &node,
-                )
-            }))
+            .map(|(t, p, m)| report::process(*t, p, Some(m), &cx))
+            .chain(
+                self.seen_tgids()
+                    .into_iter()
+                    .map(|t| report::process(t, &self.procs[&t], self.meta.get(&t), &cx)),
+            )
             .collect();
         // By tgid; a retired process before the one that took its tgid (stable sort).
         processes.sort_by_key(|p| p.tgid);

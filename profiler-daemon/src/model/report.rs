@@ -227,17 +227,31 @@ fn allocations(p: &ProcState) -> AllocReport {
     }
 }
 
+/// What every process's report section is made with.
+pub(super) struct Ctx<'a> {
+    pub api: &'a ApiTable,
+    pub resolver: &'a dyn SymbolResolver,
+    pub stacks: &'a crate::enrich::stacks::StackResolver,
+    /// The capture's start (CLOCK_MONOTONIC): timelines count from it.
+    pub origin_ns: u64,
+    /// The node's GPUs, as NVML listed them.
+    pub node: &'a [crate::enrich::gpu_env::NodeGpu],
+}
+
 /// The report section of one process.
 pub(super) fn process(
     tgid: u32,
     p: &ProcState,
     meta: Option<&ProcessMeta>,
-    api: &ApiTable,
-    resolver: &dyn SymbolResolver,
-    stacks: &crate::enrich::stacks::StackResolver,
-    origin_ns: u64,
-    node: &[crate::enrich::gpu_env::NodeGpu],
+    cx: &Ctx<'_>,
 ) -> ProcessReport {
+    let Ctx {
+        api,
+        resolver,
+        stacks,
+        origin_ns,
+        node,
+    } = *cx;
     let (kernels, unnamed_launches) = kernels(p, api, resolver, tgid);
     let (code, stack_summary) = match &p.frozen_code {
         Some(c) => c.clone(),

@@ -818,7 +818,7 @@ fn the_device_numbering_environment_is_kept() {
             ..Default::default()
         },
     };
-    w.record(&encode(&on_device_0));
+    w.record(encode(&on_device_0));
     w.flush();
     assert_eq!(w.failure(), None);
     let r = replay(&t.0).unwrap();

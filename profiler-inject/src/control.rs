@@ -9,6 +9,9 @@ use profiler_common::gpu::{POLL_MS, state};
 
 use crate::{deliver, records, sites};
 
+/// CUPTI's worker thread delivers partly filled buffers this often (milliseconds) while enabled.
+pub const FLUSH_PERIOD_MS: u32 = 200;
+
 const KINDS: [K; 3] = [
     K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
     K::CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -132,6 +135,9 @@ impl Control {
                 return;
             }
         }
+        // Records reach gpuprofd within FLUSH_PERIOD_MS even when a buffer fills slowly.
+        // SAFETY: CUPTI is loaded. A failure only means buffers are delivered when full.
+        unsafe { cupti::cuptiActivityFlushPeriod(FLUSH_PERIOD_MS) };
         deliver::forget_names();
         self.enabled = true;
         self.yielded = false;
@@ -146,6 +152,7 @@ impl Control {
             for k in &KINDS {
                 cupti::cuptiActivityDisable(*k);
             }
+            cupti::cuptiActivityFlushPeriod(0); // CUPTI's default again
         }
         self.enabled = false;
         sites::state(state::DISABLED, 0);

@@ -52,3 +52,26 @@ pub fn semaphore() -> u16 {
 pub fn state(state: u32, detail: u64) {
     gpuprofd_inject_state(state, detail);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code as loaded: a 5-byte nop, `ret`, and a different `int3` tail for each site.
+    #[test]
+    fn sites_shape() {
+        let sites: [(*const u8, usize); 3] = [
+            (gpuprofd_inject_activity as *const u8, 1),
+            (gpuprofd_inject_name as *const u8, 2),
+            (gpuprofd_inject_state as *const u8, 3),
+        ];
+        for (f, int3s) in sites {
+            // SAFETY: reading the first bytes of our own functions' code.
+            let code = unsafe { core::slice::from_raw_parts(f, 6 + int3s) };
+            let mut want = vec![0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
+            want.extend(std::iter::repeat_n(0xcc, int3s));
+            assert_eq!(code, &want[..]);
+        }
+        assert_eq!(semaphore(), 0, "nobody listens in a unit test");
+    }
+}

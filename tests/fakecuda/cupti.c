@@ -12,7 +12,8 @@
  * not convert is visibly wrong.
  *
  * Environment: FAKECUPTI_LOG=FILE appends one line per call that changes state (subscribe,
- * unsubscribe, register, enable K, disable K, flush, period MS, deliver N); FAKECUPTI_VERSION=V
+ * unsubscribe, register, enable K, disable K, flush F, period MS, deliver N, dropped N: a
+ * nonzero drop count read); FAKECUPTI_VERSION=V
  * reports another API version. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -185,6 +186,7 @@ static CUpti_BuffersCallbackRequestFunc g_req;
 static CUpti_BuffersCallbackCompleteFunc g_done;
 static int g_subscribed;
 static uint32_t g_period_ms;
+static int g_hold; /* fakecupti_hold: the worker keeps completed buffers */
 static uint32_t g_corr;
 static size_t g_dropped;
 struct buf {
@@ -276,6 +278,7 @@ static void *worker(void *unused) {
         uint64_t t = now_ns();
         int periodic = period && t - last >= (uint64_t)period * 1000000ull;
         if (periodic) last = t;
+        if (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE)) continue;
         pthread_mutex_lock(&g_mu);
         int any = g_ndone > 0 || (periodic && g_cur.used);
         pthread_mutex_unlock(&g_mu);
@@ -349,6 +352,10 @@ static void record(const struct fakecupti_op *op) {
 }
 
 static const struct fakecupti_hook g_hook = {&g_enabled, record};
+
+/* Test knob (workload `cupti_hold on|off`): while on, the worker delivers nothing, so a client's
+ * buffers stay lent, as when its completion callback is slow. */
+EXPORT void fakecupti_hold(int on) { __atomic_store_n(&g_hold, on, __ATOMIC_RELEASE); }
 
 /* Loaded into a process whose fake driver is there: become its CUPTI. */
 __attribute__((constructor)) static void attach_to_driver(void) {
@@ -444,6 +451,7 @@ EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t
     *dropped = g_dropped;
     g_dropped = 0;
     pthread_mutex_unlock(&g_mu);
+    if (*dropped) logf_("dropped %zu", *dropped);
     return CUPTI_SUCCESS;
 }
 

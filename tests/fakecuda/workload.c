@@ -1065,7 +1065,8 @@ static int cmd_drv_launch_held(int argc, char **argv) {
  * fake GPU (what the fake CUPTI records; the driver's defaults: 2000, 1000, 500).
  * cupti_client on|off: become (or stop being) an in-process CUPTI client, as torch.profiler
  * does: cuptiSubscribe / cuptiUnsubscribe of the libcupti.so.12 the library path finds; replies
- * CUPTI's result code. */
+ * CUPTI's result code.
+ * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on. */
 static int cmd_gpu_ns(int argc, char **argv) {
     if (argc != 2) return FAIL("usage: kernel|memcpy|memset NS");
     unsigned which = !strcmp(argv[0], "kernel") ? 0 : !strcmp(argv[0], "memcpy") ? 1 : !strcmp(argv[0], "memset") ? 2 : 3;
@@ -1074,6 +1075,15 @@ static int cmd_gpu_ns(int argc, char **argv) {
         (void (*)(unsigned, unsigned long long))dlsym(RTLD_DEFAULT, "fakecuda_set_gpu_ns");
     if (!set) return FAIL("the driver has no fakecuda_set_gpu_ns");
     set(which, strtoull(argv[1], NULL, 10));
+    return 0;
+}
+static int cmd_cupti_hold(int argc, char **argv) {
+    if (argc != 1 || (strcmp(argv[0], "on") && strcmp(argv[0], "off"))) return FAIL("usage: on|off");
+    void *h = dlopen("libcupti.so.12", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return FAIL("libcupti.so.12 is not loaded");
+    void (*hold)(int) = (void (*)(int))dlsym(h, "fakecupti_hold");
+    if (!hold) return FAIL("libcupti.so.12 has no fakecupti_hold: not the fake");
+    hold(!strcmp(argv[0], "on"));
     return 0;
 }
 static void *g_cupti_sub;
@@ -1180,6 +1190,7 @@ static inline __attribute__((always_inline)) int run(int argc, char **argv, char
     if (!strcmp(c, "lookalike_launch")) return cmd_lookalike(argc, argv);
     if (!strcmp(c, "gpu_ns")) return cmd_gpu_ns(argc, argv);
     if (!strcmp(c, "cupti_client")) return cmd_cupti_client(argc, argv, reply_extra, extra_len);
+    if (!strcmp(c, "cupti_hold")) return cmd_cupti_hold(argc, argv);
     if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);
     if (!strcmp(c, "digest")) {
         /* what the libraries computed, and what the copies left in the buffers */

@@ -429,6 +429,51 @@ fn enabled_only_while_a_probe_listens() {
     w.exit();
 }
 
+/// The pool bounds what the library holds: with CUPTI's completions held back, CUPTI gets 8
+/// buffers of 1 MiB (5,041 kernel records of 208 bytes each) and drops the rest, which the
+/// library reports; the launches never wait.
+#[test]
+fn a_full_pool_drops_and_counts_without_blocking_the_application() {
+    let dir = TempDir::new("inject-drop");
+    let (mut w, log) = workload(&dir, true, &[]);
+    let sites = Sites::on(w.tgid);
+    let _probe = sites.listen();
+    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
+    assert_eq!(sites.state.hits(), 1, "ENABLED");
+    // Drops are reported from CUPTI's thread, as the buffer completes.
+    let lib = inject_lib();
+    let worker = thread_named(w.tgid, "fakecupti-wrk");
+    let state_w = Uprobe::attach(
+        worker,
+        &lib,
+        file_offset(&lib, "gpuprofd_inject_state"),
+        None,
+    );
+    w.cmd("cupti_hold on");
+    w.cmd("rt_launch relu 41000 1 1 1 32 1 1 0 0");
+    assert_eq!(split_log(&log).1, Vec::<u64>::new(), "held");
+    w.cmd("cupti_hold off");
+    eventually("8 buffers delivered", || split_log(&log).1.len() == 8);
+    let lines = log_lines(&log);
+    let mut want = strs(&ENABLE);
+    want.push("deliver 5041".into());
+    want.push(format!("dropped {}", 41000 - 8 * 5041));
+    want.extend(std::iter::repeat_n("deliver 5041".to_owned(), 7));
+    assert_eq!(lines, want);
+    eventually("DROPPED reported", || state_w.hits() == 1);
+    assert_eq!(
+        sites.state.hits(),
+        1,
+        "nothing more from the control thread"
+    );
+    // Buffers came back: records flow again.
+    w.cmd("rt_launch relu 3 1 1 1 32 1 1 0 0");
+    eventually("3 more", || {
+        split_log(&log).1.iter().sum::<u64>() == 8 * 5041 + 3
+    });
+    w.exit();
+}
+
 #[test]
 fn without_cupti_the_library_says_so_once_and_does_nothing() {
     let dir = TempDir::new("inject-nocupti");

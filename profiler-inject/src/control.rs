@@ -2,6 +2,8 @@
 //! disables CUPTI's activity records to match, reporting each change through the state site.
 //! All CUPTI setup and teardown runs here, never on an application thread.
 
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cudarc::cupti::sys::{self as cupti, CUpti_ActivityKind as K, CUptiResult as R};
@@ -17,6 +19,23 @@ const KINDS: [K; 3] = [
     K::CUPTI_ACTIVITY_KIND_MEMCPY,
     K::CUPTI_ACTIVITY_KIND_MEMSET,
 ];
+
+/// Activity is enabled (for the exit handler, which runs on the exiting thread).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static AT_EXIT: Once = Once::new();
+
+/// At process exit, while enabled: what CUPTI still holds (up to [`FLUSH_PERIOD_MS`] of
+/// records) is delivered before the process goes, so a short program loses nothing. Runs
+/// before CUPTI's own exit handlers (registered earlier, so run later).
+extern "C" fn flush_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if ENABLED.swap(false, Ordering::AcqRel) {
+            // SAFETY: CUPTI is loaded (ENABLED is only set after it was). Flag 1:
+            // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, incomplete records too.
+            unsafe { cupti::cuptiActivityFlushAll(1) };
+        }
+    });
+}
 
 /// What the library knows about CUPTI in this process.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -139,12 +158,19 @@ impl Control {
         // SAFETY: CUPTI is loaded. A failure only means buffers are delivered when full.
         unsafe { cupti::cuptiActivityFlushPeriod(FLUSH_PERIOD_MS) };
         deliver::forget_names();
+        ENABLED.store(true, Ordering::Release);
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a function of this library, which is never unloaded (the
+            // driver keeps it).
+            unsafe { libc::atexit(flush_at_exit) };
+        });
         self.enabled = true;
         self.yielded = false;
         sites::state(state::ENABLED, version as u64);
     }
 
     fn disable(&mut self) {
+        ENABLED.store(false, Ordering::Release);
         // SAFETY: CUPTI is loaded (we enabled through it). Flush first: what ran while
         // gpuprofd listened reaches it before the kinds are turned off.
         unsafe {

@@ -43,6 +43,10 @@
 //! callbacks without subscribing is not seen either; and a client subscribing in the
 //! microseconds between our subscribe and unsubscribe gets the error instead of us.
 //!
+//! **Exit.** While enabled, an `atexit` handler flushes what CUPTI still holds (forced), so a
+//! short program's last records reach gpuprofd; a process killed by a signal loses up to
+//! `control::FLUSH_PERIOD_MS` of them.
+//!
 //! **Never harms the job.** Every entry from C (`InitializeInjection`, CUPTI's callbacks)
 //! catches panics; no CUPTI call runs on an application thread; results are never touched.
 

@@ -474,6 +474,21 @@ fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     w.exit();
 }
 
+/// What CUPTI still holds when the process exits is delivered on the way out.
+#[test]
+fn records_are_flushed_at_exit() {
+    let dir = TempDir::new("inject-exit");
+    let (mut w, log) = workload(&dir, true, &[]);
+    let sites = Sites::on(w.tgid);
+    let _probe = sites.listen();
+    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
+    w.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
+    w.exit();
+    let (calls, delivered) = split_log(&log);
+    assert_eq!(calls, [strs(&ENABLE), strs(&["flush 1"])].concat());
+    assert_eq!(delivered.iter().sum::<u64>(), 5, "{delivered:?}");
+}
+
 #[test]
 fn without_cupti_the_library_says_so_once_and_does_nothing() {
     let dir = TempDir::new("inject-nocupti");
@@ -617,7 +632,14 @@ fn results_are_the_same_with_and_without_the_library() {
         assert_eq!(code, Some(0), "{what}");
         assert_eq!(got, want, "{what}");
         if cupti {
-            assert_eq!(split_log(&log).0, strs(&ENABLE), "{what}");
+            let (calls, delivered) = split_log(&log);
+            assert_eq!(
+                calls,
+                [strs(&ENABLE), strs(&["flush 1"])].concat(),
+                "{what}"
+            );
+            // 3 + 5 + 3 kernels, 3 + 2 copies, 2 memsets: all of them, the last at exit.
+            assert_eq!(delivered.iter().sum::<u64>(), 18, "{delivered:?}");
         }
     }
 }

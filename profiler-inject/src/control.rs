@@ -3,7 +3,7 @@
 //! All CUPTI setup and teardown runs here, never on an application thread.
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use cudarc::cupti::sys::{self as cupti, CUpti_ActivityKind as K, CUptiResult as R};
@@ -20,8 +20,10 @@ const KINDS: [K; 3] = [
     K::CUPTI_ACTIVITY_KIND_MEMSET,
 ];
 
-/// Activity is enabled (for the exit handler, which runs on the exiting thread).
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The pid that enabled activity, 0 while disabled (for the exit handler, which runs on the
+/// exiting thread). A pid, not a flag: a child forked after the enable (a data loader worker)
+/// inherits the memory but not CUPTI's threads, and must not call CUPTI when it exits.
+static ENABLED_IN: AtomicI32 = AtomicI32::new(0);
 static AT_EXIT: Once = Once::new();
 
 /// At process exit, while enabled: what CUPTI still holds (up to [`FLUSH_PERIOD_MS`] of
@@ -29,8 +31,14 @@ static AT_EXIT: Once = Once::new();
 /// before CUPTI's own exit handlers (registered earlier, so run later).
 extern "C" fn flush_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if ENABLED.swap(false, Ordering::AcqRel) {
-            // SAFETY: CUPTI is loaded (ENABLED is only set after it was). Flag 1:
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        if me != 0
+            && ENABLED_IN
+                .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            // SAFETY: CUPTI is loaded in this process (ENABLED_IN is set after it was). Flag 1:
             // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, incomplete records too.
             unsafe { cupti::cuptiActivityFlushAll(1) };
         }
@@ -158,7 +166,8 @@ impl Control {
         // SAFETY: CUPTI is loaded. A failure only means buffers are delivered when full.
         unsafe { cupti::cuptiActivityFlushPeriod(FLUSH_PERIOD_MS) };
         deliver::forget_names();
-        ENABLED.store(true, Ordering::Release);
+        // SAFETY: getpid has no preconditions.
+        ENABLED_IN.store(unsafe { libc::getpid() }, Ordering::Release);
         AT_EXIT.call_once(|| {
             // SAFETY: registers a function of this library, which is never unloaded (the
             // driver keeps it).
@@ -170,7 +179,7 @@ impl Control {
     }
 
     fn disable(&mut self) {
-        ENABLED.store(false, Ordering::Release);
+        ENABLED_IN.store(0, Ordering::Release);
         // SAFETY: CUPTI is loaded (we enabled through it). Flush first: what ran while
         // gpuprofd listened reaches it before the kinds are turned off.
         unsafe {

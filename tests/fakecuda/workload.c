@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_fake.h"
@@ -1066,7 +1067,8 @@ static int cmd_drv_launch_held(int argc, char **argv) {
  * cupti_client on|off: become (or stop being) an in-process CUPTI client, as torch.profiler
  * does: cuptiSubscribe / cuptiUnsubscribe of the libcupti.so.12 the library path finds; replies
  * CUPTI's result code.
- * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on. */
+ * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on.
+ * fork_exit: see cmd_fork_exit. */
 static int cmd_gpu_ns(int argc, char **argv) {
     if (argc != 2) return FAIL("usage: kernel|memcpy|memset NS");
     unsigned which = !strcmp(argv[0], "kernel") ? 0 : !strcmp(argv[0], "memcpy") ? 1 : !strcmp(argv[0], "memset") ? 2 : 3;
@@ -1084,6 +1086,18 @@ static int cmd_cupti_hold(int argc, char **argv) {
     void (*hold)(int) = (void (*)(int))dlsym(h, "fakecupti_hold");
     if (!hold) return FAIL("libcupti.so.12 has no fakecupti_hold: not the fake");
     hold(!strcmp(argv[0], "on"));
+    return 0;
+}
+/* fork_exit: a child forked now calls exit(0) (running atexit handlers, as a forked worker
+ * that returns normally does); replies its wait status. */
+static int cmd_fork_exit(char *extra, size_t extra_len) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return FAIL("fork: %s", strerror(errno));
+    if (pid == 0) exit(0);
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid) return FAIL("waitpid: %s", strerror(errno));
+    snprintf(extra, extra_len, " status=%d", st);
     return 0;
 }
 static void *g_cupti_sub;
@@ -1191,6 +1205,7 @@ static inline __attribute__((always_inline)) int run(int argc, char **argv, char
     if (!strcmp(c, "gpu_ns")) return cmd_gpu_ns(argc, argv);
     if (!strcmp(c, "cupti_client")) return cmd_cupti_client(argc, argv, reply_extra, extra_len);
     if (!strcmp(c, "cupti_hold")) return cmd_cupti_hold(argc, argv);
+    if (!strcmp(c, "fork_exit")) return cmd_fork_exit(reply_extra, extra_len);
     if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);
     if (!strcmp(c, "digest")) {
         /* what the libraries computed, and what the copies left in the buffers */

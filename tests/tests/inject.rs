@@ -483,6 +483,10 @@ fn records_are_flushed_at_exit() {
     let _probe = sites.listen();
     eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
     w.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
+    // A forked child that exits normally runs the exit handlers too: it has no CUPTI threads
+    // (a call could hang on a lock another thread held at the fork), so it must not flush.
+    assert_eq!(w.cmd("fork_exit"), "ok fork_exit status=0");
+    assert_eq!(split_log(&log).0, strs(&ENABLE), "the child flushed");
     w.exit();
     let (calls, delivered) = split_log(&log);
     assert_eq!(calls, [strs(&ENABLE), strs(&["flush 1"])].concat());

@@ -12,7 +12,9 @@
 //! file-backed `.probes` section. gpuprofd attaches uprobes to the sites with the semaphore's
 //! file offset as their reference counter, so the kernel raises the semaphore while it
 //! listens. No socket, file or environment is shared: it works across containers, and a
-//! process nobody listens to pays one load every [`POLL_MS`] on one thread.
+//! process nobody listens to pays one load every [`POLL_MS`] on one thread. Every probe on one
+//! site must name the same reference counter: the kernel refuses a uprobe at an offset that
+//! already has one with another (`EINVAL`).
 //!
 //! **Threads.** `InitializeInjection` (called by the driver inside `cuInit`) only starts one
 //! thread, `gpuprofd-inj` ([`control`]), and returns: `cuInit` never waits. That thread reads
@@ -45,7 +47,8 @@
 //!
 //! **Exit.** While enabled, an `atexit` handler flushes what CUPTI still holds (forced), so a
 //! short program's last records reach gpuprofd; a process killed by a signal loses up to
-//! `control::FLUSH_PERIOD_MS` of them.
+//! `control::FLUSH_PERIOD_MS` of them. A child forked after the enable never calls CUPTI (it
+//! has none of CUPTI's threads): the handler flushes only in the pid that enabled.
 //!
 //! **Never harms the job.** Every entry from C (`InitializeInjection`, CUPTI's callbacks)
 //! catches panics; no CUPTI call runs on an application thread; results are never touched.

@@ -201,3 +201,16 @@ unsafe extern "C" fn no_callback(
     _data: *const core::ffi::c_void,
 ) {
 }
+
+#[cfg(test)]
+mod tests {
+    /// A PyTorch process has already loaded its wheel's `libcupti.so.12`; dlopen by that SONAME
+    /// returns the same library, so cudarc must try that name (it tries `libcupti.so` first,
+    /// see docs/INJECTION.md, "Known gaps").
+    #[test]
+    fn cudarc_looks_for_libcupti_so_12() {
+        let names = cudarc::get_lib_name_candidates("cupti");
+        assert_eq!(names[0], "libcupti.so");
+        assert!(names.iter().any(|n| n == "libcupti.so.12"), "{names:?}");
+    }
+}

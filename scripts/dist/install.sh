@@ -34,6 +34,8 @@ fi
 bindir=$prefix/bin
 install -d "$dest$bindir" "$dest/etc/gpuprofd" "$dest/etc/systemd/system" "$dest$prefix/share/doc/gpuprofd/docs"
 install -m 0755 "$here/bin/gpuprofd" "$dest$bindir/gpuprofd"
+# The injection library (docs/INJECTION.md), where CUDA_INJECTION64_PATH can name it.
+install -D -m 0644 "$here/lib/libgpuprofd_inject.so" "$dest$prefix/lib/gpuprofd/libgpuprofd_inject.so"
 sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$prefix/share/doc/gpuprofd|g" "$here/gpuprofd.service" > "$dest/etc/systemd/system/gpuprofd.service"
 install -m 0644 "$here/gpuprofd.socket" "$dest/etc/systemd/system/gpuprofd.socket"
 install -m 0644 "$here/gpuprofd-metrics.socket" "$dest/etc/systemd/system/gpuprofd-metrics.socket"

@@ -8,6 +8,7 @@
 # OUTDIR/lib-static libcudart_static.a (the fake runtime as an archive)
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
 # OUTDIR/lib-nccl libnccl.so.2 (NCCL's prototypes and entry shapes; see nccl.c)
+# OUTDIR/lib-cupti libcupti.so.12 (CUPTI 12.9's activity API and record layouts; see cupti.c)
 # OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
 #                 workload_minidebug (stripped, .gnu_debugdata), workload_drv, workload_late, workload_static (runtime linked in),
 #                 nccl_workload (links libnccl.so.2, libcudart.so.12, libcuda.so.1)
@@ -29,7 +30,7 @@ cd "$SRC"
 # Driver: asm trampolines (driver_tramp.S) in front of hidden C implementations.
 $CC $CFLAGS -shared -fPIC -fvisibility=hidden -fcf-protection=none \
     -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
-    -o "$OUT/lib/libcuda.so.1" driver.c driver_tramp.S -lpthread
+    -o "$OUT/lib/libcuda.so.1" driver.c driver_tramp.S -ldl -lpthread
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib-cet/libcuda.so.1"
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib-tail/libcuda.so.1"
 
@@ -59,6 +60,11 @@ $CC $CFLAGS -shared -fPIC -Wl,-soname,liblookalike.so -o "$OUT/lib/liblookalike.
 
 $CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
     -o "$OUT/lib-nvml/libnvidia-ml.so.1" nvml.c
+
+# CUPTI, in a folder of its own: a test puts it on LD_LIBRARY_PATH where CUPTI should exist.
+mkdir -p "$OUT/lib-cupti"
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libcupti.so.12 -Wl,--no-undefined \
+    -o "$OUT/lib-cupti/libcupti.so.12" cupti.c -ldl -lpthread
 
 # NCCL: the real SONAME, each function as `pncclX` with a weak `ncclX` at the same address.
 # -O0 gives every function the real library's `push %rbp; mov %rsp,%rbp` entry (-O2 let a

@@ -3,6 +3,7 @@
  * no work, synchronisation sleeps for a scripted delay.  Built with
  * -fvisibility=hidden; only the trampolines and fakecuda_* are exported. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 
 #include "cuda_fake.h"
+#include "cupti_fake.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define IMPL __attribute__((visibility("hidden"), used))
@@ -284,9 +286,23 @@ static int ctx_valid(CUcontext c) {
     return !c->primary && c->dev >= 0 && c->dev < device_count();
 }
 
+/* As the real driver: the first cuInit loads $CUDA_INJECTION64_PATH and calls its
+ * InitializeInjection once per process; a path that does not load, or has no such function, is
+ * ignored. */
+static void load_injection(void) {
+    const char *path = getenv("CUDA_INJECTION64_PATH");
+    if (!path || !*path) return;
+    void *h = dlopen(path, RTLD_NOW);
+    if (!h) return;
+    int (*init)(void) = (int (*)(void))dlsym(h, "InitializeInjection");
+    if (init) init();
+}
 IMPL CUresult impl_cuInit(unsigned flags) {
     CNT(cuInit);
-    return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (flags) return CUDA_ERROR_INVALID_VALUE;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_injection);
+    return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuDriverGetVersion(int *v) {
     CNT(cuDriverGetVersion);
@@ -427,11 +443,43 @@ IMPL CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
     return get_proc(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
+/* ------------------------------------------------------- GPU activity */
+/* The fake CUPTI (cupti.c) registers itself when it is loaded; each kernel, copy and memset
+ * then becomes an op with the scripted GPU duration (fakecuda_set_gpu_ns), if its kind is
+ * enabled. Without the fake CUPTI: one load per call. */
+static const struct fakecupti_hook *volatile g_cupti;
+static uint64_t g_gpu_ns[3] = {2000, 1000, 500}; /* kernel, memcpy, memset */
+EXPORT void fakecuda_set_cupti_hook(const struct fakecupti_hook *h) { g_cupti = h; }
+/* which: 0 kernels, 1 copies, 2 memsets */
+EXPORT void fakecuda_set_gpu_ns(unsigned which, unsigned long long ns) {
+    if (which < 3) __atomic_store_n(&g_gpu_ns[which], ns, __ATOMIC_RELAXED);
+}
+static const struct fakecupti_hook *cupti_wants(uint32_t kind) {
+    const struct fakecupti_hook *h = g_cupti;
+    return h && (*h->enabled & (1u << kind)) ? h : NULL;
+}
+static uint32_t current_device(void) {
+    CUcontext c = t_current_ctx;
+    return c ? (uint32_t)c->dev : 0;
+}
+static void gpu_op(const struct fakecupti_hook *h, uint32_t kind, uintptr_t stream, const char *name, uint64_t bytes,
+                   uint8_t copy_kind) {
+    unsigned which = kind == FAKECUPTI_KIND_CONCURRENT_KERNEL ? 0 : kind == FAKECUPTI_KIND_MEMCPY ? 1 : 2;
+    struct fakecupti_op op = {kind, copy_kind, current_device(), stream, name, bytes,
+                              __atomic_load_n(&g_gpu_ns[which], __ATOMIC_RELAXED)};
+    h->record(&op);
+}
+
 /* -------------------------------------------------------------- launch */
 static CUresult launch_check(CUfunction f, CUstream s) {
     int t = f ? reg_type((uintptr_t)f) : O_NONE;
     if (t != O_FUNC && t != O_KERNEL) return CUDA_ERROR_INVALID_HANDLE;
     if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
+    const struct fakecupti_hook *h = cupti_wants(FAKECUPTI_KIND_CONCURRENT_KERNEL);
+    if (h) {
+        const char *name = t == O_KERNEL ? ((CUkernel)f)->name : f->name ? f->name : f->mod->names[f->index];
+        gpu_op(h, FAKECUPTI_KIND_CONCURRENT_KERNEL, (uintptr_t)s, name, 0, 0);
+    }
     return CUDA_SUCCESS;
 }
 #define LAUNCH_ARG_NAMES f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream
@@ -502,15 +550,23 @@ IMPL CUresult impl_cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
 }
 
 /* -------------------------------------------------------------- memcpy */
-static CUresult copy(uintptr_t dst, uintptr_t src, size_t n) {
+/* CUpti_ActivityMemcpyKind from what the pointers are (device memory: the driver's allocations) */
+static uint8_t copy_kind(uintptr_t dst, uintptr_t src) {
+    int d = reg_type(dst) == O_DEVMEM, s = reg_type(src) == O_DEVMEM;
+    return d && s ? 8 /* DTOD */ : d ? 1 /* HTOD */ : s ? 2 /* DTOH */ : 9 /* HTOH */;
+}
+static CUresult copy_on(uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
     if (n && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (n) memmove((void *)dst, (const void *)src, n);
     DIG(n, fake_bytes_hash((const void *)dst, n));
+    const struct fakecupti_hook *h = cupti_wants(FAKECUPTI_KIND_MEMCPY);
+    if (h) gpu_op(h, FAKECUPTI_KIND_MEMCPY, stream, NULL, n, copy_kind(dst, src));
     return CUDA_SUCCESS;
 }
+static CUresult copy(uintptr_t dst, uintptr_t src, size_t n) { return copy_on(dst, src, n, 0); }
 static CUresult copy_async(uintptr_t dst, uintptr_t src, size_t n, CUstream s) {
     if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
-    return copy(dst, src, n);
+    return copy_on(dst, src, n, (uintptr_t)s);
 }
 #define U(x) ((uintptr_t)(x))
 IMPL CUresult impl_cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { CNT(cuMemcpy); return copy(d, s, n); }
@@ -613,7 +669,13 @@ IMPL CUresult impl_cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdevicep
 /* -------------------------------------------------------------- memset */
 /* w elements of esz bytes per row, h rows pitch bytes apart (h = 1, pitch unused: 1D).
  * Alignment as the real driver asks it: the pointer (and a 2D pitch) a multiple of esz. */
+static CUresult set_mem_on(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h,
+                           uintptr_t stream);
 static CUresult set_mem(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h) {
+    return set_mem_on(d, pitch, v, esz, w, h, 0);
+}
+static CUresult set_mem_on(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h,
+                           uintptr_t stream) {
     if (w && h && !d) return CUDA_ERROR_INVALID_VALUE;
     if (d % esz || (h > 1 && (pitch % esz || pitch < w * esz))) return CUDA_ERROR_INVALID_VALUE;
     for (size_t y = 0; y < h; y++) {
@@ -625,12 +687,14 @@ static CUresult set_mem(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, s
         }
     }
     DIG(w * h * esz, h ? fake_bytes_hash((const void *)(uintptr_t)d, w * esz) : 0);
+    const struct fakecupti_hook *hk = cupti_wants(FAKECUPTI_KIND_MEMSET);
+    if (hk) gpu_op(hk, FAKECUPTI_KIND_MEMSET, stream, NULL, (uint64_t)w * h * esz, 0);
     return CUDA_SUCCESS;
 }
 static CUresult set_mem_async(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h,
                               CUstream s) {
     if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
-    return set_mem(d, pitch, v, esz, w, h);
+    return set_mem_on(d, pitch, v, esz, w, h, (uintptr_t)s);
 }
 /* The real prototypes: cuMemsetD<bits>(dst, value, N), cuMemsetD2D<bits>(dst, pitch, value,
  * Width, Height) with Width in elements, and their Async variants with a stream last. */

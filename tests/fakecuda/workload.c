@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_fake.h"
@@ -1061,6 +1062,63 @@ static int cmd_drv_launch_held(int argc, char **argv) {
     return 0;
 }
 
+/* gpu_ns kernel|memcpy|memset NS: how long the following kernels, copies or memsets run on the
+ * fake GPU (what the fake CUPTI records; the driver's defaults: 2000, 1000, 500).
+ * cupti_client on|off: become (or stop being) an in-process CUPTI client, as torch.profiler
+ * does: cuptiSubscribe / cuptiUnsubscribe of the libcupti.so.12 the library path finds; replies
+ * CUPTI's result code.
+ * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on.
+ * fork_exit: see cmd_fork_exit. */
+static int cmd_gpu_ns(int argc, char **argv) {
+    if (argc != 2) return FAIL("usage: kernel|memcpy|memset NS");
+    unsigned which = !strcmp(argv[0], "kernel") ? 0 : !strcmp(argv[0], "memcpy") ? 1 : !strcmp(argv[0], "memset") ? 2 : 3;
+    if (which == 3) return FAIL("usage: kernel|memcpy|memset NS");
+    void (*set)(unsigned, unsigned long long) =
+        (void (*)(unsigned, unsigned long long))dlsym(RTLD_DEFAULT, "fakecuda_set_gpu_ns");
+    if (!set) return FAIL("the driver has no fakecuda_set_gpu_ns");
+    set(which, strtoull(argv[1], NULL, 10));
+    return 0;
+}
+static int cmd_cupti_hold(int argc, char **argv) {
+    if (argc != 1 || (strcmp(argv[0], "on") && strcmp(argv[0], "off"))) return FAIL("usage: on|off");
+    void *h = dlopen("libcupti.so.12", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return FAIL("libcupti.so.12 is not loaded");
+    void (*hold)(int) = (void (*)(int))dlsym(h, "fakecupti_hold");
+    if (!hold) return FAIL("libcupti.so.12 has no fakecupti_hold: not the fake");
+    hold(!strcmp(argv[0], "on"));
+    return 0;
+}
+/* fork_exit: a child forked now calls exit(0) (running atexit handlers, as a forked worker
+ * that returns normally does); replies its wait status. */
+static int cmd_fork_exit(char *extra, size_t extra_len) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return FAIL("fork: %s", strerror(errno));
+    if (pid == 0) exit(0);
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid) return FAIL("waitpid: %s", strerror(errno));
+    snprintf(extra, extra_len, " status=%d", st);
+    return 0;
+}
+static void *g_cupti_sub;
+static int cmd_cupti_client(int argc, char **argv, char *extra, size_t extra_len) {
+    if (argc != 1 || (strcmp(argv[0], "on") && strcmp(argv[0], "off"))) return FAIL("usage: on|off");
+    void *h = dlopen("libcupti.so.12", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) return FAIL("dlopen libcupti.so.12: %s", dlerror());
+    int r;
+    if (!strcmp(argv[0], "on")) {
+        int (*sub)(void **, void *, void *) = (int (*)(void **, void *, void *))dlsym(h, "cuptiSubscribe");
+        if (!sub) return FAIL("no cuptiSubscribe");
+        r = sub(&g_cupti_sub, NULL, NULL);
+    } else {
+        int (*unsub)(void *) = (int (*)(void *))dlsym(h, "cuptiUnsubscribe");
+        if (!unsub) return FAIL("no cuptiUnsubscribe");
+        r = unsub(g_cupti_sub);
+    }
+    snprintf(extra, extra_len, " result=%d", r);
+    return 0;
+}
+
 /* returns 1 to exit, 0 ok, -1 error (err_buf) */
 static inline __attribute__((always_inline)) int run(int argc, char **argv, char *reply_extra, size_t extra_len) {
     const char *c = argv[0];
@@ -1144,6 +1202,10 @@ static inline __attribute__((always_inline)) int run(int argc, char **argv, char
         return r;
     }
     if (!strcmp(c, "lookalike_launch")) return cmd_lookalike(argc, argv);
+    if (!strcmp(c, "gpu_ns")) return cmd_gpu_ns(argc, argv);
+    if (!strcmp(c, "cupti_client")) return cmd_cupti_client(argc, argv, reply_extra, extra_len);
+    if (!strcmp(c, "cupti_hold")) return cmd_cupti_hold(argc, argv);
+    if (!strcmp(c, "fork_exit")) return cmd_fork_exit(reply_extra, extra_len);
     if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);
     if (!strcmp(c, "digest")) {
         /* what the libraries computed, and what the copies left in the buffers */

@@ -52,6 +52,11 @@ fn expected() -> Vec<(String, u32, Option<PathBuf>)> {
             0o755,
             Some(kit.join("bin/gpuprofd")),
         ),
+        (
+            "/usr/lib/gpuprofd/libgpuprofd_inject.so".to_owned(),
+            0o644,
+            Some(kit.join("lib/libgpuprofd_inject.so")),
+        ),
         (CONFIG.into(), 0o644, Some(kit.join("config.toml"))),
         (format!("{UNITS}/gpuprofd.service"), 0o644, None),
         (

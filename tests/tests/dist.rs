@@ -56,7 +56,8 @@ fn the_kit_installs_where_the_unit_expects_it() {
             "gpuprofd.socket",
             "grafana",
             "install.sh",
-            "least-privilege.conf"
+            "least-privilege.conf",
+            "lib"
         ]
     );
     // The Grafana dashboards and their provisioning files, as in the source tree
@@ -95,6 +96,19 @@ fn the_kit_installs_where_the_unit_expects_it() {
             & 0o777
     };
     assert_eq!(mode("usr/local/bin/gpuprofd"), 0o755);
+    // The injection library, the same file as the kit's.
+    assert_eq!(mode("usr/local/lib/gpuprofd/libgpuprofd_inject.so"), 0o644);
+    assert_eq!(
+        std::fs::read(root.join("usr/local/lib/gpuprofd/libgpuprofd_inject.so")).unwrap(),
+        std::fs::read(kit.join("lib/libgpuprofd_inject.so")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_dir(kit.join("lib"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect::<Vec<_>>(),
+        ["libgpuprofd_inject.so"]
+    );
     assert_eq!(mode("etc/systemd/system/gpuprofd.service"), 0o644);
     assert_eq!(mode("etc/systemd/system/gpuprofd.socket"), 0o644);
     assert_eq!(mode("etc/systemd/system/gpuprofd-metrics.socket"), 0o644);
@@ -576,6 +590,14 @@ fn glibc_versions(bin: &Path) -> Vec<Option<Vec<u32>>> {
 
 #[test]
 fn the_kits_binary_runs_on_glibc_2_28() {
+    // The injection library is loaded into users' processes: the same floor.
+    let lib = kit().join("lib/libgpuprofd_inject.so");
+    let newest = glibc_versions(&lib).into_iter().flatten().max();
+    assert!(
+        newest >= Some(vec![2, 2, 5]) && newest <= Some(vec![2, 28]),
+        "{} needs {newest:?}",
+        lib.display()
+    );
     let bin = kit().join("bin/gpuprofd");
     let versions = glibc_versions(&bin);
     assert!(

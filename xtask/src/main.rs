@@ -29,8 +29,9 @@ struct Cli {
 enum Cmd {
     /// Install the toolchain pieces a fresh machine lacks (nightly rust-src, LLVM 22, bpf-linker).
     Setup,
-    /// Build gpuprofd (release, eBPF object embedded, linked against glibc 2.28 with
-    /// cargo-zigbuild; copied to target/release/gpuprofd) and the fake CUDA libraries.
+    /// Build gpuprofd and its injection library (release, eBPF object embedded, linked against
+    /// glibc 2.28 with cargo-zigbuild; copied to target/release/gpuprofd and
+    /// target/release/libgpuprofd_inject.so) and the fake CUDA libraries.
     Build,
     /// Build, then run gpuprofd with ARGS (as root; via sudo when not root). Without ARGS it runs
     /// `gpuprofd demo`: the fake-CUDA training loop under the real probes.

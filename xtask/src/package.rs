@@ -52,6 +52,10 @@ pub fn build_release() -> Result<PathBuf> {
             "--release",
             "-p",
             "profiler-daemon",
+            // The injection library, in the same build: it is loaded into users' processes,
+            // so it needs the same glibc floor as the daemon (docs/INJECTION.md).
+            "-p",
+            "profiler-inject",
             "--target",
             &target,
         ])
@@ -70,8 +74,20 @@ pub fn build_release() -> Result<PathBuf> {
     }
     std::fs::copy(&built, &bin)
         .with_context(|| format!("copying {} to {}", built.display(), bin.display()))?;
+    let lib = bin.with_file_name(INJECT_LIB);
+    match std::fs::remove_file(&lib) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", lib.display()));
+        }
+        _ => {}
+    }
+    copy(&built.with_file_name(INJECT_LIB), &lib)?;
     Ok(bin)
 }
+
+/// The injection library's file name (profiler-inject), next to the daemon in target/release,
+/// in the kit's lib/ and in the Debian package's /usr/lib/gpuprofd.
+pub const INJECT_LIB: &str = "libgpuprofd_inject.so";
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
     if let Some(dir) = to.parent() {
@@ -132,6 +148,10 @@ pub fn dist(bin: &Path) -> Result<PathBuf> {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     copy(bin, &dir.join("bin/gpuprofd"))?;
+    copy(
+        &bin.with_file_name(INJECT_LIB),
+        &dir.join("lib").join(INJECT_LIB),
+    )?;
     for f in [
         "gpuprofd.service",
         "gpuprofd.socket",
@@ -245,6 +265,10 @@ pub fn deb(kit: &Path, out: &Path) -> Result<PathBuf> {
     let doc = "/usr/share/doc/gpuprofd";
     let mut files: Vec<(PathBuf, String)> = vec![
         (kit.join("bin/gpuprofd"), "usr/bin/gpuprofd".into()),
+        (
+            kit.join("lib").join(INJECT_LIB),
+            format!("usr/lib/gpuprofd/{INJECT_LIB}"),
+        ),
         (kit.join("config.toml"), "etc/gpuprofd/config.toml".into()),
         (kit.join("README.md"), format!("{}/README.md", &doc[1..])),
         (

@@ -1,0 +1,28 @@
+/* The fake driver -> fake CUPTI hand-over (tests/fakecuda/cupti.c): what the "GPU" ran, one op
+ * per kernel launch, copy or memset. The fake CUPTI registers itself with the driver when it is
+ * loaded (fakecuda_set_cupti_hook, found with dlsym(RTLD_DEFAULT)); the driver then asks
+ * `enabled` (CUPTI activity kinds, a bit each) before building an op, so a process with no
+ * CUPTI, or with the kinds off, pays one load per call. */
+#ifndef CUPTI_FAKE_H
+#define CUPTI_FAKE_H
+#include <stdint.h>
+
+#define FAKECUPTI_KIND_MEMCPY 1u
+#define FAKECUPTI_KIND_MEMSET 2u
+#define FAKECUPTI_KIND_CONCURRENT_KERNEL 10u
+
+struct fakecupti_op {
+    uint32_t kind;     /* FAKECUPTI_KIND_* */
+    uint8_t copy_kind; /* CUpti_ActivityMemcpyKind */
+    uint32_t device;
+    uintptr_t stream;  /* the CUstream handle (0: legacy default) */
+    const char *name;  /* kernels: the mangled name (the driver keeps it alive) */
+    uint64_t bytes;
+    uint64_t gpu_ns;   /* how long it runs on the GPU */
+};
+
+struct fakecupti_hook {
+    const volatile uint32_t *enabled; /* 1u << kind while that kind is enabled */
+    void (*record)(const struct fakecupti_op *op);
+};
+#endif

@@ -203,9 +203,23 @@ fn doctor_checks_each_requirement_and_prints_the_fix() {
             "bpf_round_trip",
             "uprobe_multi",
             "nvml",
-            "driver"
+            "driver",
+            "gpu_time_library"
         ]
     );
+    // The injection library `cargo xtask build` put beside the binary; nothing loads it now.
+    let lib = daemon_bin()
+        .with_file_name("libgpuprofd_inject.so")
+        .canonicalize()
+        .unwrap();
+    assert_eq!(
+        check(&v, "gpu_time_library")["detail"],
+        format!(
+            "{}: commands run by gpuprofd get exact GPU times; no process has it loaded",
+            lib.display()
+        )
+    );
+    assert_eq!(check(&v, "gpu_time_library")["ok"], true);
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert_eq!(
         check(&v, "kernel")["detail"],

@@ -195,12 +195,16 @@ impl Calls<'_> {
                 call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
-            // NCCL calls are not on the timeline yet (docs/LIMITATIONS.md).
+            // NCCL calls and the GPU's own activity (the injection library's records) are not
+            // on the timeline yet (docs/LIMITATIONS.md).
             Event::Map(..)
             | Event::Name(..)
             | Event::Alias(..)
             | Event::Window(..)
-            | Event::Nccl(..) => {
+            | Event::Nccl(..)
+            | Event::GpuActivity(..)
+            | Event::GpuName(..)
+            | Event::GpuState(..) => {
                 return Ok(());
             }
         };

@@ -188,6 +188,50 @@ fn the_semaphore_follows_the_daemon_and_gpu_times_are_reported_exactly() {
              {ta},relu(float*),0,10000,2000\n"
         )
     );
+
+    // The timeline: one measured track per device and CUPTI stream, each kernel, copy and
+    // memset a slice as long as it ran on the GPU; the same events in Perfetto's format.
+    let file = f.output.to_str().unwrap();
+    let trace = f.output.with_extension("trace.json");
+    let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().unwrap();
+    let mut tracks: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["pid"] == ta)
+        .filter_map(|e| e["args"]["name"].as_str())
+        .filter(|n| n.ends_with("(measured)"))
+        .collect();
+    tracks.sort();
+    assert_eq!(
+        tracks,
+        [
+            "GPU 0: CUPTI stream 1 (measured)",
+            "GPU 0: CUPTI stream 7 (measured)",
+            "GPU 1: CUPTI stream 9 (measured)"
+        ]
+    );
+    let gpu = |cat: &str| -> Vec<f64> {
+        events
+            .iter()
+            .filter(|e| e["cat"] == cat && e["pid"] == ta && e["ph"] == "X")
+            .map(|e| e["dur"].as_f64().unwrap())
+            .collect()
+    };
+    let kernels = gpu("gpu kernel");
+    assert_eq!(kernels.len(), 46);
+    assert_eq!(kernels.iter().sum::<f64>(), 460.0, "µs");
+    assert_eq!(
+        (gpu("gpu copy"), gpu("gpu memset")),
+        (vec![3.0, 0.5], vec![0.7])
+    );
+    let pf = f.output.with_extension("pftrace");
+    let (code, _, err) = run_daemon(&["export", file, "-o", pf.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let x = events.iter().filter(|e| e["ph"] == "X").count() as u64;
+    let got = check_pftrace(&pf, &trace);
+    assert_eq!(got["slices"].as_u64(), Some(x), "{got}");
 }
 
 /// Without `uprobe_multi` links (aya's perf-event uprobes take no reference counter) the

@@ -79,7 +79,7 @@ pub fn render<V: Tabular>(
             "rate",
             "the kernels, api, processes, streams and timeline views have one",
         ),
-        OrderBy::GpuTime => ("gpu_total_ns", "the kernels view has it"),
+        OrderBy::GpuTime => ("gpu_total_ns", "the kernels and processes views have it"),
         _ => ("", ""),
     };
     let rate = V::COLUMNS.iter().find(|c| !col.is_empty() && c.name == col);

@@ -209,7 +209,7 @@ fn kernels_view_gpu_time_columns_order_and_why_not() {
     assert!(
         render(&r, &[], &a, None)
             .unwrap_err()
-            .contains("the Api view has no gpu_total_ns")
+            .contains("the Api view has no gpu_total_ns; the kernels and processes views have it")
     );
 }
 

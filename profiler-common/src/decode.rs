@@ -4,7 +4,11 @@
 use crate::{
     AliasBody, CopyBody, ExitBody, GraphBody, Header, LaunchBody, LaunchesBody, MapBody, MemBody,
     NAME_CAP, NameBody, PyFrameRaw, Record, STACK_NATIVE_MAX, STACK_PY_MAX, StackBody, SyncBody,
-    WindowBody, kind, nccl::NcclBody, record_size,
+    WindowBody,
+    gpu::{BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody},
+    kind,
+    nccl::NcclBody,
+    record_size,
 };
 use core::fmt;
 use core::mem::size_of;
@@ -30,6 +34,9 @@ pub enum Event {
     Launches(Header, LaunchesBody),
     Window(Header, WindowBody),
     Nccl(Header, NcclBody),
+    GpuActivity(Header, GpuActivityBody),
+    GpuName(Header, GpuNameBody),
+    GpuState(Header, GpuStateBody),
 }
 
 impl Event {
@@ -48,7 +55,10 @@ impl Event {
             | Event::Exec(h, _)
             | Event::Launches(h, _)
             | Event::Window(h, _)
-            | Event::Nccl(h, _) => h,
+            | Event::Nccl(h, _)
+            | Event::GpuActivity(h, _)
+            | Event::GpuName(h, _)
+            | Event::GpuState(h, _) => h,
         }
     }
 }
@@ -59,6 +69,24 @@ impl NameBody {
         let n = (self.len as usize).min(NAME_CAP);
         let s = &self.name[..n];
         // Stop at an embedded NUL too: the probe reads a C string.
+        match s.iter().position(|&b| b == 0) {
+            Some(z) => &s[..z],
+            None => s,
+        }
+    }
+}
+
+impl GpuActivityBody {
+    /// The entries in use (never past [`BATCH`], whatever `n` claims).
+    pub fn in_use(&self) -> &[GpuActivity] {
+        &self.items[..(self.n as usize).min(BATCH)]
+    }
+}
+
+impl GpuNameBody {
+    /// The name bytes in use (never past [`GPU_NAME_CAP`], nor past an embedded NUL).
+    pub fn name_bytes(&self) -> &[u8] {
+        let s = &self.name[..(self.len as usize).min(GPU_NAME_CAP)];
         match s.iter().position(|&b| b == 0) {
             Some(z) => &s[..z],
             None => s,
@@ -164,6 +192,9 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         kind::LAUNCHES => Event::Launches(header, read(bytes, hs)),
         kind::WINDOW => Event::Window(header, read(bytes, hs)),
         kind::NCCL => Event::Nccl(header, read(bytes, hs)),
+        kind::GPU_ACTIVITY => Event::GpuActivity(header, read(bytes, hs)),
+        kind::GPU_NAME => Event::GpuName(header, read(bytes, hs)),
+        kind::GPU_STATE => Event::GpuState(header, read(bytes, hs)),
         k => return Err(DecodeError::UnknownKind { kind: k }),
     })
 }
@@ -236,6 +267,75 @@ mod tests {
             ([8, 1, 1], [128, 2, 1], 48)
         );
         assert_eq!(one.flags, crate::flags::LAUNCH_EX);
+    }
+
+    #[test]
+    fn gpu_records_round_trip_and_clamp() {
+        use crate::gpu::{GpuActivity, activity, state};
+        let mut items = [GpuActivity::default(); BATCH];
+        items[0] = GpuActivity {
+            kind: activity::KERNEL,
+            device: 1,
+            stream: 7,
+            correlation: 42,
+            name: 3,
+            start_ns: 1_000,
+            end_ns: 3_500,
+            ..GpuActivity::default()
+        };
+        let b = GpuActivityBody {
+            n: 99, // more than BATCH: clamped on reading
+            _pad: 0,
+            items,
+        };
+        let r = Record {
+            header: hdr(kind::GPU_ACTIVITY),
+            body: b,
+        };
+        assert_eq!(encode(&r).len(), 24 + 8 + 48 * BATCH);
+        let Ok(Event::GpuActivity(_, got)) = decode(encode(&r)) else {
+            panic!("not decoded")
+        };
+        assert_eq!(got.in_use().len(), BATCH);
+        assert_eq!(got.in_use()[0], items[0]);
+        assert_eq!(
+            decode(&encode(&r)[..24 + 8]),
+            Err(DecodeError::WrongLength {
+                kind: kind::GPU_ACTIVITY,
+                expected: 24 + 8 + 48 * BATCH,
+                got: 32
+            })
+        );
+
+        let mut name = [0u8; GPU_NAME_CAP];
+        name[..7].copy_from_slice(b"_Z3fooi");
+        let n = GpuNameBody {
+            id: 3,
+            len: 9_999,
+            name,
+        };
+        let r = Record {
+            header: hdr(kind::GPU_NAME),
+            body: n,
+        };
+        let Ok(Event::GpuName(_, got)) = decode(encode(&r)) else {
+            panic!("not decoded")
+        };
+        assert_eq!((got.id, got.name_bytes()), (3, &b"_Z3fooi"[..]));
+
+        let s = GpuStateBody {
+            state: state::YIELDED,
+            _pad: 0,
+            detail: 27,
+        };
+        let r = Record {
+            header: hdr(kind::GPU_STATE),
+            body: s,
+        };
+        assert_eq!(
+            decode(encode(&r)),
+            Ok(Event::GpuState(hdr(kind::GPU_STATE), s))
+        );
     }
 
     #[test]

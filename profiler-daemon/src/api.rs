@@ -11,7 +11,7 @@ pub struct LibraryReport {
     /// The path as the process that mapped it sees it (or as given with `--lib`).
     pub path: String,
     pub soname: String,
-    /// `driver`, `runtime` or `nccl`.
+    /// `driver`, `runtime`, `nccl` or `inject`.
     pub layer: String,
     /// From the file's name (`libcuda.so.535.261.03`: `535.261.03`; `libcudart.so.12.4.127`:
     /// `12.4.127`); `null` when the name carries no more than the SONAME (pip's
@@ -43,15 +43,19 @@ pub enum Layer {
     Runtime,
     /// `libnccl.so.2`, or a library that exports NCCL's API (NCCL linked into a framework).
     Nccl,
+    /// `libgpuprofd_inject.so`, gpuprofd's opt-in injection library: GPU activity measured by
+    /// CUPTI, handed over at its three sites (`profiler_common::gpu`).
+    Inject,
 }
 
 impl Layer {
-    /// The report's name of the layer (`driver`, `runtime`, `nccl`).
+    /// The report's name of the layer (`driver`, `runtime`, `nccl`, `inject`).
     pub fn label(self) -> &'static str {
         match self {
             Layer::Driver => "driver",
             Layer::Runtime => "runtime",
             Layer::Nccl => "nccl",
+            Layer::Inject => "inject",
         }
     }
 }

@@ -46,6 +46,7 @@ mod bench;
 mod common;
 mod copy;
 mod device;
+mod gpu;
 mod launch;
 mod maps;
 mod memory;

@@ -9,9 +9,12 @@
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
 # OUTDIR/lib-nccl libnccl.so.2 (NCCL's prototypes and entry shapes; see nccl.c)
 # OUTDIR/lib-cupti libcupti.so.12 (CUPTI 12.9's activity API and record layouts; see cupti.c)
+# OUTDIR/lib-inject-standin libgpuprofd_inject.so (the injection library's sites and semaphore
+#                 only, no CUPTI; see inject_standin.c)
 # OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
 #                 workload_minidebug (stripped, .gnu_debugdata), workload_drv, workload_late, workload_static (runtime linked in),
-#                 nccl_workload (links libnccl.so.2, libcudart.so.12, libcuda.so.1)
+#                 nccl_workload (links libnccl.so.2, libcudart.so.12, libcuda.so.1),
+#                 inject_workload (links the stand-in libgpuprofd_inject.so)
 # OUTDIR/demo.script
 # Needs only gcc and binutils. Checks the entry shapes it promises and fails loudly if a
 # compiler produced something else (the probe placement tests depend on them).
@@ -108,6 +111,21 @@ $CC $CFLAGS -DWORKLOAD_LATE -o "$OUT/bin/workload_late" workload.c "$RPATH" -ldl
 $CC $CFLAGS -o "$OUT/bin/nccl_workload" nccl_workload.c -Wl,-rpath,'$ORIGIN/../lib-nccl' "$RPATH" \
     -L"$OUT/lib-nccl" -L"$OUT/lib" -Wl,--no-as-needed -l:libnccl.so.2 -l:libcudart.so.12 -l:libcuda.so.1 \
     -Wl,--as-needed -ldl -lpthread
+# The injection library's stand-in: its SONAME, sites and `.probes` semaphore (the wire ABI of
+# profiler-common/src/gpu.rs), and the program that drives its sites with scripted records.
+mkdir -p "$OUT/lib-inject-standin"
+$CC $CFLAGS -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -fcf-protection=none \
+    -Wl,-soname,libgpuprofd_inject.so -Wl,--no-undefined \
+    -o "$OUT/lib-inject-standin/libgpuprofd_inject.so" inject_standin.c
+$CC $CFLAGS -o "$OUT/bin/inject_workload" inject_workload.c \
+    -Wl,-rpath,'$ORIGIN/../lib-inject-standin' -L"$OUT/lib-inject-standin" \
+    -Wl,--no-as-needed -l:libgpuprofd_inject.so -Wl,--as-needed
+# The semaphore must be file-backed data in `.probes` (the kernel maps its file offset into the
+# writable mapping), not .bss.
+readelf -SW "$OUT/lib-inject-standin/libgpuprofd_inject.so" | grep -Eq '\.probes +PROGBITS' || {
+    echo "fakecuda/build.sh: the stand-in's .probes section is not PROGBITS" >&2
+    exit 1
+}
 cp demo.script "$OUT/demo.script"
 
 # ---- check the promised entry shapes ------------------------------------------------------

@@ -50,6 +50,11 @@ pub enum AttachError {
     },
 }
 
+/// Why the injection library gets no probe on the perf-event path.
+pub const NO_REF_CTR: &str = "GPU activity needs uprobe_multi links (Linux 6.6): the \
+    injection library's probes must raise its semaphore (a uprobe reference counter), which \
+    gpuprofd's perf-event uprobes cannot";
+
 /// What to do when the kernel refused every probe of a library for want of privilege.
 const HINT_PERF_EVENT: &str = "Without uprobe_multi links (Linux 6.6+) gpuprofd attaches \
     perf-event uprobes, and the kernel's uprobe PMU refuses those without CAP_SYS_ADMIN \
@@ -88,6 +93,13 @@ pub enum ProbeError {
     RefusedInstruction(String),
     #[error("no program {0}")]
     NoProgram(&'static str),
+    /// The injection library's probes need a reference counter, which only `uprobe_multi`
+    /// links give (aya 0.14's perf-event uprobes take none).
+    #[error("{NO_REF_CTR}")]
+    NoRefCtr,
+    /// The injection library's semaphore was not found: its probes would not enable it.
+    #[error("no semaphore: {0}")]
+    NoSemaphore(String),
     #[error("{prog}: {detail}")]
     NotUprobe { prog: &'static str, detail: String },
     /// The kernel refused the attach; `detail` is the error with its causes (the errno).
@@ -199,6 +211,8 @@ pub struct Attacher {
     links: usize,
     /// Probes kept for a while only (see [`learn`]).
     learning: learn::Learning,
+    /// Whether [`NO_REF_CTR`] was said.
+    inject_noted: bool,
 }
 
 impl Attacher {
@@ -369,6 +383,17 @@ impl Attacher {
         // NCCL exports each function as `ncclX` and `pncclX` at one address: one probe there,
         // under the public name (`rules::nccl`).
         let mut nccl_sites: std::collections::HashSet<u64> = Default::default();
+        // The injection library's probes count in its semaphore (the kernel raises it while
+        // they are attached, which enables CUPTI in that process). Without the offset, or
+        // without `uprobe_multi` links, none of its probes is attached.
+        let (ref_ctr, no_semaphore) = if lib.layer == Layer::Inject {
+            match self.inject_semaphore(lib) {
+                Ok(o) => (o, None),
+                Err(e) => (0, Some(ProbeError::NoSemaphore(e))),
+            }
+        } else {
+            (0, None)
+        };
         for f in &functions {
             let Some(rule) = rules::rule_for(lib.layer, &f.name) else {
                 continue;
@@ -408,6 +433,7 @@ impl Attacher {
                         rule,
                         api: self.api.intern(&f.name, lib.layer),
                         offset: f.file_offset + placement.offset,
+                        ref_ctr: 0,
                     });
                     learn_names.push(f.name.clone());
                 }
@@ -419,6 +445,8 @@ impl Attacher {
                 Some(ProbeError::RefusedInstruction(
                     placement.site_insn.to_string(),
                 ))
+            } else if let Some(e) = &no_semaphore {
+                Some(e.clone())
             } else if self.multi.is_some() {
                 // Attached below, all of the library's symbols at once.
                 sites.push(Site {
@@ -426,8 +454,11 @@ impl Attacher {
                     rule,
                     api,
                     offset: f.file_offset + placement.offset,
+                    ref_ctr,
                 });
                 None
+            } else if lib.layer == Layer::Inject {
+                Some(ProbeError::NoRefCtr)
             } else {
                 attach_one(
                     ebpf,
@@ -509,6 +540,22 @@ impl Attacher {
         }
     }
 
+    /// The file offset of the injection library's semaphore (see [`Site::ref_ctr`]); on the
+    /// perf-event path, a note once (its probes are refused there, see [`NO_REF_CTR`]).
+    fn inject_semaphore(&mut self, lib: &CudaLibrary) -> Result<u64, String> {
+        if self.multi.is_none() && !self.inject_noted {
+            self.inject_noted = true;
+            tracing::warn!(library = %lib.display, "{NO_REF_CTR}");
+            if self.note.is_none() {
+                self.note = Some(NO_REF_CTR.to_owned());
+            }
+        }
+        crate::discovery::inject::semaphore_offset(&lib.open_path).map_err(|e| {
+            tracing::warn!(library = %lib.display, "no GPU activity: {e}");
+            e.to_string()
+        })
+    }
+
     /// How many perf-event probe links are attached now (none where `uprobe_multi` links are
     /// used). They are released with the eBPF object, which is slow by nature: the kernel waits
     /// for RCU grace periods on every perf-event uprobe detach, under a global mutex
@@ -544,6 +591,9 @@ struct Site {
     rule: Rule,
     api: u16,
     offset: u64,
+    /// File offset of the `u16` the kernel counts this probe in (the injection library's
+    /// semaphore), 0 for none.
+    ref_ctr: u64,
 }
 
 /// Hands the launch probes' sites of `lib` to the duty cycle (linked in its windows only) and
@@ -592,6 +642,9 @@ fn keep_for_windows(
     rest
 }
 
+/// A site's symbol index, offset and packed cookie.
+type SiteCookie = (usize, u64, u64);
+
 /// Attaches `sites` with one `uprobe_multi` link per program and direction, for process `pid`
 /// (0: every process); returns the symbols that failed, with why.
 /// Return probes go first: a symbol whose return probe failed gets no entry probe, which would
@@ -606,8 +659,8 @@ fn attach_multi(
 ) -> Vec<(usize, ProbeError)> {
     let mut failed: Vec<(usize, ProbeError)> = Vec::new();
     for ret in [true, false] {
-        // program name -> [(symbol index, offset, cookie)]
-        let mut groups: BTreeMap<&'static str, Vec<(usize, u64, u64)>> = BTreeMap::new();
+        // (program name, reference counter) -> [(symbol index, offset, cookie)]
+        let mut groups: BTreeMap<(&'static str, u64), Vec<SiteCookie>> = BTreeMap::new();
         for s in sites {
             if ret && !s.rule.has_return() || failed.iter().any(|(j, _)| *j == s.symbol) {
                 continue;
@@ -617,19 +670,20 @@ fn attach_multi(
             } else {
                 s.rule.prog.name()
             };
-            groups
-                .entry(name)
-                .or_default()
-                .push((s.symbol, s.offset, s.rule.packed_cookie(s.api)));
+            groups.entry((name, s.ref_ctr)).or_default().push((
+                s.symbol,
+                s.offset,
+                s.rule.packed_cookie(s.api),
+            ));
         }
-        for (name, g) in groups {
+        for ((name, ref_ctr), g) in groups {
             let Some(fd) = m.fd(name) else {
                 failed.extend(g.iter().map(|(i, ..)| (*i, ProbeError::NoProgram(name))));
                 continue;
             };
             let offs: Vec<u64> = g.iter().map(|(_, o, _)| *o).collect();
             let cookies: Vec<u64> = g.iter().map(|(.., c)| *c).collect();
-            match multi::attach(fd, path, &offs, &cookies, ret, pid) {
+            match multi::attach_counted(fd, path, &offs, &cookies, ref_ctr, ret, pid) {
                 Ok(link) => links.push(link),
                 // The process is gone: one by one would only say so again for each symbol.
                 Err(e) if pid != 0 && e.raw_os_error() == Some(libc::ESRCH) => {
@@ -642,7 +696,7 @@ fn attach_multi(
                 Err(e) => {
                     tracing::debug!(name, error = %e, "uprobe_multi link failed; one by one");
                     for (i, off, c) in g {
-                        match multi::attach(fd, path, &[off], &[c], ret, pid) {
+                        match multi::attach_counted(fd, path, &[off], &[c], ref_ctr, ret, pid) {
                             Ok(link) => links.push(link),
                             Err(e) => {
                                 let errno = e.raw_os_error();

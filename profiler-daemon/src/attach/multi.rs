@@ -270,8 +270,25 @@ pub fn attach(
     ret: bool,
     pid: u32,
 ) -> std::io::Result<OwnedFd> {
+    attach_counted(prog, path, offsets, cookies, 0, ret, pid)
+}
+
+/// [`attach`], with every probe counted in the `u16` at file offset `ref_ctr` of `path` (0:
+/// none): the kernel's uprobe reference counter (`ref_ctr_offsets`, 6.6's `uprobe_multi`
+/// takes one per offset). While the link has a probe in a process, the kernel keeps that
+/// process's counter above zero: the injection library's semaphore (`profiler_common::gpu`).
+pub fn attach_counted(
+    prog: BorrowedFd<'_>,
+    path: &Path,
+    offsets: &[u64],
+    cookies: &[u64],
+    ref_ctr: u64,
+    ret: bool,
+    pid: u32,
+) -> std::io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     assert_eq!(offsets.len(), cookies.len());
+    let ref_ctrs = vec![ref_ctr; offsets.len()];
     let cpath = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: as in `prog_load`.
@@ -285,6 +302,9 @@ pub fn attach(
     m.path = cpath.as_ptr() as u64;
     m.offsets = offsets.as_ptr() as u64;
     m.cookies = cookies.as_ptr() as u64;
+    if ref_ctr != 0 {
+        m.ref_ctr_offsets = ref_ctrs.as_ptr() as u64;
+    }
     m.cnt = offsets.len() as u32;
     m.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
     m.pid = pid;

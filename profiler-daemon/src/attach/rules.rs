@@ -5,6 +5,7 @@
 //! share their base's rule. The daemon applies the rules to each library's own export table, so
 //! a symbol that a driver or runtime version does not export is simply not attached.
 
+pub mod gpu;
 pub mod nccl;
 
 use crate::api::Layer;
@@ -33,10 +34,13 @@ pub enum Prog {
     RegisterFunction,
     CtxEntry,
     NcclEntry,
+    GpuActivity,
+    GpuName,
+    GpuState,
 }
 
 impl Prog {
-    pub const ALL: [Prog; 16] = [
+    pub const ALL: [Prog; 19] = [
         Prog::DrvLaunch,
         Prog::DrvLaunchEx,
         Prog::RtLaunch,
@@ -53,6 +57,9 @@ impl Prog {
         Prog::RegisterFunction,
         Prog::CtxEntry,
         Prog::NcclEntry,
+        Prog::GpuActivity,
+        Prog::GpuName,
+        Prog::GpuState,
     ];
 
     /// The entry program's name in the eBPF object.
@@ -74,6 +81,9 @@ impl Prog {
             Prog::RegisterFunction => "register_function",
             Prog::CtxEntry => "ctx_entry",
             Prog::NcclEntry => "nccl_entry",
+            Prog::GpuActivity => "gpu_activity",
+            Prog::GpuName => "gpu_name",
+            Prog::GpuState => "gpu_state",
         }
     }
 
@@ -175,6 +185,7 @@ pub fn rule_for(layer: Layer, sym: &str) -> Option<Rule> {
             r
         }),
         Layer::Nccl => nccl::rule(sym),
+        Layer::Inject => gpu::rule(sym),
     }
 }
 

@@ -52,6 +52,9 @@ fn drops() {
             ("copy", 0),
             ("exec", 0),
             ("exit", 0),
+            ("gpu_activity", 0),
+            ("gpu_name", 0),
+            ("gpu_state", 0),
             ("graph", 0),
             ("launch", 5),
             ("map", 0),
@@ -63,11 +66,20 @@ fn drops() {
             ("sync", 1)
         ]
     );
-    assert_eq!(drops_by_kind(&[]).len(), 12);
+    assert_eq!(drops_by_kind(&[]).len(), 15);
     // The NCCL kind (14) comes after the daemon's own kinds, which are no probe's: counted as
     // what they are.
     let d = drops_by_kind(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 6]);
     assert_eq!((d["nccl"], d["other"]), (6, 7));
+    // The GPU activity kinds (15–17) follow NCCL; indexes past them up to MAX_KINDS (24) are
+    // no kind.
+    let mut c = [0u64; 24];
+    (c[15], c[16], c[17], c[23]) = (1, 2, 3, 9);
+    let d = drops_by_kind(&c);
+    assert_eq!(
+        (d["gpu_activity"], d["gpu_name"], d["gpu_state"], d["other"]),
+        (1, 2, 3, 9)
+    );
 }
 
 #[test]
@@ -77,8 +89,21 @@ fn kind_names_cover_every_kind() {
     assert_eq!(
         names,
         [
-            "launch", "copy", "sync", "mem", "graph", "name", "alias", "map", "exit", "stack",
-            "exec", "nccl"
+            "launch",
+            "copy",
+            "sync",
+            "mem",
+            "graph",
+            "name",
+            "alias",
+            "map",
+            "exit",
+            "stack",
+            "exec",
+            "nccl",
+            "gpu_activity",
+            "gpu_name",
+            "gpu_state"
         ]
     );
 }

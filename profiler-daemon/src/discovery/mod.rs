@@ -1,6 +1,7 @@
 //! Which processes map which CUDA libraries: procfs scanning and ELF identity (SONAME).
 
 pub mod elf;
+pub mod inject;
 pub mod nccl;
 
 use crate::api::Layer;
@@ -90,7 +91,10 @@ pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
 pub fn looks_like_cuda(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    (name.starts_with("libcuda.so") || name.starts_with("libcudart") || nccl::looks_like(name))
+    (name.starts_with("libcuda.so")
+        || name.starts_with("libcudart")
+        || nccl::looks_like(name)
+        || inject::looks_like(name))
         && name.contains(".so")
 }
 
@@ -102,6 +106,8 @@ pub fn layer_of_soname(soname: &str) -> Option<Layer> {
         Some(Layer::Runtime)
     } else if nccl::is_soname(soname) {
         Some(Layer::Nccl)
+    } else if inject::is_soname(soname) {
+        Some(Layer::Inject)
     } else {
         None
     }
@@ -632,6 +638,10 @@ garbage line
         assert_eq!(layer_of_soname("libcudart.so.12"), Some(Layer::Runtime));
         assert_eq!(layer_of_soname("libcudart.so.13"), Some(Layer::Runtime));
         assert_eq!(layer_of_soname("libnccl.so.2"), Some(Layer::Nccl));
+        assert_eq!(
+            layer_of_soname("libgpuprofd_inject.so"),
+            Some(Layer::Inject)
+        );
         assert_eq!(layer_of_soname("libcuda.so"), None);
         assert_eq!(layer_of_soname("liblookalike.so"), None);
     }

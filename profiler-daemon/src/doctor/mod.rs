@@ -404,7 +404,9 @@ pub fn run(opts: &DoctorOptions) -> u8 {
                 false,
                 false,
                 "no uprobe_multi links: perf-event uprobes, one per probe (CAP_SYS_ADMIN needed, \
-                 about 0.1 s each to stop; under --pid other CUDA processes pay the traps too)",
+                 about 0.1 s each to stop; under --pid other CUDA processes pay the traps too; \
+                 GPU activity needs uprobe_multi links (Linux 6.6): the injection library is \
+                 left alone)",
             )
             .fix("boot Linux 6.6 or later")
         });

@@ -62,6 +62,27 @@ impl Histogram {
         self.max = self.max.max(v);
     }
 
+    /// Adds `other`'s values (as if each had been recorded here).
+    pub fn merge(&mut self, other: &Histogram) {
+        let Some(theirs) = &other.counts else {
+            return;
+        };
+        let counts = self
+            .counts
+            .get_or_insert_with(|| vec![0; BUCKETS].into_boxed_slice());
+        for (a, b) in counts.iter_mut().zip(theirs.iter()) {
+            *a += b;
+        }
+        self.min = if self.count == 0 {
+            other.min
+        } else {
+            self.min.min(other.min)
+        };
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+        self.max = self.max.max(other.max);
+    }
+
     pub fn count(&self) -> u64 {
         self.count
     }

@@ -15,6 +15,7 @@ pub mod gpu;
 pub use crate::sys::hash;
 pub mod hist;
 pub mod history;
+pub mod kernel_time;
 pub mod mem;
 pub mod nccl;
 pub mod process;
@@ -208,7 +209,12 @@ impl Aggregator {
                 p.api_call(h.api, dur);
             }
         };
-        if !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..)) {
+        // The injection library's records are the GPU's, not calls the program made.
+        let gpu_side = matches!(
+            ev,
+            Event::GpuActivity(..) | Event::GpuName(..) | Event::GpuState(..)
+        );
+        if !gpu_side && !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..)) {
             p.busy.apply(ev, self.roles.of(&self.api, h.api));
         }
         match ev {
@@ -264,12 +270,16 @@ impl Aggregator {
                 p.nccl.apply(&h, b);
                 call(p, measured(b.flags, b.dur_ns));
             }
+            Event::GpuActivity(_, b) => p.kernel_time.apply_batch(b),
+            Event::GpuName(_, b) => p.kernel_time.apply_name(b),
+            Event::GpuState(_, b) => p.kernel_time.apply_state(b),
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
             Event::Stack(_, st) => p.stacks.apply(h.api, st),
             Event::Map(..) | Event::Exit(..) | Event::Exec(..) | Event::Window(..) => {}
         }
         if h.api > MAX_API_ID
+            && !gpu_side
             && !matches!(ev, Event::Name(..) | Event::Alias(..) | Event::Stack(..))
         {
             // Counted with the rest of the record applied: only its API slot is lost.

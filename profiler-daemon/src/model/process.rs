@@ -129,6 +129,8 @@ pub struct ProcState {
     pub devices: super::devices::Devices,
     /// NCCL communicators and collectives.
     pub nccl: super::nccl::Nccl,
+    /// GPU time measured by CUPTI (the injection library).
+    pub kernel_time: super::kernel_time::KernelTime,
 }
 
 /// `Some(dur_ns)` when a return probe measured the call.
@@ -158,6 +160,7 @@ impl ProcState {
             busy: Default::default(),
             devices: Default::default(),
             nccl: Default::default(),
+            kernel_time: Default::default(),
         }
     }
 

@@ -125,6 +125,7 @@ fn kernels(
                 streams: g.streams.len() as u64,
                 api: api.name(api_id),
                 name_source: g.named.source.as_str().to_owned(),
+                gpu_time: None,
             }
         })
         .collect();
@@ -136,6 +137,35 @@ fn kernels(
             .then_with(|| (a.grid, a.block, a.shared_bytes).cmp(&(b.grid, b.block, b.shared_bytes)))
     });
     (out, unnamed)
+}
+
+/// Puts CUPTI's per-kernel GPU time on the kernel rows of the same mangled name (the first
+/// row of each name: the rows are sorted by calls), and adds a row (0 calls) for each kernel
+/// only CUPTI saw.
+fn join_gpu_time(rows: &mut Vec<KernelReport>, kt: &super::kernel_time::KernelTime) {
+    let mut gpu = kt.kernels();
+    if gpu.is_empty() {
+        return;
+    }
+    for r in rows.iter_mut() {
+        if let Some(g) = r.mangled.as_ref().and_then(|m| gpu.remove(m)) {
+            r.gpu_time = Some(g);
+        }
+    }
+    for (mangled, g) in gpu {
+        rows.push(KernelReport {
+            name: crate::enrich::names::demangle(&mangled),
+            mangled: Some(mangled),
+            calls: 0,
+            grid: [0; 3],
+            block: [0; 3],
+            shared_bytes: 0,
+            streams: 0,
+            api: String::new(),
+            name_source: "cupti".into(),
+            gpu_time: Some(g),
+        });
+    }
 }
 
 fn streams(p: &ProcState) -> Vec<crate::model::snapshot::StreamReport> {
@@ -284,8 +314,10 @@ pub(super) fn process(
             .report(p.gpu.report().as_ref().map_or(&[][..], |g| &g.devices[..])),
         derived_gpu_idle: None,
         nccl: p.nccl.report(),
+        gpu_time: p.kernel_time.report(),
     };
     super::devices::name_node_gpus(&mut r.devices, meta.and_then(|m| m.gpu_env.as_ref()), node);
+    join_gpu_time(&mut r.kernels, &p.kernel_time);
     super::busy::fill(&mut r, &p.busy);
     r
 }

@@ -279,6 +279,10 @@ pub struct ProcessReport {
     /// the process made no NCCL call the probes saw).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<crate::model::nccl::NcclReport>,
+    /// GPU time measured by CUPTI through the injection library (`basis: "measured"`), or
+    /// `basis: "absent"` and why not (`model::kernel_time`).
+    #[serde(default)]
+    pub gpu_time: crate::model::kernel_time::GpuTimeReport,
 }
 
 /// A process's GPU idle and launch-ahead, **derived** from its calls, never measured: the time
@@ -398,7 +402,7 @@ pub struct StreamReport {
 }
 
 /// Launches of one kernel with one configuration through one API.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelReport {
     /// Demangled, or `<unknown 0x…>` (the launch's function handle / host stub).
     pub name: String,
@@ -414,6 +418,12 @@ pub struct KernelReport {
     /// Where the name came from: register_function, module_get_function, library_get_kernel,
     /// get_name, driver_object, driver_object_remembered, other, symbols, unknown.
     pub name_source: String,
+    /// The GPU time CUPTI measured for this mangled name in the process (every launch of it:
+    /// on the name's first row only when launch configurations split it into several rows);
+    /// absent without the injection library. A kernel only CUPTI saw (launched inside a CUDA
+    /// graph, or before gpuprofd attached) has a row of its own with 0 calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time: Option<crate::model::kernel_time::KernelGpuTime>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -142,6 +142,7 @@ struct Families {
     api_calls: Family<Labels, Counter>,
     api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
     idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
+    gpu_kernel_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     kernels: Family<Labels, Counter>,
     live: Family<Labels, Gauge>,
     held: Family<Labels, Gauge>,
@@ -222,6 +223,14 @@ impl Families {
              known empty, a lower bound on their GPU idle time (absent where launches are \
              counted in the kernel or sampled: docs/GPU-TIME.md)",
             idle_derived.clone(),
+        );
+        let gpu_kernel_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_gpu_kernel_seconds",
+            "Measured, not derived: GPU time of the kernels the processes ran, from CUPTI's \
+             records through gpuprofd's injection library (only processes that loaded it while \
+             gpuprofd listened: docs/GPU-TIME.md)",
+            gpu_kernel_seconds.clone(),
         );
         let kernels = counter(
             reg,
@@ -320,6 +329,7 @@ impl Families {
             api_calls,
             api_blocked,
             idle_derived,
+            gpu_kernel_seconds,
             kernels,
             live,
             held,
@@ -406,6 +416,11 @@ impl Families {
             self.idle_derived
                 .get_or_create(l)
                 .inc_by(d.idle_lower_bound_ns as f64 / 1e9);
+        }
+        if p.gpu_time.basis == "measured" {
+            self.gpu_kernel_seconds
+                .get_or_create(l)
+                .inc_by(p.gpu_time.kernel_ns as f64 / 1e9);
         }
         // Kernels by name (launch configurations summed).
         let by_name = kernels.entry(l.clone()).or_default();

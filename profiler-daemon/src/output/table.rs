@@ -513,6 +513,7 @@ mod tests {
             streams: 1,
             api: api.into(),
             name_source: "register_function".into(),
+            gpu_time: None,
         }
     }
 
@@ -607,6 +608,7 @@ mod tests {
             launch_sampling: None,
             derived_gpu_idle: None,
             nccl: None,
+            gpu_time: Default::default(),
             devices: Vec::new(),
         };
         Report {

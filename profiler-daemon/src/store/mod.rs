@@ -48,9 +48,11 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 /// * 7: records may be of kind `NCCL` (NCCL calls), and the API table may hold functions of
 ///   the `nccl` layer. A schema-6 reader could not read that table (an enum value it lacks):
 ///   it refuses the file instead. (Schema 1–6 files read as before.)
-/// * 8: a `GpuEnv` frame after a process's `Process` frame (which NVML GPU its CUDA devices
-///   are). A schema-7 reader would count it as damage and lose everything behind it: it
-///   refuses the file instead.
+/// * 8: records may be of kinds `GPU_ACTIVITY`, `GPU_NAME` and `GPU_STATE` (the injection
+///   library's CUPTI records), the API table may hold functions of the `inject` layer, and a
+///   `GpuEnv` frame may follow a process's `Process` frame (which NVML GPU its CUDA devices
+///   are). A schema-7 reader could not read that table and would count the frame as damage:
+///   it refuses the file instead. (Schema 1–7 files read as before.)
 pub const SCHEMA_VERSION: u32 = 8;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;

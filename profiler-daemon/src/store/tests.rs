@@ -772,6 +772,115 @@ fn nccl_records_and_their_layer_round_trip() {
     assert_eq!((n.calls, n.communicators[0].rank), (2, Some(1)));
 }
 
+/// A capture of process 100: one unnamed launch, then the injection library's state, one
+/// kernel name (id 1: `_Z1kv`) and one batch: a 2 µs kernel on device 0, CUPTI stream 7, and a
+/// 500 ns device-to-host copy of 4 KiB on stream 3 (GPU times 10..2,010 and 10..510 ns).
+pub(crate) fn write_gpu_capture(path: &Path) {
+    use profiler_common::gpu::{
+        BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
+        copykind, state,
+    };
+    let mut api = api();
+    let site = api.intern("gpuprofd_inject_activity", Layer::Inject);
+    let hdr = |k: u32, ts: u64| Header {
+        kind: k,
+        api: site.into(),
+        tgid: 100,
+        tid: 101,
+        ts_ns: ts,
+    };
+    let mut items = [GpuActivity::default(); BATCH];
+    items[0] = GpuActivity {
+        kind: activity::KERNEL,
+        name: 1,
+        stream: 7,
+        correlation: 11,
+        start_ns: 10,
+        end_ns: 2_010,
+        ..GpuActivity::default()
+    };
+    items[1] = GpuActivity {
+        kind: activity::MEMCPY,
+        copy_kind: copykind::DTOH,
+        stream: 3,
+        correlation: 12,
+        start_ns: 10,
+        end_ns: 510,
+        bytes: 4096,
+        ..GpuActivity::default()
+    };
+    let mut name = GpuNameBody {
+        id: 1,
+        len: 5,
+        name: [0; GPU_NAME_CAP],
+    };
+    name.name[..5].copy_from_slice(b"_Z1kv");
+    let f = File::create(path).unwrap();
+    let mut w = Writer::new(f, path, header());
+    w.frame(&Frame::Api(api.list().to_vec()));
+    w.frame(&Frame::Process {
+        tgid: 100,
+        process: meta("python3"),
+    });
+    w.record(&launch(100, 0, 0x1000, 1_000));
+    w.record(encode(&Record {
+        header: hdr(kind::GPU_STATE, 1_500),
+        body: GpuStateBody {
+            state: state::ENABLED,
+            _pad: 0,
+            detail: 130_000,
+        },
+    }));
+    w.record(encode(&Record {
+        header: hdr(kind::GPU_NAME, 1_600),
+        body: name,
+    }));
+    w.record(encode(&Record {
+        header: hdr(kind::GPU_ACTIVITY, 1_700),
+        body: GpuActivityBody {
+            n: 2,
+            _pad: 0,
+            items,
+        },
+    }));
+    w.flush();
+    assert_eq!(w.failure(), None);
+}
+
+/// Schema 8: the injection library's records (GPU activity, names, state) and the `inject`
+/// layer in the API table come back from a file, joined to the kernel rows.
+#[test]
+fn gpu_activity_records_and_their_layer_round_trip() {
+    let t = Tmp::new("gpu-activity");
+    write_gpu_capture(&t.0);
+    let bytes = std::fs::read(&t.0).unwrap();
+    assert_eq!(bytes[8..12], 8u32.to_le_bytes());
+    let r = replay(&t.0).unwrap();
+    let p = &r.report.processes[0];
+    let g = &p.gpu_time;
+    assert_eq!(
+        (g.basis.as_str(), g.state.as_deref(), g.kernels, g.kernel_ns),
+        ("measured", Some("enabled"), 1, 2_000)
+    );
+    assert_eq!(
+        (g.copies[0].kind.as_str(), g.copies[0].bytes),
+        ("d2h", 4096)
+    );
+    let k: Vec<(&str, u64, Option<u64>)> = p
+        .kernels
+        .iter()
+        .map(|k| {
+            (
+                k.mangled.as_deref().unwrap_or(""),
+                k.calls,
+                k.gpu_time.as_ref().map(|g| g.total_ns),
+            )
+        })
+        .collect();
+    // The unnamed launch keeps its row; the kernel only CUPTI named gets one of its own.
+    assert_eq!(k, [("", 1, None), ("_Z1kv", 0, Some(2_000))]);
+}
+
 /// A process's device-numbering environment travels in the file: replayed, its device 0 is
 /// the node GPU its `CUDA_VISIBLE_DEVICES` names.
 #[test]

@@ -276,8 +276,10 @@ fn report_json_contract() {
     let got = serde_json::to_string(&a.report(m)).unwrap();
     let want = concat!(
         r#"{"schema":"gpuprofd.report/1","host":"gpu-box","started_at":"2026-11-23T07:00:00Z","duration_ns":12500000000,"#,
-        r#""drops":{"alias":0,"copy":0,"exec":0,"exit":0,"graph":0,"launch":3,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
-        r#""submitted":{"alias":0,"copy":2,"exec":0,"exit":0,"graph":0,"launch":1,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
+        r#""drops":{"alias":0,"copy":0,"exec":0,"exit":0,"gpu_activity":0,"gpu_name":0,"gpu_state":0,"#,
+        r#""graph":0,"launch":3,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
+        r#""submitted":{"alias":0,"copy":2,"exec":0,"exit":0,"gpu_activity":0,"gpu_name":0,"gpu_state":0,"#,
+        r#""graph":0,"launch":1,"map":0,"mem":0,"name":0,"nccl":0,"stack":0,"sync":0},"#,
         r#""decode_errors":0,"#,
         r#""jobs":[{"kind":"slurm","id":"77","steps":["0"],"processes":[42],"launches":1,"graph_launches":0,"#,
         r#""copy_bytes":0,"alloc_bytes":0,"blocked_ns":0}],"#,
@@ -299,7 +301,12 @@ fn report_json_contract() {
         r#""devices":[{"device":null,"launches":1,"copies":0,"copy_bytes":0,"memsets":0,"#,
         r#""memset_bytes":0,"syncs":0,"allocations":0,"alloc_bytes":0,"nvml_gpu":0}],"#,
         r#""derived_gpu_idle":{"basis":"derived","unavailable":null,"span_ns":0,"idle_lower_bound_ns":0,"#,
-        r#""idle_share":0.0,"drains":0,"launch_ahead_p50_ns":0,"launch_ahead_max_ns":0}}],"#,
+        r#""idle_share":0.0,"drains":0,"launch_ahead_p50_ns":0,"launch_ahead_max_ns":0},"#,
+        // Without the injection library: absent, and why.
+        r#""gpu_time":{"basis":"absent","source":null,"state":null,"state_detail":null,"#,
+        r#""unavailable":"no records from the injection library (not loaded in this process, or not attached)","#,
+        r#""dropped":0,"records":0,"bad_times":0,"kernels":0,"kernel_ns":0,"memcpy_ns":0,"memset_ns":0,"#,
+        r#""memsets":0,"memset_bytes":0,"copies":[],"kernels_cut":0,"names_cut":0}}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,
@@ -324,4 +331,103 @@ fn report_json_contract() {
     let back: crate::model::snapshot::Report =
         serde_json::from_str(&serde_json::to_string_pretty(&a.report(meta())).unwrap()).unwrap();
     assert_eq!(back.processes[0].kernels[0].name, "k()");
+}
+
+/// The injection library's records of process 42 (as the probes write them), joined to the
+/// kernel rows by mangled name; a kernel only CUPTI saw gets a row of its own.
+#[test]
+fn gpu_time_joins_the_kernel_rows_by_mangled_name() {
+    use profiler_common::gpu::{
+        BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
+        state,
+    };
+    let gname = |id: u32, s: &str| {
+        let mut b = GpuNameBody {
+            id,
+            len: s.len() as u32,
+            name: [0; GPU_NAME_CAP],
+        };
+        b.name[..s.len()].copy_from_slice(s.as_bytes());
+        Event::GpuName(hdr(kind::GPU_NAME, 0, 42), b)
+    };
+    let k = |name, stream, dur: u64| GpuActivity {
+        kind: activity::KERNEL,
+        stream,
+        name,
+        start_ns: 5_000,
+        end_ns: 5_000 + dur,
+        ..GpuActivity::default()
+    };
+    let mut items = [GpuActivity::default(); BATCH];
+    items[..4].copy_from_slice(&[
+        k(1, 7, 3_000),
+        k(1, 7, 1_000),
+        k(2, 9, 4_000),
+        k(1, 8, 2_000),
+    ]);
+    let mut a = agg();
+    let got = run(
+        &mut a,
+        &[
+            name(42, namesrc::REGISTER_FUNCTION, 0x1000, "_Z1kv"),
+            launch(42, LAUNCH_RT, 0x1000, 2, 0),
+            launch(42, LAUNCH_RT, 0x1000, 2, 0),
+            launch(42, LAUNCH_RT, 0x1000, 2, 0),
+            Event::GpuState(
+                hdr(kind::GPU_STATE, 0, 42),
+                GpuStateBody {
+                    state: state::ENABLED,
+                    _pad: 0,
+                    detail: 130_000,
+                },
+            ),
+            gname(1, "_Z1kv"),
+            gname(2, "_Z5graphv"),
+            Event::GpuActivity(
+                hdr(kind::GPU_ACTIVITY, 0, 42),
+                GpuActivityBody {
+                    n: 4,
+                    _pad: 0,
+                    items,
+                },
+            ),
+        ],
+    );
+    let p = &got[0];
+    // GPU records are no calls: the launches and API counts are the program's alone.
+    assert_eq!(p.launches, 3);
+    assert_eq!(p.api.iter().map(|a| a.calls).sum::<u64>(), 3);
+    assert_eq!(
+        (p.gpu_time.basis.as_str(), p.gpu_time.state.as_deref()),
+        ("measured", Some("enabled"))
+    );
+    assert_eq!((p.gpu_time.kernels, p.gpu_time.kernel_ns), (4, 10_000));
+    type Row<'a> = (&'a str, u64, Option<(u64, u64, f64)>);
+    let rows: Vec<Row> = p
+        .kernels
+        .iter()
+        .map(|k| {
+            (
+                k.name.as_str(),
+                k.calls,
+                k.gpu_time.as_ref().map(|g| (g.count, g.total_ns, g.share)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("k()", 3, Some((3, 6_000, 0.6))),
+            ("graph()", 0, Some((1, 4_000, 0.4)))
+        ]
+    );
+    let g = p.kernels[0].gpu_time.as_ref().unwrap();
+    assert_eq!((g.min_ns, g.max_ns, g.mean_ns), (1_000, 3_000, 2_000));
+    let streams: Vec<(u32, u64, u64)> = g
+        .streams
+        .iter()
+        .map(|s| (s.stream, s.count, s.gpu_ns))
+        .collect();
+    assert_eq!(streams, [(7, 2, 4_000), (8, 1, 2_000)]);
+    assert_eq!(p.kernels[1].name_source, "cupti");
 }

@@ -176,6 +176,8 @@ fn exposition_has_exact_values() {
         samples(&t, "gpuprofd_gpu_idle_derived_seconds_total"),
         [format!("gpuprofd_gpu_idle_derived_seconds_total{l} 1.5")]
     );
+    // No process loaded the injection library: no measured GPU time.
+    assert_eq!(samples(&t, "gpuprofd_gpu_kernel_seconds_total"), [""; 0]);
     assert_eq!(
         samples(&t, "gpuprofd_gpu_memory_held_bytes"),
         [format!("gpuprofd_gpu_memory_held_bytes{l} 1073741824")]
@@ -585,5 +587,25 @@ fn nccl_collectives_per_operation_communicator_and_rank() {
         bytes
             .iter()
             .any(|s| s.contains(r#"rank="1""#) && s.ends_with(" 20480"))
+    );
+}
+
+#[test]
+fn measured_gpu_kernel_seconds_per_process() {
+    let mut r = report();
+    r.processes[1].gpu_time = crate::model::kernel_time::GpuTimeReport {
+        basis: "measured".into(),
+        source: Some("cupti".into()),
+        unavailable: None,
+        kernel_ns: 2_500_000_000,
+        ..Default::default()
+    };
+    let t = render(&r, &extra());
+    let got = samples(&t, "gpuprofd_gpu_kernel_seconds_total");
+    assert_eq!(got.len(), 1, "{got:?}");
+    let l = &r.processes[1];
+    assert!(
+        got[0].contains(&format!("pid=\"{}\"", l.tgid)) && got[0].ends_with(" 2.5"),
+        "{got:?}"
     );
 }

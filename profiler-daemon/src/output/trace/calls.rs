@@ -1,8 +1,12 @@
 //! The calls' pass of a trace: every record of the capture, in ring order, as events on its
-//! thread's track and its stream's (launches with a flow arrow between the two), and the
-//! process's device memory as it changes.
+//! thread's track and its stream's (launches with a flow arrow between the two), the
+//! process's device memory as it changes, and the kernels, copies and memsets CUPTI measured
+//! (the injection library's records) at their GPU times on one track per device and CUPTI
+//! stream.
 
-use super::{Arg, Args, Capture, Dur, Emit, STREAM_TID_BASE, Scope, TraceError, TraceEvent};
+use super::{
+    Arg, Args, Capture, Dur, Emit, GPU_TID_BASE, STREAM_TID_BASE, Scope, TraceError, TraceEvent,
+};
 use crate::api::{ApiTable, Layer};
 use crate::enrich::stacks::{StackKey, StackResolver};
 use crate::model::direction_name as dir_name;
@@ -25,6 +29,8 @@ pub(super) fn calls(
         streams: HashMap::new(),
         live: LiveMemory::default(),
         flow: 0,
+        gpu_names: HashMap::new(),
+        gpu_tracks: HashMap::new(),
     };
     store::for_each_record_named(path, |api, g, ev, stacks| {
         calls.record(emit, api, g, ev, stacks)
@@ -93,6 +99,10 @@ struct Calls<'a> {
     streams: HashMap<(u64, Option<u32>, u64), u64>,
     live: LiveMemory<u64>,
     flow: u64,
+    /// The injection library's kernel names: `(pid, name id)` → mangled name.
+    gpu_names: HashMap<(u64, u32), String>,
+    /// `(pid, device, CUPTI stream)` → its measured track.
+    gpu_tracks: HashMap<(u64, u32, u32), u64>,
 }
 
 impl Calls<'_> {
@@ -119,10 +129,24 @@ impl Calls<'_> {
                 values: vec![("live", Some(v))],
             })?;
         }
+        // GPU activity lies at its own (GPU) times, not at the hand-over's, and on no thread.
+        match ev {
+            Event::GpuName(_, n) => {
+                let name = String::from_utf8_lossy(n.name_bytes()).into_owned();
+                self.gpu_names.insert((pid, n.id), name);
+                return Ok(());
+            }
+            Event::GpuActivity(_, b) => return self.gpu_activity(emit, pid, b),
+            _ => {}
+        }
         if !in_window
             || matches!(
                 ev,
-                Event::Map(..) | Event::Name(..) | Event::Alias(..) | Event::Window(..)
+                Event::Map(..)
+                    | Event::Name(..)
+                    | Event::Alias(..)
+                    | Event::Window(..)
+                    | Event::GpuState(..)
             )
         {
             return Ok(());
@@ -195,12 +219,16 @@ impl Calls<'_> {
                 call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
-            // NCCL calls are not on the timeline yet (docs/LIMITATIONS.md).
+            // NCCL calls are not on the timeline yet (docs/LIMITATIONS.md); the GPU's own
+            // activity is handled above.
             Event::Map(..)
             | Event::Name(..)
             | Event::Alias(..)
             | Event::Window(..)
-            | Event::Nccl(..) => {
+            | Event::Nccl(..)
+            | Event::GpuActivity(..)
+            | Event::GpuName(..)
+            | Event::GpuState(..) => {
                 return Ok(());
             }
         };
@@ -249,6 +277,79 @@ impl Calls<'_> {
             emit.send(TraceEvent::ThreadName { pid, tid, name })?;
         }
         Ok(tid)
+    }
+
+    /// The measured track of CUPTI stream `stream` on device `device` in process track `pid`,
+    /// named when it is new (after the call streams' tracks, by their own numbering).
+    fn gpu_track(
+        &mut self,
+        emit: &mut Emit,
+        pid: u64,
+        device: u32,
+        stream: u32,
+    ) -> Result<u64, TraceError> {
+        let n = self.gpu_tracks.len() as u64;
+        let mut new = false;
+        let tid = *self
+            .gpu_tracks
+            .entry((pid, device, stream))
+            .or_insert_with(|| {
+                new = true;
+                GPU_TID_BASE + n
+            });
+        if new {
+            let name = format!("GPU {device}: CUPTI stream {stream} (measured)");
+            emit.send(TraceEvent::ThreadName { pid, tid, name })?;
+        }
+        Ok(tid)
+    }
+
+    /// A batch of CUPTI records: each kernel, copy and memset as a slice at its GPU start,
+    /// as long as it ran, on its device and stream's track (those that start in the window).
+    fn gpu_activity(
+        &mut self,
+        emit: &mut Emit,
+        pid: u64,
+        b: &profiler_common::gpu::GpuActivityBody,
+    ) -> Result<(), TraceError> {
+        use crate::model::kernel_time::copy_kind_name;
+        use profiler_common::gpu::activity;
+        for a in b.in_use() {
+            let Some(dur) = a.end_ns.checked_sub(a.start_ns) else {
+                continue;
+            };
+            if !self.cap.in_window(a.start_ns) {
+                continue;
+            }
+            let (cat, name) = match a.kind {
+                activity::KERNEL => {
+                    let name = self
+                        .gpu_names
+                        .get(&(pid, a.name))
+                        .map(|m| crate::enrich::names::demangle(m))
+                        .unwrap_or_else(|| format!("<kernel id {}>", a.name));
+                    ("gpu kernel", name)
+                }
+                activity::MEMCPY => ("gpu copy", format!("copy {}", copy_kind_name(a.copy_kind))),
+                activity::MEMSET => ("gpu memset", "memset".to_owned()),
+                _ => continue,
+            };
+            let args = Args::from([
+                ("bytes", Arg::Uint(a.bytes)),
+                ("correlation", Arg::Uint(u64::from(a.correlation))),
+            ]);
+            let tid = self.gpu_track(emit, pid, a.device, a.stream)?;
+            emit.send(TraceEvent::Slice {
+                pid,
+                tid,
+                ts_ns: self.cap.rel(a.start_ns),
+                dur: Dur::Ns(dur),
+                cat,
+                name,
+                args,
+            })?;
+        }
+        Ok(())
     }
 
     /// A launch on its thread and on its stream's track, with a flow arrow from one to the

@@ -104,8 +104,8 @@ pub struct Summary {
 
 /// One event of the trace. Times are ns after the capture's start. A track is a pair of
 /// integers: `pid`, a process's track (0: the GPUs; see the module's note on reused pids), and
-/// `tid`, one of its threads, or a stream (from [`STREAM_TID_BASE`]) or its steps
-/// ([`STEP_TID`]).
+/// `tid`, one of its threads, or a stream (from [`STREAM_TID_BASE`]), a device and CUPTI
+/// stream's measured track (from [`GPU_TID_BASE`]) or its steps ([`STEP_TID`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum TraceEvent {
     /// Names the track of a process.
@@ -275,6 +275,9 @@ fn track_pid(tgid: u32, generation: u32, last: u32) -> u64 {
 
 /// Stream tracks get thread ids above any real one (Linux pids stay below 2^22).
 const STREAM_TID_BASE: u64 = 1 << 30;
+/// The GPU's own tracks (CUPTI's measured activity, per device and CUPTI stream), above the
+/// call streams' tracks.
+const GPU_TID_BASE: u64 = STREAM_TID_BASE + (1 << 29);
 /// The track of a process's steps.
 const STEP_TID: u64 = STREAM_TID_BASE - 1;
 

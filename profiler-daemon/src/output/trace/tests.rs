@@ -159,3 +159,54 @@ fn gpm_rounds_are_a_counter_per_gpu() {
     assert_eq!(c[0]["args"], json!({"sm_activity": 60, "tensor_hmma": 13}));
     assert_eq!(c[1]["args"]["sm_activity"], 70);
 }
+
+/// CUPTI's records (the injection library) on one measured track per device and CUPTI
+/// stream, at their GPU times, named by the library's kernel names.
+#[test]
+fn gpu_activity_on_its_device_and_stream_tracks_at_its_gpu_times() {
+    let t = Tmp::new("export-gpu");
+    crate::store::tests::write_gpu_capture(&t.0);
+    let mut out = Vec::new();
+    chrome(&t.0, &mut out, None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let ev = events(&v);
+    let tracks: Vec<(u64, &str)> = ev
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["tid"].as_u64().unwrap() >= GPU_TID_BASE)
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap() - GPU_TID_BASE,
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tracks,
+        [
+            (0, "GPU 0: CUPTI stream 7 (measured)"),
+            (1, "GPU 0: CUPTI stream 3 (measured)")
+        ]
+    );
+    let slices: Vec<Value> = ev
+        .iter()
+        .filter(|e| e["cat"].as_str().is_some_and(|c| c.starts_with("gpu ")))
+        .cloned()
+        .collect();
+    assert_eq!(slices.len(), 2, "{slices:?}");
+    assert_eq!(
+        (&slices[0]["name"], &slices[0]["cat"], &slices[0]["ph"]),
+        (&json!("k()"), &json!("gpu kernel"), &json!("X"))
+    );
+    assert_eq!(slices[0]["dur"], json!(2.0));
+    assert_eq!(slices[0]["args"], json!({"bytes": 0, "correlation": 11}));
+    assert_eq!(
+        (
+            &slices[1]["name"],
+            &slices[1]["dur"],
+            &slices[1]["args"]["bytes"]
+        ),
+        (&json!("copy d2h"), &json!(0.5), &json!(4096))
+    );
+    // Both began at GPU time 10 ns: the same place on the trace.
+    assert_eq!(slices[0]["ts"], slices[1]["ts"]);
+}

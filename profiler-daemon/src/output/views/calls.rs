@@ -47,8 +47,33 @@ impl Tabular for Kernels {
                 r.x.calls as f64 / r.p.launches as f64
             })
         }),
-        Column::new("grid", "GRID", LEFT, |r| Cell::Text(fmt::dim3(r.x.grid))),
-        Column::new("block", "BLOCK", LEFT, |r| Cell::Text(fmt::dim3(r.x.block))),
+        // GPU time CUPTI measured (the injection library), for every launch of the name.
+        Column::new("gpu_total_ns", "GPU ms", RIGHT, |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Ms(g.total_ns))
+        }),
+        Column::new("gpu_share", "GPU %", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Share(g.share))
+        }),
+        Column::new("gpu_mean_ns", "GPU MEAN us", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Us(g.mean_ns))
+        }),
+        Column::new("gpu_p50_ns", "GPU P50 us", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Us(g.p50_ns))
+        }),
+        Column::new("gpu_p99_ns", "GPU P99 us", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Us(g.p99_ns))
+        }),
+        Column::new("gpu_max_ns", "GPU MAX us", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.gpu_time.as_ref(), |g| Cell::Us(g.max_ns))
+        }),
+        // `measured`, or why the row has no GPU time.
+        Column::new("gpu_time", "GPU TIME", LEFT.json_only(), |r| {
+            Cell::text(gpu_basis(r.p, r.x))
+        }),
+        Column::new("grid", "GRID", LEFT, |r| launched(r.x, fmt::dim3(r.x.grid))),
+        Column::new("block", "BLOCK", LEFT, |r| {
+            launched(r.x, fmt::dim3(r.x.block))
+        }),
         Column::new("shared_bytes", "SMEM", RIGHT.wide(), |r| {
             Cell::Bytes(r.x.shared_bytes.into())
         }),
@@ -68,6 +93,37 @@ impl Tabular for Kernels {
 
     fn key(r: &Of<'_, KernelReport>) -> Key {
         Key::process(r.p, &r.x.name, r.x.calls, 0, 0)
+    }
+}
+
+/// What the launches said, or nothing for a kernel only CUPTI saw (no launch, no
+/// configuration).
+fn launched(k: &KernelReport, s: String) -> Cell {
+    if k.calls == 0 && k.name_source == "cupti" {
+        Cell::Null
+    } else {
+        Cell::Text(s)
+    }
+}
+
+/// `measured` for a kernel row with CUPTI's GPU time, else why it has none.
+fn gpu_basis<'a>(p: &'a ProcessReport, k: &KernelReport) -> &'a str {
+    if k.gpu_time.is_some() {
+        return "measured";
+    }
+    match (&p.gpu_time.unavailable, p.gpu_time.basis.as_str()) {
+        (Some(why), _) => why,
+        (None, "measured") => {
+            if p.kernels
+                .iter()
+                .any(|o| o.mangled == k.mangled && o.gpu_time.is_some())
+            {
+                "on this kernel's row with the most calls"
+            } else {
+                "no CUPTI record of this kernel"
+            }
+        }
+        _ => "not measured",
     }
 }
 

@@ -84,6 +84,10 @@ pub enum OrderBy {
     /// Calls (launches) per second of the process's active span (first to last call).
     Rate,
     Name,
+    /// GPU time CUPTI measured (the injection library; kernels and processes views): rows
+    /// without it last.
+    #[value(name = "gpu_time", alias = "gpu-time")]
+    GpuTime,
 }
 
 #[derive(Clone, Debug, clap::Args)]

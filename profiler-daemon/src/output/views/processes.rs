@@ -82,6 +82,18 @@ impl Tabular for Processes {
         Column::new("peak_bytes", "PEAK MEM", RIGHT, |p| {
             Cell::Bytes(p.allocations.peak_bytes)
         }),
+        // Kernels, copies and memsets as CUPTI measured them (the injection library).
+        Column::new("gpu_total_ns", "GPU ms", RIGHT.wide(), |p| {
+            let g = &p.gpu_time;
+            Cell::or_null((g.basis == "measured").then_some(g), |g| {
+                Cell::Ms(g.kernel_ns + g.memcpy_ns + g.memset_ns)
+            })
+        }),
+        // `measured`, or why there is no GPU time.
+        Column::new("gpu_time", "GPU TIME", LEFT.json_only(), |p| {
+            let g = &p.gpu_time;
+            Cell::text(g.unavailable.as_deref().unwrap_or(&g.basis))
+        }),
         Column::new("exited", "EXITED", LEFT, |p| Cell::Bool(p.exited)),
     ];
 

@@ -73,14 +73,24 @@ pub fn render<V: Tabular>(
     name_re: Option<&regex::Regex>,
 ) -> Result<String, String> {
     let order = a.order_by.unwrap_or(V::ORDER);
-    let rate = V::COLUMNS
-        .iter()
-        .find(|c| c.name == "rate")
-        .filter(|_| order == OrderBy::Rate);
-    if order == OrderBy::Rate && rate.is_none() {
+    // Orders by a column's value: rate, GPU time.
+    let (col, has) = match order {
+        OrderBy::Rate => (
+            "rate",
+            "the kernels, api, processes, streams and timeline views have one",
+        ),
+        OrderBy::GpuTime => ("gpu_total_ns", "the kernels and processes views have it"),
+        _ => ("", ""),
+    };
+    let rate = V::COLUMNS.iter().find(|c| !col.is_empty() && c.name == col);
+    if !col.is_empty() && rate.is_none() {
         return Err(format!(
-            "--order-by rate: the {:?} view has no rate; the kernels, api, processes, streams \
-             and timeline views have one",
+            "--order-by {}: the {:?} view has no {col}; {has}",
+            if order == OrderBy::Rate {
+                "rate"
+            } else {
+                "gpu_time"
+            },
             a.view
         ));
     }
@@ -90,7 +100,7 @@ pub fn render<V: Tabular>(
         .map(|row| (V::key(&row), row))
         .filter(|(k, _)| k.selected(a, name_re))
         .map(|(k, row)| {
-            // Ordered by rate, rows without one (no active span) last.
+            // Ordered by rate or GPU time, rows without one (no active span, no CUPTI) last.
             let rate = rate.map_or(-1.0, |c| (c.get)(&row).as_f64().unwrap_or(-1.0));
             (k, rate, row)
         })
@@ -100,7 +110,7 @@ pub fn render<V: Tabular>(
             OrderBy::Calls => y.calls.cmp(&x.calls),
             OrderBy::Bytes => y.bytes.cmp(&x.bytes),
             OrderBy::Blocked => y.blocked_ns.cmp(&x.blocked_ns),
-            OrderBy::Rate => yr.total_cmp(xr),
+            OrderBy::Rate | OrderBy::GpuTime => yr.total_cmp(xr),
             OrderBy::Name => x.name.cmp(&y.name),
         };
         main.then_with(|| x.name.cmp(&y.name))

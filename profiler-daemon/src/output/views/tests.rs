@@ -92,10 +92,124 @@ fn show(args: &[&str]) -> Result<String, String> {
 fn kernels_view_orders_by_calls_then_name_with_shares() {
     assert_eq!(
         show(&["--view", "kernels"]).unwrap(),
-        "PID  KERNEL             CALLS  PER s   SHARE  GRID    BLOCK\n\
-         100  gemm(float*, int)    200   25.0   66.7%  64x1x1  256x1x1\n\
-         100  relu(float*, int)    100   12.5   33.3%  8x1x1   256x1x1\n\
-         200  softmax              100   50.0  100.0%  1x1x1   256x1x1\n"
+        "PID  KERNEL             CALLS  PER s   SHARE  GPU ms  GRID    BLOCK\n\
+         100  gemm(float*, int)    200   25.0   66.7%       -  64x1x1  256x1x1\n\
+         100  relu(float*, int)    100   12.5   33.3%       -  8x1x1   256x1x1\n\
+         200  softmax              100   50.0  100.0%       -  1x1x1   256x1x1\n"
+    );
+}
+
+/// Process 100 with CUPTI's GPU time (relu 3 ms over 100 runs, gemm 1 ms over 200), and a
+/// kernel only CUPTI saw; process 200 without the library.
+fn with_gpu_time() -> crate::model::snapshot::Report {
+    use crate::model::kernel_time::{GpuTimeReport, KernelGpuTime};
+    let mut r = report();
+    let k = |count, total_ns: u64, share| KernelGpuTime {
+        basis: "measured".into(),
+        count,
+        total_ns,
+        mean_ns: total_ns / count,
+        min_ns: 1_000,
+        p50_ns: total_ns / count,
+        p99_ns: 2 * total_ns / count,
+        max_ns: 3 * total_ns / count,
+        share,
+        streams: Vec::new(),
+    };
+    let p = r.processes.iter_mut().find(|p| p.tgid == 100).unwrap();
+    p.kernels[0].gpu_time = Some(k(200, 1_000_000, 0.2));
+    p.kernels[1].gpu_time = Some(k(100, 3_000_000, 0.6));
+    let mut only = p.kernels[1].clone();
+    (only.name, only.mangled, only.calls, only.name_source) = (
+        "graph_kernel".into(),
+        Some("graph_kernel".into()),
+        0,
+        "cupti".into(),
+    );
+    only.gpu_time = Some(k(10, 1_000_000, 0.2));
+    p.kernels.push(only);
+    p.gpu_time = GpuTimeReport {
+        basis: "measured".into(),
+        source: Some("cupti".into()),
+        kernel_ns: 5_000_000,
+        ..GpuTimeReport::default()
+    };
+    p.gpu_time.unavailable = None;
+    r
+}
+
+#[test]
+fn kernels_view_gpu_time_columns_order_and_why_not() {
+    let r = with_gpu_time();
+    let a = parse(&[
+        "gpuprofd",
+        "report",
+        "x.gpuprof",
+        "--view",
+        "kernels",
+        "--order-by",
+        "gpu_time",
+        "--select",
+        "pid,kernel,calls,gpu_total_ns,gpu_share,gpu_mean_ns,gpu_p99_ns,grid",
+    ])
+    .unwrap();
+    assert_eq!(
+        render(&r, &[], &a, None).unwrap(),
+        "PID  KERNEL             CALLS  GPU ms  GPU %  GPU MEAN us  GPU P99 us  GRID\n\
+         100  relu(float*, int)    100   3.000  60.0%         30.0        60.0  8x1x1\n\
+         100  gemm(float*, int)    200   1.000  20.0%          5.0        10.0  64x1x1\n\
+         100  graph_kernel           0   1.000  20.0%        100.0       200.0  -\n\
+         200  softmax              100       -      -            -           -  1x1x1\n"
+    );
+    let a = parse(&[
+        "gpuprofd",
+        "report",
+        "x.gpuprof",
+        "--view",
+        "kernels",
+        "--format",
+        "json",
+        "--select",
+        "pid,kernel,gpu_total_ns,gpu_time",
+    ])
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&render(&r, &[], &a, None).unwrap()).unwrap();
+    let why: Vec<(u64, &str, &str)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["pid"].as_u64().unwrap(),
+                x["kernel"].as_str().unwrap(),
+                x["gpu_time"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        why,
+        [
+            (100, "gemm(float*, int)", "measured"),
+            (100, "relu(float*, int)", "measured"),
+            (200, "softmax", crate::model::kernel_time::ABSENT),
+            (100, "graph_kernel", "measured"),
+        ]
+    );
+    // Only the kernels view has GPU time to order by.
+    let a = parse(&[
+        "gpuprofd",
+        "report",
+        "x.gpuprof",
+        "--view",
+        "api",
+        "--order-by",
+        "gpu_time",
+    ])
+    .unwrap();
+    assert!(
+        render(&r, &[], &a, None)
+            .unwrap_err()
+            .contains("the Api view has no gpu_total_ns; the kernels and processes views have it")
     );
 }
 
@@ -278,7 +392,8 @@ fn narrow_columns_come_back_when_selected() {
     let csv = show(&["--view", "kernels", "--format", "csv", "--top", "1"]).unwrap();
     assert_eq!(
         csv.lines().next().unwrap(),
-        "pid,kernel,calls,rate,share,grid,block,shared_bytes,streams,api,name_source"
+        "pid,kernel,calls,rate,share,gpu_total_ns,gpu_share,gpu_mean_ns,gpu_p50_ns,gpu_p99_ns,\
+         gpu_max_ns,grid,block,shared_bytes,streams,api,name_source"
     );
 }
 

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 /// sampled call stacks for the code and callers views.
 fn rich() -> Report {
     let mut r = report();
-    let p: ProcessReport = serde_json::from_value(json!({
+    let mut p: ProcessReport = serde_json::from_value(json!({
         "tgid": 300, "comm": "loader, \"wörker\" número 2 of the pool", "cmdline": "loader",
         "exited": true,
         "job": {"kind": "kubernetes", "id": "pod-9f1c", "name": "trainer, v2",
@@ -110,6 +110,7 @@ fn rich() -> Report {
                          {"name": "<unknown 0x7f3a>", "launches": 10}]}]
     }))
     .unwrap();
+    gpu_time(&mut p);
     r.processes.push(p);
     let idle: ProcessReport = serde_json::from_value(json!({
         "tgid": 400, "comm": "idle", "cmdline": "idle", "exited": false, "job": null,
@@ -284,6 +285,43 @@ fn cases(view: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Process 300's GPU time as CUPTI measured it: its first kernel's, and a kernel only CUPTI
+/// saw (launched inside a CUDA graph).
+fn gpu_time(p: &mut ProcessReport) {
+    p.kernels[0].gpu_time = Some(
+        serde_json::from_value(json!({
+            "basis": "measured", "count": 30, "total_ns": 90_000_000u64,
+            "mean_ns": 3_000_000u64, "min_ns": 2_000_000u64, "p50_ns": 2_900_000u64,
+            "p99_ns": 5_100_000u64, "max_ns": 5_200_000u64, "share": 0.75,
+            "streams": [{"device": 0, "stream": 7, "count": 30, "gpu_ns": 90_000_000u64}]
+        }))
+        .unwrap(),
+    );
+    p.kernels.push(
+        serde_json::from_value(json!({
+            "name": "graph_node_kernel", "mangled": "graph_node_kernel", "calls": 0,
+            "grid": [0, 0, 0], "block": [0, 0, 0], "shared_bytes": 0, "streams": 0, "api": "",
+            "name_source": "cupti",
+            "gpu_time": {"basis": "measured", "count": 20, "total_ns": 30_000_000u64,
+                         "mean_ns": 1_500_000u64, "min_ns": 1_000_000u64,
+                         "p50_ns": 1_500_000u64, "p99_ns": 2_000_000u64,
+                         "max_ns": 2_000_000u64, "share": 0.25,
+                         "streams": [{"device": 0, "stream": 13, "count": 20,
+                                      "gpu_ns": 30_000_000u64}]}
+        }))
+        .unwrap(),
+    );
+    p.gpu_time = serde_json::from_value(json!({
+        "basis": "measured", "source": "cupti", "state": "enabled", "state_detail": 130_000u64,
+        "unavailable": null, "dropped": 2, "records": 53, "bad_times": 0, "kernels": 50,
+        "kernel_ns": 120_000_000u64, "memcpy_ns": 4_000_000u64, "memset_ns": 10_000,
+        "memsets": 1, "memset_bytes": 4096,
+        "copies": [{"kind": "h2d", "count": 2, "gpu_ns": 4_000_000u64, "bytes": 8_000_000u64}],
+        "kernels_cut": 0, "names_cut": 0
+    }))
+    .unwrap();
+}
+
 /// The selection options for a view that reads them, alone and together.
 fn selections(view: &str) -> Vec<Vec<&'static str>> {
     let mut out: Vec<Vec<&str>> = Vec::new();
@@ -295,7 +333,7 @@ fn selections(view: &str) -> Vec<Vec<&'static str>> {
     let backwards: &'static str = String::leak(all.split(',').rev().collect::<Vec<_>>().join(","));
     out.push(vec!["--select", backwards]);
     for f in ["table", "csv"] {
-        for o in ["calls", "bytes", "blocked", "rate", "name"] {
+        for o in ["calls", "bytes", "blocked", "rate", "name", "gpu_time"] {
             out.push(vec!["--format", f, "--order-by", o]);
         }
     }

@@ -1,0 +1,199 @@
+//! Exact GPU time end to end, with nothing set by hand: `gpuprofd -- COMMAND` names the real
+//! injection library (`libgpuprofd_inject.so`, beside the binary) in the command's
+//! `CUDA_INJECTION64_PATH`; the fake driver loads it at `cuInit`, as the real one does; the
+//! daemon finds it mapped and probes its sites, which raises its semaphore; the library then
+//! enables the fake CUPTI 12.9 (on the command's library path), whose records carry the GPU
+//! durations the workload scripted; and the report gives each kernel and copy exactly those
+//! times, on the rows of the launches the probes counted.
+//!
+//! Run through `cargo xtask test` (as root, `--test-threads=1`).
+
+use gpuprofd_tests::*;
+use serde_json::{Value, json};
+use std::process::{Command, Stdio};
+
+/// The command's script: a pause long enough for the daemon to attach to the library and for
+/// the library to see its semaphore (polled every 100 ms), then kernels and copies with
+/// scripted GPU durations.
+const SCRIPT: &str = "sleep_ms 1500
+gpu_ns kernel 250000
+rt_launch relu 4 1 1 1 32 1 1 0 0
+gpu_ns kernel 1000000
+rt_launch gemm 2 1 1 1 32 1 1 0 0
+gpu_ns memcpy 7000
+rt_memcpy h2d 4096 3
+exit
+";
+
+fn kernel<'a>(p: &'a Value, mangled: &str) -> &'a Value {
+    p["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["mangled"] == mangled)
+        .unwrap_or_else(|| panic!("no kernel {mangled}: {}", p["kernels"]))
+}
+
+#[test]
+fn a_command_gets_measured_gpu_times_with_no_setting() {
+    require_bpf();
+    let dir = TempDir::new("gpu-time");
+    let script = dir.path().join("script");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let report = dir.path().join("report.json");
+    let log = dir.path().join("cupti.log");
+    let workload = fakecuda().join("bin/workload");
+    let cmd = format!("{} < {} > /dev/null", workload.display(), script.display());
+    let out = Command::new(daemon_bin())
+        .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
+        .arg("--lib")
+        .arg(fakecuda().join("lib"))
+        .args(["-o", report.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
+        // The command inherits these: the fake CUPTI where the library looks for CUPTI, and
+        // its log. Not CUDA_INJECTION64_PATH: gpuprofd sets that.
+        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
+        .env("FAKECUPTI_LOG", &log)
+        .env_remove("CUDA_INJECTION64_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains("no exact GPU times"),
+        "gpuprofd did not find the library: {err}"
+    );
+    let r = read_report(&report);
+    let ps = r["processes"].as_array().unwrap();
+    let p = ps
+        .iter()
+        .find(|p| p["comm"] == "workload")
+        .unwrap_or_else(|| panic!("no workload process: {r}"));
+
+    let g = &p["gpu_time"];
+    assert_eq!(
+        (&g["basis"], &g["source"], &g["state"], &g["unavailable"]),
+        (
+            &json!("measured"),
+            &json!("cupti"),
+            &json!("enabled"),
+            &Value::Null
+        ),
+        "{g}"
+    );
+    // CUPTI API version 28 (12.9 Update 1), as the fake CUPTI says.
+    assert_eq!(g["state_detail"], json!(28));
+    assert_eq!(g["dropped"], json!(0));
+    assert_eq!(
+        (&g["kernels"], &g["kernel_ns"]),
+        (&json!(6), &json!(4 * 250_000 + 2 * 1_000_000))
+    );
+    assert_eq!(g["memcpy_ns"], json!(3 * 7_000));
+    assert_eq!(
+        g["copies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["count"].as_u64().unwrap(), c["bytes"].as_u64().unwrap()))
+            .collect::<Vec<_>>(),
+        vec![(3, 3 * 4096)]
+    );
+
+    // The launches the probes counted carry the GPU time CUPTI measured for them.
+    let relu = kernel(p, "_Z4reluPfi");
+    assert_eq!(relu["calls"], json!(4));
+    let t = &relu["gpu_time"];
+    assert_eq!(
+        (
+            &t["basis"],
+            &t["count"],
+            &t["total_ns"],
+            &t["min_ns"],
+            &t["max_ns"]
+        ),
+        (
+            &json!("measured"),
+            &json!(4),
+            &json!(1_000_000),
+            &json!(250_000),
+            &json!(250_000)
+        )
+    );
+    let gemm = kernel(p, "_Z4gemmPKfS0_Pfiii");
+    assert_eq!(gemm["calls"], json!(2));
+    assert_eq!(
+        (&gemm["gpu_time"]["count"], &gemm["gpu_time"]["total_ns"]),
+        (&json!(2), &json!(2_000_000))
+    );
+    assert_eq!(gemm["gpu_time"]["share"], json!(2.0 / 3.0));
+
+    // What the library asked of CUPTI, in order: enabled once, never disabled before the end
+    // (the command ended first), and its records flushed at the exit.
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("deliver "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        lines[..7],
+        [
+            "subscribe ok",
+            "unsubscribe",
+            "register",
+            "enable 10",
+            "enable 1",
+            "enable 2",
+            "period 200"
+        ],
+        "{lines:?}"
+    );
+}
+
+/// `--no-inject`: the command runs without the library, and its report says why there are no
+/// measured times.
+#[test]
+fn no_inject_leaves_the_command_alone() {
+    require_bpf();
+    let dir = TempDir::new("gpu-time-off");
+    let report = dir.path().join("report.json");
+    let workload = fakecuda().join("bin/workload");
+    let cmd = format!(
+        "printf 'rt_launch relu 2 1 1 1 32 1 1 0 0\\n' | {} > /dev/null",
+        workload.display()
+    );
+    let out = Command::new(daemon_bin())
+        .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
+        .arg("--lib")
+        .arg(fakecuda().join("lib"))
+        .args(["--no-inject", "-o", report.to_str().unwrap()])
+        .args(["--", "/bin/sh", "-c", &cmd])
+        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
+        .env_remove("CUDA_INJECTION64_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = read_report(&report);
+    let p = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "workload")
+        .unwrap_or_else(|| panic!("no workload process: {r}"))
+        .clone();
+    assert_eq!(p["launches"], json!(2));
+    assert_eq!(p["gpu_time"]["basis"], json!("absent"), "{}", p["gpu_time"]);
+    let libs: Vec<&str> = r["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["path"].as_str())
+        .filter(|p| p.ends_with("libgpuprofd_inject.so"))
+        .collect();
+    assert_eq!(libs, Vec::<&str>::new(), "the library was loaded: {r}");
+}

@@ -105,7 +105,7 @@ impl Control {
         if r != R::CUPTI_SUCCESS {
             self.cupti = Cupti::Unusable;
             sites::state(state::CUPTI_ERROR, r as u64);
-        } else if !records::SUPPORTED_VERSIONS.contains(&version) {
+        } else if !records::supported(version) {
             self.cupti = Cupti::Unusable;
             sites::state(state::UNSUPPORTED_VERSION, version as u64);
         } else {
@@ -204,13 +204,15 @@ unsafe extern "C" fn no_callback(
 
 #[cfg(test)]
 mod tests {
-    /// A PyTorch process has already loaded its wheel's `libcupti.so.12`; dlopen by that SONAME
-    /// returns the same library, so cudarc must try that name (it tries `libcupti.so` first,
-    /// see docs/INJECTION.md, "Known gaps").
+    /// A PyTorch process has already loaded its wheel's `libcupti.so.12` (CUDA 12) or
+    /// `libcupti.so.13` (CUDA 13); dlopen by that SONAME returns the same library, so cudarc
+    /// must try both names (it tries `libcupti.so` first, see docs/INJECTION.md, "Known gaps").
     #[test]
-    fn cudarc_looks_for_libcupti_so_12() {
+    fn cudarc_looks_for_libcupti_so_12_and_13() {
         let names = cudarc::get_lib_name_candidates("cupti");
         assert_eq!(names[0], "libcupti.so");
-        assert!(names.iter().any(|n| n == "libcupti.so.12"), "{names:?}");
+        let at = |n: &str| names.iter().position(|x| x == n);
+        let (v13, v12) = (at("libcupti.so.13"), at("libcupti.so.12"));
+        assert!(v13.is_some() && v12.is_some() && v13 < v12, "{names:?}");
     }
 }

@@ -12,10 +12,14 @@ use cudarc::cupti::sys::{
 use profiler_common::gpu::{GpuActivity, activity};
 
 /// CUPTI API versions whose records have the layouts read here (`cupti_version.h`: v26 CUDA
-/// 12.8, v27 12.9, v28 12.9 Update 1). `CUpti_ActivityMemcpy6` first appears in 12.8; CUDA 13
-/// changes the padding of the memcpy and memset records (`isDeviceLaunched`) and is left out
-/// until it is checked against its own headers.
-pub const SUPPORTED_VERSIONS: core::ops::RangeInclusive<u32> = 26..=28;
+/// 12.8, v27 12.9, v28 12.9 Update 1; 130000-130099 CUDA 13.0, whose wheel's header says
+/// 130001). `CUpti_ActivityMemcpy6` first appears in 12.8. CUDA 13.0 writes its kernels as
+/// `CUpti_ActivityKernel10`, which keeps every field read here where `CUpti_ActivityKernel9`
+/// has it (`kernel10_reads_as_kernel9` checks it against the bindings), and keeps
+/// `Memcpy6`/`Memset4` (13.0 changed only padding these fields do not cross).
+pub fn supported(version: u32) -> bool {
+    (26..=28).contains(&version) || (130_000..=130_099).contains(&version)
+}
 
 pub const KIND_MEMCPY: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY as u32;
 pub const KIND_MEMSET: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET as u32;
@@ -256,6 +260,26 @@ mod tests {
         assert_eq!(to_monotonic(10, -20), 0);
         assert_eq!(to_monotonic(u64::MAX - 1, 5), u64::MAX);
         assert_eq!(to_monotonic(1_000, -400), 600);
-        assert!(SUPPORTED_VERSIONS.contains(&28) && !SUPPORTED_VERSIONS.contains(&25));
+        assert!(supported(28) && supported(130_001));
+        assert!(!supported(25) && !supported(29) && !supported(130_100));
+    }
+
+    /// CUDA 13.0 writes kernels as `CUpti_ActivityKernel10`: every field `convert` reads is at
+    /// the same place as in `CUpti_ActivityKernel9`.
+    #[test]
+    fn kernel10_reads_as_kernel9() {
+        use cudarc::cupti::sys::CUpti_ActivityKernel10 as K10;
+        type K9 = CUpti_ActivityKernel9;
+        assert_eq!(offset_of!(K10, start), offset_of!(K9, start));
+        assert_eq!(offset_of!(K10, end), offset_of!(K9, end));
+        assert_eq!(offset_of!(K10, deviceId), offset_of!(K9, deviceId));
+        assert_eq!(offset_of!(K10, contextId), offset_of!(K9, contextId));
+        assert_eq!(offset_of!(K10, streamId), offset_of!(K9, streamId));
+        assert_eq!(
+            offset_of!(K10, correlationId),
+            offset_of!(K9, correlationId)
+        );
+        assert_eq!(offset_of!(K10, name), offset_of!(K9, name));
+        assert_eq!(size_of::<K10>(), 216);
     }
 }

@@ -507,10 +507,23 @@ fn without_cupti_the_library_says_so_once_and_does_nothing() {
     w.exit();
 }
 
+/// CUDA 13.0's CUPTI (API version 130001, its wheel's `cupti_version.h`) is read like 12.9's:
+/// the fields the library reads keep their places (profiler-inject's `kernel10_reads_as_kernel9`).
+#[test]
+fn cupti_13_0_is_enabled_like_12_9() {
+    let dir = TempDir::new("inject-cupti13");
+    let (w, log) = workload(&dir, true, &[("FAKECUPTI_VERSION", "130001")]);
+    let sites = Sites::on(w.tgid);
+    let _probe = sites.listen();
+    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
+    assert_eq!(log_lines(&log), strs(&ENABLE));
+    w.exit();
+}
+
 #[test]
 fn an_unsupported_cupti_version_is_left_alone() {
     let dir = TempDir::new("inject-version");
-    let (w, log) = workload(&dir, true, &[("FAKECUPTI_VERSION", "25")]);
+    let (w, log) = workload(&dir, true, &[("FAKECUPTI_VERSION", "130100")]);
     let sites = Sites::on(w.tgid);
     let _probe = sites.listen();
     eventually("UNSUPPORTED_VERSION", || sites.state.hits() == 1);

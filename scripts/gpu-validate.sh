@@ -36,6 +36,10 @@
 #   nccl         torch.distributed with the NCCL backend at world size 1 under --all-jobs: each
 #                operation's calls and bytes against what the script asked for; the
 #                communicator's rank, size, device and which call made it
+#   gputime      measured GPU time: each workload under `gpuprofd -- COMMAND` (the injection library
+#                loaded), alone, then again with torch.profiler: gpuprofd's per-kernel GPU time
+#                against torch.profiler's CUDA time per kernel (two runs of the same steps), the
+#                library's state in each (enabled; yielded to torch.profiler)
 #   neighbour    a launch-bound loop that gpuprofd --pid does not watch (it watches another
 #                CUDA process), against the same loop with no daemon: interleaved rounds
 #   overhead     median step time with no profiler / gpuprofd service mode (launches counted
@@ -60,7 +64,7 @@ ONLY=""
 MODES="none,counted,counted_duty,counted_duty25,gpuprofd,gpuprofd_two,prof"
 DRY=0
 EXTRA_LIBS=()
-ALL_STEPS="doctor procaddr coverage live service code attribution device nccl neighbour overhead nvml gpm"
+ALL_STEPS="doctor procaddr coverage live service code attribution device nccl gputime neighbour overhead nvml gpm"
 
 usage() { sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -515,6 +519,44 @@ if wanted nccl; then
             record nccl nccl "" "" "gpuprofd or the workload failed: see runs/nccl.gpuprofd.err"
         fi
     fi
+fi
+
+# ---- measured GPU time (the injection library) ------------------------------------------------
+# Issue 31, layer 3. Each workload twice, both under `gpuprofd -- COMMAND` (which loads
+# libgpuprofd_inject.so into it): first alone (gpuprofd's per-kernel GPU times, CUPTI through
+# the library), then with torch.profiler counting (its per-kernel CUDA times; the library must
+# yield to it, and torch.profiler must still work). Two runs of the same steps: the per-kernel
+# comparison carries the run-to-run spread of the kernels' own durations.
+gputime_run() { # NAME MODULE SCRIPT [args...]
+    local name=$1 module=$2 script=$3
+    shift 3
+    if ! have_py_mod "$module"; then record "$name" gputime "" "" "$module is not importable"; return; fi
+    if [ "$BPF_OK" != 1 ]; then blocked "$name" gputime; return; fi
+    echo "  $name"
+    local mode ok=1
+    for mode in lib prof; do
+        local extra=()
+        [ "$mode" = prof ] && extra=(--profile)
+        if ! "$BIN" --no-live --output "$OUT/runs/$name.$mode.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/$name.$mode.result.json" --steps "$STEPS" "${extra[@]}" "$@" \
+            >"$OUT/runs/$name.$mode.gpuprofd.out" 2>"$OUT/runs/$name.$mode.gpuprofd.err"; then
+            ok=0
+        fi
+    done
+    if [ "$ok" = 1 ]; then
+        "$BIN" report "$OUT/runs/$name.lib.report.json" --view kernels --order-by gpu_time --wide \
+            -o "$OUT/runs/$name.lib.kernels.txt" 2>>"$OUT/runs/$name.lib.gpuprofd.err" || true
+        record "$name" gputime "" "$OUT/runs/$name.lib.report.json" "" \
+            "$OUT/runs/$name.lib.result.json" "$OUT/runs/$name.prof.result.json" "$OUT/runs/$name.prof.report.json"
+    else
+        record "$name" gputime "" "" "gpuprofd or the workload failed: see runs/$name.{lib,prof}.gpuprofd.err"
+    fi
+}
+if wanted gputime; then
+    echo "gpu-validate: gputime (measured GPU time through the injection library, against torch.profiler)"
+    gputime_run gputime_cnn_eager torch torch_cnn.py --mode eager
+    gputime_run gputime_cublas_gemm torch cublas_gemm.py
+    gputime_run gputime_torch_graphs torch torch_graphs.py
 fi
 
 # ---- neighbour -----------------------------------------------------------------------------------

@@ -308,6 +308,72 @@ def nccl_rows(name, proc, res, findings):
     return row
 
 
+def kernel_key(name):
+    """A kernel name as both sides can agree on it: no spaces, no leading return type
+    ("void "), which torch.profiler's names carry and a demangler may leave out."""
+    n = name or ""
+    if n.startswith("void "):
+        n = n[5:]
+    return norm(n)
+
+
+def gputime_rows(name, lib_report, lib_res, prof_res, prof_report, findings):
+    """Measured GPU time: gpuprofd's per-kernel GPU time (the injection library, run alone)
+    against torch.profiler's CUDA time per kernel (the same steps, run again with the
+    profiler), and the library's state in each run."""
+    row = {"run": name}
+    proc = process_of(lib_report, (lib_res or {}).get("pid"))
+    if proc is None:
+        findings.append(f"{name}: no process {(lib_res or {}).get('pid')} in gpuprofd's report")
+        return row
+    g = proc.get("gpu_time") or {}
+    row["state"] = g.get("state") or g.get("unavailable")
+    row["basis"] = g.get("basis")
+    if g.get("basis") != "measured":
+        findings.append(f"{name}: no measured GPU time: {g.get('unavailable') or g}")
+    ours = {}
+    for k in proc.get("kernels", []):
+        t = k.get("gpu_time")
+        if t and t.get("basis", "measured") == "measured":
+            key = kernel_key(k.get("name") or k.get("mangled"))
+            ours[key] = ours.get(key, 0) + t.get("total_ns", 0)
+    prof = (prof_res or {}).get("profiler") or {}
+    theirs = {kernel_key(n): us * 1000.0 for n, us in prof.get("kernel_gpu_us", {}).items()}
+    both = sorted(set(ours) & set(theirs), key=lambda k: -theirs[k])
+    row["kernels_gpuprofd"] = len(ours)
+    row["kernels_profiler"] = len(theirs)
+    row["kernels_matched"] = len(both)
+    row["gpuprofd_ms"] = round(sum(ours[k] for k in both) / 1e6, 3)
+    row["profiler_ms"] = round(sum(theirs[k] for k in both) / 1e6, 3)
+    row["unmatched_gpuprofd_ms"] = round(sum(v for k, v in ours.items() if k not in theirs) / 1e6, 3)
+    row["unmatched_profiler_ms"] = round(sum(v for k, v in theirs.items() if k not in ours) / 1e6, 3)
+    if row["profiler_ms"]:
+        row["sum_ratio"] = round(row["gpuprofd_ms"] / row["profiler_ms"], 4)
+        if abs(row["sum_ratio"] - 1) > 0.01:
+            findings.append(f"{name}: matched kernels' GPU time {row['gpuprofd_ms']} ms against "
+                            f"torch.profiler's {row['profiler_ms']} ms (goal: within 1 %)")
+    top = []
+    for k in both[:10]:
+        r = ours[k] / theirs[k] if theirs[k] else None
+        top.append({"kernel": k[:80], "gpuprofd_ms": round(ours[k] / 1e6, 3),
+                    "profiler_ms": round(theirs[k] / 1e6, 3), "ratio": round(r, 4) if r else None})
+        if r is not None and abs(r - 1) > 0.02:
+            findings.append(f"{name}: {k[:60]}: {ours[k] / 1e6:.3f} ms against torch.profiler's "
+                            f"{theirs[k] / 1e6:.3f} ms (goal: within 2 %)")
+    row["top"] = top
+    # torch.profiler with the library loaded: it must still have counted kernels, and the
+    # library must have stepped aside.
+    row["profiler_kernels"] = prof.get("kernels")
+    pp = process_of(prof_report, (prof_res or {}).get("pid")) or {}
+    pg = pp.get("gpu_time") or {}
+    row["prof_run_state"] = pg.get("state") or pg.get("unavailable")
+    if not prof.get("kernels"):
+        findings.append(f"{name}: torch.profiler counted no kernels with the library loaded")
+    if pg.get("basis") == "measured" and pg.get("state") != "yielded_to_another_cupti_client":
+        findings.append(f"{name}: the library did not yield to torch.profiler (state {pg.get('state')})")
+    return row
+
+
 def neighbour_rows(runs, findings):
     """The neighbour of gpuprofd --pid: its median step time with no daemon and beside the
     daemon watching another process, per round, and the ratio of the medians."""
@@ -373,6 +439,7 @@ def main(manifest_path, outdir):
         return p if not p or os.path.isabs(p) else os.path.join(base, p)
 
     findings, rows, blocked, code_rows, dev_rows, nccl_out = [], [], [], [], [], []
+    gputime_out = []
     for r in man.get("runs", []):
         if r.get("error"):
             findings.append(f"{r['name']}: did not run: {r['error']}")
@@ -384,6 +451,10 @@ def main(manifest_path, outdir):
             for x in r.get("results", []):
                 res = load(rel(x)) or {}
                 nccl_out.append(nccl_rows(r["name"], process_of(report, res.get("pid")), res, findings))
+            continue
+        if r.get("kind") == "gputime" and report is not None:
+            res = [load(rel(x)) for x in r.get("results", [])] + [None, None, None]
+            gputime_out.append(gputime_rows(r["name"], report, res[0], res[1], res[2], findings))
             continue
         if r.get("kind") == "device" and report is not None:
             rp = rel(r.get("report"))
@@ -441,6 +512,7 @@ def main(manifest_path, outdir):
         "overhead": over,
         "device": dev_rows,
         "nccl": nccl_out,
+        "gputime": gputime_out,
         "neighbour": neighbour,
         "findings": findings,
         "blocked": blocked,
@@ -489,6 +561,29 @@ def main(manifest_path, outdir):
         for r in rows:
             md.append(f"- {r['run']}: {', '.join(r.get('symbols_fired', [])) or '(none)'}")
         md.append("")
+    if gputime_out:
+        md.append("## Measured GPU time (injection library) against torch.profiler")
+        md.append(
+            fmt_table(
+                ["run", "state", "kernels matched", "gpuprofd ms", "torch.profiler ms", "ratio",
+                 "unmatched gpuprofd / profiler ms", "profiler kernels (library loaded)", "library then"],
+                [
+                    (g["run"], g.get("state"), g.get("kernels_matched"), g.get("gpuprofd_ms"),
+                     g.get("profiler_ms"), g.get("sum_ratio", "-"),
+                     f"{g.get('unmatched_gpuprofd_ms')} / {g.get('unmatched_profiler_ms')}",
+                     g.get("profiler_kernels"), g.get("prof_run_state"))
+                    for g in gputime_out
+                ],
+            )
+        )
+        md.append("")
+        for g in gputime_out:
+            if g.get("top"):
+                md.append(f"Top kernels of {g['run']} by torch.profiler's time:")
+                md.append(fmt_table(["kernel", "gpuprofd ms", "torch.profiler ms", "ratio"],
+                                    [(t["kernel"], t["gpuprofd_ms"], t["profiler_ms"], t["ratio"])
+                                     for t in g["top"]]))
+                md.append("")
     if code_rows:
         md.append("## Code view (launches per line of forward(), --stack-period 1)")
         md.append(

@@ -44,6 +44,7 @@ fn dry_run_checks_prerequisites_and_prints_the_plan() {
         "attribution",
         "device",
         "nccl",
+        "gputime",
         "neighbour",
         "overhead",
         "nvml",
@@ -381,4 +382,74 @@ fn compare_reports_nccl_against_what_the_script_asked_for() {
         n["communicators"][0]["created_by"],
         "ncclCommInitRankConfig"
     );
+}
+
+/// Measured GPU time against torch.profiler's: kernels matched by name across the demanglers'
+/// spellings ("void " and spaces), the sums and each top kernel against their goals, and the
+/// library's state in the run where torch.profiler held CUPTI.
+#[test]
+fn compare_reports_gpu_time_against_torch_profiler() {
+    let dir = TempDir::new("gv-gputime");
+    let d = dir.path();
+    let write = |name: &str, v: Value| std::fs::write(d.join(name), v.to_string()).unwrap();
+    let k = |name: &str, ns: u64| {
+        json!({"name": name, "mangled": "_Z1x", "calls": 10,
+               "gpu_time": {"basis": "measured", "count": 10, "total_ns": ns}})
+    };
+    write(
+        "lib.report.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {}, "processes": [
+            {"tgid": 7, "launches": 30,
+             "gpu_time": {"basis": "measured", "source": "cupti", "state": "enabled"},
+             "kernels": [k("gemm<float>(float*, int)", 5_000_000), k("relu(float*)", 1_100_000),
+                         k("only_ours()", 7_000),
+                         {"name": "fill()", "mangled": "_Z4fillv", "calls": 3, "gpu_time": null}]}]}),
+    );
+    write(
+        "prof.report.json",
+        json!({"schema": "gpuprofd.report/1", "drops": {}, "processes": [
+            {"tgid": 8, "launches": 30,
+             "gpu_time": {"basis": "measured", "source": "cupti", "state": "enabled"}}]}),
+    );
+    write(
+        "lib.json",
+        json!({"workload": "torch_cnn", "pid": 7, "steps": 10, "step_times_s": [0.1],
+               "profiler": null, "known": {}}),
+    );
+    write(
+        "prof.json",
+        json!({"workload": "torch_cnn", "pid": 8, "steps": 10, "step_times_s": [0.1],
+               "profiler": {"kernels": 30, "kernel_names": {},
+                            "kernel_gpu_us": {"void gemm<float>(float*, int)": 5000.0,
+                                              "relu(float*)": 1000.0,
+                                              "only_theirs()": 2.5}},
+               "known": {}}),
+    );
+    write(
+        "manifest.json",
+        json!({"env": {}, "doctor": null, "procaddr": null, "nvml": null, "runs": [
+            {"name": "gt", "kind": "gputime", "report": "lib.report.json", "error": null,
+             "results": ["lib.json", "prof.json", "prof.report.json"]}]}),
+    );
+    let r = compare(d);
+    assert_eq!(
+        r["findings"],
+        json!([
+            "gt: matched kernels' GPU time 6.1 ms against torch.profiler's 6.0 ms (goal: within 1 %)",
+            "gt: relu(float*): 1.100 ms against torch.profiler's 1.000 ms (goal: within 2 %)",
+            "gt: the library did not yield to torch.profiler (state enabled)",
+        ])
+    );
+    let g = &r["gputime"][0];
+    assert_eq!(
+        (
+            &g["kernels_matched"],
+            &g["unmatched_gpuprofd_ms"],
+            &g["unmatched_profiler_ms"],
+            &g["sum_ratio"]
+        ),
+        (&json!(2), &json!(0.007), &json!(0.003), &json!(1.0167))
+    );
+    assert_eq!(g["top"][0]["ratio"], json!(1.0));
+    assert_eq!(g["state"], json!("enabled"));
 }

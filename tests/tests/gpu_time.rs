@@ -40,6 +40,7 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
     let dir = TempDir::new("gpu-time");
     let script = dir.path().join("script");
     std::fs::write(&script, SCRIPT).unwrap();
+    let capture = dir.path().join("run.gpuprof");
     let report = dir.path().join("report.json");
     let log = dir.path().join("cupti.log");
     let workload = fakecuda().join("bin/workload");
@@ -48,7 +49,7 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
         .arg("--lib")
         .arg(fakecuda().join("lib"))
-        .args(["-o", report.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
+        .args(["-o", capture.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
         // The command inherits these: the fake CUPTI where the library looks for CUPTI, and
         // its log. Not CUDA_INJECTION64_PATH: gpuprofd sets that.
         .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
@@ -63,6 +64,16 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         !err.contains("no exact GPU times"),
         "gpuprofd did not find the library: {err}"
     );
+    // The capture file keeps the GPU records: its report is what is checked.
+    let (code, _, err) = run_daemon(&[
+        "report",
+        capture.to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
     let r = read_report(&report);
     let ps = r["processes"].as_array().unwrap();
     let p = ps
@@ -126,6 +137,35 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         (&json!(2), &json!(2_000_000))
     );
     assert_eq!(gemm["gpu_time"]["share"], json!(2.0 / 3.0));
+
+    // The overview page ranks the kernels by the measured GPU time, and says so.
+    let dom = overview_dom(&capture, "gpu-time-overview");
+    assert!(
+        dom.contains("Top kernels (by GPU time, measured by CUPTI through the injection library)"),
+        "{dom}"
+    );
+    let rows: Vec<&str> = dom
+        .split("<tr>")
+        .skip(1)
+        .filter(|row| row.contains("data-k=\"gpu_ns\""))
+        .collect();
+    let gemm_row = rows
+        .iter()
+        .find(|row| row.contains("gemm("))
+        .unwrap_or_else(|| panic!("no gemm row: {dom}"));
+    assert!(
+        gemm_row.contains("<td class=\"\" data-k=\"gpu_ns\">2.000</td>"),
+        "{gemm_row}"
+    );
+    assert!(
+        gemm_row.contains("<td class=\"\" data-k=\"gpu_share\">66.7</td>"),
+        "{gemm_row}"
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows[0].contains("gemm(") && rows[1].contains("relu("),
+        "gemm (2 ms) ranks before relu (1 ms): {rows:?}"
+    );
 
     // What the library asked of CUPTI, in order: enabled once, never disabled before the end
     // (the command ended first), and its records flushed at the exit.

@@ -93,16 +93,24 @@ pub fn page_data(
         .iter()
         .flat_map(|p| {
             p.kernels.iter().map(move |k| {
+                let t = k.gpu_time.as_ref();
                 json!({"pid": p.tgid, "name": k.name, "calls": k.calls,
                        "grid": crate::output::fmt::dim3(k.grid),
-                       "block": crate::output::fmt::dim3(k.block)})
+                       "block": crate::output::fmt::dim3(k.block),
+                       "gpu_ns": t.map(|t| t.total_ns),
+                       "gpu_share": t.map(|t| t.share)})
             })
         })
         .collect();
+    // Ranked by GPU time where the injection library measured any (TensorBoard's overview
+    // ranks operations by time), by launches otherwise; the page says which.
+    let by_gpu_time = kernels.iter().any(|k| k["gpu_ns"].as_u64().is_some());
+    let key = if by_gpu_time { "gpu_ns" } else { "calls" };
     kernels.sort_by(|a, b| {
-        b["calls"]
+        b[key]
             .as_u64()
-            .cmp(&a["calls"].as_u64())
+            .cmp(&a[key].as_u64())
+            .then_with(|| b["calls"].as_u64().cmp(&a["calls"].as_u64()))
             .then_with(|| a["name"].as_str().cmp(&b["name"].as_str()))
             .then_with(|| a["pid"].as_u64().cmp(&b["pid"].as_u64()))
     });
@@ -189,6 +197,7 @@ pub fn page_data(
             "launches": launches, "copy_bytes": copy_bytes, "records_lost": lost,
         },
         "kernels": kernels,
+        "kernels_by": if by_gpu_time { "gpu_time" } else { "launches" },
         "jobs": jobs,
         "devices": devices.iter().map(|(d, n, l, b)| json!({
             "device": d.map_or("unknown".to_owned(), |d| d.to_string()),
@@ -271,7 +280,7 @@ they were blocked); GPU execution times are not measured.</p>
 <h2>Summary</h2><table id="summary"></table>
 <h2>GPUs (NVML)</h2><div id="gpus"></div>
 <h2>Step time</h2><div id="steps"></div>
-<h2>Top kernels (by launches)</h2><table id="kernels"></table>
+<h2 id="kernels-title">Top kernels</h2><table id="kernels"></table>
 <h2>Jobs</h2><table id="jobs"></table>
 <h2>Copies</h2><div id="copies"></div>
 <h2>Devices (CUDA ordinal the calls went to)</h2><table id="devices"></table>
@@ -355,8 +364,14 @@ chart($('steps'), D.steps.map(s => ({pid: s.pid, label: s.pid + ' ' + s.comm,
   points: s.wall_ms.map((w, i) => [i + 1, w])})), 'step', 'step time, ms', (v) => v.toFixed(1));
 if (!D.steps.length) $('steps').firstChild.textContent =
   'no training loop found (see docs/CAPTURE-FILES.md, Steps)';
+$('kernels-title').textContent = D.kernels_by === 'gpu_time'
+  ? 'Top kernels (by GPU time, measured by CUPTI through the injection library)'
+  : 'Top kernels (by launches; no GPU time was measured: docs/INJECTION.md)';
 table('kernels', [{key: 'pid', title: 'PID'}, {key: 'name', title: 'kernel', left: true},
-  {key: 'calls', title: 'launches'}, {key: 'grid', title: 'grid'}, {key: 'block', title: 'block'}],
+  {key: 'calls', title: 'launches'},
+  {key: 'gpu_ns', title: 'GPU ms (measured)', fmt: (v) => v === null ? '-' : (v / 1e6).toFixed(3)},
+  {key: 'gpu_share', title: 'share of its process %', fmt: (v) => v === null ? '-' : (100 * v).toFixed(1)},
+  {key: 'grid', title: 'grid'}, {key: 'block', title: 'block'}],
   D.kernels);
 table('jobs', [{key: 'kind', title: 'kind', left: true}, {key: 'job', title: 'job', left: true},
   {key: 'processes', title: 'processes'}, {key: 'launches', title: 'launches'},

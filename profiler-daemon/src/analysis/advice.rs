@@ -20,6 +20,14 @@ pub const MIN_DURATION_NS: u64 = 1_000_000_000;
 pub const SYNC_BOUND_SHARE: f64 = 0.30;
 /// Launch-bound: kernel launches per second of capture.
 pub const LAUNCH_BOUND_RATE: f64 = 10_000.0;
+/// Measured GPU time: a kernel whose mean GPU time is under this is "short" (its launch costs
+/// the CPU about as much as it runs).
+pub const SHORT_KERNEL_NS: u64 = 10_000;
+/// Dominant kernel: one kernel took at least this share of its process's measured kernel GPU
+/// time...
+pub const DOMINANT_KERNEL_SHARE: f64 = 0.50;
+/// ...of at least this much GPU time in all.
+pub const DOMINANT_KERNEL_MIN_NS: u64 = 10_000_000;
 /// Tiny copies: at least this many copies in one direction...
 pub const TINY_COPY_CALLS: u64 = 1_000;
 /// ...averaging fewer bytes than this.
@@ -72,8 +80,8 @@ pub const GPM_LOW_OCCUPANCY: f64 = 20.0;
 /// One piece of advice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Advice {
-    /// `sync_bound`, `launch_bound`, `tiny_copies`, `pageable_copies`, `blocking_copies`,
-    /// `alloc_churn`,
+    /// `sync_bound`, `launch_bound`, `dominant_kernel` (measured GPU time), `tiny_copies`,
+    /// `pageable_copies`, `blocking_copies`, `alloc_churn`,
     /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
     /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `gpu_tensor_idle`,
     /// `gpu_low_occupancy` (NVML GPM, per GPU, measured), `records_lost`.
@@ -280,6 +288,7 @@ fn gpm_advice(gpu: &str, g: &crate::model::snapshot::GpuReport, out: &mut Vec<Ad
 fn process_advice(p: &ProcessReport, dur_ns: u64, secs: f64, out: &mut Vec<Advice>) {
     sync_bound(p, dur_ns, secs, out);
     launch_bound(p, secs, out);
+    dominant_kernel(p, out);
     tiny_copies(p, out);
     pageable_copies(p, out);
     blocking_copies(p, dur_ns, secs, out);
@@ -336,15 +345,76 @@ fn launch_bound(p: &ProcessReport, secs: f64, out: &mut Vec<Advice>) {
             "launch_bound",
             format!(
                 "{:.0} kernel launches per second ({} in {secs:.1} s active); {:.0}% of them \
-                 with fewer than 132 blocks",
+                 with fewer than 132 blocks{}",
                 rate,
                 p.launches,
-                small as f64 * 100.0 / p.launches.max(1) as f64
+                small as f64 * 100.0 / p.launches.max(1) as f64,
+                short_kernels(p)
             ),
             "many small kernels: the CPU's launch rate may limit the GPU. Capture the step in a \
              CUDA graph (torch.cuda.graphs, torch.compile(mode=\"reduce-overhead\")), or fuse \
              kernels (torch.compile, custom fused ops)",
         );
+    }
+}
+
+/// Launch-bound's measured evidence, where the injection library measured the kernels: the
+/// share of launches and of GPU time of kernels whose mean GPU time is under
+/// [`SHORT_KERNEL_NS`] ("" otherwise).
+fn short_kernels(p: &ProcessReport) -> String {
+    let timed: Vec<_> = p
+        .kernels
+        .iter()
+        .filter_map(|k| k.gpu_time.as_ref())
+        .collect();
+    let (runs, ns): (u64, u64) = timed
+        .iter()
+        .fold((0, 0), |(r, n), t| (r + t.count, n + t.total_ns));
+    if runs == 0 || ns == 0 {
+        return String::new();
+    }
+    let short: Vec<_> = timed
+        .iter()
+        .filter(|t| t.mean_ns < SHORT_KERNEL_NS)
+        .collect();
+    let short_runs: u64 = short.iter().map(|t| t.count).sum();
+    let short_ns: u64 = short.iter().map(|t| t.total_ns).sum();
+    format!(
+        "; measured on the GPU, kernels averaging under {} µs are {:.0}% of the kernels run and \
+         {:.0}% of the GPU time",
+        SHORT_KERNEL_NS / 1_000,
+        short_runs as f64 * 100.0 / runs as f64,
+        short_ns as f64 * 100.0 / ns as f64
+    )
+}
+
+/// One kernel took most of the process's measured GPU time: the first place to look.
+fn dominant_kernel(p: &ProcessReport, out: &mut Vec<Advice>) {
+    let Some((k, t)) = p
+        .kernels
+        .iter()
+        .filter_map(|k| Some((k, k.gpu_time.as_ref()?)))
+        .max_by_key(|(_, t)| t.total_ns)
+    else {
+        return;
+    };
+    if t.share >= DOMINANT_KERNEL_SHARE && t.total_ns >= DOMINANT_KERNEL_MIN_NS {
+        out.push(Advice::about(
+            p,
+            "dominant_kernel",
+            format!(
+                "{} took {:.0}% of the process's kernel time on the GPU ({} ms in {} runs, mean \
+                 {} µs; measured)",
+                k.name,
+                t.share * 100.0,
+                units::ms(t.total_ns),
+                t.count,
+                t.mean_ns / 1_000
+            ),
+            "optimise this kernel first: profile it alone (Nsight Compute: ncu --kernel-name \
+             with its name) for its memory and compute throughput, or replace it with a fused \
+             or library version",
+        ));
     }
 }
 

@@ -103,6 +103,81 @@ fn launch_bound() {
     assert!(a[0].suggestion.contains("CUDA graph"));
 }
 
+/// `process`'s kernel row replaced by kernels `(name, runs, mean GPU ns)` with measured GPU
+/// times (shares of their sum), launched once per run.
+fn with_gpu_times(mut p: Value, kernels: &[(&str, u64, u64)]) -> Value {
+    let sum: u64 = kernels.iter().map(|(_, n, m)| n * m).sum();
+    p["kernels"] = kernels
+        .iter()
+        .map(|(name, n, mean)| {
+            json!({"name": name, "mangled": null, "calls": n, "grid": [64, 1, 1],
+                   "block": [256, 1, 1], "shared_bytes": 0, "streams": 1,
+                   "api": "cudaLaunchKernel", "name_source": "register_function",
+                   "gpu_time": {"basis": "measured", "count": n, "total_ns": n * mean,
+                                "mean_ns": mean, "min_ns": mean, "p50_ns": mean, "p99_ns": mean,
+                                "max_ns": mean, "share": (n * mean) as f64 / sum as f64}})
+        })
+        .collect();
+    p
+}
+
+/// With measured GPU times, launch-bound's evidence says how short the kernels ran.
+#[test]
+fn launch_bound_with_measured_gpu_times() {
+    let p = with_gpu_times(
+        process(8, 150_000, &[], &[], 0),
+        &[("fill", 120_000, 3_000), ("gemm", 30_000, 40_000)],
+    );
+    let a = advise_(&report(vec![p], 0));
+    let got: Vec<(&str, &str)> = a.iter().map(|x| (x.rule, x.evidence.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "launch_bound",
+                "15000 kernel launches per second (150000 in 10.0 s active); 100% of them with fewer \
+                 than 132 blocks; measured on the GPU, kernels averaging under 10 µs are 80% of \
+                 the kernels run and 23% of the GPU time"
+            ),
+            (
+                "dominant_kernel",
+                "gemm took 77% of the process's kernel time on the GPU (1200.000 ms in 30000 runs, \
+                 mean 40 µs; measured)"
+            ),
+        ]
+    );
+}
+
+/// A kernel with most of the measured GPU time is named; not below 50 %, nor over a trivial
+/// total.
+#[test]
+fn dominant_kernel() {
+    let one = |kernels: &[(&str, u64, u64)]| {
+        rules(&report(
+            vec![with_gpu_times(process(5, 1_000, &[], &[], 0), kernels)],
+            0,
+        ))
+    };
+    assert_eq!(
+        one(&[("attn", 100, 600_000), ("mlp", 100, 400_000)]),
+        vec![("dominant_kernel", Some(5))]
+    );
+    assert_eq!(
+        one(&[("attn", 100, 500_000), ("mlp", 100, 500_001)]),
+        vec![("dominant_kernel", Some(5))]
+    );
+    assert_eq!(
+        one(&[
+            ("a", 100, 400_000),
+            ("b", 100, 300_000),
+            ("c", 100, 300_000)
+        ]),
+        vec![]
+    );
+    // 60 % of 5 ms: too little GPU time to be worth a line.
+    assert_eq!(one(&[("attn", 10, 300_000), ("mlp", 10, 200_000)]), vec![]);
+}
+
 #[test]
 fn tiny_and_blocking_copies() {
     let p = process(

@@ -702,6 +702,8 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     // A process outside a `--pid` selection, with and without per-process probes.
     let neighbour_rounds = if quick { 1 } else { 3 };
     let neighbour = crate::neighbour::measure(&ctx, &tmp, neighbour_rounds)?;
+    // The injection library in a program while gpuprofd is absent.
+    let inject = crate::bench_inject::measure(&ctx, neighbour_rounds)?;
 
     // 2. Userspace pipeline ceiling.
     eprintln!("bench: pipeline (decode + aggregate, one thread)");
@@ -923,6 +925,7 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
     }
     md.push_str(&lower_bound_section(&rows));
     md.push_str(&crate::neighbour::section(&neighbour, neighbour_rounds));
+    md.push_str(&crate::bench_inject::section(inject, neighbour_rounds));
     md.push_str("\nSustained rates (one thread launching at a fixed rate through the runtime, in 1 ms slices; daemon CPU is utime + stime over the run):\n\n| launches/s asked | seconds | mode | launches/s achieved | launches made | launches counted | records dropped | daemon CPU s | daemon CPU per 1 M launches | RSS KiB start → end (min–max while running) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for p in &paced {
         md.push_str(&format!(

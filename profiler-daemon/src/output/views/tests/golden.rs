@@ -317,7 +317,8 @@ fn gpu_time(p: &mut ProcessReport) {
         "kernel_ns": 120_000_000u64, "memcpy_ns": 4_000_000u64, "memset_ns": 10_000,
         "memsets": 1, "memset_bytes": 4096,
         "copies": [{"kind": "h2d", "count": 2, "gpu_ns": 4_000_000u64, "bytes": 8_000_000u64}],
-        "kernels_cut": 0, "names_cut": 0
+        "kernels_cut": 0, "names_cut": 0, "calls": 49, "joined": 48, "unjoined": 2,
+        "unjoined_by": {"no_launch_record": 1, "thread_not_mapped": 1}, "launches_evicted": 0
     }))
     .unwrap();
 }

@@ -35,7 +35,10 @@ pub(super) fn calls(
         joins: HashMap::new(),
         flow_from: None,
         flows_in: HashSet::new(),
+        claimed: HashSet::new(),
+        launch_seq: HashMap::new(),
     };
+    calls.claimed = claimed_launches(path, cap)?;
     let stopped = store::for_each_record_named(path, |api, g, ev, stacks| {
         calls.record(emit, api, g, ev, stacks)
     })
@@ -45,6 +48,69 @@ pub(super) fn calls(
     })?;
     calls.finish(emit)?;
     Ok(stopped)
+}
+
+/// The thread map of process `tgid` (generation `g`) where its capture can join: its library
+/// recorded launch calls and its thread ids are mapped.
+fn joinable(cap: &Capture, tgid: u32, g: u32) -> Option<Tids> {
+    let replay = cap.replay;
+    let tids = replay.tids.get(&(tgid, g)).cloned().unwrap_or_default();
+    let calls = replay
+        .report
+        .processes
+        .iter()
+        .any(|p| p.tgid == tgid && p.gpu_time.calls > 0);
+    (calls && tids != Tids::Unknown).then_some(tids)
+}
+
+/// A first pass over the records: which launches (`(pid, n)`, the process's n-th launch record)
+/// a launch call claims. Only those get an arrow, so that none leaves a launch and never
+/// arrives. No pass where no process can join.
+fn claimed_launches(path: &Path, cap: &Capture) -> Result<HashSet<(u64, u64)>, TraceError> {
+    let mut claimed = HashSet::new();
+    if !cap
+        .replay
+        .tids
+        .keys()
+        .any(|&(t, g)| joinable(cap, t, g).is_some())
+    {
+        return Ok(claimed);
+    }
+    let mut joins: HashMap<u64, Option<(Tids, Joiner<u64>)>> = HashMap::new();
+    let mut seq: HashMap<u64, u64> = HashMap::new();
+    store::for_each_record_named(path, |_, g, ev, _| {
+        let h = *ev.header();
+        let pid = cap.pid(h.tgid, g);
+        let Some((tids, j)) = joins
+            .entry(pid)
+            .or_insert_with(|| joinable(cap, h.tgid, g).map(|t| (t, Joiner::default())))
+        else {
+            return Ok::<(), TraceError>(());
+        };
+        match ev {
+            Event::Launch(..) | Event::Graph(..) => {
+                let n = seq.entry(pid).or_insert(0);
+                *n += 1;
+                j.launch(h.tid, h.ts_ns, *n);
+            }
+            Event::GpuActivity(_, b) => {
+                for a in b.in_use() {
+                    j.record(a, tids, &mut |_, l| {
+                        if let Some(&n) = l {
+                            claimed.insert((pid, n));
+                        }
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        store::WalkError::Open(e) => TraceError::Read(e),
+        store::WalkError::Stopped(e) => e,
+    })?;
+    Ok(claimed)
 }
 
 /// A launch as the timeline's join keeps it: its thread track and time, and the flow it
@@ -127,6 +193,9 @@ struct Calls<'a> {
     flow_from: FlowFrom,
     /// Flows that arrived (a graph launch's kernels share one: the first gets the arrow).
     flows_in: HashSet<u64>,
+    /// The launches a launch call claims (`claimed_launches`), and each process's launch count.
+    claimed: HashSet<(u64, u64)>,
+    launch_seq: HashMap<u64, u64>,
 }
 
 impl Calls<'_> {
@@ -157,8 +226,10 @@ impl Calls<'_> {
         if matches!(ev, Event::Launch(..) | Event::Graph(..))
             && self.join_of(pid, h.tgid, g).is_some()
         {
+            let n = self.launch_seq.entry(pid).or_insert(0);
+            *n += 1;
             let from = match ev {
-                Event::Launch(..) if in_window => {
+                Event::Launch(..) if in_window && self.claimed.contains(&(pid, *n)) => {
                     self.flow += 1;
                     Some((u64::from(h.tid), ts_ns, self.flow))
                 }
@@ -362,17 +433,11 @@ impl Calls<'_> {
     /// The join of process `pid` (`tgid`, generation `g`), where its capture can join: its
     /// thread ids are mapped and its library recorded launch calls.
     fn join_of(&mut self, pid: u64, tgid: u32, g: u32) -> Option<&mut ProcJoin> {
-        let replay = self.cap.replay;
+        let cap = self.cap;
         self.joins
             .entry(pid)
             .or_insert_with(|| {
-                let tids = replay.tids.get(&(tgid, g)).cloned().unwrap_or_default();
-                let calls = replay
-                    .report
-                    .processes
-                    .iter()
-                    .any(|p| p.tgid == tgid && p.gpu_time.calls > 0);
-                (calls && tids != Tids::Unknown).then(|| ProcJoin {
+                joinable(cap, tgid, g).map(|tids| ProcJoin {
                     tids,
                     join: Joiner::default(),
                 })

@@ -111,6 +111,16 @@ impl<L: Clone> Joiner<L> {
         q.push_back((ts, l));
     }
 
+    /// The latest unclaimed launch on `tid`, if it was recorded at `ts` (a sampled stack of
+    /// that launch follows its record): `f` amends what is kept of it.
+    pub fn amend_last(&mut self, tid: u32, ts: u64, f: impl FnOnce(&mut L)) {
+        if let Some((t, l)) = self.threads.get_mut(&tid).and_then(|q| q.back_mut())
+            && *t == ts
+        {
+            f(l);
+        }
+    }
+
     /// One of the library's records: kernels and launch calls take part, the rest is ignored.
     /// `settled` gets every kernel record once its fate is known, with its launch if it was
     /// joined: now, or (for a record that came before its launch call) when the call comes, or

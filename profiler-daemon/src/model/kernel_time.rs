@@ -50,13 +50,15 @@ struct KernelStat {
     streams: BTreeMap<(u32, u32), Sum>,
 }
 
-/// A launch the probes recorded, as the join keeps it: the kernel row's function, the API
-/// and the calling code's address.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// A launch the probes recorded, as the join keeps it: the kernel row's function, the API,
+/// the calling code's address, and its call stack where one was sampled (with the period it
+/// stands for).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaunchSite {
     pub api: u32,
     pub func: u64,
     pub caller: u64,
+    pub stack: Option<(std::sync::Arc<crate::enrich::stacks::StackKey>, u32)>,
 }
 
 /// One process's measured GPU activity.
@@ -135,10 +137,38 @@ impl KernelTime {
         self.join.launch(tid, ts, site);
     }
 
+    /// The launch recorded on `tid` at `ts` had its call stack sampled (`period`: the calls it
+    /// stands for): its kernels' GPU time goes to that stack too.
+    pub fn launch_stack(
+        &mut self,
+        tid: u32,
+        ts: u64,
+        key: crate::enrich::stacks::StackKey,
+        period: u32,
+    ) {
+        self.join.amend_last(tid, ts, |l| {
+            l.stack = Some((std::sync::Arc::new(key), period));
+        });
+    }
+
     /// One hand-over batch.
     pub fn apply_batch(&mut self, b: &GpuActivityBody) {
+        self.apply_batch_with(b, &mut |_, _| {});
+    }
+
+    /// One hand-over batch; `joined` gets each kernel record tied to its launch, with its GPU
+    /// time.
+    pub fn apply_batch_with(
+        &mut self,
+        b: &GpuActivityBody,
+        joined: &mut dyn FnMut(&LaunchSite, u64),
+    ) {
         for a in b.in_use() {
-            self.join.record(a, &self.tids, &mut |_, _| {});
+            self.join.record(a, &self.tids, &mut |k, l| {
+                if let (Some(l), Some(ns)) = (l, k.end_ns.checked_sub(k.start_ns)) {
+                    joined(l, ns);
+                }
+            });
             if a.kind == activity::API {
                 self.calls += 1;
                 continue;

@@ -233,6 +233,7 @@ impl Aggregator {
                     api: h.api,
                     func: l.func,
                     caller: l.caller,
+                    stack: None,
                 };
                 p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
@@ -273,6 +274,7 @@ impl Aggregator {
                     api: h.api,
                     func: g.graph_exec,
                     caller: 0,
+                    stack: None,
                 };
                 p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
@@ -291,12 +293,26 @@ impl Aggregator {
                 p.nccl.apply(&h, b);
                 call(p, measured(b.flags, b.dur_ns));
             }
-            Event::GpuActivity(_, b) => p.kernel_time.apply_batch(b),
+            Event::GpuActivity(_, b) => {
+                let stacks = &mut p.stacks;
+                p.kernel_time.apply_batch_with(b, &mut |site, ns| {
+                    if let Some((key, period)) = &site.stack {
+                        stacks.gpu(key, ns, *period);
+                    }
+                });
+            }
             Event::GpuName(_, b) => p.kernel_time.apply_name(b),
             Event::GpuState(_, b) => p.kernel_time.apply_state(b),
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
-            Event::Stack(_, st) => p.stacks.apply(h.api, st),
+            Event::Stack(_, st) => {
+                p.stacks.apply(h.api, st);
+                if st.of_kind == profiler_common::kind::LAUNCH {
+                    let key = crate::enrich::stacks::StackKey::of(st);
+                    p.kernel_time
+                        .launch_stack(h.tid, h.ts_ns, key, st.period.max(1));
+                }
+            }
             Event::Map(..) | Event::Exit(..) | Event::Exec(..) | Event::Window(..) => {}
         }
         if h.api > MAX_API_ID

@@ -154,7 +154,8 @@ fn rich() -> Report {
                    "at::native::gemm (libtorch_cuda.so)"],
          "caller": "libtorch_cuda.so", "samples": 40, "calls": 200, "launches": 200,
          "syncs": 0, "copies": 0, "blocked_ns": 0,
-         "kernels": [{"name": "gemm(float*, int)", "launches": 200}]},
+         "kernels": [{"name": "gemm(float*, int)", "launches": 200}],
+         "gpu_measured_ns": 24_000_000u64, "gpu_ns": 120_000_000u64},
         {"stack": ["train.py:42 <module>", "train.py:33 step", "torch.cuda.synchronize"],
          "caller": "libtorch_python.so", "samples": 10, "calls": 10, "launches": 0,
          "syncs": 10, "copies": 0, "blocked_ns": 2_000_000, "kernels": []}
@@ -403,6 +404,7 @@ fn code_options() -> Vec<Vec<&'static str>> {
         out.push(vec!["--format", f, "--max-depth", "2"]);
         out.push(vec!["--format", f, "--max-depth", "0"]);
         out.push(vec!["--format", f, "--order-by", "blocked"]);
+        out.push(vec!["--format", f, "--order-by", "gpu_time"]);
         out.push(vec!["--format", f, "--name-regex", "cutlass"]);
         out.push(vec!["--format", f, "--name-regex", "synchronize"]);
         out.push(vec!["--format", f, "--min-calls", "100"]);

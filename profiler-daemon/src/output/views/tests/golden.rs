@@ -178,6 +178,7 @@ fn steps() -> Vec<ProcessSteps> {
         regular,
         derived_gpu_idle_ns: Some(4_000_000 + i),
         derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
+        gpu_ns: None,
     };
     vec![
         ProcessSteps {

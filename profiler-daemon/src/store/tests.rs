@@ -783,6 +783,16 @@ pub(crate) fn write_gpu_capture(path: &Path) {
 
 /// [`write_gpu_capture`] with `tids` as the process's thread id map (`None`: no such frame).
 pub(crate) fn write_gpu_capture_with(path: &Path, tids: Option<crate::model::gpu_join::Tids>) {
+    write_gpu_capture_full(path, tids, false);
+}
+
+/// [`write_gpu_capture_with`], with `early`: one more launch on thread 100 at 900 ns, which
+/// no launch call claims (it came before the library enabled them).
+pub(crate) fn write_gpu_capture_full(
+    path: &Path,
+    tids: Option<crate::model::gpu_join::Tids>,
+    early: bool,
+) {
     use profiler_common::gpu::{
         BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
         copykind, state,
@@ -840,6 +850,9 @@ pub(crate) fn write_gpu_capture_with(path: &Path, tids: Option<crate::model::gpu
     });
     if let Some(tids) = tids {
         w.frame(&Frame::Tids { tgid: 100, tids });
+    }
+    if early {
+        w.record(&launch(100, 0, 0x1000, 900));
     }
     w.record(&launch(100, 0, 0x1000, 1_000));
     w.record(encode(&Record {

@@ -238,6 +238,35 @@ fn gpu_activity_on_its_device_and_stream_tracks_at_its_gpu_times() {
     );
 }
 
+/// A launch no launch call claims gets no arrow (a flow with one end is invalid in Perfetto):
+/// of the two launches on thread 100, only the one at 1,000 ns leaves one.
+#[test]
+fn only_claimed_launches_leave_an_arrow() {
+    let t = Tmp::new("export-gpu-early");
+    crate::store::tests::write_gpu_capture_full(
+        &t.0,
+        Some(crate::model::gpu_join::Tids::Same),
+        true,
+    );
+    let mut out = Vec::new();
+    chrome(&t.0, &mut out, None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let ev = events(&v);
+    let launches: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["cat"] == "launch" && e["tid"] == 100)
+        .collect();
+    assert_eq!(launches.len(), 2);
+    let flows: Vec<(&str, &Value)> = ev
+        .iter()
+        .filter(|e| e["cat"] == "gpu")
+        .map(|e| (e["ph"].as_str().unwrap(), &e["ts"]))
+        .collect();
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    assert_eq!(flows[0], ("s", &launches[1]["ts"]));
+    assert_eq!(flows[1].0, "f");
+}
+
 /// Without the thread id map the kernel is not joined: no arrow, the slices as before.
 #[test]
 fn no_gpu_arrow_where_the_threads_are_not_mapped() {

@@ -176,9 +176,10 @@ const STACKS: &[Column<Stacks>] = &[
     Column::new("syncs", "SYNCS", RIGHT, |s| Cell::Int(s.c.syncs)),
     Column::new("copies", "COPIES", RIGHT, |s| Cell::Int(s.c.copies)),
     Column::new("blocked_ns", "BLOCKED", RIGHT, |s| Cell::Ms(s.c.blocked_ns)),
-    Column::new("gpu_ns", "GPU ms", RIGHT, |s| Cell::Ms(s.c.gpu_ns)),
+    // Empty where the process has no measured GPU time.
+    Column::new("gpu_ns", "GPU ms", RIGHT, |s| gpu_cell(s.p, s.c.gpu_ns)),
     Column::new("gpu_measured_ns", "GPU ms sampled", RIGHT, |s| {
-        Cell::Ms(s.c.gpu_measured_ns)
+        gpu_cell(s.p, s.c.gpu_measured_ns)
     }),
     Column::new("kernels", "KERNELS", LEFT, |s| {
         let k: Vec<String> =
@@ -189,6 +190,15 @@ const STACKS: &[Column<Stacks>] = &[
         Cell::Text(k.join(";"))
     }),
 ];
+
+/// `ns` of process `p` in milliseconds where CUPTI measured its GPU time, else nothing.
+fn gpu_cell(p: &ProcessReport, ns: u64) -> Cell {
+    if p.gpu_time.basis == "measured" {
+        Cell::Ms(ns)
+    } else {
+        Cell::Null
+    }
+}
 
 /// Process `p`'s part of the code view: how its stacks were taken, then the tree of `rows`
 /// down to `max_depth` frames.
@@ -245,7 +255,14 @@ fn tree(p: &ProcessReport, rows: &[CodeReport], max_depth: usize, order: OrderBy
     }
     let mut lines = Vec::new();
     tree_lines(&root, 0, max_depth, order, &mut lines);
-    out.push_str(&columns::table("  ", &all(TREE), &lines));
+    // GPU time only where CUPTI measured it (the injection library): no column of zeros for
+    // the others.
+    let measured = p.gpu_time.basis == "measured";
+    let cols: Vec<&Column<Tree>> = TREE
+        .iter()
+        .filter(|c| measured || c.name != "gpu_ns")
+        .collect();
+    out.push_str(&columns::table("  ", &cols, &lines));
     out.push('\n');
     out
 }

@@ -50,6 +50,14 @@ pub mod activity {
     pub const MEMCPY: u8 = 2;
     /// A memset ran (`CUPTI_ACTIVITY_KIND_MEMSET`).
     pub const MEMSET: u8 = 3;
+    /// A driver API call that launched work ran on the CPU (`CUPTI_ACTIVITY_KIND_DRIVER`,
+    /// enabled only for the launch callbacks in [`super::LAUNCH_CBIDS`]): the join of the GPU
+    /// records to the launch the probes saw. `correlation`: what the kernel records it caused
+    /// carry (all of a graph launch's kernels share it); `start_ns`/`end_ns`: the call on the
+    /// CPU (CLOCK_MONOTONIC); `bytes`: the calling thread's id as CUPTI reports it (`gettid`
+    /// in the process's own PID namespace); `name`: CUPTI's driver callback id (cbid);
+    /// `device`, `context`, `stream`, `copy_kind`: 0.
+    pub const API: u8 = 4;
 
     /// The report's name of kind `k`.
     pub const fn name(k: u8) -> Option<&'static str> {
@@ -57,10 +65,37 @@ pub mod activity {
             KERNEL => "kernel",
             MEMCPY => "memcpy",
             MEMSET => "memset",
+            API => "api",
             _ => return None,
         })
     }
 }
+
+/// CUPTI's driver callback ids (`cupti_driver_cbid.h`, CUDA 12.9) of the launch calls whose
+/// [`activity::API`] records the library enables: the calls that start kernels.
+pub mod cbid {
+    pub const CU_LAUNCH_KERNEL: u32 = 307;
+    pub const CU_LAUNCH_KERNEL_PTSZ: u32 = 442;
+    pub const CU_LAUNCH_COOPERATIVE_KERNEL: u32 = 477;
+    pub const CU_LAUNCH_COOPERATIVE_KERNEL_PTSZ: u32 = 478;
+    pub const CU_GRAPH_LAUNCH: u32 = 514;
+    pub const CU_GRAPH_LAUNCH_PTSZ: u32 = 515;
+    pub const CU_LAUNCH_KERNEL_EX: u32 = 652;
+    pub const CU_LAUNCH_KERNEL_EX_PTSZ: u32 = 653;
+}
+
+/// The driver callbacks enabled for [`activity::API`] records, in the order the library
+/// enables them.
+pub const LAUNCH_CBIDS: [u32; 8] = [
+    cbid::CU_LAUNCH_KERNEL,
+    cbid::CU_LAUNCH_KERNEL_PTSZ,
+    cbid::CU_LAUNCH_KERNEL_EX,
+    cbid::CU_LAUNCH_KERNEL_EX_PTSZ,
+    cbid::CU_LAUNCH_COOPERATIVE_KERNEL,
+    cbid::CU_LAUNCH_COOPERATIVE_KERNEL_PTSZ,
+    cbid::CU_GRAPH_LAUNCH,
+    cbid::CU_GRAPH_LAUNCH_PTSZ,
+];
 
 /// CUPTI's `CUpti_ActivityMemcpyKind` values ([`GpuActivity::copy_kind`]).
 pub mod copykind {
@@ -131,13 +166,13 @@ pub struct GpuActivity {
     pub stream: u32,
     /// CUPTI's correlation id: the same as the API call that enqueued it.
     pub correlation: u32,
-    /// Kernels: the name id ([`SITE_NAME`]); 0 otherwise.
+    /// Kernels: the name id ([`SITE_NAME`]); [`activity::API`]: the driver cbid; 0 otherwise.
     pub name: u32,
     /// When it started on the GPU.
     pub start_ns: u64,
     /// When it ended on the GPU.
     pub end_ns: u64,
-    /// Copies and memsets: bytes; kernels: 0.
+    /// Copies and memsets: bytes; [`activity::API`]: CUPTI's thread id; kernels: 0.
     pub bytes: u64,
 }
 const _: () = assert!(core::mem::size_of::<GpuActivity>() == 48);

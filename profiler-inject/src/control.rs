@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use cudarc::cupti::sys::{self as cupti, CUpti_ActivityKind as K, CUptiResult as R};
-use profiler_common::gpu::{POLL_MS, state};
+use profiler_common::gpu::{LAUNCH_CBIDS, POLL_MS, state};
 
 use crate::{deliver, records, sites};
 
@@ -162,6 +162,7 @@ impl Control {
                 return;
             }
         }
+        self.enable_launch_records();
         // Records reach gpuprofd within FLUSH_PERIOD_MS even when a buffer fills slowly.
         // SAFETY: CUPTI is loaded. A failure only means buffers are delivered when full.
         unsafe { cupti::cuptiActivityFlushPeriod(FLUSH_PERIOD_MS) };
@@ -178,6 +179,32 @@ impl Control {
         sites::state(state::ENABLED, version as u64);
     }
 
+    /// Driver API records of the launch calls only: their correlation ids and threads join each
+    /// kernel to the launch the probes saw. Thread ids as `gettid` gives them (in the process's
+    /// PID namespace; gpuprofd maps them to the kernel's). Without them the kernels are still
+    /// timed, only not joined: a failure here changes nothing else.
+    fn enable_launch_records(&mut self) {
+        // SAFETY: CUPTI is loaded.
+        let r = unsafe {
+            cupti::cuptiSetThreadIdType(
+                cupti::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM,
+            )
+        };
+        if r != R::CUPTI_SUCCESS {
+            return;
+        }
+        for (i, &cbid) in LAUNCH_CBIDS.iter().enumerate() {
+            // SAFETY: CUPTI is loaded.
+            if unsafe { cupti::cuptiActivityEnableDriverApi(cbid, 1) } != R::CUPTI_SUCCESS {
+                for &c in &LAUNCH_CBIDS[..i] {
+                    // SAFETY: as above.
+                    unsafe { cupti::cuptiActivityEnableDriverApi(c, 0) };
+                }
+                return;
+            }
+        }
+    }
+
     fn disable(&mut self) {
         ENABLED_IN.store(0, Ordering::Release);
         // SAFETY: CUPTI is loaded (we enabled through it). Flush first: what ran while
@@ -186,6 +213,9 @@ impl Control {
             cupti::cuptiActivityFlushAll(0);
             for k in &KINDS {
                 cupti::cuptiActivityDisable(*k);
+            }
+            for &c in &LAUNCH_CBIDS {
+                cupti::cuptiActivityEnableDriverApi(c, 0);
             }
             cupti::cuptiActivityFlushPeriod(0); // CUPTI's default again
         }

@@ -7,7 +7,8 @@
 //! the bindings do not know would be undefined behaviour.
 
 use cudarc::cupti::sys::{
-    CUpti_ActivityKernel9, CUpti_ActivityKind, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+    CUpti_ActivityAPI, CUpti_ActivityKernel9, CUpti_ActivityKind, CUpti_ActivityMemcpy6,
+    CUpti_ActivityMemset4,
 };
 use profiler_common::gpu::{GpuActivity, activity};
 
@@ -25,6 +26,7 @@ pub const KIND_MEMCPY: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY as u
 pub const KIND_MEMSET: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET as u32;
 pub const KIND_CONCURRENT_KERNEL: u32 =
     CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32;
+pub const KIND_DRIVER: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER as u32;
 
 /// CUPTI timestamp → CLOCK_MONOTONIC ns, with `offset` = monotonic − CUPTI measured at the same
 /// moment. 0 (CUPTI's "not known") stays 0; the result never wraps.
@@ -42,7 +44,7 @@ macro_rules! field {
     };
 }
 
-/// One record, if it is a kernel, copy or memset. `name` interns a kernel's name pointer (called
+/// One record, if it is a kernel, copy, memset or driver API call (the launches enabled). `name` interns a kernel's name pointer (called
 /// only for kernels) and returns its id.
 ///
 /// # Safety
@@ -88,6 +90,14 @@ pub unsafe fn convert(
             a.start_ns = to_monotonic(field!(rec, CUpti_ActivityMemset4, start), offset);
             a.end_ns = to_monotonic(field!(rec, CUpti_ActivityMemset4, end), offset);
             a.bytes = field!(rec, CUpti_ActivityMemset4, bytes);
+        }
+        KIND_DRIVER => {
+            a.kind = activity::API;
+            a.name = field!(rec, CUpti_ActivityAPI, cbid);
+            a.correlation = field!(rec, CUpti_ActivityAPI, correlationId);
+            a.start_ns = to_monotonic(field!(rec, CUpti_ActivityAPI, start), offset);
+            a.end_ns = to_monotonic(field!(rec, CUpti_ActivityAPI, end), offset);
+            a.bytes = u64::from(field!(rec, CUpti_ActivityAPI, threadId));
         }
         _ => return None,
     }
@@ -141,6 +151,15 @@ mod tests {
         assert_eq!(offset_of!(CUpti_ActivityMemset4, streamId), 40);
         assert_eq!(offset_of!(CUpti_ActivityMemset4, correlationId), 44);
         assert_eq!(offset_of!(CUpti_ActivityMemset4, graphId), 72);
+        assert_eq!(size_of::<CUpti_ActivityAPI>(), 40);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, cbid), 4);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, start), 8);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, end), 16);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, processId), 24);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, threadId), 28);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, correlationId), 32);
+        assert_eq!(offset_of!(CUpti_ActivityAPI, returnValue), 36);
+        assert_eq!(KIND_DRIVER, 4);
         assert_eq!(KIND_MEMCPY, 1);
         assert_eq!(KIND_MEMSET, 2);
         assert_eq!(KIND_CONCURRENT_KERNEL, 10);
@@ -240,6 +259,37 @@ mod tests {
                 start_ns: 1000,
                 end_ns: 1500,
                 bytes: 4096,
+            })
+        );
+    }
+
+    #[test]
+    fn driver_api_record() {
+        let mut r: CUpti_ActivityAPI = zeroed();
+        r.kind = K::CUPTI_ACTIVITY_KIND_DRIVER;
+        r.cbid = 442; // cuLaunchKernel_ptsz
+        r.start = 9_000;
+        r.end = 9_750;
+        r.processId = 31;
+        r.threadId = 57;
+        r.correlationId = 4242;
+        r.returnValue = 0;
+        let mut never = |_| -> u32 { panic!("API records have no name pointer") };
+        let a = unsafe { convert(&raw const r as *const u8, 1_000, &mut never) };
+        assert_eq!(
+            a,
+            Some(GpuActivity {
+                kind: activity::API,
+                copy_kind: 0,
+                _pad: 0,
+                device: 0,
+                context: 0,
+                stream: 0,
+                correlation: 4242,
+                name: 442,
+                start_ns: 10_000,
+                end_ns: 10_750,
+                bytes: 57,
             })
         );
     }

@@ -12,8 +12,8 @@
  * not convert is visibly wrong.
  *
  * Environment: FAKECUPTI_LOG=FILE appends one line per call that changes state (subscribe,
- * unsubscribe, register, enable K, disable K, flush F, period MS, deliver N, dropped N: a
- * nonzero drop count read); FAKECUPTI_VERSION=V
+ * unsubscribe, register, enable K, disable K, threadidtype T, driverapi CBID 0|1, flush F,
+ * period MS, deliver N, dropped N: a nonzero drop count read); FAKECUPTI_VERSION=V
  * reports another API version. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,12 +48,19 @@ typedef enum {
     CUPTI_ACTIVITY_KIND_INVALID = 0,
     CUPTI_ACTIVITY_KIND_MEMCPY = 1,
     CUPTI_ACTIVITY_KIND_MEMSET = 2,
+    CUPTI_ACTIVITY_KIND_DRIVER = 4,
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL = 10,
     CUPTI_ACTIVITY_KIND_FORCE_INT = 0x7fffffff
 } CUpti_ActivityKind;
 typedef enum { CUPTI_ACTIVITY_PARTITIONED_GLOBAL_CACHE_CONFIG_UNKNOWN = 0, PGC_FORCE_INT = 0x7fffffff } CUpti_ActivityPartitionedGlobalCacheConfig;
 typedef enum { CUPTI_FUNC_SHMEM_LIMIT_DEFAULT = 0, SHMEM_FORCE_INT = 0x7fffffff } CUpti_FuncShmemLimitConfig;
 typedef enum { CUPTI_CHANNEL_TYPE_INVALID = 0, CHANNEL_FORCE_INT = 0x7fffffff } CUpti_ChannelType;
+typedef enum {
+    CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT = 0,
+    CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM = 1,
+    CUPTI_ACTIVITY_THREAD_ID_TYPE_SIZE = 2,
+    CUPTI_ACTIVITY_THREAD_ID_TYPE_FORCE_INT = 0x7fffffff
+} CUpti_ActivityThreadIdType;
 typedef struct CUaccessPolicyWindow_st CUaccessPolicyWindow;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUpti_Subscriber_st *CUpti_SubscriberHandle;
@@ -159,6 +166,17 @@ typedef struct PACKED_ALIGNMENT {
     uint32_t pad2;
 } CUpti_ActivityMemset4;
 
+typedef struct PACKED_ALIGNMENT {
+    CUpti_ActivityKind kind;
+    CUpti_CallbackId cbid;
+    uint64_t start;
+    uint64_t end;
+    uint32_t processId;
+    uint32_t threadId;
+    uint32_t correlationId;
+    uint32_t returnValue;
+} CUpti_ActivityAPI;
+
 /* The same numbers as profiler-inject's layouts_match_the_fake_cupti (cudarc's bindings). */
 #define AT(t, f, n) _Static_assert(offsetof(t, f) == n, #t "." #f)
 _Static_assert(sizeof(CUpti_ActivityKernel9) == 208, "Kernel9 size");
@@ -177,6 +195,10 @@ AT(CUpti_ActivityMemset4, value, 4); AT(CUpti_ActivityMemset4, bytes, 8); AT(CUp
 AT(CUpti_ActivityMemset4, end, 24); AT(CUpti_ActivityMemset4, deviceId, 32); AT(CUpti_ActivityMemset4, contextId, 36);
 AT(CUpti_ActivityMemset4, streamId, 40); AT(CUpti_ActivityMemset4, correlationId, 44);
 AT(CUpti_ActivityMemset4, graphId, 72);
+_Static_assert(sizeof(CUpti_ActivityAPI) == 40, "API size");
+AT(CUpti_ActivityAPI, cbid, 4); AT(CUpti_ActivityAPI, start, 8); AT(CUpti_ActivityAPI, end, 16);
+AT(CUpti_ActivityAPI, processId, 24); AT(CUpti_ActivityAPI, threadId, 28);
+AT(CUpti_ActivityAPI, correlationId, 32); AT(CUpti_ActivityAPI, returnValue, 36);
 
 /* ------------------------------------------------------------------ state */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;       /* buffers, streams, dropped */
@@ -206,6 +228,11 @@ struct stream_clock {
 static struct stream_clock g_streams[MAXSTREAMS];
 static unsigned g_nstreams;
 static uint32_t g_next_stream_id = 13;
+/* driver API records enabled per callback id (cuptiActivityEnableDriverApi), and their count */
+#define MAXCBID 1024
+static uint8_t g_api_on[MAXCBID];
+static unsigned g_api_n;
+static CUpti_ActivityThreadIdType g_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...) {
@@ -237,6 +264,7 @@ static size_t record_size(uint32_t kind) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel9);
     case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
     case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_DRIVER: return sizeof(CUpti_ActivityAPI);
     default: return 0;
     }
 }
@@ -304,11 +332,9 @@ static struct stream_clock *stream_of(uintptr_t h) {
     return s;
 }
 
-/* The fake driver's hook: one op -> one record, written on the calling (launching) thread. */
-static void record(const struct fakecupti_op *op) {
-    size_t sz = record_size(op->kind);
-    if (!sz || !(g_enabled & (1u << op->kind))) return;
-    pthread_mutex_lock(&g_mu);
+/* g_mu held: room for `sz` more bytes in the current buffer (a new one from the client if need
+ * be); NULL, and one more drop, when there is none. */
+static uint8_t *room(size_t sz) {
     if (g_cur.p && g_cur.size - g_cur.used < sz) retire_current();
     if (!g_cur.p && g_req) {
         uint8_t *p = NULL;
@@ -318,36 +344,63 @@ static void record(const struct fakecupti_op *op) {
     }
     if (!g_cur.p) {
         g_dropped++;
-        pthread_mutex_unlock(&g_mu);
-        return;
+        return NULL;
     }
-    struct stream_clock *s = stream_of(op->stream);
-    uint64_t t = now_ns();
-    uint64_t start = t > s->end ? t : s->end, end = start + op->gpu_ns;
-    s->end = end;
-    uint32_t corr = ++g_corr;
     uint8_t *at = g_cur.p + g_cur.used;
     memset(at, 0, sz);
-    if (op->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
-        CUpti_ActivityKernel9 *r = (CUpti_ActivityKernel9 *)at;
-        r->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        r->start = start, r->end = end, r->completed = end, r->queued = t, r->submitted = t;
-        r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id;
-        r->correlationId = corr, r->gridId = corr, r->name = op->name;
-        r->gridX = r->gridY = r->gridZ = r->blockX = r->blockY = r->blockZ = 1;
-    } else if (op->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
-        CUpti_ActivityMemcpy6 *r = (CUpti_ActivityMemcpy6 *)at;
-        r->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-        r->copyKind = op->copy_kind, r->bytes = op->bytes, r->start = start, r->end = end;
-        r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id;
-        r->correlationId = corr, r->copyCount = 1;
-    } else {
-        CUpti_ActivityMemset4 *r = (CUpti_ActivityMemset4 *)at;
-        r->kind = CUPTI_ACTIVITY_KIND_MEMSET;
-        r->bytes = op->bytes, r->start = start, r->end = end;
-        r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id, r->correlationId = corr;
-    }
     g_cur.used += sz;
+    return at;
+}
+
+/* The fake driver's hook, on the calling (launching) thread: one op -> its GPU record (if its
+ * kind is enabled) and, for a launch whose callback id is enabled, the driver API record with
+ * the same correlation id, its start when the driver began, its end now. */
+static void record(const struct fakecupti_op *op) {
+    size_t sz = record_size(op->kind);
+    int gpu = sz && (g_enabled & (1u << op->kind));
+    int api = op->cbid && op->cbid < MAXCBID && __atomic_load_n(&g_api_on[op->cbid], __ATOMIC_ACQUIRE);
+    if (!gpu && !api) return;
+    pthread_mutex_lock(&g_mu);
+    uint32_t corr = ++g_corr;
+    uint8_t *at = gpu ? room(sz) : NULL;
+    if (at) {
+        struct stream_clock *s = stream_of(op->stream);
+        uint64_t t = now_ns();
+        uint64_t start = t > s->end ? t : s->end, end = start + op->gpu_ns;
+        s->end = end;
+        if (op->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+            CUpti_ActivityKernel9 *r = (CUpti_ActivityKernel9 *)at;
+            r->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            r->start = start, r->end = end, r->completed = end, r->queued = t, r->submitted = t;
+            r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id;
+            r->correlationId = corr, r->gridId = corr, r->name = op->name;
+            r->gridX = r->gridY = r->gridZ = r->blockX = r->blockY = r->blockZ = 1;
+        } else if (op->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            CUpti_ActivityMemcpy6 *r = (CUpti_ActivityMemcpy6 *)at;
+            r->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+            r->copyKind = op->copy_kind, r->bytes = op->bytes, r->start = start, r->end = end;
+            r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id;
+            r->correlationId = corr, r->copyCount = 1;
+        } else {
+            CUpti_ActivityMemset4 *r = (CUpti_ActivityMemset4 *)at;
+            r->kind = CUPTI_ACTIVITY_KIND_MEMSET;
+            r->bytes = op->bytes, r->start = start, r->end = end;
+            r->deviceId = op->device, r->contextId = op->device + 1, r->streamId = s->id, r->correlationId = corr;
+        }
+    }
+    CUpti_ActivityAPI *r = api ? (CUpti_ActivityAPI *)room(sizeof(CUpti_ActivityAPI)) : NULL;
+    if (r) {
+        r->kind = CUPTI_ACTIVITY_KIND_DRIVER;
+        r->cbid = op->cbid;
+        r->start = op->api_start + FAKECUPTI_EPOCH_NS;
+        r->end = now_ns();
+        r->processId = (uint32_t)getpid();
+        /* SYSTEM: gettid, as CUPTI on Linux; DEFAULT: pthread_self's value, cut to 32 bits */
+        r->threadId = g_tid_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ? (uint32_t)gettid()
+                                                                         : (uint32_t)(uintptr_t)pthread_self();
+        r->correlationId = corr;
+        r->returnValue = 0;
+    }
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -405,13 +458,34 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 }
 
 static CUptiResult set_kind(CUpti_ActivityKind kind, int on) {
-    if (!record_size((uint32_t)kind)) return CUPTI_ERROR_INVALID_KIND;
+    if (!record_size((uint32_t)kind) || kind == CUPTI_ACTIVITY_KIND_DRIVER) return CUPTI_ERROR_INVALID_KIND;
     if (on) __atomic_or_fetch(&g_enabled, 1u << kind, __ATOMIC_ACQ_REL);
     else __atomic_and_fetch(&g_enabled, ~(1u << kind), __ATOMIC_ACQ_REL);
     logf_("%s %d", on ? "enable" : "disable", (int)kind);
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { return set_kind(kind, 1); }
+
+EXPORT CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+    if (cbid >= MAXCBID) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_mu);
+    uint8_t was = g_api_on[cbid], now = enable ? 1 : 0;
+    __atomic_store_n(&g_api_on[cbid], now, __ATOMIC_RELEASE);
+    g_api_n = g_api_n + now - was;
+    if (g_api_n) __atomic_or_fetch(&g_enabled, 1u << CUPTI_ACTIVITY_KIND_DRIVER, __ATOMIC_ACQ_REL);
+    else __atomic_and_fetch(&g_enabled, ~(1u << CUPTI_ACTIVITY_KIND_DRIVER), __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&g_mu);
+    logf_("driverapi %u %u", cbid, (unsigned)now);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+    if (type != CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT && type != CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    g_tid_type = type;
+    logf_("threadidtype %d", (int)type);
+    return CUPTI_SUCCESS;
+}
 EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { return set_kind(kind, 0); }
 
 EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record) {

@@ -466,19 +466,33 @@ static void gpu_op(const struct fakecupti_hook *h, uint32_t kind, uintptr_t stre
                    uint8_t copy_kind) {
     unsigned which = kind == FAKECUPTI_KIND_CONCURRENT_KERNEL ? 0 : kind == FAKECUPTI_KIND_MEMCPY ? 1 : 2;
     struct fakecupti_op op = {kind, copy_kind, current_device(), stream, name, bytes,
-                              __atomic_load_n(&g_gpu_ns[which], __ATOMIC_RELAXED)};
+                              __atomic_load_n(&g_gpu_ns[which], __ATOMIC_RELAXED), 0, 0};
     h->record(&op);
+}
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+/* a launch's hook: kernel records or the launch's driver API record wanted */
+static const struct fakecupti_hook *cupti_wants_launch(void) {
+    const struct fakecupti_hook *h = g_cupti;
+    return h && (*h->enabled & (1u << FAKECUPTI_KIND_CONCURRENT_KERNEL | 1u << FAKECUPTI_KIND_DRIVER)) ? h : NULL;
 }
 
 /* -------------------------------------------------------------- launch */
-static CUresult launch_check(CUfunction f, CUstream s) {
+/* cbid: the entry point's CUPTI driver callback id (cupti_driver_cbid.h) */
+static CUresult launch_check(CUfunction f, CUstream s, uint32_t cbid) {
+    uint64_t t0 = mono_ns();
     int t = f ? reg_type((uintptr_t)f) : O_NONE;
     if (t != O_FUNC && t != O_KERNEL) return CUDA_ERROR_INVALID_HANDLE;
     if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
-    const struct fakecupti_hook *h = cupti_wants(FAKECUPTI_KIND_CONCURRENT_KERNEL);
+    const struct fakecupti_hook *h = cupti_wants_launch();
     if (h) {
         const char *name = t == O_KERNEL ? ((CUkernel)f)->name : f->name ? f->name : f->mod->names[f->index];
-        gpu_op(h, FAKECUPTI_KIND_CONCURRENT_KERNEL, (uintptr_t)s, name, 0, 0);
+        struct fakecupti_op op = {FAKECUPTI_KIND_CONCURRENT_KERNEL, 0, current_device(), (uintptr_t)s, name, 0,
+                                  __atomic_load_n(&g_gpu_ns[0], __ATOMIC_RELAXED), cbid, t0};
+        h->record(&op);
     }
     return CUDA_SUCCESS;
 }
@@ -492,40 +506,40 @@ static CUresult launch_check(CUfunction f, CUstream s) {
 IMPL CUresult impl_cuLaunchKernel(FAKE_LAUNCH_ARGS, void **extra) {
     CNT(cuLaunchKernel);
     LAUNCH_UNUSED, (void)extra;
-    return launch_check(f, hStream);
+    return launch_check(f, hStream, 307);
 }
 IMPL CUresult impl_cuLaunchKernel_ptsz(FAKE_LAUNCH_ARGS, void **extra) {
     CNT(cuLaunchKernel_ptsz);
     LAUNCH_UNUSED, (void)extra;
-    return launch_check(f, hStream);
+    return launch_check(f, hStream, 442);
 }
 IMPL CUresult impl_cuLaunchCooperativeKernel(FAKE_LAUNCH_ARGS) {
     CNT(cuLaunchCooperativeKernel);
     LAUNCH_UNUSED;
-    return launch_check(f, hStream);
+    return launch_check(f, hStream, 477);
 }
 IMPL CUresult impl_cuLaunchCooperativeKernel_ptsz(FAKE_LAUNCH_ARGS) {
     CNT(cuLaunchCooperativeKernel_ptsz);
     LAUNCH_UNUSED;
-    return launch_check(f, hStream);
+    return launch_check(f, hStream, 478);
 }
-static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f) {
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, uint32_t cbid) {
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     DIG(c->gridDimX | (unsigned long long)c->gridDimY << 21 | (unsigned long long)c->gridDimZ << 42,
         c->blockDimX | (unsigned long long)c->blockDimY << 21 | (unsigned long long)c->blockDimZ << 42);
     DIG(c->sharedMemBytes, c->numAttrs);
     if (c->numAttrs && !c->attrs) return CUDA_ERROR_INVALID_VALUE;
-    return launch_check(f, c->hStream);
+    return launch_check(f, c->hStream, cbid);
 }
 IMPL CUresult impl_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kp, void **extra) {
     CNT(cuLaunchKernelEx);
     (void)kp, (void)extra;
-    return launch_ex(config, f);
+    return launch_ex(config, f, 652);
 }
 IMPL CUresult impl_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kp, void **extra) {
     CNT(cuLaunchKernelEx_ptsz);
     (void)kp, (void)extra;
-    return launch_ex(config, f);
+    return launch_ex(config, f, 653);
 }
 IMPL CUresult impl_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     CNT(cuGraphInstantiate);
@@ -536,17 +550,24 @@ IMPL CUresult impl_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, 
     *phGraphExec = g;
     return CUDA_SUCCESS;
 }
-static CUresult graph_launch(CUgraphExec g, CUstream s) {
+/* The fake graph runs no kernel: its launch is a driver API record only (op kind 0). */
+static CUresult graph_launch(CUgraphExec g, CUstream s, uint32_t cbid) {
+    uint64_t t0 = mono_ns();
     if (!g || reg_type((uintptr_t)g) != O_GRAPHEXEC || !stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
+    const struct fakecupti_hook *h = g_cupti;
+    if (h && (*h->enabled & (1u << FAKECUPTI_KIND_DRIVER))) {
+        struct fakecupti_op op = {0, 0, current_device(), (uintptr_t)s, NULL, 0, 0, cbid, t0};
+        h->record(&op);
+    }
     return CUDA_SUCCESS;
 }
 IMPL CUresult impl_cuGraphLaunch(CUgraphExec g, CUstream s) {
     CNT(cuGraphLaunch);
-    return graph_launch(g, s);
+    return graph_launch(g, s, 514);
 }
 IMPL CUresult impl_cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     CNT(cuGraphLaunch_ptsz);
-    return graph_launch(g, s);
+    return graph_launch(g, s, 515);
 }
 
 /* -------------------------------------------------------------- memcpy */

@@ -4,7 +4,8 @@
 //! daemon finds it mapped and probes its sites, which raises its semaphore; the library then
 //! enables the fake CUPTI 12.9 (on the command's library path), whose records carry the GPU
 //! durations the workload scripted; and the report gives each kernel and copy exactly those
-//! times, on the rows of the launches the probes counted.
+//! times, on the rows of the launches the probes counted, each kernel joined to its launch
+//! (CUPTI's launch calls: correlation id and thread), with a flow arrow on the timeline.
 //!
 //! Run through `cargo xtask test` (as root, `--test-threads=1`).
 
@@ -41,7 +42,6 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
     let script = dir.path().join("script");
     std::fs::write(&script, SCRIPT).unwrap();
     let capture = dir.path().join("run.gpuprof");
-    let report = dir.path().join("report.json");
     let log = dir.path().join("cupti.log");
     let workload = fakecuda().join("bin/workload");
     let cmd = format!("{} < {} > /dev/null", workload.display(), script.display());
@@ -64,17 +64,11 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         !err.contains("no exact GPU times"),
         "gpuprofd did not find the library: {err}"
     );
-    // The capture file keeps the GPU records: its report is what is checked.
-    let (code, _, err) = run_daemon(&[
-        "report",
-        capture.to_str().unwrap(),
-        "--format",
-        "json",
-        "-o",
-        report.to_str().unwrap(),
-    ]);
+    // The report of the capture file: the same model reads its records in capture order.
+    let file = capture.to_str().unwrap();
+    let (code, out, err) = run_daemon(&["report", file, "--format", "json"]);
     assert_eq!(code, 0, "{err}");
-    let r = read_report(&report);
+    let r: Value = serde_json::from_str(&out).unwrap();
     let ps = r["processes"].as_array().unwrap();
     let p = ps
         .iter()
@@ -167,6 +161,30 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         "gemm (2 ms) ranks before relu (1 ms): {rows:?}"
     );
 
+    // Every kernel joined the launch that caused it, through its launch call (cuLaunchKernel
+    // under cudaLaunchKernel, on the workload's one thread, gettid in the same PID namespace).
+    assert_eq!(
+        (
+            &g["records"],
+            &g["calls"],
+            &g["joined"],
+            &g["unjoined"],
+            &g["unjoined_by"],
+            &g["launches_evicted"]
+        ),
+        (
+            &json!(9),
+            &json!(6),
+            &json!(6),
+            &json!(0),
+            &json!({}),
+            &json!(0)
+        ),
+        "{g}"
+    );
+    let tgid = p["tgid"].as_u64().unwrap();
+    gpu_arrows(file, tgid, dir.path());
+
     // What the library asked of CUPTI, in order: enabled once, never disabled before the end
     // (the command ended first), and its records flushed at the exit.
     let lines: Vec<String> = std::fs::read_to_string(&log)
@@ -176,7 +194,7 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
         .map(str::to_owned)
         .collect();
     assert_eq!(
-        lines[..7],
+        lines[..16],
         [
             "subscribe ok",
             "unsubscribe",
@@ -184,10 +202,85 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
             "enable 10",
             "enable 1",
             "enable 2",
+            "threadidtype 1",
+            "driverapi 307 1",
+            "driverapi 442 1",
+            "driverapi 652 1",
+            "driverapi 653 1",
+            "driverapi 477 1",
+            "driverapi 478 1",
+            "driverapi 514 1",
+            "driverapi 515 1",
             "period 200"
         ],
         "{lines:?}"
     );
+}
+
+/// The timeline of the capture: each of the 6 kernel slices has an arrow (`cat: gpu`) from
+/// its launch's slice on the workload's thread, arriving at the slice (`bp: e`) at its GPU
+/// start; the Perfetto export carries the same arrows (6 of them beside the 6 enqueue ones).
+fn gpu_arrows(file: &str, tgid: u64, dir: &std::path::Path) {
+    let trace = dir.join("trace.json");
+    let (code, _, err) = run_daemon(&["export", file, "-o", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let ev: Vec<&Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pid"] == tgid)
+        .collect();
+    let kernels: Vec<&Value> = ev
+        .iter()
+        .copied()
+        .filter(|e| e["cat"] == "gpu kernel")
+        .collect();
+    let launches: Vec<&Value> = ev
+        .iter()
+        .copied()
+        .filter(|e| e["cat"] == "launch" && e["tid"].as_u64() < Some(1 << 20))
+        .collect();
+    assert_eq!((kernels.len(), launches.len()), (6, 6), "{t}");
+    let starts: Vec<&Value> = ev
+        .iter()
+        .copied()
+        .filter(|e| e["cat"] == "gpu" && e["ph"] == "s")
+        .collect();
+    let ends: Vec<&Value> = ev
+        .iter()
+        .copied()
+        .filter(|e| e["cat"] == "gpu" && e["ph"] == "f")
+        .collect();
+    assert_eq!((starts.len(), ends.len()), (6, 6), "{t}");
+    for (s, l) in starts.iter().zip(&launches) {
+        assert_eq!((&s["tid"], &s["ts"]), (&l["tid"], &l["ts"]), "{s} {l}");
+    }
+    // In launch order: relu 4 times, then gemm twice, each to its own kernel slice.
+    let mut names = vec![];
+    for s in &starts {
+        let f = ends
+            .iter()
+            .find(|f| f["id"] == s["id"])
+            .unwrap_or_else(|| panic!("{s}"));
+        assert_eq!(f["bp"], json!("e"), "{f}");
+        let k = kernels
+            .iter()
+            .find(|k| k["tid"] == f["tid"] && k["ts"] == f["ts"])
+            .unwrap_or_else(|| panic!("no kernel slice for {f}"));
+        names.push(k["name"].as_str().unwrap().to_owned());
+    }
+    let want: Vec<String> = ["relu(float*, int)"; 4]
+        .into_iter()
+        .chain(["gemm(float const*, float const*, float*, int, int, int)"; 2])
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(names, want);
+    let pf = dir.join("trace.pftrace");
+    let (code, _, err) = run_daemon(&["export", file, "-o", pf.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let got = check_pftrace(&pf, &trace);
+    assert_eq!(got["flows"].as_u64(), Some(12), "{got}");
 }
 
 /// `--no-inject`: the command runs without the library, and its report says why there are no

@@ -186,20 +186,40 @@ fn split_log(log: &Path) -> (Vec<String>, Vec<u64>) {
     (rest, d.iter().map(|l| l[8..].parse().unwrap()).collect())
 }
 
-const ENABLE: [&str; 7] = [
+/// Kernels, copies and memsets, then the driver API records of the eight launch calls
+/// (cuLaunchKernel 307, _ptsz 442, Ex 652/653, cooperative 477/478, graph 514/515) with
+/// `gettid` thread ids (type 1, SYSTEM).
+const ENABLE: [&str; 16] = [
     "subscribe ok",
     "unsubscribe",
     "register",
     "enable 10",
     "enable 1",
     "enable 2",
+    "threadidtype 1",
+    "driverapi 307 1",
+    "driverapi 442 1",
+    "driverapi 652 1",
+    "driverapi 653 1",
+    "driverapi 477 1",
+    "driverapi 478 1",
+    "driverapi 514 1",
+    "driverapi 515 1",
     "period 200",
 ];
-const DISABLE: [&str; 5] = [
+const DISABLE: [&str; 13] = [
     "flush 0",
     "disable 10",
     "disable 1",
     "disable 2",
+    "driverapi 307 0",
+    "driverapi 442 0",
+    "driverapi 652 0",
+    "driverapi 653 0",
+    "driverapi 477 0",
+    "driverapi 478 0",
+    "driverapi 514 0",
+    "driverapi 515 0",
     "period 0",
 ];
 
@@ -370,7 +390,7 @@ fn enabled_only_while_a_probe_listens() {
         None,
     );
 
-    // 20 + 3 kernels (two names), 2 copies, 1 memset: 26 records.
+    // 20 + 3 kernels (two names) and their 23 launch calls, 2 copies, 1 memset: 49 records.
     w.script(&[
         "gpu_ns kernel 5000",
         "rt_launch relu 20 1 1 1 32 1 1 0 0",
@@ -378,8 +398,8 @@ fn enabled_only_while_a_probe_listens() {
         "rt_memcpy h2d 4096 2",
         "rt_memset 4096 1",
     ]);
-    eventually("26 records delivered", || {
-        split_log(&log).1.iter().sum::<u64>() == 26
+    eventually("49 records delivered", || {
+        split_log(&log).1.iter().sum::<u64>() == 49
     });
     let (_, delivered) = split_log(&log);
     let batches: u64 = delivered.iter().map(|n| n.div_ceil(16)).sum();
@@ -430,8 +450,8 @@ fn enabled_only_while_a_probe_listens() {
 }
 
 /// The pool bounds what the library holds: with CUPTI's completions held back, CUPTI gets 8
-/// buffers of 1 MiB (5,041 kernel records of 208 bytes each) and drops the rest, which the
-/// library reports; the launches never wait.
+/// buffers of 1 MiB (4,228 launches each: a kernel record of 208 bytes and its launch call's of
+/// 40, 8,456 records) and drops the rest, which the library reports; the launches never wait.
 #[test]
 fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     let dir = TempDir::new("inject-drop");
@@ -456,9 +476,9 @@ fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     eventually("8 buffers delivered", || split_log(&log).1.len() == 8);
     let lines = log_lines(&log);
     let mut want = strs(&ENABLE);
-    want.push("deliver 5041".into());
-    want.push(format!("dropped {}", 41000 - 8 * 5041));
-    want.extend(std::iter::repeat_n("deliver 5041".to_owned(), 7));
+    want.push("deliver 8456".into());
+    want.push(format!("dropped {}", 2 * 41000 - 8 * 8456));
+    want.extend(std::iter::repeat_n("deliver 8456".to_owned(), 7));
     assert_eq!(lines, want);
     eventually("DROPPED reported", || state_w.hits() == 1);
     assert_eq!(
@@ -468,8 +488,8 @@ fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     );
     // Buffers came back: records flow again.
     w.cmd("rt_launch relu 3 1 1 1 32 1 1 0 0");
-    eventually("3 more", || {
-        split_log(&log).1.iter().sum::<u64>() == 8 * 5041 + 3
+    eventually("3 more, with their launch calls", || {
+        split_log(&log).1.iter().sum::<u64>() == 8 * 8456 + 6
     });
     w.exit();
 }
@@ -490,7 +510,8 @@ fn records_are_flushed_at_exit() {
     w.exit();
     let (calls, delivered) = split_log(&log);
     assert_eq!(calls, [strs(&ENABLE), strs(&["flush 1"])].concat());
-    assert_eq!(delivered.iter().sum::<u64>(), 5, "{delivered:?}");
+    // 5 kernels and their 5 launch calls.
+    assert_eq!(delivered.iter().sum::<u64>(), 10, "{delivered:?}");
 }
 
 #[test]
@@ -655,8 +676,9 @@ fn results_are_the_same_with_and_without_the_library() {
                 [strs(&ENABLE), strs(&["flush 1"])].concat(),
                 "{what}"
             );
-            // 3 + 5 + 3 kernels, 3 + 2 copies, 2 memsets: all of them, the last at exit.
-            assert_eq!(delivered.iter().sum::<u64>(), 18, "{delivered:?}");
+            // 3 + 5 + 3 kernels and their 11 launch calls, 3 + 2 copies, 2 memsets: all of
+            // them, the last at exit.
+            assert_eq!(delivered.iter().sum::<u64>(), 29, "{delivered:?}");
         }
     }
 }

@@ -28,7 +28,10 @@ pub(crate) fn measure(ctx: &Ctx, rounds: usize) -> Result<(f64, f64)> {
         .collect();
     let (mut none, mut loaded) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        eprintln!("bench: the injection library, absent gpuprofd, round {}", round + 1);
+        eprintln!(
+            "bench: the injection library, absent gpuprofd, round {}",
+            round + 1
+        );
         none.push(median(workload(
             ctx,
             "workload",

@@ -632,7 +632,7 @@ pub fn render(advice: &[Advice]) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "\nadvice (from CPU-side measurements and NVML; see docs/CAPTURE-FILES.md#advice):\n",
+        "\nadvice (from CPU-side measurements, NVML and measured GPU times; see docs/CAPTURE-FILES.md#advice):\n",
     );
     for a in advice {
         let who = match (a.pid, &a.comm) {

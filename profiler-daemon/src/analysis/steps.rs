@@ -25,6 +25,7 @@
 
 use crate::api::ApiTable;
 use crate::model::busy::{Derived, Roles};
+use crate::model::gpu_join::{Joiner, Tids};
 use crate::store;
 use profiler_common::decode::Event;
 use profiler_common::flags;
@@ -62,6 +63,10 @@ pub struct Step {
     /// **Derived**: the longest blocked time of the step's waits that found work queued (the
     /// host ran at least this far ahead of the GPU); `null` when no wait found work queued.
     pub derived_launch_ahead_ns: Option<u64>,
+    /// **Measured** (CUPTI, the injection library): GPU time of the kernels the step launched,
+    /// each joined to its launch through its launch call (`model::gpu_join`); `null` where the
+    /// process's records cannot join (no library, no launch calls, thread ids not mapped).
+    pub gpu_ns: Option<u64>,
 }
 
 /// The steps of one process.
@@ -189,6 +194,7 @@ fn fresh_step(start_ns: u64) -> Step {
         regular: false,
         derived_gpu_idle_ns: None,
         derived_launch_ahead_ns: None,
+        gpu_ns: None,
     }
 }
 
@@ -208,11 +214,17 @@ struct Cutter {
     roles: Roles,
     /// The process's derived idle up to the current step's start.
     idle_at_start: u64,
+    /// Kernel records → the step that launched them (index into `steps`, `steps.len()` being
+    /// the current one; `None` before the first step); `None` where the process cannot join.
+    join: Option<(Tids, Joiner<Option<usize>>)>,
 }
 
 impl Cutter {
-    fn new(key: Key, sig: Sig) -> Self {
+    fn new(key: Key, sig: Sig, tids: Option<Tids>) -> Self {
         Cutter {
+            join: tids
+                .filter(|t| *t != Tids::Unknown)
+                .map(|t| (t, Joiner::default())),
             key,
             sig,
             name: None,
@@ -235,6 +247,27 @@ impl Cutter {
             *a = (*a).max(ahead);
         }
         let mut enqueue = false;
+        if let Some((tids, j)) = &mut self.join {
+            let at = self.started.then_some(self.steps.len());
+            match ev {
+                Event::Launch(..) | Event::Graph(..) => j.launch(h.tid, h.ts_ns, at),
+                Event::GpuActivity(_, b) => {
+                    let (steps, cur) = (&mut self.steps, &mut self.cur);
+                    for a in b.in_use() {
+                        j.record(a, tids, &mut |k, l| {
+                            let ns = k.end_ns.saturating_sub(k.start_ns);
+                            let step = match l.copied().flatten() {
+                                Some(i) if i < steps.len() => &mut steps[i],
+                                Some(_) => &mut *cur,
+                                None => return,
+                            };
+                            *step.gpu_ns.get_or_insert(0) += ns;
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
         match ev {
             Event::Launch(_, l) => {
                 self.cur.launches += 1;
@@ -296,6 +329,9 @@ impl Cutter {
             self.started = true;
             self.idle_at_start = self.busy.idle_through(end + t0);
             self.cur = fresh_step(end);
+            if self.join.is_some() {
+                self.cur.gpu_ns = Some(0);
+            }
             self.cur_sig = Sig::default();
         }
     }
@@ -311,6 +347,8 @@ pub struct StepSearch {
     t0: u64,
     finders: HashMap<(u32, u32), Finder>,
     cutters: HashMap<(u32, u32), Cutter>,
+    /// Each process's thread id map (a replay's `tids`), for the steps' measured GPU time.
+    tids: HashMap<(u32, u32), Tids>,
 }
 
 impl StepSearch {
@@ -327,14 +365,24 @@ impl StepSearch {
         }
     }
 
+    /// The processes' thread id maps (`store::Replay::tids`), before [`Self::chosen`]: where a
+    /// process's kernel records join its launches, each step gets their measured GPU time.
+    pub fn set_tids(&mut self, tids: HashMap<(u32, u32), Tids>) {
+        self.tids = tids;
+    }
+
     /// Between the passes: picks each process's boundary; whether any process has a step loop
     /// (else the second pass is not needed). `t0`: the capture's start (CLOCK_MONOTONIC ns:
     /// its header's `started_at_monotonic_ns`), the origin of the steps' times.
     pub fn chosen(&mut self, t0: u64) -> bool {
         self.t0 = t0;
+        let tids = std::mem::take(&mut self.tids);
         self.cutters = std::mem::take(&mut self.finders)
             .into_iter()
-            .filter_map(|(p, f)| f.choose().map(|(k, s)| (p, Cutter::new(k, s))))
+            .filter_map(|(p, f)| {
+                f.choose()
+                    .map(|(k, s)| (p, Cutter::new(k, s, tids.get(&p).cloned())))
+            })
             .collect();
         !self.cutters.is_empty()
     }

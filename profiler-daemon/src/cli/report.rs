@@ -60,6 +60,23 @@ pub fn run(a: &ReportArgs) -> u8 {
         eprintln!("gpuprofd report: warning: {w}");
     }
     let t0 = replay.header.started_at_monotonic_ns;
+    // The processes whose kernel records can join their launches (their library recorded
+    // launch calls): their steps get measured GPU time.
+    let calls = |tgid: u32| {
+        replay
+            .report
+            .processes
+            .iter()
+            .any(|p| p.tgid == tgid && p.gpu_time.calls > 0)
+    };
+    search.set_tids(
+        replay
+            .tids
+            .iter()
+            .filter(|((tgid, _), _)| calls(*tgid))
+            .map(|(k, t)| (*k, t.clone()))
+            .collect(),
+    );
     if want_steps
         && search.chosen(t0)
         && let Err(e) = steps::read(&file, |api, g, ev| {

@@ -8,5 +8,6 @@ pub mod itanium;
 pub mod jobs;
 pub mod launch_origin;
 pub mod names;
+pub mod nspid;
 pub mod process;
 pub mod stacks;

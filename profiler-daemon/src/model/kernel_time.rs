@@ -11,6 +11,7 @@
 //! kernels count in the totals and in `kernels_cut`), [`MAX_STREAMS`] (device, stream) pairs
 //! per kernel (further ones in the kernel's totals only).
 
+use super::gpu_join::{Joiner, Tids};
 use super::hist::Histogram;
 use profiler_common::gpu::{GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity};
 use serde::{Deserialize, Serialize};
@@ -49,9 +50,26 @@ struct KernelStat {
     streams: BTreeMap<(u32, u32), Sum>,
 }
 
+/// A launch the probes recorded, as the join keeps it: the kernel row's function, the API,
+/// the calling code's address, and its call stack where one was sampled (with the period it
+/// stands for).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaunchSite {
+    pub api: u32,
+    pub func: u64,
+    pub caller: u64,
+    pub stack: Option<(std::sync::Arc<crate::enrich::stacks::StackKey>, u32)>,
+}
+
 /// One process's measured GPU activity.
 #[derive(Clone, Debug, Default)]
 pub struct KernelTime {
+    /// Kernel records → the launches that caused them (`model::gpu_join`).
+    join: Joiner<LaunchSite>,
+    /// CUPTI's thread ids → the kernel's (set by the session from procfs, or a capture file).
+    tids: Tids,
+    /// Launch call records (the library's `api` entries) received.
+    calls: u64,
     /// The library's last state and its detail; `None` before it said any.
     state: Option<(u32, u64)>,
     /// Records the library reported dropped (its `dropped` states, summed).
@@ -104,9 +122,57 @@ impl KernelTime {
         self.names.insert(b.id, name);
     }
 
+    /// How CUPTI's thread ids of this process map to the kernel's.
+    pub fn set_tids(&mut self, tids: Tids) {
+        self.tids = tids;
+    }
+
+    pub fn tids(&self) -> &Tids {
+        &self.tids
+    }
+
+    /// The probes recorded a launch (kernel or graph) on thread `tid` at `ts`: a launch that
+    /// kernel records may join.
+    pub fn launch(&mut self, tid: u32, ts: u64, site: LaunchSite) {
+        self.join.launch(tid, ts, site);
+    }
+
+    /// The launch recorded on `tid` at `ts` had its call stack sampled (`period`: the calls it
+    /// stands for): its kernels' GPU time goes to that stack too.
+    pub fn launch_stack(
+        &mut self,
+        tid: u32,
+        ts: u64,
+        key: crate::enrich::stacks::StackKey,
+        period: u32,
+    ) {
+        self.join.amend_last(tid, ts, |l| {
+            l.stack = Some((std::sync::Arc::new(key), period));
+        });
+    }
+
     /// One hand-over batch.
     pub fn apply_batch(&mut self, b: &GpuActivityBody) {
+        self.apply_batch_with(b, &mut |_, _| {});
+    }
+
+    /// One hand-over batch; `joined` gets each kernel record tied to its launch, with its GPU
+    /// time.
+    pub fn apply_batch_with(
+        &mut self,
+        b: &GpuActivityBody,
+        joined: &mut dyn FnMut(&LaunchSite, u64),
+    ) {
         for a in b.in_use() {
+            self.join.record(a, &self.tids, &mut |k, l| {
+                if let (Some(l), Some(ns)) = (l, k.end_ns.checked_sub(k.start_ns)) {
+                    joined(l, ns);
+                }
+            });
+            if a.kind == activity::API {
+                self.calls += 1;
+                continue;
+            }
             self.apply_one(a);
         }
     }
@@ -172,6 +238,7 @@ impl KernelTime {
             })
             .collect();
         let memcpy_ns = self.copies.values().map(|s| s.ns).sum();
+        let join = self.join.counts();
         GpuTimeReport {
             basis: "measured".into(),
             source: Some("cupti".into()),
@@ -190,6 +257,15 @@ impl KernelTime {
             copies,
             kernels_cut: self.kernels_cut,
             names_cut: self.names_cut,
+            calls: self.calls,
+            joined: join.joined,
+            unjoined: join.unjoined_total(),
+            unjoined_by: join
+                .unjoined
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+            launches_evicted: join.launches_evicted,
         }
     }
 
@@ -330,6 +406,23 @@ pub struct GpuTimeReport {
     /// Names not remembered (past the bound).
     #[serde(default)]
     pub names_cut: u64,
+    /// Launch call records received (CUPTI's driver API records of the launches: not in
+    /// `records`).
+    #[serde(default)]
+    pub calls: u64,
+    /// Kernel records tied to the launch the probes recorded (docs/GPU-TIME.md, "Joined to
+    /// the launch").
+    #[serde(default)]
+    pub joined: u64,
+    /// Kernel records not tied to a launch, and why (`thread_not_mapped`, `no_launch_record`,
+    /// `no_launch_call`).
+    #[serde(default)]
+    pub unjoined: u64,
+    #[serde(default)]
+    pub unjoined_by: BTreeMap<String, u64>,
+    /// Recorded launches pushed out of the join's per-thread bound before a call claimed them.
+    #[serde(default)]
+    pub launches_evicted: u64,
 }
 
 impl Default for GpuTimeReport {
@@ -352,6 +445,11 @@ impl Default for GpuTimeReport {
             copies: Vec::new(),
             kernels_cut: 0,
             names_cut: 0,
+            calls: 0,
+            joined: 0,
+            unjoined: 0,
+            unjoined_by: BTreeMap::new(),
+            launches_evicted: 0,
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod busy;
 pub mod devices;
 pub mod gpm;
 pub mod gpu;
+pub mod gpu_join;
 /// The fast hasher lives in `sys` (the driver-object names of `enrich` use it too).
 pub use crate::sys::hash;
 pub mod hist;
@@ -102,6 +103,9 @@ pub struct Aggregator {
     /// Launches are counted in the kernel: no launch has its time (the derived GPU idle is
     /// unavailable even before a process's first counted batch arrives).
     launches_counted: bool,
+    /// Thread id maps of the processes (`set_tids`), for their state made after it (a process
+    /// whose first record comes later, the program after an exec).
+    tids_pending: HashMap<u32, gpu_join::Tids>,
 }
 
 impl Aggregator {
@@ -125,6 +129,7 @@ impl Aggregator {
             duty_config: None,
             roles: busy::Roles::default(),
             launches_counted: false,
+            tids_pending: HashMap::new(),
         }
     }
 
@@ -200,10 +205,14 @@ impl Aggregator {
         }
         let h = *ev.header();
         let cap = self.live_cap;
-        let p = self
-            .procs
-            .entry(h.tgid)
-            .or_insert_with(|| Box::new(ProcState::new(cap)));
+        let pending = &mut self.tids_pending;
+        let p = self.procs.entry(h.tgid).or_insert_with(|| {
+            let mut p = Box::new(ProcState::new(cap));
+            if let Some(t) = pending.get(&h.tgid) {
+                p.kernel_time.set_tids(t.clone());
+            }
+            p
+        });
         let call = |p: &mut ProcState, dur: Option<u64>| {
             if h.api <= MAX_API_ID {
                 p.api_call(h.api, dur);
@@ -220,6 +229,13 @@ impl Aggregator {
         match ev {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
+                let site = kernel_time::LaunchSite {
+                    api: h.api,
+                    func: l.func,
+                    caller: l.caller,
+                    stack: None,
+                };
+                p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
                 p.activity.add(h.ts_ns, true, 0);
                 self.launches_total += 1;
@@ -252,8 +268,15 @@ impl Aggregator {
                 call(p, d);
                 p.activity.add(h.ts_ns, false, d.unwrap_or(0));
             }
-            Event::Graph(..) => {
+            Event::Graph(_, g) => {
                 p.graph_launches += 1;
+                let site = kernel_time::LaunchSite {
+                    api: h.api,
+                    func: g.graph_exec,
+                    caller: 0,
+                    stack: None,
+                };
+                p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
                 p.activity.add(h.ts_ns, false, 0);
             }
@@ -270,12 +293,26 @@ impl Aggregator {
                 p.nccl.apply(&h, b);
                 call(p, measured(b.flags, b.dur_ns));
             }
-            Event::GpuActivity(_, b) => p.kernel_time.apply_batch(b),
+            Event::GpuActivity(_, b) => {
+                let stacks = &mut p.stacks;
+                p.kernel_time.apply_batch_with(b, &mut |site, ns| {
+                    if let Some((key, period)) = &site.stack {
+                        stacks.gpu(key, ns, *period);
+                    }
+                });
+            }
             Event::GpuName(_, b) => p.kernel_time.apply_name(b),
             Event::GpuState(_, b) => p.kernel_time.apply_state(b),
             // Its frames were named before it was stored (`StackResolver::prepare`, live) or
             // come from the capture file: counting is all that is left.
-            Event::Stack(_, st) => p.stacks.apply(h.api, st),
+            Event::Stack(_, st) => {
+                p.stacks.apply(h.api, st);
+                if st.of_kind == profiler_common::kind::LAUNCH {
+                    let key = crate::enrich::stacks::StackKey::of(st);
+                    p.kernel_time
+                        .launch_stack(h.tid, h.ts_ns, key, st.period.max(1));
+                }
+            }
             Event::Map(..) | Event::Exit(..) | Event::Exec(..) | Event::Window(..) => {}
         }
         if h.api > MAX_API_ID
@@ -380,6 +417,20 @@ impl Aggregator {
         }
     }
 
+    /// How the thread ids CUPTI gives in `tgid` (its PID namespace's) map to the kernel's: the
+    /// join of its kernel records to its launches needs it (`model::gpu_join`).
+    pub fn set_tids(&mut self, tgid: u32, tids: gpu_join::Tids) {
+        if let Some(p) = self.procs.get_mut(&tgid) {
+            p.kernel_time.set_tids(tids.clone());
+        }
+        self.tids_pending.insert(tgid, tids);
+    }
+
+    /// The thread id map of `tgid` in force (`Unknown` for a process not seen).
+    pub fn tids(&self, tgid: u32) -> gpu_join::Tids {
+        self.tids_pending.get(&tgid).cloned().unwrap_or_default()
+    }
+
     /// What procfs said about `tgid` at first sight (and since).
     pub fn process_meta(&self, tgid: u32) -> Option<&ProcessMeta> {
         self.meta.get(&tgid)
@@ -399,6 +450,7 @@ impl Aggregator {
     /// marked exited) and the tgid starts afresh.
     pub fn retire(&mut self, tgid: u32) {
         self.exited_at.remove(&tgid);
+        self.tids_pending.remove(&tgid);
         if self.stacks.naming(tgid) {
             self.stacks.settle();
         }

@@ -347,6 +347,14 @@ pub struct CodeReport {
     pub blocked_ns: u64,
     /// The kernels launched from this stack, most launches first.
     pub kernels: Vec<CodeKernel>,
+    /// GPU time CUPTI measured for the kernels of this stack's sampled launches (injection
+    /// library, joined through the launch calls: docs/GPU-TIME.md), exactly…
+    #[serde(default)]
+    pub gpu_measured_ns: u64,
+    /// …and scaled by the sampling period like `launches` (equal where every launch is
+    /// sampled). 0 where nothing joined.
+    #[serde(default)]
+    pub gpu_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,6 +18,10 @@ pub struct StackStat {
     pub blocked_ns: u64,
     /// Launched function handle and API → estimated launches.
     pub funcs: HashMap<(u32, u64), u64>,
+    /// GPU time CUPTI measured for the kernels of the sampled launches on this stack (joined
+    /// through their launch calls, `model::gpu_join`), and scaled by the period like `launches`.
+    pub gpu_measured_ns: u64,
+    pub gpu_ns: u64,
 }
 
 /// A native stack naming fewer frames than this is "shallow" (see `StackSummary::shallow`).
@@ -85,6 +89,19 @@ impl ProcStacks {
     }
 }
 
+impl ProcStacks {
+    /// A kernel of a launch sampled on stack `key` (standing for `period` launches) ran `ns`
+    /// on the GPU. A stack not kept (past the bound) gets nothing.
+    pub fn gpu(&mut self, key: &StackKey, ns: u64, period: u32) {
+        if let Some(s) = self.by_stack.get_mut(key) {
+            s.gpu_measured_ns = s.gpu_measured_ns.saturating_add(ns);
+            s.gpu_ns = s
+                .gpu_ns
+                .saturating_add(ns.saturating_mul(u64::from(period)));
+        }
+    }
+}
+
 /// The code rows of a process: stacks named and merged where they name alike, most calls
 /// first. `kernel` names a launched function (API id, handle).
 pub fn code_report(
@@ -117,6 +134,8 @@ pub fn code_report(
         r.syncs += s.syncs;
         r.copies += s.copies;
         r.blocked_ns += s.blocked_ns;
+        r.gpu_ns += s.gpu_ns;
+        r.gpu_measured_ns += s.gpu_measured_ns;
         for (&(api, func), &n) in &s.funcs {
             *k.entry(kernel(api, func)).or_default() += n;
         }

@@ -22,6 +22,7 @@ fn processes<'a>(r: &'a Report, a: &ReportArgs) -> impl Iterator<Item = &'a Proc
 fn weight(c: &CodeReport, order: OrderBy) -> u64 {
     match order {
         OrderBy::Blocked => c.blocked_ns,
+        OrderBy::GpuTime => c.gpu_ns,
         _ => c.calls,
     }
 }
@@ -66,6 +67,9 @@ struct Node {
     syncs: u64,
     copies: u64,
     blocked_ns: u64,
+    gpu_ns: u64,
+    /// A launched kernel's leaf: its GPU time is its stack's, not split per kernel (`-`).
+    kernel: bool,
     children: BTreeMap<String, Node>,
 }
 
@@ -76,11 +80,13 @@ impl Node {
         self.syncs += c.syncs;
         self.copies += c.copies;
         self.blocked_ns += c.blocked_ns;
+        self.gpu_ns += c.gpu_ns;
     }
 
     fn weight(&self, order: OrderBy) -> u64 {
         match order {
             OrderBy::Blocked => self.blocked_ns,
+            OrderBy::GpuTime => self.gpu_ns,
             _ => self.calls,
         }
     }
@@ -109,6 +115,14 @@ const TREE: &[Column<Tree>] = &[
     Column::new("copies", "COPIES", RIGHT, |l| Cell::Int(l.node.copies)),
     Column::new("blocked_ns", "BLOCKED", RIGHT, |l| {
         Cell::Ms(l.node.blocked_ns)
+    }),
+    // Measured by CUPTI (the injection library), for the sampled launches, scaled like LAUNCHES.
+    Column::new("gpu_ns", "GPU ms", RIGHT, |l| {
+        if l.node.kernel {
+            Cell::Null
+        } else {
+            Cell::Ms(l.node.gpu_ns)
+        }
     }),
     Column::new("code", "CODE", LEFT, |l| {
         Cell::Text(format!("{}{}", "  ".repeat(l.depth), l.name))
@@ -162,6 +176,11 @@ const STACKS: &[Column<Stacks>] = &[
     Column::new("syncs", "SYNCS", RIGHT, |s| Cell::Int(s.c.syncs)),
     Column::new("copies", "COPIES", RIGHT, |s| Cell::Int(s.c.copies)),
     Column::new("blocked_ns", "BLOCKED", RIGHT, |s| Cell::Ms(s.c.blocked_ns)),
+    // Empty where the process has no measured GPU time.
+    Column::new("gpu_ns", "GPU ms", RIGHT, |s| gpu_cell(s.p, s.c.gpu_ns)),
+    Column::new("gpu_measured_ns", "GPU ms sampled", RIGHT, |s| {
+        gpu_cell(s.p, s.c.gpu_measured_ns)
+    }),
     Column::new("kernels", "KERNELS", LEFT, |s| {
         let k: Vec<String> =
             s.c.kernels
@@ -171,6 +190,15 @@ const STACKS: &[Column<Stacks>] = &[
         Cell::Text(k.join(";"))
     }),
 ];
+
+/// `ns` of process `p` in milliseconds where CUPTI measured its GPU time, else nothing.
+fn gpu_cell(p: &ProcessReport, ns: u64) -> Cell {
+    if p.gpu_time.basis == "measured" {
+        Cell::Ms(ns)
+    } else {
+        Cell::Null
+    }
+}
 
 /// Process `p`'s part of the code view: how its stacks were taken, then the tree of `rows`
 /// down to `max_depth` frames.
@@ -222,11 +250,19 @@ fn tree(p: &ProcessReport, rows: &[CodeReport], max_depth: usize, order: OrderBy
                 .or_default();
             leaf.calls += k.launches;
             leaf.launches += k.launches;
+            leaf.kernel = true;
         }
     }
     let mut lines = Vec::new();
     tree_lines(&root, 0, max_depth, order, &mut lines);
-    out.push_str(&columns::table("  ", &all(TREE), &lines));
+    // GPU time only where CUPTI measured it (the injection library): no column of zeros for
+    // the others.
+    let measured = p.gpu_time.basis == "measured";
+    let cols: Vec<&Column<Tree>> = TREE
+        .iter()
+        .filter(|c| measured || c.name != "gpu_ns")
+        .collect();
+    out.push_str(&columns::table("  ", &cols, &lines));
     out.push('\n');
     out
 }
@@ -287,7 +323,8 @@ pub fn render_code(
 
 /// Collapsed stacks: `comm (pid);outer;…;inner;leaf weight` per line, the leaf being the
 /// launched kernel, `[sync]` or `[copy]`; the weight is calls (or blocked ns with
-/// `--order-by blocked`).
+/// `--order-by blocked`, or the measured GPU ns of the stack's kernels, leaf `[gpu]`, with
+/// `--order-by gpu_time`).
 fn folded(
     r: &Report,
     a: &ReportArgs,
@@ -307,6 +344,12 @@ fn folded(
             if order == OrderBy::Blocked {
                 if c.blocked_ns > 0 {
                     *lines.entry(base).or_default() += c.blocked_ns;
+                }
+                continue;
+            }
+            if order == OrderBy::GpuTime {
+                if c.gpu_ns > 0 {
+                    *lines.entry(format!("{base};[gpu]")).or_default() += c.gpu_ns;
                 }
                 continue;
             }

@@ -781,7 +781,7 @@ mod tests {
             "  API calls: none\n",
             "  allocations: none\n",
             "\n",
-            "advice (from CPU-side measurements and NVML; see docs/CAPTURE-FILES.md#advice):\n",
+            "advice (from CPU-side measurements, NVML and measured GPU times; see docs/CAPTURE-FILES.md#advice):\n",
             "  [records_lost] capture: 15 records were lost because the ring buffer was full; \
              every count in this report is a lower bound\n",
             "    try: capture again with a larger --ring-buffer-mb (e.g. 256), or narrow the \

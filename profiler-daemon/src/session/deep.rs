@@ -230,6 +230,8 @@ impl DeepCapture {
                 if let Some(env) = meta.gpu_env.clone() {
                     self.writer.frame(&Frame::GpuEnv { tgid, env });
                 }
+                let tids = agg.tids(tgid);
+                self.writer.frame(&Frame::Tids { tgid, tids });
             }
             if let Some(names) = agg.names(tgid) {
                 for rec in name_records(tgid, names) {

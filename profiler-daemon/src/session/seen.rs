@@ -152,6 +152,38 @@ impl Seen {
         let _ = self.maps_tx.send(Sighting::Gone(tgid));
     }
 
+    /// A batch with launch calls of threads the process's map lacks (started after it was
+    /// read): read the map again, so that they join.
+    fn remap_tids(
+        &mut self,
+        agg: &mut Aggregator,
+        taps: &mut Taps,
+        tgid: u32,
+        b: &profiler_common::gpu::GpuActivityBody,
+    ) {
+        use crate::model::gpu_join::Tids;
+        let Tids::Map(m) = agg.tids(tgid) else {
+            return;
+        };
+        let unknown = b.in_use().iter().any(|a| {
+            a.kind == profiler_common::gpu::activity::API && !m.contains_key(&(a.bytes as u32))
+        });
+        if !unknown {
+            return;
+        }
+        let tids = crate::enrich::nspid::of_process(tgid);
+        if matches!(tids, Tids::Map(_)) {
+            taps.frame_for(
+                tgid,
+                &Frame::Tids {
+                    tgid,
+                    tids: tids.clone(),
+                },
+            );
+            agg.set_tids(tgid, tids);
+        }
+    }
+
     /// A call's record (or a stack, a name): a new process's first is its first sight.
     fn call(&mut self, agg: &mut Aggregator, taps: &mut Taps, rec: &[u8], ev: &Event) {
         let tgid = ev.header().tgid;
@@ -187,7 +219,23 @@ impl Seen {
             if let Some(env) = meta.gpu_env.clone() {
                 taps.frame_for(tgid, &Frame::GpuEnv { tgid, env });
             }
+            let tids = if meta.exited {
+                crate::model::gpu_join::Tids::Unknown
+            } else {
+                crate::enrich::nspid::of_process(tgid)
+            };
+            taps.frame_for(
+                tgid,
+                &Frame::Tids {
+                    tgid,
+                    tids: tids.clone(),
+                },
+            );
+            agg.set_tids(tgid, tids);
             agg.set_process_meta_read_at(tgid, meta, read_at);
+        }
+        if let Event::GpuActivity(_, b) = ev {
+            self.remap_tids(agg, taps, tgid, b);
         }
         if let Event::Stack(_, st) = ev {
             // Names while the process is there: a capture gets its Python names before the

@@ -53,7 +53,12 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   `GpuEnv` frame may follow a process's `Process` frame (which NVML GPU its CUDA devices
 ///   are). A schema-7 reader could not read that table and would count the frame as damage:
 ///   it refuses the file instead. (Schema 1–7 files read as before.)
-pub const SCHEMA_VERSION: u32 = 8;
+/// * 9: a `Tids` frame may follow a process's `Process` frame (how CUPTI's thread ids of the
+///   process map to the kernel's, for the join of GPU records to launches), and `GPU_ACTIVITY`
+///   batches may hold launch call entries (`activity::API`). A schema-8 reader would count the
+///   frame as damage: it refuses the file instead. Files without the frame join nothing
+///   (`thread_not_mapped`).
+pub const SCHEMA_VERSION: u32 = 9;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).
@@ -201,6 +206,11 @@ pub enum Frame {
     GpuEnv {
         tgid: u32,
         env: crate::enrich::gpu_env::GpuEnv,
+    },
+    /// How CUPTI's thread ids of process `tgid` map to the kernel's (schema 9).
+    Tids {
+        tgid: u32,
+        tids: crate::model::gpu_join::Tids,
     },
 }
 

@@ -33,6 +33,9 @@ pub struct Replay {
     pub kernel_names: HashMap<(u32, u32, u64, bool), String>,
     pub recovery: Recovery,
     pub end: Option<End>,
+    /// Each process's thread id map (`Frame::Tids`, the last one): `(tgid, generation)` →
+    /// CUPTI's thread ids → the kernel's, for the timeline's join of GPU records to launches.
+    pub tids: HashMap<(u32, u32), crate::model::gpu_join::Tids>,
 }
 
 /// Why a walk over a capture file's records stopped before its end.
@@ -207,6 +210,7 @@ pub fn replay_selecting(
     let mut end = None;
     let mut faults = BTreeMap::new();
     let mut generation: HashMap<u32, u32> = HashMap::new();
+    let mut tids_of = HashMap::new();
     let mut api = ApiTable::new();
     let mut n_records = 0u64;
     let mut last_ts = header.started_at_monotonic_ns;
@@ -269,6 +273,11 @@ pub fn replay_selecting(
             Frame::Faults(f) => faults = f,
             Frame::NvmlGpm(g) => agg.apply_nvml_gpm(&g),
             Frame::GpuEnv { tgid, env } => agg.set_gpu_env(tgid, env),
+            Frame::Tids { tgid, tids } => {
+                let g = generation.get(&tgid).copied().unwrap_or(0);
+                tids_of.insert((tgid, g), tids.clone());
+                agg.set_tids(tgid, tids);
+            }
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);
@@ -297,6 +306,7 @@ pub fn replay_selecting(
         header,
         report,
         kernel_names: agg.kernel_names(),
+        tids: tids_of,
         recovery: Recovery {
             frames: r.frames,
             records: n_records,

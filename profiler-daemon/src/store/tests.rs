@@ -772,10 +772,27 @@ fn nccl_records_and_their_layer_round_trip() {
     assert_eq!((n.calls, n.communicators[0].rank), (2, Some(1)));
 }
 
-/// A capture of process 100: one unnamed launch, then the injection library's state, one
-/// kernel name (id 1: `_Z1kv`) and one batch: a 2 µs kernel on device 0, CUPTI stream 7, and a
-/// 500 ns device-to-host copy of 4 KiB on stream 3 (GPU times 10..2,010 and 10..510 ns).
+/// A capture of process 100 (thread ids as the kernel's: `Tids::Same`): one unnamed launch on
+/// thread 100 at 1,000 ns, then the injection library's state, one kernel name (id 1: `_Z1kv`)
+/// and one batch: the launch call (cuLaunchKernel, correlation 11, thread 100, CPU 1,010..1,100),
+/// a 2 µs kernel on device 0, CUPTI stream 7, and a 500 ns device-to-host copy of 4 KiB on
+/// stream 3 (GPU times 10..2,010 and 10..510 ns).
 pub(crate) fn write_gpu_capture(path: &Path) {
+    write_gpu_capture_with(path, Some(crate::model::gpu_join::Tids::Same));
+}
+
+/// [`write_gpu_capture`] with `tids` as the process's thread id map (`None`: no such frame).
+pub(crate) fn write_gpu_capture_with(path: &Path, tids: Option<crate::model::gpu_join::Tids>) {
+    write_gpu_capture_full(path, tids, false);
+}
+
+/// [`write_gpu_capture_with`], with `early`: one more launch on thread 100 at 900 ns, which
+/// no launch call claims (it came before the library enabled them).
+pub(crate) fn write_gpu_capture_full(
+    path: &Path,
+    tids: Option<crate::model::gpu_join::Tids>,
+    early: bool,
+) {
     use profiler_common::gpu::{
         BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
         copykind, state,
@@ -791,6 +808,15 @@ pub(crate) fn write_gpu_capture(path: &Path) {
     };
     let mut items = [GpuActivity::default(); BATCH];
     items[0] = GpuActivity {
+        kind: activity::API,
+        name: profiler_common::gpu::cbid::CU_LAUNCH_KERNEL,
+        correlation: 11,
+        start_ns: 1_010,
+        end_ns: 1_100,
+        bytes: 100,
+        ..GpuActivity::default()
+    };
+    items[1] = GpuActivity {
         kind: activity::KERNEL,
         name: 1,
         stream: 7,
@@ -799,7 +825,7 @@ pub(crate) fn write_gpu_capture(path: &Path) {
         end_ns: 2_010,
         ..GpuActivity::default()
     };
-    items[1] = GpuActivity {
+    items[2] = GpuActivity {
         kind: activity::MEMCPY,
         copy_kind: copykind::DTOH,
         stream: 3,
@@ -822,6 +848,12 @@ pub(crate) fn write_gpu_capture(path: &Path) {
         tgid: 100,
         process: meta("python3"),
     });
+    if let Some(tids) = tids {
+        w.frame(&Frame::Tids { tgid: 100, tids });
+    }
+    if early {
+        w.record(&launch(100, 0, 0x1000, 900));
+    }
     w.record(&launch(100, 0, 0x1000, 1_000));
     w.record(encode(&Record {
         header: hdr(kind::GPU_STATE, 1_500),
@@ -838,7 +870,7 @@ pub(crate) fn write_gpu_capture(path: &Path) {
     w.record(encode(&Record {
         header: hdr(kind::GPU_ACTIVITY, 1_700),
         body: GpuActivityBody {
-            n: 2,
+            n: 3,
             _pad: 0,
             items,
         },
@@ -848,13 +880,14 @@ pub(crate) fn write_gpu_capture(path: &Path) {
 }
 
 /// Schema 8: the injection library's records (GPU activity, names, state) and the `inject`
-/// layer in the API table come back from a file, joined to the kernel rows.
+/// layer in the API table come back from a file, joined to the kernel rows; schema 9: the
+/// kernel record joins its launch through the launch call and the `Tids` frame.
 #[test]
 fn gpu_activity_records_and_their_layer_round_trip() {
     let t = Tmp::new("gpu-activity");
     write_gpu_capture(&t.0);
     let bytes = std::fs::read(&t.0).unwrap();
-    assert_eq!(bytes[8..12], 8u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 9u32.to_le_bytes());
     let r = replay(&t.0).unwrap();
     let p = &r.report.processes[0];
     let g = &p.gpu_time;
@@ -879,6 +912,42 @@ fn gpu_activity_records_and_their_layer_round_trip() {
         .collect();
     // The unnamed launch keeps its row; the kernel only CUPTI named gets one of its own.
     assert_eq!(k, [("", 1, None), ("_Z1kv", 0, Some(2_000))]);
+    // The launch call is no GPU record; the kernel joined the launch, the copy takes no part.
+    assert_eq!(
+        (
+            g.records,
+            g.calls,
+            g.joined,
+            g.unjoined,
+            g.unjoined_by.len()
+        ),
+        (2, 1, 1, 0, 0)
+    );
+    assert_eq!(
+        r.tids.get(&(100, 0)),
+        Some(&crate::model::gpu_join::Tids::Same)
+    );
+}
+
+/// A capture without the thread id map (a process gone before it was read, or a file of
+/// schema 8) joins nothing: the kernel record is counted unjoined, not guessed.
+#[test]
+fn replayed_records_without_a_thread_map_are_unjoined() {
+    let t = Tmp::new("gpu-no-tids");
+    write_gpu_capture_with(&t.0, None);
+    let r = replay(&t.0).unwrap();
+    let g = &r.report.processes[0].gpu_time;
+    assert_eq!((g.calls, g.joined, g.unjoined), (1, 0, 1));
+    assert_eq!(
+        g.unjoined_by,
+        BTreeMap::from([("thread_not_mapped".to_owned(), 1)])
+    );
+    // With the map of another namespace, the launch's thread is found through it.
+    let t = Tmp::new("gpu-ns-tids");
+    let map = crate::model::gpu_join::Tids::Map(BTreeMap::from([(100, 100)]));
+    write_gpu_capture_with(&t.0, Some(map));
+    let g = replay(&t.0).unwrap().report.processes[0].gpu_time.clone();
+    assert_eq!((g.joined, g.unjoined), (1, 0));
 }
 
 /// A process's device-numbering environment travels in the file: replayed, its device 0 is

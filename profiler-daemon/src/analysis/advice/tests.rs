@@ -341,6 +341,7 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
                     regular: true,
                     derived_gpu_idle_ns: None,
                     derived_launch_ahead_ns: None,
+                    gpu_ns: None,
                 },
             )
             .collect(),

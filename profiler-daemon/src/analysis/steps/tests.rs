@@ -153,6 +153,7 @@ fn a_known_loop_is_found_and_measured() {
         // default stream, never drained after the warm-up: nothing is known idle.
         derived_gpu_idle_ns: Some(0),
         derived_launch_ahead_ns: None,
+        gpu_ns: None,
     };
     let last = Step {
         start_ns: 100_000 + 4 * 1_000_000 + 980_000 - 1_000,
@@ -165,6 +166,7 @@ fn a_known_loop_is_found_and_measured() {
         regular: false,
         derived_gpu_idle_ns: Some(0),
         derived_launch_ahead_ns: None,
+        gpu_ns: None,
     };
     assert_eq!(
         p.steps,
@@ -255,4 +257,73 @@ fn derived_gpu_idle_is_split_at_the_step_edges() {
     let step = (1_000_000, Some(600_000), Some(100_000), true);
     let first = (990_000, Some(290_000 + 300_000), Some(100_000), true);
     assert_eq!(got, [first, step, step, step, step]);
+}
+
+/// Measured GPU time per step: pid 100 launches A once per iteration (5 iterations, a stream
+/// sync closing each); the injection library's batch for iteration i's launch (its launch call
+/// and a kernel of (i + 1) µs) arrives after the sync, in the next step's time: each kernel
+/// still counts in the step that launched it. Without the thread map, `null`.
+#[test]
+fn each_step_gets_the_measured_gpu_time_of_the_kernels_it_launched() {
+    use crate::model::gpu_join::Tids;
+    use profiler_common::gpu::{BATCH, GpuActivity, GpuActivityBody, activity};
+    let t = Tmp::new("steps-gpu");
+    let f = std::fs::File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    let mut api = ApiTable::new();
+    for (n, l) in [
+        ("cudaLaunchKernel", Layer::Runtime),
+        ("cudaStreamSynchronize", Layer::Runtime),
+    ] {
+        api.intern(n, l);
+    }
+    w.frame(&Frame::Api(api.list().to_vec()));
+    for i in 0..5u64 {
+        let base = 100_000 + i * 1_000_000;
+        let mut p = Rec(&mut w, 100);
+        p.launch(base + 200_000, A);
+        p.sync(STREAM_SYNC, base + 900_000, 0x10, 80_000);
+        let mut items = [GpuActivity::default(); BATCH];
+        items[0] = GpuActivity {
+            kind: activity::KERNEL,
+            correlation: i as u32 + 1,
+            start_ns: base + 300_000,
+            end_ns: base + 300_000 + (i + 1) * 1_000,
+            ..GpuActivity::default()
+        };
+        items[1] = GpuActivity {
+            kind: activity::API,
+            name: 307,
+            correlation: i as u32 + 1,
+            start_ns: base + 200_010,
+            end_ns: base + 200_500,
+            bytes: 100,
+            ..GpuActivity::default()
+        };
+        w.record(encode(&Record {
+            header: hdr(kind::GPU_ACTIVITY, LAUNCH, 100, base + 990_000),
+            body: GpuActivityBody {
+                n: 2,
+                _pad: 0,
+                items,
+            },
+        }));
+    }
+    w.flush();
+    let run = |tids: Option<Tids>| {
+        let mut s = StepSearch::default();
+        if let Some(t) = tids {
+            s.set_tids(HashMap::from([((100, 0), t)]));
+        }
+        read(&t.0, |_, g, ev| s.first(g, ev)).unwrap();
+        assert!(s.chosen(header().started_at_monotonic_ns));
+        read(&t.0, |api, g, ev| s.second(api, g, ev)).unwrap();
+        let found = s.steps();
+        found[0].steps.iter().map(|s| s.gpu_ns).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(Some(Tids::Same)),
+        [Some(2_000), Some(3_000), Some(4_000), Some(5_000)]
+    );
+    assert_eq!(run(None), [None, None, None, None]);
 }

@@ -306,7 +306,8 @@ fn report_json_contract() {
         r#""gpu_time":{"basis":"absent","source":null,"state":null,"state_detail":null,"#,
         r#""unavailable":"no records from the injection library (not loaded in this process, or not attached)","#,
         r#""dropped":0,"records":0,"bad_times":0,"kernels":0,"kernel_ns":0,"memcpy_ns":0,"memset_ns":0,"#,
-        r#""memsets":0,"memset_bytes":0,"copies":[],"kernels_cut":0,"names_cut":0}}],"#,
+        r#""memsets":0,"memset_bytes":0,"copies":[],"kernels_cut":0,"names_cut":0,"#,
+        r#""calls":0,"joined":0,"unjoined":0,"unjoined_by":{},"launches_evicted":0}}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,
@@ -430,4 +431,79 @@ fn gpu_time_joins_the_kernel_rows_by_mangled_name() {
         .collect();
     assert_eq!(streams, [(7, 2, 4_000), (8, 1, 2_000)]);
     assert_eq!(p.kernels[1].name_source, "cupti");
+}
+
+/// The join in the model: process 42's two launches on thread 42 (at 10 and 20 ns, the second
+/// with its stack sampled, period 2) and the library's batch (kernel records first, then the
+/// launch calls that claim them): both kernels joined; the sampled launch's kernel time goes to
+/// its code row (5,000 ns measured, 10,000 scaled by the period). Without a thread map nothing
+/// joins.
+#[test]
+fn kernel_records_join_their_launches_and_their_sampled_stacks() {
+    use crate::model::gpu_join::Tids;
+    use profiler_common::gpu::{BATCH, GpuActivity, GpuActivityBody, activity};
+    let at = |ev: Event, ts: u64| -> Event {
+        let mut ev = ev;
+        match &mut ev {
+            Event::Launch(h, _) | Event::Stack(h, _) => h.ts_ns = ts,
+            _ => unreachable!(),
+        }
+        ev
+    };
+    let k = |corr, dur: u64| GpuActivity {
+        kind: activity::KERNEL,
+        correlation: corr,
+        name: 1,
+        stream: 7,
+        start_ns: 1_000,
+        end_ns: 1_000 + dur,
+        ..GpuActivity::default()
+    };
+    let call = |corr, start: u64| GpuActivity {
+        kind: activity::API,
+        name: 307,
+        correlation: corr,
+        start_ns: start,
+        end_ns: start + 5,
+        bytes: 42,
+        ..GpuActivity::default()
+    };
+    let mut items = [GpuActivity::default(); BATCH];
+    items[..4].copy_from_slice(&[k(1, 3_000), k(2, 5_000), call(1, 12), call(2, 22)]);
+    let st = crate::enrich::stacks::tests::stack(&[0x10, 0x20], &[], kind::LAUNCH, 2);
+    let events = [
+        at(launch(42, LAUNCH_RT, 0x1000, 2, 0), 10),
+        at(launch(42, LAUNCH_RT, 0x1000, 2, 0), 20),
+        at(Event::Stack(hdr(kind::STACK, LAUNCH_RT, 42), st), 20),
+        Event::GpuActivity(
+            hdr(kind::GPU_ACTIVITY, 0, 42),
+            GpuActivityBody {
+                n: 4,
+                _pad: 0,
+                items,
+            },
+        ),
+    ];
+    let mut a = agg();
+    a.set_tids(42, Tids::Same);
+    let p = run(&mut a, &events).remove(0);
+    let g = &p.gpu_time;
+    assert_eq!(
+        (g.records, g.calls, g.joined, g.unjoined, g.kernel_ns),
+        (2, 2, 2, 0, 8_000)
+    );
+    assert_eq!(p.code.len(), 1);
+    assert_eq!(
+        (
+            p.code[0].launches,
+            p.code[0].gpu_measured_ns,
+            p.code[0].gpu_ns
+        ),
+        (2, 5_000, 10_000)
+    );
+    let mut a = agg();
+    let p = run(&mut a, &events).remove(0);
+    assert_eq!((p.gpu_time.joined, p.gpu_time.unjoined), (0, 2));
+    assert_eq!(p.gpu_time.unjoined_by["thread_not_mapped"], 2);
+    assert_eq!((p.code[0].gpu_measured_ns, p.code[0].gpu_ns), (0, 0));
 }

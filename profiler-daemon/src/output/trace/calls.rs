@@ -10,6 +10,7 @@ use super::{
 use crate::api::{ApiTable, Layer};
 use crate::enrich::stacks::{StackKey, StackResolver};
 use crate::model::direction_name as dir_name;
+use crate::model::gpu_join::{Joiner, Tids};
 use crate::model::mem::LiveMemory;
 use crate::store;
 use profiler_common::decode::Event;
@@ -31,14 +32,96 @@ pub(super) fn calls(
         flow: 0,
         gpu_names: HashMap::new(),
         gpu_tracks: HashMap::new(),
+        joins: HashMap::new(),
+        flow_from: None,
+        flows_in: HashSet::new(),
+        claimed: HashSet::new(),
+        launch_seq: HashMap::new(),
     };
-    store::for_each_record_named(path, |api, g, ev, stacks| {
+    calls.claimed = claimed_launches(path, cap)?;
+    let stopped = store::for_each_record_named(path, |api, g, ev, stacks| {
         calls.record(emit, api, g, ev, stacks)
     })
     .map_err(|e| match e {
         store::WalkError::Open(e) => TraceError::Read(e),
         store::WalkError::Stopped(e) => e,
+    })?;
+    calls.finish(emit)?;
+    Ok(stopped)
+}
+
+/// The thread map of process `tgid` (generation `g`) where its capture can join: its library
+/// recorded launch calls and its thread ids are mapped.
+fn joinable(cap: &Capture, tgid: u32, g: u32) -> Option<Tids> {
+    let replay = cap.replay;
+    let tids = replay.tids.get(&(tgid, g)).cloned().unwrap_or_default();
+    let calls = replay
+        .report
+        .processes
+        .iter()
+        .any(|p| p.tgid == tgid && p.gpu_time.calls > 0);
+    (calls && tids != Tids::Unknown).then_some(tids)
+}
+
+/// A first pass over the records: which launches (`(pid, n)`, the process's n-th launch record)
+/// a launch call claims. Only those get an arrow, so that none leaves a launch and never
+/// arrives. No pass where no process can join.
+fn claimed_launches(path: &Path, cap: &Capture) -> Result<HashSet<(u64, u64)>, TraceError> {
+    let mut claimed = HashSet::new();
+    if !cap
+        .replay
+        .tids
+        .keys()
+        .any(|&(t, g)| joinable(cap, t, g).is_some())
+    {
+        return Ok(claimed);
+    }
+    let mut joins: HashMap<u64, Option<(Tids, Joiner<u64>)>> = HashMap::new();
+    let mut seq: HashMap<u64, u64> = HashMap::new();
+    store::for_each_record_named(path, |_, g, ev, _| {
+        let h = *ev.header();
+        let pid = cap.pid(h.tgid, g);
+        let Some((tids, j)) = joins
+            .entry(pid)
+            .or_insert_with(|| joinable(cap, h.tgid, g).map(|t| (t, Joiner::default())))
+        else {
+            return Ok::<(), TraceError>(());
+        };
+        match ev {
+            Event::Launch(..) | Event::Graph(..) => {
+                let n = seq.entry(pid).or_insert(0);
+                *n += 1;
+                j.launch(h.tid, h.ts_ns, *n);
+            }
+            Event::GpuActivity(_, b) => {
+                for a in b.in_use() {
+                    j.record(a, tids, &mut |_, l| {
+                        if let Some(&n) = l {
+                            claimed.insert((pid, n));
+                        }
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     })
+    .map_err(|e| match e {
+        store::WalkError::Open(e) => TraceError::Read(e),
+        store::WalkError::Stopped(e) => e,
+    })?;
+    Ok(claimed)
+}
+
+/// A launch as the timeline's join keeps it: its thread track and time, and the flow it
+/// leaves by (`None` outside the window, or a graph launch: an instant, which no flow leaves).
+type FlowFrom = Option<(u64, u64, u64)>;
+
+/// One process's join of its kernel records to its launches (`model::gpu_join`), for the
+/// flow arrows from each launch to its kernel's GPU slice.
+struct ProcJoin {
+    tids: Tids,
+    join: Joiner<FlowFrom>,
 }
 
 /// One call: where it is on the trace, and who made it.
@@ -103,6 +186,16 @@ struct Calls<'a> {
     gpu_names: HashMap<(u64, u32), String>,
     /// `(pid, device, CUPTI stream)` → its measured track.
     gpu_tracks: HashMap<(u64, u32, u32), u64>,
+    /// Per process whose capture can join (launch calls recorded, thread ids mapped); `None`
+    /// for the others, whose GPU slices are written as they come.
+    joins: HashMap<u64, Option<ProcJoin>>,
+    /// The flow the launch being written leaves by.
+    flow_from: FlowFrom,
+    /// Flows that arrived (a graph launch's kernels share one: the first gets the arrow).
+    flows_in: HashSet<u64>,
+    /// The launches a launch call claims (`claimed_launches`), and each process's launch count.
+    claimed: HashSet<(u64, u64)>,
+    launch_seq: HashMap<u64, u64>,
 }
 
 impl Calls<'_> {
@@ -129,6 +222,24 @@ impl Calls<'_> {
                 values: vec![("live", Some(v))],
             })?;
         }
+        // Every launch, in the window or not, may be claimed by a launch call.
+        if matches!(ev, Event::Launch(..) | Event::Graph(..))
+            && self.join_of(pid, h.tgid, g).is_some()
+        {
+            let n = self.launch_seq.entry(pid).or_insert(0);
+            *n += 1;
+            let from = match ev {
+                Event::Launch(..) if in_window && self.claimed.contains(&(pid, *n)) => {
+                    self.flow += 1;
+                    Some((u64::from(h.tid), ts_ns, self.flow))
+                }
+                _ => None,
+            };
+            if let Some(j) = self.join_of(pid, h.tgid, g) {
+                j.join.launch(h.tid, h.ts_ns, from);
+            }
+            self.flow_from = from;
+        }
         // GPU activity lies at its own (GPU) times, not at the hand-over's, and on no thread.
         match ev {
             Event::GpuName(_, n) => {
@@ -136,7 +247,7 @@ impl Calls<'_> {
                 self.gpu_names.insert((pid, n.id), name);
                 return Ok(());
             }
-            Event::GpuActivity(_, b) => return self.gpu_activity(emit, pid, b),
+            Event::GpuActivity(_, b) => return self.gpu_activity(emit, pid, h.tgid, g, b),
             _ => {}
         }
         if !in_window
@@ -165,7 +276,22 @@ impl Calls<'_> {
             runtime: api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime),
         };
         let e = match ev {
-            Event::Launch(_, l) => return self.launch(emit, &call, l),
+            Event::Launch(_, l) => {
+                self.launch(emit, &call, l)?;
+                // The arrow to its kernel's GPU slice leaves here (if a launch call claims it:
+                // a flow that never arrives is not drawn).
+                let Some((tid, ts_ns, id)) = self.flow_from.take() else {
+                    return Ok(());
+                };
+                return emit.send(TraceEvent::FlowStart {
+                    id,
+                    pid,
+                    tid,
+                    ts_ns,
+                    cat: "gpu",
+                    name: "gpu",
+                });
+            }
             Event::Copy(_, c) => return self.copy(emit, &call, c),
             Event::Sync(_, s) => {
                 let args = Args::from([
@@ -304,52 +430,121 @@ impl Calls<'_> {
         Ok(tid)
     }
 
+    /// The join of process `pid` (`tgid`, generation `g`), where its capture can join: its
+    /// thread ids are mapped and its library recorded launch calls.
+    fn join_of(&mut self, pid: u64, tgid: u32, g: u32) -> Option<&mut ProcJoin> {
+        let cap = self.cap;
+        self.joins
+            .entry(pid)
+            .or_insert_with(|| {
+                joinable(cap, tgid, g).map(|tids| ProcJoin {
+                    tids,
+                    join: Joiner::default(),
+                })
+            })
+            .as_mut()
+    }
+
     /// A batch of CUPTI records: each kernel, copy and memset as a slice at its GPU start,
     /// as long as it ran, on its device and stream's track (those that start in the window).
+    /// Where the process joins, a kernel is written once its launch call is known, with the
+    /// arrow from its launch.
     fn gpu_activity(
         &mut self,
         emit: &mut Emit,
         pid: u64,
+        tgid: u32,
+        g: u32,
         b: &profiler_common::gpu::GpuActivityBody,
+    ) -> Result<(), TraceError> {
+        use profiler_common::gpu::activity;
+        let mut ready: Vec<(profiler_common::gpu::GpuActivity, FlowFrom)> = Vec::new();
+        for a in b.in_use() {
+            match (a.kind, self.join_of(pid, tgid, g)) {
+                (activity::KERNEL | activity::API, Some(j)) => {
+                    j.join.record(a, &j.tids, &mut |k, l| {
+                        ready.push((*k, l.copied().flatten()));
+                    });
+                }
+                _ => ready.push((*a, None)),
+            }
+        }
+        for (a, from) in ready {
+            self.gpu_slice(emit, pid, &a, from)?;
+        }
+        Ok(())
+    }
+
+    /// The kernels still waiting for their launch calls at the end, without arrows.
+    fn finish(&mut self, emit: &mut Emit) -> Result<(), TraceError> {
+        let mut left = Vec::new();
+        for (&pid, j) in self.joins.iter_mut() {
+            if let Some(j) = j {
+                j.join.finish(&mut |k, _| left.push((pid, *k)));
+            }
+        }
+        left.sort_by_key(|(pid, a)| (*pid, a.start_ns));
+        for (pid, a) in left {
+            self.gpu_slice(emit, pid, &a, None)?;
+        }
+        Ok(())
+    }
+
+    /// One kernel, copy or memset at its GPU time, and the arrow from its launch (`from`).
+    fn gpu_slice(
+        &mut self,
+        emit: &mut Emit,
+        pid: u64,
+        a: &profiler_common::gpu::GpuActivity,
+        from: FlowFrom,
     ) -> Result<(), TraceError> {
         use crate::model::kernel_time::copy_kind_name;
         use profiler_common::gpu::activity;
-        for a in b.in_use() {
-            let Some(dur) = a.end_ns.checked_sub(a.start_ns) else {
-                continue;
-            };
-            if !self.cap.in_window(a.start_ns) {
-                continue;
+        let Some(dur) = a.end_ns.checked_sub(a.start_ns) else {
+            return Ok(());
+        };
+        if !self.cap.in_window(a.start_ns) {
+            return Ok(());
+        }
+        let (cat, name) = match a.kind {
+            activity::KERNEL => {
+                let name = self
+                    .gpu_names
+                    .get(&(pid, a.name))
+                    .map(|m| crate::enrich::names::demangle(m))
+                    .unwrap_or_else(|| format!("<kernel id {}>", a.name));
+                ("gpu kernel", name)
             }
-            let (cat, name) = match a.kind {
-                activity::KERNEL => {
-                    let name = self
-                        .gpu_names
-                        .get(&(pid, a.name))
-                        .map(|m| crate::enrich::names::demangle(m))
-                        .unwrap_or_else(|| format!("<kernel id {}>", a.name));
-                    ("gpu kernel", name)
-                }
-                activity::MEMCPY => ("gpu copy", format!("copy {}", copy_kind_name(a.copy_kind))),
-                activity::MEMSET => ("gpu memset", "memset".to_owned()),
-                _ => continue,
-            };
-            let args = Args::from([
-                ("bytes", Arg::Uint(a.bytes)),
-                ("correlation", Arg::Uint(u64::from(a.correlation))),
-            ]);
-            let tid = self.gpu_track(emit, pid, a.device, a.stream)?;
-            emit.send(TraceEvent::Slice {
+            activity::MEMCPY => ("gpu copy", format!("copy {}", copy_kind_name(a.copy_kind))),
+            activity::MEMSET => ("gpu memset", "memset".to_owned()),
+            _ => return Ok(()),
+        };
+        let args = Args::from([
+            ("bytes", Arg::Uint(a.bytes)),
+            ("correlation", Arg::Uint(u64::from(a.correlation))),
+        ]);
+        let tid = self.gpu_track(emit, pid, a.device, a.stream)?;
+        let ts_ns = self.cap.rel(a.start_ns);
+        emit.send(TraceEvent::Slice {
+            pid,
+            tid,
+            ts_ns,
+            dur: Dur::Ns(dur),
+            cat,
+            name,
+            args,
+        })?;
+        match from {
+            Some((_, _, id)) if self.flows_in.insert(id) => emit.send(TraceEvent::FlowEnd {
+                id,
                 pid,
                 tid,
-                ts_ns: self.cap.rel(a.start_ns),
-                dur: Dur::Ns(dur),
-                cat,
-                name,
-                args,
-            })?;
+                ts_ns,
+                cat: "gpu",
+                name: "gpu",
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// A launch on its thread and on its stream's track, with a flow arrow from one to the

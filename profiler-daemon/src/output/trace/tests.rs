@@ -209,4 +209,77 @@ fn gpu_activity_on_its_device_and_stream_tracks_at_its_gpu_times() {
     );
     // Both began at GPU time 10 ns: the same place on the trace.
     assert_eq!(slices[0]["ts"], slices[1]["ts"]);
+    // The launch call joined the kernel to its launch: an arrow from the launch's slice on
+    // thread 100 to the kernel's on its GPU track, bound to the slice it arrives at.
+    let flows: Vec<(&str, u64, u64, &Value, Option<&str>)> = ev
+        .iter()
+        .filter(|e| e["cat"] == "gpu")
+        .map(|e| {
+            (
+                e["ph"].as_str().unwrap(),
+                e["id"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                &e["ts"],
+                e["bp"].as_str(),
+            )
+        })
+        .collect();
+    let launch = ev
+        .iter()
+        .find(|e| e["cat"] == "launch" && e["tid"] == 100)
+        .unwrap();
+    let id = flows[0].1;
+    assert_eq!(
+        flows,
+        [
+            ("s", id, 100, &launch["ts"], None),
+            ("f", id, GPU_TID_BASE, &slices[0]["ts"], Some("e")),
+        ]
+    );
+}
+
+/// A launch no launch call claims gets no arrow (a flow with one end is invalid in Perfetto):
+/// of the two launches on thread 100, only the one at 1,000 ns leaves one.
+#[test]
+fn only_claimed_launches_leave_an_arrow() {
+    let t = Tmp::new("export-gpu-early");
+    crate::store::tests::write_gpu_capture_full(
+        &t.0,
+        Some(crate::model::gpu_join::Tids::Same),
+        true,
+    );
+    let mut out = Vec::new();
+    chrome(&t.0, &mut out, None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let ev = events(&v);
+    let launches: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["cat"] == "launch" && e["tid"] == 100)
+        .collect();
+    assert_eq!(launches.len(), 2);
+    let flows: Vec<(&str, &Value)> = ev
+        .iter()
+        .filter(|e| e["cat"] == "gpu")
+        .map(|e| (e["ph"].as_str().unwrap(), &e["ts"]))
+        .collect();
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    assert_eq!(flows[0], ("s", &launches[1]["ts"]));
+    assert_eq!(flows[1].0, "f");
+}
+
+/// Without the thread id map the kernel is not joined: no arrow, the slices as before.
+#[test]
+fn no_gpu_arrow_where_the_threads_are_not_mapped() {
+    let t = Tmp::new("export-gpu-nomap");
+    crate::store::tests::write_gpu_capture_with(&t.0, None);
+    let mut out = Vec::new();
+    chrome(&t.0, &mut out, None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let ev = events(&v);
+    assert_eq!(ev.iter().filter(|e| e["cat"] == "gpu").count(), 0);
+    let gpu = ev
+        .iter()
+        .filter(|e| e["cat"].as_str().is_some_and(|c| c.starts_with("gpu ")))
+        .count();
+    assert_eq!(gpu, 2);
 }

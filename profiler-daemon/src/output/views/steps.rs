@@ -72,6 +72,10 @@ impl Tabular for Steps {
             RIGHT.wide(),
             |r| Cell::or_null(r.q_some(|x| x.derived_launch_ahead_ns, 0.5), Cell::Ms),
         ),
+        // Measured (CUPTI, joined to the launches): the step's kernels' GPU time.
+        Column::new("gpu_ns", "GPU ms", RIGHT.wide(), |r| {
+            Cell::or_null(r.q_some(|x| x.gpu_ns, 0.5), Cell::Ms)
+        }),
         Column::new("copy_bytes", "COPIED/STEP", RIGHT.wide(), |r| {
             Cell::Bytes(r.q(|x| x.copy_bytes, 0.5))
         }),

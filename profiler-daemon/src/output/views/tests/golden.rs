@@ -105,6 +105,7 @@ fn rich() -> Report {
             {"stack": ["_start (loader)", "main (loader)", "run_graph (libtrain.so)"],
              "caller": "libtrain.so", "samples": 4, "calls": 40, "launches": 40, "syncs": 0,
              "copies": 0, "blocked_ns": 0,
+             "gpu_measured_ns": 12_000_000u64, "gpu_ns": 120_000_000u64,
              "kernels": [{"name": "void cutlass::Kernel<cutlass::gemm::GemmUniversal<float, 128, \
                                   4>>(Params)", "launches": 30},
                          {"name": "<unknown 0x7f3a>", "launches": 10}]}]
@@ -177,6 +178,7 @@ fn steps() -> Vec<ProcessSteps> {
         regular,
         derived_gpu_idle_ns: Some(4_000_000 + i),
         derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
+        gpu_ns: None,
     };
     vec![
         ProcessSteps {
@@ -317,7 +319,8 @@ fn gpu_time(p: &mut ProcessReport) {
         "kernel_ns": 120_000_000u64, "memcpy_ns": 4_000_000u64, "memset_ns": 10_000,
         "memsets": 1, "memset_bytes": 4096,
         "copies": [{"kind": "h2d", "count": 2, "gpu_ns": 4_000_000u64, "bytes": 8_000_000u64}],
-        "kernels_cut": 0, "names_cut": 0
+        "kernels_cut": 0, "names_cut": 0, "calls": 49, "joined": 48, "unjoined": 2,
+        "unjoined_by": {"no_launch_record": 1, "thread_not_mapped": 1}, "launches_evicted": 0
     }))
     .unwrap();
 }
@@ -402,6 +405,7 @@ fn code_options() -> Vec<Vec<&'static str>> {
         out.push(vec!["--format", f, "--max-depth", "2"]);
         out.push(vec!["--format", f, "--max-depth", "0"]);
         out.push(vec!["--format", f, "--order-by", "blocked"]);
+        out.push(vec!["--format", f, "--order-by", "gpu_time"]);
         out.push(vec!["--format", f, "--name-regex", "cutlass"]);
         out.push(vec!["--format", f, "--name-regex", "synchronize"]);
         out.push(vec!["--format", f, "--min-calls", "100"]);

@@ -489,6 +489,7 @@ impl Aggregator {
         for t in &old {
             self.exited_at.remove(t);
             self.procs.remove(t);
+            self.tids_pending.remove(t);
             self.meta.remove(t);
             self.meta_read_at.remove(t);
             self.stacks.forget(*t);

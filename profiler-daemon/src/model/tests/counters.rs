@@ -468,6 +468,7 @@ fn the_service_forgets_processes_that_ended_long_enough_ago() {
     for t in [7, 8, 9] {
         a.apply(&launch(t, LAUNCH_RT, 0x1, 1, 0));
     }
+    a.set_tids(7, crate::enrich::nspid::Tids::Same);
     a.mark_exited(7);
     a.retire(9); // pid 9 went to a new process, which launches too
     a.apply(&launch(9, LAUNCH_RT, 0x1, 1, 0));
@@ -481,6 +482,8 @@ fn the_service_forgets_processes_that_ended_long_enough_ago() {
     // Past it: the ended one and the set-aside one; live 8 and the new 9 stay, counters intact.
     std::thread::sleep(std::time::Duration::from_millis(5));
     assert_eq!(a.forget_exited(std::time::Duration::ZERO), [7]);
+    // Its thread-id map went with it (10,000 short processes held 1 MiB of them).
+    assert_eq!(a.tids(7), crate::enrich::nspid::Tids::Unknown);
     let r = a.report(meta());
     let got: Vec<(u32, u64, bool)> = r
         .processes

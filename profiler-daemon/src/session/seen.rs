@@ -173,14 +173,7 @@ impl Seen {
         }
         let tids = crate::enrich::nspid::of_process(tgid);
         if matches!(tids, Tids::Map(_)) {
-            taps.frame_for(
-                tgid,
-                &Frame::Tids {
-                    tgid,
-                    tids: tids.clone(),
-                },
-            );
-            agg.set_tids(tgid, tids);
+            set_tids(agg, taps, tgid, tids);
         }
     }
 
@@ -224,14 +217,7 @@ impl Seen {
             } else {
                 crate::enrich::nspid::of_process(tgid)
             };
-            taps.frame_for(
-                tgid,
-                &Frame::Tids {
-                    tgid,
-                    tids: tids.clone(),
-                },
-            );
-            agg.set_tids(tgid, tids);
+            set_tids(agg, taps, tgid, tids);
             agg.set_process_meta_read_at(tgid, meta, read_at);
         }
         if let Event::GpuActivity(_, b) = ev {
@@ -312,6 +298,19 @@ impl Seen {
         }
         taps.names_out(agg, Some(SETTLE_ALL));
     }
+}
+
+/// `tgid`'s thread-id map (CUPTI's ids → the kernel's), into the capture file before the
+/// model, so a replay joins the same way.
+fn set_tids(agg: &mut Aggregator, taps: &mut Taps, tgid: u32, tids: crate::model::gpu_join::Tids) {
+    taps.frame_for(
+        tgid,
+        &Frame::Tids {
+            tgid,
+            tids: tids.clone(),
+        },
+    );
+    agg.set_tids(tgid, tids);
 }
 
 /// A process produced its first record (made at `ts_ns`): remember who it is while it is still

@@ -981,3 +981,26 @@ pub fn http_get(addr: &str, path: &str) -> Option<(String, String)> {
     let (head, body) = resp.split_once("\r\n\r\n")?;
     Some((head.lines().next()?.to_owned(), body.to_owned()))
 }
+
+/// What the injection library asks of the fake CUPTI when it enables (its `FAKECUPTI_LOG`
+/// lines, in order): kernels, copies and memsets, then the driver API records of the eight launch calls
+/// (cuLaunchKernel 307, _ptsz 442, Ex 652/653, cooperative 477/478, graph 514/515) with
+/// `gettid` thread ids (type 1, SYSTEM).
+pub const CUPTI_ENABLE: [&str; 16] = [
+    "subscribe ok",
+    "unsubscribe",
+    "register",
+    "enable 10",
+    "enable 1",
+    "enable 2",
+    "threadidtype 1",
+    "driverapi 307 1",
+    "driverapi 442 1",
+    "driverapi 652 1",
+    "driverapi 653 1",
+    "driverapi 477 1",
+    "driverapi 478 1",
+    "driverapi 514 1",
+    "driverapi 515 1",
+    "period 200",
+];

@@ -186,27 +186,6 @@ fn split_log(log: &Path) -> (Vec<String>, Vec<u64>) {
     (rest, d.iter().map(|l| l[8..].parse().unwrap()).collect())
 }
 
-/// Kernels, copies and memsets, then the driver API records of the eight launch calls
-/// (cuLaunchKernel 307, _ptsz 442, Ex 652/653, cooperative 477/478, graph 514/515) with
-/// `gettid` thread ids (type 1, SYSTEM).
-const ENABLE: [&str; 16] = [
-    "subscribe ok",
-    "unsubscribe",
-    "register",
-    "enable 10",
-    "enable 1",
-    "enable 2",
-    "threadidtype 1",
-    "driverapi 307 1",
-    "driverapi 442 1",
-    "driverapi 652 1",
-    "driverapi 653 1",
-    "driverapi 477 1",
-    "driverapi 478 1",
-    "driverapi 514 1",
-    "driverapi 515 1",
-    "period 200",
-];
 const DISABLE: [&str; 13] = [
     "flush 0",
     "disable 10",
@@ -376,8 +355,10 @@ fn enabled_only_while_a_probe_listens() {
     assert_eq!(sites.state.hits(), 0);
 
     let probe = sites.listen();
-    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
-    assert_eq!(log_lines(&log), strs(&ENABLE));
+    eventually("activity enabled", || {
+        log_lines(&log).len() >= CUPTI_ENABLE.len()
+    });
+    assert_eq!(log_lines(&log), strs(&CUPTI_ENABLE));
     assert_eq!(sites.state.hits(), 1, "ENABLED");
     // CUPTI's worker thread delivers: count there too.
     let worker = thread_named(w.tgid, "fakecupti-wrk");
@@ -415,13 +396,13 @@ fn enabled_only_while_a_probe_listens() {
     drop(act); // (it holds the semaphore too)
     drop(probe);
     eventually("activity disabled", || {
-        split_log(&log).0.len() >= ENABLE.len() + DISABLE.len()
+        split_log(&log).0.len() >= CUPTI_ENABLE.len() + DISABLE.len()
     });
     // Everything was delivered before the detach: nothing after the flush.
     let lines = log_lines(&log);
     assert_eq!(lines[lines.len() - DISABLE.len()..], strs(&DISABLE)[..]);
     let (calls, _) = split_log(&log);
-    assert_eq!(calls, [strs(&ENABLE), strs(&DISABLE)].concat());
+    assert_eq!(calls, [strs(&CUPTI_ENABLE), strs(&DISABLE)].concat());
     assert_eq!(sites.state.hits(), 2, "ENABLED, DISABLED");
     let before = split_log(&log).1.iter().sum::<u64>();
     w.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
@@ -435,7 +416,7 @@ fn enabled_only_while_a_probe_listens() {
     // Listening again: enabled again, and the names are announced again.
     let probe = sites.listen();
     eventually("enabled again", || {
-        split_log(&log).0.len() >= 2 * ENABLE.len() + DISABLE.len()
+        split_log(&log).0.len() >= 2 * CUPTI_ENABLE.len() + DISABLE.len()
     });
     w.cmd("rt_launch relu 1 1 1 1 32 1 1 0 0");
     eventually("relu's name again", || {
@@ -444,7 +425,7 @@ fn enabled_only_while_a_probe_listens() {
     assert_eq!(sites.state.hits(), 3);
     drop(probe);
     eventually("disabled again", || {
-        split_log(&log).0.len() == 2 * (ENABLE.len() + DISABLE.len())
+        split_log(&log).0.len() == 2 * (CUPTI_ENABLE.len() + DISABLE.len())
     });
     w.exit();
 }
@@ -458,7 +439,9 @@ fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     let (mut w, log) = workload(&dir, true, &[]);
     let sites = Sites::on(w.tgid);
     let _probe = sites.listen();
-    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
+    eventually("activity enabled", || {
+        log_lines(&log).len() >= CUPTI_ENABLE.len()
+    });
     assert_eq!(sites.state.hits(), 1, "ENABLED");
     // Drops are reported from CUPTI's thread, as the buffer completes.
     let lib = inject_lib();
@@ -475,7 +458,7 @@ fn a_full_pool_drops_and_counts_without_blocking_the_application() {
     w.cmd("cupti_hold off");
     eventually("8 buffers delivered", || split_log(&log).1.len() == 8);
     let lines = log_lines(&log);
-    let mut want = strs(&ENABLE);
+    let mut want = strs(&CUPTI_ENABLE);
     want.push("deliver 8456".into());
     want.push(format!("dropped {}", 2 * 41000 - 8 * 8456));
     want.extend(std::iter::repeat_n("deliver 8456".to_owned(), 7));
@@ -501,15 +484,17 @@ fn records_are_flushed_at_exit() {
     let (mut w, log) = workload(&dir, true, &[]);
     let sites = Sites::on(w.tgid);
     let _probe = sites.listen();
-    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
+    eventually("activity enabled", || {
+        log_lines(&log).len() >= CUPTI_ENABLE.len()
+    });
     w.cmd("rt_launch relu 5 1 1 1 32 1 1 0 0");
     // A forked child that exits normally runs the exit handlers too: it has no CUPTI threads
     // (a call could hang on a lock another thread held at the fork), so it must not flush.
     assert_eq!(w.cmd("fork_exit"), "ok fork_exit status=0");
-    assert_eq!(split_log(&log).0, strs(&ENABLE), "the child flushed");
+    assert_eq!(split_log(&log).0, strs(&CUPTI_ENABLE), "the child flushed");
     w.exit();
     let (calls, delivered) = split_log(&log);
-    assert_eq!(calls, [strs(&ENABLE), strs(&["flush 1"])].concat());
+    assert_eq!(calls, [strs(&CUPTI_ENABLE), strs(&["flush 1"])].concat());
     // 5 kernels and their 5 launch calls.
     assert_eq!(delivered.iter().sum::<u64>(), 10, "{delivered:?}");
 }
@@ -536,8 +521,10 @@ fn cupti_13_0_is_enabled_like_12_9() {
     let (w, log) = workload(&dir, true, &[("FAKECUPTI_VERSION", "130001")]);
     let sites = Sites::on(w.tgid);
     let _probe = sites.listen();
-    eventually("activity enabled", || log_lines(&log).len() >= ENABLE.len());
-    assert_eq!(log_lines(&log), strs(&ENABLE));
+    eventually("activity enabled", || {
+        log_lines(&log).len() >= CUPTI_ENABLE.len()
+    });
+    assert_eq!(log_lines(&log), strs(&CUPTI_ENABLE));
     w.exit();
 }
 
@@ -586,10 +573,10 @@ fn the_library_yields_to_an_application_cupti_client() {
         log_lines(&log).last().map(String::as_str) == Some("period 200")
     });
     let lines = log_lines(&log);
-    let tail = lines[lines.len() - ENABLE.len() - 1..].to_vec();
+    let tail = lines[lines.len() - CUPTI_ENABLE.len() - 1..].to_vec();
     assert_eq!(
         tail,
-        [vec!["unsubscribe".to_owned()], strs(&ENABLE)].concat()
+        [vec!["unsubscribe".to_owned()], strs(&CUPTI_ENABLE)].concat()
     );
     assert_eq!(sites.state.hits(), 2, "YIELDED, ENABLED");
     drop(probe);
@@ -673,7 +660,7 @@ fn results_are_the_same_with_and_without_the_library() {
             let (calls, delivered) = split_log(&log);
             assert_eq!(
                 calls,
-                [strs(&ENABLE), strs(&["flush 1"])].concat(),
+                [strs(&CUPTI_ENABLE), strs(&["flush 1"])].concat(),
                 "{what}"
             );
             // 3 + 5 + 3 kernels and their 11 launch calls, 3 + 2 copies, 2 memsets: all of

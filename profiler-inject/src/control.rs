@@ -6,12 +6,17 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use cudarc::cupti::sys::{self as cupti, CUpti_ActivityKind as K, CUptiResult as R};
+use crate::cupti::{self, CUpti_ActivityKind as K, CUptiResult as R};
 use profiler_common::gpu::{LAUNCH_CBIDS, POLL_MS, state};
 
 use crate::{deliver, records, sites};
 
-/// CUPTI's worker thread delivers partly filled buffers this often (milliseconds) while enabled.
+/// CUPTI's worker thread's flush period (milliseconds) while enabled. CUPTI's periodic flush
+/// returns only *full* buffers ("Periodic flush can return only those activity buffers which
+/// are full", cupti_activity.h): on an H200 a 1 MiB buffer took ~3 s of a torch.compile loop to
+/// fill, and gpuprofd's join had let those launches go. So the control thread also asks for
+/// every completed record at each poll while enabled ([`POLL_MS`], `cuptiActivityFlushAll(0)`,
+/// which does not wait for the GPU): records reach gpuprofd within about a poll.
 pub const FLUSH_PERIOD_MS: u32 = 200;
 
 const KINDS: [K; 3] = [
@@ -26,7 +31,7 @@ const KINDS: [K; 3] = [
 static ENABLED_IN: AtomicI32 = AtomicI32::new(0);
 static AT_EXIT: Once = Once::new();
 
-/// At process exit, while enabled: what CUPTI still holds (up to [`FLUSH_PERIOD_MS`] of
+/// At process exit, while enabled: what CUPTI still holds (up to a poll's worth of
 /// records) is delivered before the process goes, so a short program loses nothing. Runs
 /// before CUPTI's own exit handlers (registered earlier, so run later).
 extern "C" fn flush_at_exit() {
@@ -88,19 +93,24 @@ impl Control {
             (true, false) => self.try_enable(),
             (false, true) => self.disable(),
             (false, false) => self.yielded = false,
-            (true, true) => {}
+            (true, true) => {
+                // SAFETY: CUPTI is loaded (we enabled through it). Not forced: only completed
+                // records, no wait for the GPU.
+                unsafe { cupti::cuptiActivityFlushAll(0) };
+            }
         }
     }
 
     fn load(&mut self) {
-        // SAFETY: tries cudarc's library names with dlopen; nothing else.
-        if !unsafe { cupti::is_culib_present() } {
+        // The CUPTI already in the process, else one beside its CUDA runtime, else by name
+        // (crate::cupti's header says why).
+        if cupti::load().is_err() {
             self.cupti = Cupti::Unusable;
             sites::state(state::NO_CUPTI, 0);
             return;
         }
         let mut version = 0u32;
-        // SAFETY: the library is present (so cudarc's loader does not panic); out pointer valid.
+        // SAFETY: CUPTI is loaded; out pointer valid.
         let r = unsafe { cupti::cuptiGetVersion(&mut version) };
         if r != R::CUPTI_SUCCESS {
             self.cupti = Cupti::Unusable;
@@ -163,8 +173,8 @@ impl Control {
             }
         }
         self.enable_launch_records();
-        // Records reach gpuprofd within FLUSH_PERIOD_MS even when a buffer fills slowly.
-        // SAFETY: CUPTI is loaded. A failure only means buffers are delivered when full.
+        // CUPTI's worker returns full buffers this often; the polls above return the rest.
+        // SAFETY: CUPTI is loaded. A failure changes nothing that matters: the polls flush.
         unsafe { cupti::cuptiActivityFlushPeriod(FLUSH_PERIOD_MS) };
         deliver::forget_names();
         // SAFETY: getpid has no preconditions.

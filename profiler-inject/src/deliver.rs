@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cudarc::cupti::sys as cupti;
+use crate::cupti;
 use profiler_common::gpu::{BATCH, GpuActivity, state};
 
 use crate::{pool, records, sites};

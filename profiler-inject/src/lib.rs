@@ -20,7 +20,9 @@
 //! thread, `gpuprofd-inj` ([`control`]), and returns: `cuInit` never waits. That thread reads
 //! the semaphore every `POLL_MS`; when it rises it loads CUPTI (first time only), checks the
 //! API version and that no other CUPTI client is active, registers the buffer callbacks and
-//! enables CONCURRENT_KERNEL, MEMCPY and MEMSET; when it falls it flushes and disables them.
+//! enables CONCURRENT_KERNEL, MEMCPY and MEMSET; while it stays up it asks CUPTI for the
+//! completed records at each poll (CUPTI's own periodic flush returns only full buffers); when
+//! it falls it flushes and disables them.
 //! CUPTI hands completed buffers to its own worker thread ([`deliver`]), which converts the
 //! records ([`records`]) and calls the sites. The application's launching threads only ever
 //! run `bufferRequested` ([`pool`]): a lock-free take from a fixed pool, no waiting.
@@ -47,13 +49,14 @@
 //!
 //! **Exit.** While enabled, an `atexit` handler flushes what CUPTI still holds (forced), so a
 //! short program's last records reach gpuprofd; a process killed by a signal loses up to
-//! `control::FLUSH_PERIOD_MS` of them. A child forked after the enable never calls CUPTI (it
+//! about a poll ([`POLL_MS`]) of them. A child forked after the enable never calls CUPTI (it
 //! has none of CUPTI's threads): the handler flushes only in the pid that enabled.
 //!
 //! **Never harms the job.** Every entry from C (`InitializeInjection`, CUPTI's callbacks)
 //! catches panics; no CUPTI call runs on an application thread; results are never touched.
 
 pub mod control;
+pub mod cupti;
 pub mod deliver;
 pub mod pool;
 pub mod records;

@@ -9,6 +9,8 @@
 # OUTDIR/lib-nvml libnvidia-ml.so.1 (values scripted by $FAKENVML_CONFIG, see nvml.c)
 # OUTDIR/lib-nccl libnccl.so.2 (NCCL's prototypes and entry shapes; see nccl.c)
 # OUTDIR/lib-cupti libcupti.so.12 (CUPTI 12.9's activity API and record layouts; see cupti.c)
+# OUTDIR/lib-cupti-system libcupti.so: another file of the same library, as a CUDA toolkit on
+#                 the loader's path has beside a framework's own CUPTI
 # OUTDIR/lib-inject-standin libgpuprofd_inject.so (the injection library's sites and semaphore
 #                 only, no CUPTI; see inject_standin.c)
 # OUTDIR/bin      workload, workload_nofp (no frame pointers), workload_stripped,
@@ -68,6 +70,9 @@ $CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -Wl,
 mkdir -p "$OUT/lib-cupti"
 $CC $CFLAGS -shared -fPIC -fvisibility=hidden -Wl,-soname,libcupti.so.12 -Wl,--no-undefined \
     -o "$OUT/lib-cupti/libcupti.so.12" cupti.c -ldl -lpthread
+mkdir -p "$OUT/lib-cupti-system"
+rm -f "$OUT/lib-cupti-system/libcupti.so"
+cp "$OUT/lib-cupti/libcupti.so.12" "$OUT/lib-cupti-system/libcupti.so"
 
 # NCCL: the real SONAME, each function as `pncclX` with a weak `ncclX` at the same address.
 # -O0 gives every function the real library's `push %rbp; mov %rsp,%rbp` entry (-O2 let a

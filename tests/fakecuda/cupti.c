@@ -3,8 +3,10 @@
  * cupti_activity.h, checked below and against cudarc's bindings by profiler-inject's
  * `layouts_match_the_fake_cupti` test), with the activity API's semantics: buffers requested
  * from the client on the thread that enqueued the work, completed buffers delivered from a
- * worker thread of its own (when full, every cuptiActivityFlushPeriod ms) or synchronously by
- * cuptiActivityFlushAll; one subscriber per process.
+ * worker thread of its own (full buffers only: the real CUPTI's periodic flush, whatever
+ * cuptiActivityFlushPeriod says, "can return only those activity buffers which are full") or
+ * synchronously by cuptiActivityFlushAll (partly filled ones too); one subscriber per process; one CUPTI per process (a second copy of
+ * this library, another file, is refused by the fake driver: attach_to_driver).
  *
  * The "GPU" is the fake driver (cupti_fake.h): each kernel, copy and memset becomes a record
  * with the scripted duration on a per-stream clock (start = max(enqueue time, the stream's
@@ -298,19 +300,14 @@ static void deliver(int current) {
 static void *worker(void *unused) {
     (void)unused;
     pthread_setname_np(pthread_self(), "fakecupti-wrk");
-    uint64_t last = now_ns();
     for (;;) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
-        uint32_t period = __atomic_load_n(&g_period_ms, __ATOMIC_RELAXED);
-        uint64_t t = now_ns();
-        int periodic = period && t - last >= (uint64_t)period * 1000000ull;
-        if (periodic) last = t;
         if (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE)) continue;
         pthread_mutex_lock(&g_mu);
-        int any = g_ndone > 0 || (periodic && g_cur.used);
+        int any = g_ndone > 0;
         pthread_mutex_unlock(&g_mu);
-        if (any) deliver(periodic);
+        if (any) deliver(0);
     }
     return NULL;
 }
@@ -410,11 +407,24 @@ static const struct fakecupti_hook g_hook = {&g_enabled, record};
  * buffers stay lent, as when its completion callback is slow. */
 EXPORT void fakecupti_hold(int on) { __atomic_store_n(&g_hold, on, __ATOMIC_RELEASE); }
 
-/* Loaded into a process whose fake driver is there: become its CUPTI. */
-__attribute__((constructor)) static void attach_to_driver(void) {
-    void (*set)(const struct fakecupti_hook *) =
-        (void (*)(const struct fakecupti_hook *))dlsym(RTLD_DEFAULT, "fakecuda_set_cupti_hook");
-    if (set) set(&g_hook);
+/* At the first call that needs the driver (subscribe, register, enable): become the process's
+ * CUPTI. Another copy of this library (another file) that got there first owns the driver's
+ * profiling interface, and this copy's calls fail with CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+ * as torch.profiler's did on a GPU when a second CUPTI was loaded into its process. Logs
+ * "attach busy" once. Without the fake driver in the process: nothing to attach to, no error. */
+static int g_attached; /* 1: this copy is the process's CUPTI; -1: another copy is */
+static CUptiResult attach_to_driver(void) {
+    int a = __atomic_load_n(&g_attached, __ATOMIC_ACQUIRE);
+    if (a) return a > 0 ? CUPTI_SUCCESS : CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    int (*set)(const struct fakecupti_hook *) =
+        (int (*)(const struct fakecupti_hook *))dlsym(RTLD_DEFAULT, "fakecuda_set_cupti_hook");
+    if (!set) return CUPTI_SUCCESS;
+    int ok = set(&g_hook) == 0;
+    int was = 0;
+    if (__atomic_compare_exchange_n(&g_attached, &was, ok ? 1 : -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) && !ok)
+        logf_("attach busy");
+    return __atomic_load_n(&g_attached, __ATOMIC_ACQUIRE) > 0 ? CUPTI_SUCCESS
+                                                                : CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------- the API */
@@ -428,6 +438,8 @@ EXPORT CUptiResult cuptiGetVersion(uint32_t *version) {
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata) {
     (void)callback, (void)userdata;
     if (!subscriber) return CUPTI_ERROR_INVALID_PARAMETER;
+    CUptiResult r = attach_to_driver();
+    if (r != CUPTI_SUCCESS) return r;
     if (__atomic_exchange_n(&g_subscribed, 1, __ATOMIC_ACQ_REL)) {
         logf_("subscribe busy");
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
@@ -449,6 +461,8 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
                                                   CUpti_BuffersCallbackCompleteFunc done) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (!req || !done) return CUPTI_ERROR_INVALID_PARAMETER;
+    CUptiResult r = attach_to_driver();
+    if (r != CUPTI_SUCCESS) return r;
     pthread_mutex_lock(&g_mu);
     g_req = req, g_done = done;
     pthread_mutex_unlock(&g_mu);
@@ -459,6 +473,8 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 
 static CUptiResult set_kind(CUpti_ActivityKind kind, int on) {
     if (!record_size((uint32_t)kind) || kind == CUPTI_ACTIVITY_KIND_DRIVER) return CUPTI_ERROR_INVALID_KIND;
+    CUptiResult r = attach_to_driver();
+    if (r != CUPTI_SUCCESS) return r;
     if (on) __atomic_or_fetch(&g_enabled, 1u << kind, __ATOMIC_ACQ_REL);
     else __atomic_and_fetch(&g_enabled, ~(1u << kind), __ATOMIC_ACQ_REL);
     logf_("%s %d", on ? "enable" : "disable", (int)kind);
@@ -468,6 +484,8 @@ EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { return set_kin
 
 EXPORT CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
     if (cbid >= MAXCBID) return CUPTI_ERROR_INVALID_PARAMETER;
+    CUptiResult r = attach_to_driver();
+    if (r != CUPTI_SUCCESS) return r;
     pthread_mutex_lock(&g_mu);
     uint8_t was = g_api_on[cbid], now = enable ? 1 : 0;
     __atomic_store_n(&g_api_on[cbid], now, __ATOMIC_RELEASE);

@@ -1,6 +1,7 @@
 /* The fake driver -> fake CUPTI hand-over (tests/fakecuda/cupti.c): what the "GPU" ran, one op
- * per kernel launch, copy or memset. The fake CUPTI registers itself with the driver when it is
- * loaded (fakecuda_set_cupti_hook, found with dlsym(RTLD_DEFAULT)); the driver then asks
+ * per kernel launch, copy or memset. The fake CUPTI registers itself with the driver at its first
+ * call that needs it (fakecuda_set_cupti_hook, found with dlsym(RTLD_DEFAULT); a second copy of
+ * the library is refused, as the real driver has one CUPTI per process); the driver then asks
  * `enabled` (CUPTI activity kinds, a bit each) before building an op, so a process with no
  * CUPTI, or with the kinds off, pays one load per call. A launch's op names its entry point's
  * callback id: with that id's driver API record enabled, the fake writes one on the launching

@@ -444,12 +444,18 @@ IMPL CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
 }
 
 /* ------------------------------------------------------- GPU activity */
-/* The fake CUPTI (cupti.c) registers itself when it is loaded; each kernel, copy and memset
- * then becomes an op with the scripted GPU duration (fakecuda_set_gpu_ns), if its kind is
- * enabled. Without the fake CUPTI: one load per call. */
+/* The fake CUPTI (cupti.c) registers itself at its first call that needs the driver; each
+ * kernel, copy and memset then becomes an op with the scripted GPU duration
+ * (fakecuda_set_gpu_ns), if its kind is enabled. Without the fake CUPTI: one load per call.
+ * One CUPTI per process, as the real driver's profiling interface has one owner: a second copy
+ * of the library (another file, loaded beside the first) is refused (returns 1). */
 static const struct fakecupti_hook *volatile g_cupti;
 static uint64_t g_gpu_ns[3] = {2000, 1000, 500}; /* kernel, memcpy, memset */
-EXPORT void fakecuda_set_cupti_hook(const struct fakecupti_hook *h) { g_cupti = h; }
+EXPORT int fakecuda_set_cupti_hook(const struct fakecupti_hook *h) {
+    const struct fakecupti_hook *none = NULL;
+    if (__atomic_compare_exchange_n(&g_cupti, &none, h, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+    return none == h ? 0 : 1;
+}
 /* which: 0 kernels, 1 copies, 2 memsets */
 EXPORT void fakecuda_set_gpu_ns(unsigned which, unsigned long long ns) {
     if (which < 3) __atomic_store_n(&g_gpu_ns[which], ns, __ATOMIC_RELAXED);

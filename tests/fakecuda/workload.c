@@ -1067,6 +1067,8 @@ static int cmd_drv_launch_held(int argc, char **argv) {
  * cupti_client on|off: become (or stop being) an in-process CUPTI client, as torch.profiler
  * does: cuptiSubscribe / cuptiUnsubscribe of the libcupti.so.12 the library path finds; replies
  * CUPTI's result code.
+ * cupti_preload PATH: dlopen a CUPTI by its path, as a framework loads its own (PyTorch's
+ * wheel, by its RPATH) at import, long before its profiler starts.
  * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on.
  * fork_exit: see cmd_fork_exit. */
 static int cmd_gpu_ns(int argc, char **argv) {
@@ -1077,6 +1079,11 @@ static int cmd_gpu_ns(int argc, char **argv) {
         (void (*)(unsigned, unsigned long long))dlsym(RTLD_DEFAULT, "fakecuda_set_gpu_ns");
     if (!set) return FAIL("the driver has no fakecuda_set_gpu_ns");
     set(which, strtoull(argv[1], NULL, 10));
+    return 0;
+}
+static int cmd_cupti_preload(int argc, char **argv) {
+    if (argc != 1) return FAIL("usage: PATH");
+    if (!dlopen(argv[0], RTLD_NOW | RTLD_GLOBAL)) return FAIL("dlopen %s: %s", argv[0], dlerror());
     return 0;
 }
 static int cmd_cupti_hold(int argc, char **argv) {
@@ -1205,6 +1212,7 @@ static inline __attribute__((always_inline)) int run(int argc, char **argv, char
     if (!strcmp(c, "gpu_ns")) return cmd_gpu_ns(argc, argv);
     if (!strcmp(c, "cupti_client")) return cmd_cupti_client(argc, argv, reply_extra, extra_len);
     if (!strcmp(c, "cupti_hold")) return cmd_cupti_hold(argc, argv);
+    if (!strcmp(c, "cupti_preload")) return cmd_cupti_preload(argc, argv);
     if (!strcmp(c, "fork_exit")) return cmd_fork_exit(reply_extra, extra_len);
     if (!strcmp(c, "dlopen_runtime")) return cmd_dlopen_runtime(argc, argv);
     if (!strcmp(c, "digest")) {

@@ -170,12 +170,24 @@ fn maps(tgid: u32) -> String {
 }
 
 /// The fake CUPTI's log: its lines ("" when it wrote none).
+/// The fake CUPTI's log without the library's flushes of completed records (`flush 0`: one at
+/// each poll while enabled, and one at disable; [`flushes`] counts them).
 fn log_lines(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
+        .filter(|l| *l != "flush 0")
         .map(str::to_owned)
         .collect()
+}
+
+/// The library's `flush 0` calls so far.
+fn flushes(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| *l == "flush 0")
+        .count()
 }
 
 /// The log without its `deliver N` lines, and the N.
@@ -186,8 +198,7 @@ fn split_log(log: &Path) -> (Vec<String>, Vec<u64>) {
     (rest, d.iter().map(|l| l[8..].parse().unwrap()).collect())
 }
 
-const DISABLE: [&str; 13] = [
-    "flush 0",
+const DISABLE: [&str; 12] = [
     "disable 10",
     "disable 1",
     "disable 2",
@@ -360,7 +371,10 @@ fn enabled_only_while_a_probe_listens() {
     });
     assert_eq!(log_lines(&log), strs(&CUPTI_ENABLE));
     assert_eq!(sites.state.hits(), 1, "ENABLED");
-    // CUPTI's worker thread delivers: count there too.
+    // CUPTI's periodic flush returns only full buffers (the fake's too): the library asks for
+    // the completed records at each poll.
+    eventually("a flush at each poll", || flushes(&log) >= 3);
+    // CUPTI's worker thread delivers full buffers: count there too.
     let worker = thread_named(w.tgid, "fakecupti-wrk");
     let lib = inject_lib();
     let act = sites.listen_on(worker);
@@ -579,6 +593,48 @@ fn the_library_yields_to_an_application_cupti_client() {
         [vec!["unsubscribe".to_owned()], strs(&CUPTI_ENABLE)].concat()
     );
     assert_eq!(sites.state.hits(), 2, "YIELDED, ENABLED");
+    drop(probe);
+    w.exit();
+}
+
+/// A framework has loaded its own CUPTI (PyTorch's wheel, at import) and a CUDA toolkit's
+/// `libcupti.so`, another file, is on the loader's path. The library must use the copy already
+/// in the process: a second copy would own the driver's profiling interface, and the
+/// framework's profiler, starting later, would be refused (torch.profiler recorded nothing on an
+/// H200 for that reason, 2026-11-27).
+#[test]
+fn the_library_uses_the_cupti_already_in_the_process() {
+    let dir = TempDir::new("inject-two-cupti");
+    let framework = fakecuda().join("lib-cupti/libcupti.so.12");
+    let system = fakecuda().join("lib-cupti-system");
+    let (mut w, log) = workload(
+        &dir,
+        false,
+        &[("LD_LIBRARY_PATH", system.to_str().unwrap())],
+    );
+    assert_eq!(
+        w.cmd(&format!("cupti_preload {}", framework.display())),
+        "ok cupti_preload"
+    );
+    let sites = Sites::on(w.tgid);
+    let probe = sites.listen();
+    eventually("the library enabled", || {
+        log_lines(&log).len() >= CUPTI_ENABLE.len()
+    });
+    assert_eq!(log_lines(&log), strs(&CUPTI_ENABLE));
+    assert_eq!(sites.state.hits(), 1, "ENABLED");
+    // The framework's profiler starts now, through its copy: it is the process's CUPTI.
+    assert_eq!(w.cmd("cupti_client on"), "ok cupti_client result=0");
+    let m = maps(w.tgid);
+    assert!(m.contains(framework.to_str().unwrap()), "{m}");
+    assert!(
+        !m.contains(system.join("libcupti.so").to_str().unwrap()),
+        "a second CUPTI: {m}"
+    );
+    assert_eq!(
+        log_lines(&log)[CUPTI_ENABLE.len()..],
+        strs(&["subscribe ok"])
+    );
     drop(probe);
     w.exit();
 }

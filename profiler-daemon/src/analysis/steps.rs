@@ -251,6 +251,7 @@ impl Cutter {
             let at = self.started.then_some(self.steps.len());
             match ev {
                 Event::Launch(..) | Event::Graph(..) => j.launch(h.tid, h.ts_ns, at),
+                Event::GpuState(_, b) => j.state(b.state),
                 Event::GpuActivity(_, b) => {
                     let (steps, cur) = (&mut self.steps, &mut self.cur);
                     for a in b.in_use() {

@@ -16,9 +16,17 @@
 //! kernel's. [`Tids`] maps them (from `NSpid` in `/proc/PID/task/*/status`,
 //! `enrich::nspid`); where it cannot, the records are counted unjoined, never guessed.
 //!
-//! Bounded per process: [`PER_THREAD`] unclaimed launches per thread, [`THREADS`] threads,
+//! Bounded per process: while the library is enabled (its last state `enabled` or `dropped`),
+//! [`PER_THREAD`] unclaimed launches per thread and [`PER_PROCESS`] in all; otherwise (no
+//! library, or it is not listening) only [`PER_THREAD_IDLE`] per thread, the launches made
+//! between CUPTI's enable and the library's `enabled` report. [`THREADS`] threads,
 //! [`CORRELATIONS`] correlation ids kept for their kernel records, [`WAITING`] kernel records
 //! waiting for their API record; what a bound pushes out is counted.
+//!
+//! Why so many: the library delivers CUPTI's records about every 100 ms (its poll), and a
+//! launch-bound thread makes up to ~300,000 launches a second under the probes (one trap,
+//! ~3 µs); 65,536 launches are ~200 ms of that. Launches pushed out before their call's record
+//! came are counted (`launches_evicted`) and their kernels are timed but not joined.
 //!
 //! Written here rather than taken from a crate: it is a few bounded maps specific to CUPTI's
 //! records.
@@ -26,8 +34,12 @@
 use profiler_common::gpu::{GpuActivity, activity};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// Unclaimed launches remembered per thread (the oldest go first).
-pub const PER_THREAD: usize = 4096;
+/// Unclaimed launches remembered per thread while the library listens (the oldest go first).
+pub const PER_THREAD: usize = 65536;
+/// ... and in all, per process (~48 bytes each: about 12 MiB at most).
+pub const PER_PROCESS: usize = 262144;
+/// Unclaimed launches remembered per thread while it does not.
+pub const PER_THREAD_IDLE: usize = 1024;
 /// Threads with launches remembered per process.
 pub const THREADS: usize = 1024;
 /// Correlation ids remembered (with their launch) for the kernel records still to come.
@@ -82,6 +94,10 @@ pub struct Joiner<L> {
     /// Kernel records whose API record has not come, in arrival order.
     waiting: VecDeque<GpuActivity>,
     counts: JoinCounts,
+    /// The library's last state was `enabled` or `dropped`: its launch calls' records come.
+    listening: bool,
+    /// Launches remembered, all threads.
+    queued: usize,
 }
 
 impl<L> Default for Joiner<L> {
@@ -92,6 +108,8 @@ impl<L> Default for Joiner<L> {
             corr_order: VecDeque::new(),
             waiting: VecDeque::new(),
             counts: JoinCounts::default(),
+            listening: false,
+            queued: 0,
         }
     }
 }
@@ -103,12 +121,42 @@ impl<L: Clone> Joiner<L> {
             self.counts.launches_evicted += 1;
             return;
         }
+        let (per_thread, all) = if self.listening {
+            (PER_THREAD, PER_PROCESS)
+        } else {
+            (PER_THREAD_IDLE, usize::MAX)
+        };
         let q = self.threads.entry(tid).or_default();
-        if q.len() >= PER_THREAD {
+        if q.len() >= per_thread || (self.queued >= all && !q.is_empty()) {
             q.pop_front();
+            self.queued -= 1;
+            // Not listening, the launch could not have been claimed: not an eviction.
+            if self.listening {
+                self.counts.launches_evicted += 1;
+            }
+        } else if self.queued >= all {
+            // Every remembered launch is another thread's: this one is not kept.
             self.counts.launches_evicted += 1;
+            return;
         }
         q.push_back((ts, l));
+        self.queued += 1;
+    }
+
+    /// The library reported state `code` ([`profiler_common::gpu::state`]): while it is
+    /// enabled the launches wait for their calls' records under the large bounds; otherwise
+    /// only the last [`PER_THREAD_IDLE`] of each thread are kept (no record will claim the
+    /// others).
+    pub fn state(&mut self, code: u32) {
+        use profiler_common::gpu::state;
+        self.listening = matches!(code, state::ENABLED | state::DROPPED);
+        if !self.listening {
+            for q in self.threads.values_mut() {
+                let extra = q.len().saturating_sub(PER_THREAD_IDLE);
+                q.drain(..extra);
+                self.queued -= extra;
+            }
+        }
     }
 
     /// The latest unclaimed launch on `tid`, if it was recorded at `ts` (a sampled stack of
@@ -180,6 +228,7 @@ impl<L: Clone> Joiner<L> {
         let i = q.iter().rposition(|(ts, _)| *ts <= end)?;
         let (_, l) = q.remove(i)?;
         q.drain(..i);
+        self.queued -= i + 1;
         Some(l)
     }
 

@@ -98,6 +98,7 @@ impl KernelTime {
     /// A state change of the library.
     pub fn apply_state(&mut self, b: &GpuStateBody) {
         use profiler_common::gpu::state;
+        self.join.state(b.state);
         if b.state == state::DROPPED {
             self.dropped = self.dropped.saturating_add(b.detail);
             // Records were lost, the library's mode did not change: keep the last state

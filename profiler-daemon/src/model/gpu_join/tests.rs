@@ -192,7 +192,9 @@ fn thread_ids_are_mapped_or_the_records_are_unjoined() {
 
 #[test]
 fn bounds_push_out_and_count() {
+    use profiler_common::gpu::state;
     let mut j = Joiner::default();
+    j.state(state::ENABLED);
     for i in 0..PER_THREAD as u64 + 3 {
         j.launch(1, i, "l");
     }
@@ -202,6 +204,40 @@ fn bounds_push_out_and_count() {
     }
     // Thread 1 already had a slot; 1,023 new threads fit, 3 do not.
     assert_eq!(j.counts().launches_evicted, 3 + 3);
+    assert_eq!(j.queued, PER_THREAD + THREADS - 1);
+    // The library leaves: each thread keeps its last PER_THREAD_IDLE, silently.
+    j.state(state::DISABLED);
+    assert_eq!(j.queued, PER_THREAD_IDLE + THREADS - 1);
+    assert_eq!(
+        j.threads[&1].front().map(|x| x.0),
+        Some((PER_THREAD + 3 - PER_THREAD_IDLE) as u64)
+    );
+    j.launch(1, 1 << 40, "l");
+    assert_eq!(
+        j.counts().launches_evicted,
+        6,
+        "not listening: not an eviction"
+    );
+    assert_eq!(j.threads[&1].len(), PER_THREAD_IDLE);
+
+    // The bound of the whole process: four threads of PER_PROCESS / 4, then a fifth.
+    let mut j = Joiner::default();
+    j.state(state::DROPPED); // still listening
+    let quarter = (PER_PROCESS / 4) as u64;
+    for t in 1..=4 {
+        for i in 0..quarter {
+            j.launch(t, i, "q");
+        }
+    }
+    assert_eq!((j.queued, j.counts().launches_evicted), (PER_PROCESS, 0));
+    // A thread with launches pushes out its own oldest; a new thread's launch is not kept.
+    j.launch(1, quarter, "q");
+    j.launch(5, 0, "new");
+    assert_eq!((j.queued, j.counts().launches_evicted), (PER_PROCESS, 2));
+    assert_eq!(j.threads[&1].front().map(|x| x.0), Some(1));
+    // A claim gives room back: the launch and the older ones it passes.
+    assert_eq!(j.claim(2, 9), Some("q"));
+    assert_eq!(j.queued, PER_PROCESS - 10);
     // Kernel records waiting past their bound: the oldest are unjoined.
     let mut j: Joiner<&str> = Joiner::default();
     for c in 0..WAITING as u32 + 5 {

@@ -102,6 +102,7 @@ fn claimed_launches(path: &Path, cap: &Capture) -> Result<HashSet<(u64, u64)>, T
                     });
                 }
             }
+            Event::GpuState(_, b) => j.state(b.state),
             _ => {}
         }
         Ok(())
@@ -248,6 +249,11 @@ impl Calls<'_> {
                 return Ok(());
             }
             Event::GpuActivity(_, b) => return self.gpu_activity(emit, pid, h.tgid, g, b),
+            Event::GpuState(_, b) => {
+                if let Some(j) = self.join_of(pid, h.tgid, g) {
+                    j.join.state(b.state);
+                }
+            }
             _ => {}
         }
         if !in_window

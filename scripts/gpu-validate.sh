@@ -11,7 +11,7 @@
 #   --rounds N   overhead: N rounds, each running every mode once in turn (default 1)
 #   --only LIST  comma-separated step names (see the plan) to run a subset
 #   --modes LIST overhead: the modes to run (default: none,counted,counted_duty,counted_duty25,
-#                gpuprofd,gpuprofd_two,prof)
+#                gpuprofd,gpuprofd_two,prof; also inject_idle, inject: see overhead below)
 #   --lib PATH   also give this CUDA library file or directory to the doctor step (repeatable)
 #   --dry-run    check prerequisites and print the plan; run nothing on the GPU
 #
@@ -45,7 +45,9 @@
 #   overhead     median step time with no profiler / gpuprofd service mode (launches counted
 #                in the kernel; and with the launch probes' duty cycle 100ms/1s) / gpuprofd
 #                full capture (one trap per runtime launch; and two) / torch.profiler
-#                (launch-bound and compute-bound loops)
+#                (launch-bound and compute-bound loops). Every gpuprofd mode runs with --no-inject;
+#                inject_idle is the injection library loaded with no gpuprofd (CUDA_INJECTION64_PATH
+#                set by hand), inject is full capture with the library loaded and enabled
 #   nvml         nvidia-smi --query-gpu / --query-compute-apps during a run
 #   gpm          gpuprofd's GPM figures (1 s rounds) beside nvidia-smi dmon --gpm-metrics, per
 #                phase of known activity (idle, bf16 / fp32 / fp64 matmuls): about 50 s
@@ -88,6 +90,9 @@ if [ -z "$BIN" ]; then
     if [ -x ./gpuprofd ]; then BIN=./gpuprofd; else BIN="$ROOT/target/release/gpuprofd"; fi
 fi
 [ -n "$OUT" ] || OUT="gpu-validation-$(date -u +%Y%m%dT%H%M%SZ)"
+# The injection library (measured GPU time) as the kit lays it out: beside the binary.
+INJECT_LIB=""
+[ -f "$(dirname "$BIN")/libgpuprofd_inject.so" ] && INJECT_LIB=$(cd "$(dirname "$BIN")" && pwd)/libgpuprofd_inject.so
 PY=${PYTHON:-python3}
 
 wanted() { # STEP
@@ -110,6 +115,7 @@ check() { # NAME OK(0/1) DETAIL
 echo "gpu-validate: prerequisites"
 if [ -x "$BIN" ]; then check gpuprofd 0 "$BIN ($("$BIN" --version 2>/dev/null || echo '?'))"; else check gpuprofd 1 "$BIN is not an executable: build with 'cargo xtask build' and carry target/release/gpuprofd"; fi
 if [ "$(id -u)" = 0 ]; then check root 0 "uid 0"; else check root 1 "run as root (BPF and uprobes)"; fi
+if [ -n "$INJECT_LIB" ]; then check inject-lib 0 "$INJECT_LIB"; else check inject-lib 1 "no libgpuprofd_inject.so beside $BIN: gputime and the inject overhead modes record 'not measured'; carry target/release/libgpuprofd_inject.so"; fi
 if command -v "$PY" >/dev/null 2>&1; then check python3 0 "$("$PY" --version 2>&1)"; else check python3 1 "no $PY"; fi
 if command -v nvidia-smi >/dev/null 2>&1; then check nvidia-smi 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU answered')"; else check nvidia-smi 1 "not on PATH"; fi
 for m in torch triton cupy jax; do
@@ -118,9 +124,9 @@ done
 if [ -w /sys/fs/cgroup ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then check cgroup-v2 0 "/sys/fs/cgroup writable"; else check cgroup-v2 1 "attribution runs without separate cgroups"; fi
 
 for m in ${MODES//,/ }; do
-    case " none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof " in
+    case " none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof inject_idle inject " in
     *" $m "*) ;;
-    *) echo "gpu-validate: unknown overhead mode '$m' (modes: none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof)" >&2; exit 2 ;;
+    *) echo "gpu-validate: unknown overhead mode '$m' (modes: none counted counted_duty counted_duty25 gpuprofd gpuprofd_two prof inject_idle inject)" >&2; exit 2 ;;
     esac
 done
 
@@ -527,27 +533,45 @@ fi
 # the library), then with torch.profiler counting (its per-kernel CUDA times; the library must
 # yield to it, and torch.profiler must still work). Two runs of the same steps: the per-kernel
 # comparison carries the run-to-run spread of the kernels' own durations.
-gputime_run() { # NAME MODULE SCRIPT [args...]
+gputime_run() { # NAME MODULE SCRIPT [args...]; GPUTIME_MODES="lib" for a workload without torch.profiler
     local name=$1 module=$2 script=$3
     shift 3
     if ! have_py_mod "$module"; then record "$name" gputime "" "" "$module is not importable"; return; fi
     if [ "$BPF_OK" != 1 ]; then blocked "$name" gputime; return; fi
+    if [ -z "$INJECT_LIB" ]; then record "$name" gputime "" "" "no libgpuprofd_inject.so beside $BIN"; return; fi
     echo "  $name"
-    local mode ok=1
-    for mode in lib prof; do
+    if [ -n "${GPUTIME_WARM:-}" ]; then
+        # One plain run first (torch.compile: Inductor's caches on disk), so the two measured
+        # runs run the same kernels; on a cold cache the first also ran compile-time benchmarks
+        # (11,030 kernels against 609 on the H200, 2026-11-27).
+        "$PY" "$WL/$script" --out "$OUT/runs/$name.warm.result.json" --steps 1 "$@" \
+            >/dev/null 2>"$OUT/runs/$name.warm.err" || true
+    fi
+    local mode ok=1 res=()
+    for mode in ${GPUTIME_MODES:-lib prof}; do
         local extra=()
         [ "$mode" = prof ] && extra=(--profile)
-        if ! "$BIN" --no-live --output "$OUT/runs/$name.$mode.report.json" -- \
+        # The library's run goes through a capture file (GPU records in schema 9, read back
+        # into the JSON report; the file stays for a replay of the join).
+        local dest="$OUT/runs/$name.$mode.report.json"
+        [ "$mode" = lib ] && dest="$OUT/runs/$name.lib.gpuprof"
+        if ! "$BIN" --no-live --output "$dest" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/$name.$mode.result.json" --steps "$STEPS" "${extra[@]}" "$@" \
             >"$OUT/runs/$name.$mode.gpuprofd.out" 2>"$OUT/runs/$name.$mode.gpuprofd.err"; then
+            ok=0
+        elif [ "$mode" = lib ] && ! "$BIN" report "$dest" --format json -o "$OUT/runs/$name.lib.report.json" \
+            2>>"$OUT/runs/$name.lib.gpuprofd.err"; then
             ok=0
         fi
     done
     if [ "$ok" = 1 ]; then
         "$BIN" report "$OUT/runs/$name.lib.report.json" --view kernels --order-by gpu_time --wide \
             -o "$OUT/runs/$name.lib.kernels.txt" 2>>"$OUT/runs/$name.lib.gpuprofd.err" || true
-        record "$name" gputime "" "$OUT/runs/$name.lib.report.json" "" \
-            "$OUT/runs/$name.lib.result.json" "$OUT/runs/$name.prof.result.json" "$OUT/runs/$name.prof.report.json"
+        res=("$OUT/runs/$name.lib.result.json")
+        case " ${GPUTIME_MODES:-lib prof} " in
+        *" prof "*) res+=("$OUT/runs/$name.prof.result.json" "$OUT/runs/$name.prof.report.json") ;;
+        esac
+        record "$name" gputime "" "$OUT/runs/$name.lib.report.json" "" "${res[@]}"
     else
         record "$name" gputime "" "" "gpuprofd or the workload failed: see runs/$name.{lib,prof}.gpuprofd.err"
     fi
@@ -557,6 +581,10 @@ if wanted gputime; then
     gputime_run gputime_cnn_eager torch torch_cnn.py --mode eager
     gputime_run gputime_cublas_gemm torch cublas_gemm.py
     gputime_run gputime_torch_graphs torch torch_graphs.py
+    gputime_run gputime_cnn_amp torch torch_cnn.py --mode amp
+    GPUTIME_WARM=1 gputime_run gputime_cnn_compile torch torch_cnn.py --mode compile
+    # JAX has no torch.profiler: gpuprofd's figures alone (state, kernels timed and joined).
+    GPUTIME_MODES=lib gputime_run gputime_jax_jit jax jax_jit.py
 fi
 
 # ---- neighbour -----------------------------------------------------------------------------------
@@ -645,7 +673,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         # The service's default: launches counted in the kernel, no record per launch.
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted" overhead; return; fi
         echo "  $name: gpuprofd service mode (--count-launches)"
-        "$BIN" --all-jobs --no-live --count-launches 1s --output "$OUT/runs/oh_${name}_counted.report.json" -- \
+        "$BIN" --all-jobs --no-live --no-inject --count-launches 1s --output "$OUT/runs/oh_${name}_counted.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_counted.err" &&
             record "oh_${name}_counted" overhead gpuprofd-counted "" "" "$OUT/runs/oh_${name}_counted.json"
@@ -653,7 +681,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
     gpuprofd)
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_gpuprofd" overhead; return; fi
         echo "  $name: gpuprofd full capture"
-        "$BIN" --all-jobs --no-live --output "$OUT/runs/oh_${name}_gpuprofd.report.json" -- \
+        "$BIN" --all-jobs --no-live --no-inject --output "$OUT/runs/oh_${name}_gpuprofd.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd.err" &&
             record "oh_${name}_gpuprofd" overhead gpuprofd "" "" "$OUT/runs/oh_${name}_gpuprofd.json"
@@ -662,7 +690,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         # Service mode under a duty cycle: launch probes attached 100 ms of every second.
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted_duty" overhead; return; fi
         echo "  $name: gpuprofd service mode, launch probes 100ms/1s"
-        "$BIN" --all-jobs --no-live --count-launches 1s --launch-duty 100ms/1s --output "$OUT/runs/oh_${name}_counted_duty.report.json" -- \
+        "$BIN" --all-jobs --no-live --no-inject --count-launches 1s --launch-duty 100ms/1s --output "$OUT/runs/oh_${name}_counted_duty.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted_duty.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_counted_duty.err" &&
             record "oh_${name}_counted_duty" overhead gpuprofd-counted-duty "" "" "$OUT/runs/oh_${name}_counted_duty.json"
@@ -671,7 +699,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         # The same with the launch probes attached 250 ms of every second.
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_counted_duty25" overhead; return; fi
         echo "  $name: gpuprofd service mode, launch probes 250ms/1s"
-        "$BIN" --all-jobs --no-live --count-launches 1s --launch-duty 250ms/1s --output "$OUT/runs/oh_${name}_counted_duty25.report.json" -- \
+        "$BIN" --all-jobs --no-live --no-inject --count-launches 1s --launch-duty 250ms/1s --output "$OUT/runs/oh_${name}_counted_duty25.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_counted_duty25.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_counted_duty25.err" &&
             record "oh_${name}_counted_duty25" overhead gpuprofd-counted-duty25 "" "" "$OUT/runs/oh_${name}_counted_duty25.json"
@@ -680,7 +708,7 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         # Full capture with both layers probed (two traps per runtime launch), as before #35.
         if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_gpuprofd_two" overhead; return; fi
         echo "  $name: gpuprofd full capture, two traps per runtime launch"
-        "$BIN" --all-jobs --no-live --launch-traps two --output "$OUT/runs/oh_${name}_gpuprofd_two.report.json" -- \
+        "$BIN" --all-jobs --no-live --no-inject --launch-traps two --output "$OUT/runs/oh_${name}_gpuprofd_two.report.json" -- \
             "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_gpuprofd_two.json" --steps "$n" "$@" \
             >/dev/null 2>"$OUT/runs/oh_${name}_gpuprofd_two.err" &&
             record "oh_${name}_gpuprofd_two" overhead gpuprofd-two-traps "" "" "$OUT/runs/oh_${name}_gpuprofd_two.json"
@@ -689,6 +717,25 @@ overhead_mode() { # MODE NAME STEPS SCRIPT [args...]
         echo "  $name: torch.profiler"
         "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_prof.json" --steps "$n" --profile "$@" 2>/dev/null &&
             record "oh_${name}_prof" overhead torch.profiler "" "" "$OUT/runs/oh_${name}_prof.json"
+        ;;
+    inject_idle)
+        # The injection library loaded (CUDA_INJECTION64_PATH by hand) and no gpuprofd: its
+        # control thread polls, CUPTI is never loaded. Goal: not measurable against none.
+        if [ -z "$INJECT_LIB" ]; then record "oh_${name}_inject_idle" overhead inject-idle "" "no libgpuprofd_inject.so beside $BIN"; return; fi
+        echo "  $name: injection library loaded, no gpuprofd"
+        CUDA_INJECTION64_PATH="$INJECT_LIB" "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_inject_idle.json" --steps "$n" "$@" 2>/dev/null &&
+            record "oh_${name}_inject_idle" overhead inject-idle "" "" "$OUT/runs/oh_${name}_inject_idle.json"
+        ;;
+    inject)
+        # Full capture with the library loaded by -- COMMAND and enabled (CUPTI activity records
+        # of kernels, copies and memsets, and driver-API records of the launches for the join).
+        if [ "$BPF_OK" != 1 ]; then blocked "oh_${name}_inject" overhead; return; fi
+        if [ -z "$INJECT_LIB" ]; then record "oh_${name}_inject" overhead gpuprofd-inject "" "no libgpuprofd_inject.so beside $BIN"; return; fi
+        echo "  $name: gpuprofd full capture with measured GPU time (injection library)"
+        "$BIN" --all-jobs --no-live --output "$OUT/runs/oh_${name}_inject.report.json" -- \
+            "$PY" "$WL/$script" --out "$OUT/runs/oh_${name}_inject.json" --steps "$n" "$@" \
+            >/dev/null 2>"$OUT/runs/oh_${name}_inject.err" &&
+            record "oh_${name}_inject" overhead gpuprofd-inject "" "" "$OUT/runs/oh_${name}_inject.json"
         ;;
     *) echo "  $name: unknown overhead mode '$mode'" >&2; return 1 ;;
     esac

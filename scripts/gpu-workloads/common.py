@@ -139,6 +139,12 @@ def write(out, workload, steps, step_times, profiler=None, known=None, extra=Non
     if torch is not None and torch.cuda.is_initialized():
         # The device the process worked on, as the framework sees it (device attribution).
         res["cuda_device"] = torch.cuda.current_device()
+    # Every CUPTI file mapped in the process (the injection library must not add a second).
+    try:
+        with open("/proc/self/maps") as f:
+            res["cupti_files"] = sorted({l.split()[-1] for l in f if "libcupti" in l})
+    except OSError:
+        pass
     if extra:
         res.update(extra)
     tmp = out + ".tmp"

@@ -190,8 +190,16 @@ API_FAMILY = {
 # Overhead modes in table order: gpuprofd-counted is the service's default (launches counted in
 # the kernel), gpuprofd is full capture (a record per launch), both with one trap per runtime
 # launch; gpuprofd-two-traps is full capture with the runtime's launch entries probed too.
-OVERHEAD_MODES = ("none", "gpuprofd-counted", "gpuprofd-counted-duty", "gpuprofd-counted-duty25", "gpuprofd",
-                  "gpuprofd-two-traps", "torch.profiler")
+# inject-idle is the injection library loaded with no gpuprofd; gpuprofd-inject is full capture
+# with the library enabled (CUPTI records). Every other gpuprofd mode runs with --no-inject.
+OVERHEAD_MODES = ("none", "inject-idle", "gpuprofd-counted", "gpuprofd-counted-duty", "gpuprofd-counted-duty25",
+                  "gpuprofd", "gpuprofd-two-traps", "gpuprofd-inject", "torch.profiler")
+
+MODE_LABELS = {"none": "none", "inject-idle": "library loaded, no gpuprofd",
+               "gpuprofd-counted": "service mode", "gpuprofd-counted-duty": "service 100ms/1s",
+               "gpuprofd-counted-duty25": "service 250ms/1s", "gpuprofd": "full capture",
+               "gpuprofd-two-traps": "full capture, two traps",
+               "gpuprofd-inject": "full capture + GPU time (library)", "torch.profiler": "torch.profiler"}
 
 
 def overhead_rows(runs):
@@ -331,6 +339,22 @@ def gputime_rows(name, lib_report, lib_res, prof_res, prof_report, findings):
     row["basis"] = g.get("basis")
     if g.get("basis") != "measured":
         findings.append(f"{name}: no measured GPU time: {g.get('unavailable') or g}")
+    # What the library delivered and how much of it the join tied to recorded launches.
+    for k in ("records", "kernels", "calls", "joined", "unjoined", "unjoined_by", "dropped",
+              "launches_evicted", "bad_times"):
+        row[k] = g.get(k)
+    row["launches"] = proc.get("launches")
+    row["cupti_files"] = (lib_res or {}).get("cupti_files")
+    if len(row["cupti_files"] or []) > 1:
+        findings.append(f"{name}: two CUPTI files in the process: {row['cupti_files']}")
+    row["kernel_gpu_ms"] = round((g.get("kernel_ns") or 0) / 1e6, 3)
+    if g.get("dropped"):
+        findings.append(f"{name}: the library dropped {g['dropped']} records")
+    if g.get("unjoined"):
+        findings.append(f"{name}: {g['unjoined']} of {g.get('kernels')} kernel records not tied to a "
+                        f"launch: {g.get('unjoined_by')}")
+    if prof_res is None:
+        return row  # no torch.profiler run (JAX): gpuprofd's figures alone
     ours = {}
     for k in proc.get("kernels", []):
         t = k.get("gpu_time")
@@ -363,14 +387,21 @@ def gputime_rows(name, lib_report, lib_res, prof_res, prof_report, findings):
     row["top"] = top
     # torch.profiler with the library loaded: it must still have counted kernels, and the
     # library must have stepped aside.
+    if prof.get("kernels") is not None and g.get("kernels") is not None:
+        row["kernel_records_vs_profiler"] = f"{g.get('kernels')} / {prof.get('kernels')}"
     row["profiler_kernels"] = prof.get("kernels")
     pp = process_of(prof_report, (prof_res or {}).get("pid")) or {}
     pg = pp.get("gpu_time") or {}
     row["prof_run_state"] = pg.get("state") or pg.get("unavailable")
     if not prof.get("kernels"):
         findings.append(f"{name}: torch.profiler counted no kernels with the library loaded")
-    if pg.get("basis") == "measured" and pg.get("state") != "yielded_to_another_cupti_client":
-        findings.append(f"{name}: the library did not yield to torch.profiler (state {pg.get('state')})")
+    # The library either saw the profiler first (yielded) or enabled first and the profiler,
+    # subscribing later, took CUPTI's callbacks (state stays enabled, records stop): both are
+    # right as long as the profiler counted its kernels (checked above).
+    row["prof_run_library_records"] = pg.get("records")
+    row["prof_run_cupti_files"] = (prof_res or {}).get("cupti_files")
+    if len(row["prof_run_cupti_files"] or []) > 1:
+        findings.append(f"{name}: two CUPTI files in the process: {row['prof_run_cupti_files']}")
     return row
 
 
@@ -577,6 +608,16 @@ def main(manifest_path, outdir):
             )
         )
         md.append("")
+        md.append("What the library delivered (run alone), and the join to recorded launches:")
+        md.append(fmt_table(
+            ["run", "launches recorded", "kernel records (/ profiler's kernels)", "kernel GPU ms",
+             "launch calls", "joined", "unjoined (why)", "dropped", "evicted", "bad times"],
+            [(g["run"], g.get("launches"), g.get("kernel_records_vs_profiler") or g.get("kernels"),
+              g.get("kernel_gpu_ms"), g.get("calls"), g.get("joined"),
+              f"{g.get('unjoined')} {g.get('unjoined_by') or ''}".strip(), g.get("dropped"),
+              g.get("launches_evicted"), g.get("bad_times"))
+             for g in gputime_out]))
+        md.append("")
         for g in gputime_out:
             if g.get("top"):
                 md.append(f"Top kernels of {g['run']} by torch.profiler's time:")
@@ -600,17 +641,16 @@ def main(manifest_path, outdir):
         md.append("")
     if over:
         md.append("## Overhead (median step time; ratio against no profiler in the same session)")
+        ran = [m for m in OVERHEAD_MODES if any(m in o["median_step_s"] for o in over)]
         md.append(
             fmt_table(
-                ["workload", "none s", "service mode s", "service 100ms/1s s", "service 250ms/1s s",
-                 "full capture s", "full capture, two traps s", "torch.profiler s", "service mode ratio",
-                 "service 100ms/1s ratio", "service 250ms/1s ratio", "full capture ratio",
-                 "two traps ratio", "torch.profiler ratio"],
+                ["workload"] + [f"{MODE_LABELS[m]} s" for m in ran]
+                + [f"{MODE_LABELS[m]} ratio" for m in ran if m != "none"],
                 [
                     (
                         o["workload"],
-                        *(o["median_step_s"].get(m) for m in OVERHEAD_MODES),
-                        *(o.get("ratio_vs_none", {}).get(m) for m in OVERHEAD_MODES[1:]),
+                        *(o["median_step_s"].get(m) for m in ran),
+                        *(o.get("ratio_vs_none", {}).get(m) for m in ran if m != "none"),
                     )
                     for o in over
                 ],

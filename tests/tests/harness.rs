@@ -385,8 +385,9 @@ fn compare_reports_nccl_against_what_the_script_asked_for() {
 }
 
 /// Measured GPU time against torch.profiler's: kernels matched by name across the demanglers'
-/// spellings ("void " and spaces), the sums and each top kernel against their goals, and the
-/// library's state in the run where torch.profiler held CUPTI.
+/// spellings ("void " and spaces), the sums and each top kernel against their goals, the join's
+/// counts, and the run where torch.profiler held CUPTI: its kernels counted (a late profiler
+/// taking CUPTI's records from an enabled library is fine), one CUPTI file in each process.
 #[test]
 fn compare_reports_gpu_time_against_torch_profiler() {
     let dir = TempDir::new("gv-gputime");
@@ -400,7 +401,9 @@ fn compare_reports_gpu_time_against_torch_profiler() {
         "lib.report.json",
         json!({"schema": "gpuprofd.report/1", "drops": {}, "processes": [
             {"tgid": 7, "launches": 30,
-             "gpu_time": {"basis": "measured", "source": "cupti", "state": "enabled"},
+             "gpu_time": {"basis": "measured", "source": "cupti", "state": "enabled",
+                          "kernels": 30, "calls": 30, "joined": 28, "unjoined": 2,
+                          "unjoined_by": {"no_launch_record": 2}, "kernel_ns": 6_107_000},
              "kernels": [k("gemm<float>(float*, int)", 5_000_000), k("relu(float*)", 1_100_000),
                          k("only_ours()", 7_000),
                          {"name": "fill()", "mangled": "_Z4fillv", "calls": 3, "gpu_time": null}]}]}),
@@ -414,7 +417,7 @@ fn compare_reports_gpu_time_against_torch_profiler() {
     write(
         "lib.json",
         json!({"workload": "torch_cnn", "pid": 7, "steps": 10, "step_times_s": [0.1],
-               "profiler": null, "known": {}}),
+               "profiler": null, "known": {}, "cupti_files": ["/w/nvidia/cu13/lib/libcupti.so.13"]}),
     );
     write(
         "prof.json",
@@ -423,7 +426,8 @@ fn compare_reports_gpu_time_against_torch_profiler() {
                             "kernel_gpu_us": {"void gemm<float>(float*, int)": 5000.0,
                                               "relu(float*)": 1000.0,
                                               "only_theirs()": 2.5}},
-               "known": {}}),
+               "known": {},
+               "cupti_files": ["/usr/local/cuda/lib64/libcupti.so", "/w/nvidia/cu13/lib/libcupti.so.13"]}),
     );
     write(
         "manifest.json",
@@ -435,9 +439,10 @@ fn compare_reports_gpu_time_against_torch_profiler() {
     assert_eq!(
         r["findings"],
         json!([
+            "gt: 2 of 30 kernel records not tied to a launch: {'no_launch_record': 2}",
             "gt: matched kernels' GPU time 6.1 ms against torch.profiler's 6.0 ms (goal: within 1 %)",
             "gt: relu(float*): 1.100 ms against torch.profiler's 1.000 ms (goal: within 2 %)",
-            "gt: the library did not yield to torch.profiler (state enabled)",
+            "gt: two CUPTI files in the process: ['/usr/local/cuda/lib64/libcupti.so', '/w/nvidia/cu13/lib/libcupti.so.13']",
         ])
     );
     let g = &r["gputime"][0];
@@ -452,4 +457,13 @@ fn compare_reports_gpu_time_against_torch_profiler() {
     );
     assert_eq!(g["top"][0]["ratio"], json!(1.0));
     assert_eq!(g["state"], json!("enabled"));
+    assert_eq!(
+        (
+            &g["joined"],
+            &g["kernel_gpu_ms"],
+            &g["kernel_records_vs_profiler"]
+        ),
+        (&json!(28), &json!(6.107), &json!("30 / 30"))
+    );
+    assert_eq!(g["prof_run_state"], json!("enabled"));
 }

@@ -1067,6 +1067,9 @@ static int cmd_drv_launch_held(int argc, char **argv) {
  * cupti_client on|off: become (or stop being) an in-process CUPTI client, as torch.profiler
  * does: cuptiSubscribe / cuptiUnsubscribe of the libcupti.so.12 the library path finds; replies
  * CUPTI's result code.
+ * cupti_client take: as torch.profiler starting after the injection library enabled: subscribe,
+ * register its own buffer callbacks (CUPTI's records go to it from now on; it frees them) and
+ * enable kernel records; replies the subscription's result code.
  * cupti_preload PATH: dlopen a CUPTI by its path, as a framework loads its own (PyTorch's
  * wheel, by its RPATH) at import, long before its profiler starts.
  * cupti_hold on|off: the fake CUPTI (already loaded) keeps completed buffers while on.
@@ -1108,12 +1111,30 @@ static int cmd_fork_exit(char *extra, size_t extra_len) {
     return 0;
 }
 static void *g_cupti_sub;
+static void client_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *size = 1 << 16;
+    *buffer = malloc(*size);
+    *max_records = 0;
+}
+static void client_buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)ctx, (void)stream, (void)size, (void)valid;
+    free(buffer);
+}
 static int cmd_cupti_client(int argc, char **argv, char *extra, size_t extra_len) {
-    if (argc != 1 || (strcmp(argv[0], "on") && strcmp(argv[0], "off"))) return FAIL("usage: on|off");
+    if (argc != 1 || (strcmp(argv[0], "on") && strcmp(argv[0], "off") && strcmp(argv[0], "take")))
+        return FAIL("usage: on|off|take");
     void *h = dlopen("libcupti.so.12", RTLD_NOW | RTLD_GLOBAL);
     if (!h) return FAIL("dlopen libcupti.so.12: %s", dlerror());
     int r;
-    if (!strcmp(argv[0], "on")) {
+    if (!strcmp(argv[0], "take")) {
+        int (*sub)(void **, void *, void *) = (int (*)(void **, void *, void *))dlsym(h, "cuptiSubscribe");
+        int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(h, "cuptiActivityRegisterCallbacks");
+        int (*en)(int) = (int (*)(int))dlsym(h, "cuptiActivityEnable");
+        if (!sub || !reg || !en) return FAIL("no cuptiSubscribe/RegisterCallbacks/Enable");
+        r = sub(&g_cupti_sub, NULL, NULL);
+        if (r == 0 && (reg((void *)client_buffer_requested, (void *)client_buffer_completed) || en(10)))
+            return FAIL("registering the client's callbacks failed");
+    } else if (!strcmp(argv[0], "on")) {
         int (*sub)(void **, void *, void *) = (int (*)(void **, void *, void *))dlsym(h, "cuptiSubscribe");
         if (!sub) return FAIL("no cuptiSubscribe");
         r = sub(&g_cupti_sub, NULL, NULL);

@@ -35,6 +35,96 @@ fn kernel<'a>(p: &'a Value, mangled: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no kernel {mangled}: {}", p["kernels"]))
 }
 
+/// torch.profiler started after the library enabled: it subscribes (the library holds no
+/// subscription), registers its own buffer callbacks and gets CUPTI's records from then on.
+/// Its profiler works; the report says GPU times stopped, and why, once the process has gone
+/// on launching for more than 2 s without them.
+const TAKEN_SCRIPT: &str = "sleep_ms 1500
+gpu_ns kernel 250000
+rt_launch relu 4 1 1 1 32 1 1 0 0
+sleep_ms 400
+cupti_client take
+rt_launch gemm 1 1 1 1 32 1 1 0 0
+sleep_ms 1200
+rt_launch gemm 1 1 1 1 32 1 1 0 0
+sleep_ms 1200
+rt_launch gemm 1 1 1 1 32 1 1 0 0
+exit
+";
+
+#[test]
+fn a_later_cupti_client_takes_the_records_and_the_report_says_so() {
+    require_bpf();
+    let dir = TempDir::new("gpu-time-taken");
+    let script = dir.path().join("script");
+    std::fs::write(&script, TAKEN_SCRIPT).unwrap();
+    let capture = dir.path().join("run.gpuprof");
+    let out_file = dir.path().join("workload.out");
+    let workload = fakecuda().join("bin/workload");
+    let cmd = format!(
+        "{} < {} > {}",
+        workload.display(),
+        script.display(),
+        out_file.display()
+    );
+    let out = Command::new(daemon_bin())
+        .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
+        .arg("--lib")
+        .arg(fakecuda().join("lib"))
+        .args(["-o", capture.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
+        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
+        .env_remove("CUDA_INJECTION64_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let replies = std::fs::read_to_string(&out_file).unwrap();
+    assert!(
+        replies.contains("ok cupti_client result=0"),
+        "the client's subscription: {replies}"
+    );
+    let (code, out, err) = run_daemon(&["report", capture.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let p = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "workload")
+        .unwrap_or_else(|| panic!("no workload process: {}", r["processes"]));
+    let g = &p["gpu_time"];
+    assert_eq!(
+        (
+            &g["basis"],
+            &g["state"],
+            &g["kernels"],
+            &g["kernel_ns"],
+            &g["joined"]
+        ),
+        (
+            &json!("measured"),
+            &json!("enabled"),
+            &json!(4),
+            &json!(4 * 250_000),
+            &json!(4)
+        ),
+        "{g}"
+    );
+    assert_eq!(g["launches_without_records"], json!(3), "{g}");
+    let why = g["unavailable"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("another CUPTI client") && why.contains("3 launches"),
+        "{g}"
+    );
+    assert_eq!(
+        kernel(p, "_Z4gemmPKfS0_Pfiii")["gpu_time"],
+        Value::Null,
+        "{}",
+        kernel(p, "_Z4gemmPKfS0_Pfiii")
+    );
+}
+
 #[test]
 fn a_command_gets_measured_gpu_times_with_no_setting() {
     require_bpf();

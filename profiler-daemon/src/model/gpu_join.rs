@@ -40,6 +40,10 @@ pub const PER_THREAD: usize = 65536;
 pub const PER_PROCESS: usize = 262144;
 /// Unclaimed launches remembered per thread while it does not.
 pub const PER_THREAD_IDLE: usize = 1024;
+/// Launches made this long (ns) after the last launch call record came, with none coming
+/// since, while the library says it is enabled: CUPTI's records no longer reach it (another
+/// CUPTI client took them). The library delivers every ~100 ms.
+pub const RECORDS_STOPPED_NS: u64 = 2_000_000_000;
 /// Threads with launches remembered per process.
 pub const THREADS: usize = 1024;
 /// Correlation ids remembered (with their launch) for the kernel records still to come.
@@ -98,6 +102,11 @@ pub struct Joiner<L> {
     listening: bool,
     /// Launches remembered, all threads.
     queued: usize,
+    /// While listening: the first launch since the last launch call record came, and the
+    /// launches since (all threads), and the latest launch's time.
+    uncovered_since: Option<u64>,
+    uncovered: u64,
+    latest_launch: u64,
 }
 
 impl<L> Default for Joiner<L> {
@@ -110,6 +119,9 @@ impl<L> Default for Joiner<L> {
             counts: JoinCounts::default(),
             listening: false,
             queued: 0,
+            uncovered_since: None,
+            uncovered: 0,
+            latest_launch: 0,
         }
     }
 }
@@ -120,6 +132,13 @@ impl<L: Clone> Joiner<L> {
         if !self.threads.contains_key(&tid) && self.threads.len() >= THREADS {
             self.counts.launches_evicted += 1;
             return;
+        }
+        if self.listening {
+            self.latest_launch = self.latest_launch.max(ts);
+            if self.uncovered_since.is_none() {
+                self.uncovered_since = Some(ts);
+            }
+            self.uncovered += 1;
         }
         let (per_thread, all) = if self.listening {
             (PER_THREAD, PER_PROCESS)
@@ -151,6 +170,8 @@ impl<L: Clone> Joiner<L> {
         use profiler_common::gpu::state;
         self.listening = matches!(code, state::ENABLED | state::DROPPED);
         if !self.listening {
+            self.uncovered_since = None;
+            self.uncovered = 0;
             for q in self.threads.values_mut() {
                 let extra = q.len().saturating_sub(PER_THREAD_IDLE);
                 q.drain(..extra);
@@ -192,6 +213,8 @@ impl<L: Clone> Joiner<L> {
         tids: &Tids,
         settled: &mut dyn FnMut(&GpuActivity, Option<&L>),
     ) {
+        self.uncovered_since = None;
+        self.uncovered = 0;
         let claimed = match tids.host(a.bytes as u32) {
             None => Err(why::THREAD_NOT_MAPPED),
             Some(t) => self.claim(t, a.end_ns).ok_or(why::NO_LAUNCH_RECORD),
@@ -269,6 +292,15 @@ impl<L: Clone> Joiner<L> {
         for w in std::mem::take(&mut self.waiting) {
             self.settle(&w, &Err(why::NO_LAUNCH_CALL), settled);
         }
+    }
+
+    /// While the library says it is enabled: the launches made since the last launch call
+    /// record came, when they span more than [`RECORDS_STOPPED_NS`] (the library's records
+    /// stopped: another CUPTI client took them). `(first such launch's time, launches)`.
+    pub fn records_stopped(&self) -> Option<(u64, u64)> {
+        let since = self.uncovered_since?;
+        (self.listening && self.latest_launch.saturating_sub(since) > RECORDS_STOPPED_NS)
+            .then_some((since, self.uncovered))
     }
 
     /// The counts so far; kernel records still waiting count as `no_launch_call`.

@@ -228,6 +228,17 @@ impl KernelTime {
             st::CUPTI_ERROR => Some(format!("a CUPTI call failed (CUPTI result {detail})")),
             _ => None,
         };
+        let stopped = self.join.records_stopped();
+        let unavailable = unavailable.or_else(|| {
+            stopped.map(|(_, n)| {
+                format!(
+                    "CUPTI's records stopped coming while the process kept launching ({n} \
+                     launches without them): another CUPTI client (torch.profiler, Nsight) \
+                     started after the injection library and took them; GPU times cover the \
+                     launches before it"
+                )
+            })
+        });
         let copies = self
             .copies
             .iter()
@@ -267,6 +278,7 @@ impl KernelTime {
                 .map(|(k, v)| ((*k).to_owned(), *v))
                 .collect(),
             launches_evicted: join.launches_evicted,
+            launches_without_records: stopped.map_or(0, |(_, n)| n),
         }
     }
 
@@ -424,6 +436,10 @@ pub struct GpuTimeReport {
     /// Recorded launches pushed out of the join's per-thread bound before a call claimed them.
     #[serde(default)]
     pub launches_evicted: u64,
+    /// Launches made while the library said `enabled` but CUPTI's records had stopped coming
+    /// for more than 2 s (another CUPTI client took them; `unavailable` says so); 0 otherwise.
+    #[serde(default)]
+    pub launches_without_records: u64,
 }
 
 impl Default for GpuTimeReport {
@@ -451,6 +467,7 @@ impl Default for GpuTimeReport {
             unjoined: 0,
             unjoined_by: BTreeMap::new(),
             launches_evicted: 0,
+            launches_without_records: 0,
         }
     }
 }

@@ -295,3 +295,38 @@ fn copies_and_memsets_are_not_joined() {
     assert_eq!(feed(&mut j, &Tids::Same, &[copy]), vec![]);
     assert_eq!(j.counts(), JoinCounts::default());
 }
+
+#[test]
+fn records_that_stop_while_launches_go_on_are_told() {
+    use profiler_common::gpu::state;
+    const S: u64 = 1_000_000_000;
+    let mut j: Joiner<&str> = Joiner::default();
+    // Not listening: nothing is expected, nothing to tell.
+    j.launch(1, 0, "a");
+    j.launch(1, 3 * S, "a");
+    assert_eq!(j.records_stopped(), None);
+    j.state(state::ENABLED);
+    j.launch(1, 4 * S, "b");
+    assert_eq!(
+        feed(
+            &mut j,
+            &Tids::Same,
+            &[api(1, 1, 4 * S, 4 * S + 10), kernel(1, 5, 6)]
+        ),
+        vec![(1, "b")]
+    );
+    // Launches after the last call record: within 2 s their records may still come.
+    j.launch(1, 10 * S, "c");
+    j.launch(2, 11 * S, "c");
+    assert_eq!(j.records_stopped(), None);
+    j.launch(1, 12 * S + 1, "c");
+    assert_eq!(j.records_stopped(), Some((10 * S, 3)));
+    // A call record comes: they flow again.
+    feed(&mut j, &Tids::Same, &[api(2, 1, 12 * S, 12 * S + 10)]);
+    assert_eq!(j.records_stopped(), None);
+    // The library leaves: launches are not expected to have records.
+    j.launch(1, 13 * S, "d");
+    j.state(state::DISABLED);
+    j.launch(1, 20 * S, "d");
+    assert_eq!(j.records_stopped(), None);
+}

@@ -307,7 +307,7 @@ fn report_json_contract() {
         r#""unavailable":"no records from the injection library (not loaded in this process, or not attached)","#,
         r#""dropped":0,"records":0,"bad_times":0,"kernels":0,"kernel_ns":0,"memcpy_ns":0,"memset_ns":0,"#,
         r#""memsets":0,"memset_bytes":0,"copies":[],"kernels_cut":0,"names_cut":0,"#,
-        r#""calls":0,"joined":0,"unjoined":0,"unjoined_by":{},"launches_evicted":0}}],"#,
+        r#""calls":0,"joined":0,"unjoined":0,"unjoined_by":{},"launches_evicted":0,"launches_without_records":0}}],"#,
         r#""nvml":{"state":"ok","samples":1},"#,
         r#""gpus":[{"index":0,"name":"NVIDIA H100","uuid":"GPU-1","samples":1,"gpu_util_avg":50.0,"gpu_util_max":50,"#,
         r#""mem_util_avg":20.0,"memory_used_max_bytes":1073741824,"memory_total_bytes":85899345920,"#,

@@ -15,7 +15,8 @@
 //! that starts thousands a day would fill the server with series that each live minutes.
 //!
 //! Cardinality is bounded: kernel series only for the [`TOP_KERNELS`] most launched kernels of
-//! each workload (or process), and a process that ended leaves the exposition [`EXITED_GRACE`]
+//! each workload (or process), and GPU-time series for the [`TOP_KERNELS`] that took the most
+//! measured GPU time, and a process that ended leaves the exposition [`EXITED_GRACE`]
 //! after its end (its last values stay visible for one or two scrapes, then the series stop).
 
 use crate::model::snapshot::{ProcessReport, Report};
@@ -144,6 +145,7 @@ struct Families {
     idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
     gpu_kernel_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     kernels: Family<Labels, Counter>,
+    kernel_gpu_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     live: Family<Labels, Gauge>,
     held: Family<Labels, Gauge>,
     gpu_util: Family<Gpu, Gauge<f64, AtomicU64>>,
@@ -236,6 +238,13 @@ impl Families {
             reg,
             "gpuprofd_top_kernel_launches",
             "Launches per kernel, of the most launched kernels of each workload (or process) only",
+        );
+        let kernel_gpu_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_top_kernel_gpu_seconds",
+            "Measured, not derived: GPU time per kernel (CUPTI, through the injection library), \
+             of the kernels that took the most of it in each workload (or process) only",
+            kernel_gpu_seconds.clone(),
         );
         let live = gauge(
             reg,
@@ -331,6 +340,7 @@ impl Families {
             idle_derived,
             gpu_kernel_seconds,
             kernels,
+            kernel_gpu_seconds,
             live,
             held,
             gpu_util,
@@ -355,7 +365,7 @@ impl Families {
         l: &Labels,
         p: &ProcessReport,
         held_bytes: Option<u64>,
-        kernels: &mut BTreeMap<Labels, BTreeMap<String, u64>>,
+        kernels: &mut BTreeMap<Labels, BTreeMap<String, (u64, u64)>>,
     ) {
         self.launches.get_or_create(l).inc_by(p.launches);
         if let Some(s) = &p.launch_sampling {
@@ -425,19 +435,28 @@ impl Families {
         // Kernels by name (launch configurations summed).
         let by_name = kernels.entry(l.clone()).or_default();
         for k in &p.kernels {
-            *by_name.entry(k.name.clone()).or_default() += k.calls;
+            let e = by_name.entry(k.name.clone()).or_default();
+            e.0 += k.calls;
+            e.1 += k.gpu_time.as_ref().map_or(0, |g| g.total_ns);
         }
     }
 
-    /// The most launched kernels of each workload (or process), `top` of each.
-    fn top_kernels(&self, kernels: BTreeMap<Labels, BTreeMap<String, u64>>, top: usize) {
+    /// The most launched kernels of each workload (or process), and those that took the most
+    /// measured GPU time, `top` of each.
+    fn top_kernels(&self, kernels: BTreeMap<Labels, BTreeMap<String, (u64, u64)>>, top: usize) {
         for (l, by_name) in kernels {
-            let mut v: Vec<(String, u64)> = by_name.into_iter().collect();
-            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            for (name, calls) in v.into_iter().take(top) {
+            let mut v: Vec<(String, (u64, u64))> = by_name.into_iter().collect();
+            v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
+            for (name, (calls, _)) in v.iter().take(top) {
                 self.kernels
-                    .get_or_create(&with(&l, "kernel", &name))
-                    .inc_by(calls);
+                    .get_or_create(&with(&l, "kernel", name))
+                    .inc_by(*calls);
+            }
+            v.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(&b.0)));
+            for (name, (_, ns)) in v.iter().take(top).filter(|(_, (_, ns))| *ns > 0) {
+                self.kernel_gpu_seconds
+                    .get_or_create(&with(&l, "kernel", name))
+                    .inc_by(*ns as f64 / 1e9);
             }
         }
     }

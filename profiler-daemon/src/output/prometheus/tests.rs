@@ -590,6 +590,57 @@ fn nccl_collectives_per_operation_communicator_and_rank() {
     );
 }
 
+/// Kernel GPU-time series: the kernels with the most measured GPU time (not the most
+/// launched), their rows summed by name, none for kernels without a measured time.
+#[test]
+fn top_kernels_by_measured_gpu_time() {
+    use crate::model::kernel_time::KernelGpuTime;
+    let mut r = report();
+    assert_eq!(
+        samples(
+            &render(&r, &extra()),
+            "gpuprofd_top_kernel_gpu_seconds_total"
+        ),
+        [""; 0]
+    );
+    let kernels = &mut r.processes[1].kernels;
+    // k11 (the least launched) took the most GPU time; k00's two rows: 0.5 s + 0.25 s.
+    for (i, k) in kernels.iter_mut().enumerate().take(12) {
+        k.gpu_time = Some(KernelGpuTime {
+            total_ns: if i == 11 {
+                3_000_000_000
+            } else {
+                1_000_000 * (i as u64 + 1)
+            },
+            ..Default::default()
+        });
+    }
+    kernels[0].gpu_time.as_mut().unwrap().total_ns = 500_000_000;
+    kernels[12].gpu_time = Some(KernelGpuTime {
+        total_ns: 250_000_000,
+        ..Default::default()
+    });
+    kernels[1].gpu_time = None; // k01: no measured time
+    let t = render(
+        &r,
+        &Extra {
+            top_kernels: 3,
+            ..extra()
+        },
+    );
+    let mut got = samples(&t, "gpuprofd_top_kernel_gpu_seconds_total");
+    got.retain(|s| s.contains(r#"pid="100""#));
+    got.sort();
+    let want = [("k00", "0.75"), ("k10", "0.011"), ("k11", "3.0")];
+    assert_eq!(got.len(), 3, "{got:?}");
+    for ((name, v), s) in want.iter().zip(&got) {
+        assert!(
+            s.contains(&format!(r#"kernel="{name}""#)) && s.ends_with(&format!(" {v}")),
+            "{got:?}"
+        );
+    }
+}
+
 #[test]
 fn measured_gpu_kernel_seconds_per_process() {
     let mut r = report();

@@ -4,7 +4,9 @@
 //! Every rule works from CPU-side measurements (counts, bytes, time blocked inside calls), or
 //! from NVML's figures of the GPUs (GPM's are measured device activity); none knows how long
 //! kernels ran on the GPU. `sync_bound` and `input_bound` add the GPU idle **derived** from the
-//! syncs (`model::busy`) to their evidence, labelled so. Thresholds are the constants below. Per-process rates
+//! syncs (`model::busy`) to their evidence, labelled so; `input_bound` also the kernels' GPU time
+//! per step where CUPTI **measured** it (the injection library), and `launch_bound` and
+//! `dominant_kernel` use measured kernel times. Thresholds are the constants below. Per-process rates
 //! and shares are over the time the process was active in the capture ([`active_ns`]), and need
 //! [`MIN_DURATION_NS`] of it, so that a short run's start-up does not read as a pattern.
 
@@ -588,12 +590,26 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
     } else {
         String::new()
     };
+    // Measured by CUPTI (the injection library): the GPU time of the kernels each step
+    // launched, summed over streams (overlapping kernels can sum past the wall time).
+    let gpu: Vec<u64> = regular.iter().filter_map(|x| x.gpu_ns).collect();
+    let gpu = if wall > 0 && gpu.len() == regular.len() {
+        let gpu = quantile(gpu, 0.5);
+        format!(
+            "; measured by CUPTI, the step's kernels ran {} ms on the GPU ({:.0}% of the \
+             step; median, summed over streams)",
+            units::ms(gpu),
+            gpu as f64 * 100.0 / wall as f64
+        )
+    } else {
+        String::new()
+    };
     if wall > 0 && wait as f64 >= INPUT_BOUND_SHARE * wall as f64 {
         push(
             "input_bound",
             format!(
                 "in {} steps of {} ms (median; boundary {}), the first GPU work was enqueued \
-                 {} ms ({:.0}%) after the step began{idle}",
+                 {} ms ({:.0}%) after the step began{idle}{gpu}",
                 regular.len(),
                 units::ms(wall),
                 s.boundary,

@@ -555,6 +555,24 @@ fn sync_bound_and_input_bound_cite_the_derived_gpu_idle() {
             ),
         ]
     );
+    // Measured GPU time per step (the injection library): cited too, labelled measured.
+    let mut m = s.clone();
+    for (i, st) in m.steps.iter_mut().enumerate() {
+        st.gpu_ns = Some(2_000_000 + i as u64 * 500_000);
+    }
+    let a = advise(&report(vec![balanced(), p.clone()], 0), &[m.clone()]);
+    assert!(
+        a[1].evidence.ends_with(
+            "(median); measured by CUPTI, the step's kernels ran 2.500 ms on the GPU (25% of \
+             the step; median, summed over streams)"
+        ),
+        "{}",
+        a[1].evidence
+    );
+    // Not in every step (a step whose records could not join): not cited.
+    m.steps[2].gpu_ns = None;
+    let a = advise(&report(vec![balanced(), p.clone()], 0), &[m]);
+    assert!(!a[1].evidence.contains("measured"), "{}", a[1].evidence);
     // Unavailable (launches counted in the kernel), or missing in a step: no such evidence.
     p["derived_gpu_idle"]["unavailable"] = json!("launches were counted in the kernel");
     s.steps[1].derived_gpu_idle_ns = None;

@@ -35,6 +35,57 @@ fn kernel<'a>(p: &'a Value, mangled: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no kernel {mangled}: {}", p["kernels"]))
 }
 
+/// Runs `gpuprofd -- sh -c 'workload < SCRIPT > OUT'` with the fake CUPTI on the command's
+/// library path (and `FAKECUPTI_LOG`, when given) and nothing set by hand for the library;
+/// returns the report of its capture file (`DIR/run.gpuprof`; the same model reads its records
+/// in capture order), the workload's replies and gpuprofd's stderr.
+fn run_script(
+    dir: &TempDir,
+    script: &str,
+    cupti_log: Option<&std::path::Path>,
+) -> (Value, String, String) {
+    let file = dir.path().join("script");
+    std::fs::write(&file, script).unwrap();
+    let capture = dir.path().join("run.gpuprof");
+    let replies = dir.path().join("workload.out");
+    let cmd = format!(
+        "{} < {} > {}",
+        fakecuda().join("bin/workload").display(),
+        file.display(),
+        replies.display()
+    );
+    let mut c = Command::new(daemon_bin());
+    c.args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
+        .arg("--lib")
+        .arg(fakecuda().join("lib"))
+        .args(["-o", capture.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
+        // The command inherits these: the fake CUPTI where the library looks for CUPTI. Not
+        // CUDA_INJECTION64_PATH: gpuprofd sets that.
+        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
+        .env_remove("CUDA_INJECTION64_PATH")
+        .stdin(Stdio::null());
+    if let Some(log) = cupti_log {
+        c.env("FAKECUPTI_LOG", log);
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let (code, out, rerr) = run_daemon(&["report", capture.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{rerr}");
+    let replies = std::fs::read_to_string(&replies).unwrap();
+    (serde_json::from_str(&out).unwrap(), replies, err)
+}
+
+/// The workload's process in a report.
+fn workload_of(r: &Value) -> &Value {
+    r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "workload")
+        .unwrap_or_else(|| panic!("no workload process: {}", r["processes"]))
+}
+
 /// torch.profiler started after the library enabled: it subscribes (the library holds no
 /// subscription), registers its own buffer callbacks and gets CUPTI's records from then on.
 /// Its profiler works; the report says GPU times stopped, and why, once the process has gone
@@ -56,43 +107,12 @@ exit
 fn a_later_cupti_client_takes_the_records_and_the_report_says_so() {
     require_bpf();
     let dir = TempDir::new("gpu-time-taken");
-    let script = dir.path().join("script");
-    std::fs::write(&script, TAKEN_SCRIPT).unwrap();
-    let capture = dir.path().join("run.gpuprof");
-    let out_file = dir.path().join("workload.out");
-    let workload = fakecuda().join("bin/workload");
-    let cmd = format!(
-        "{} < {} > {}",
-        workload.display(),
-        script.display(),
-        out_file.display()
-    );
-    let out = Command::new(daemon_bin())
-        .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
-        .arg("--lib")
-        .arg(fakecuda().join("lib"))
-        .args(["-o", capture.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
-        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
-        .env_remove("CUDA_INJECTION64_PATH")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let replies = std::fs::read_to_string(&out_file).unwrap();
+    let (r, replies, _) = run_script(&dir, TAKEN_SCRIPT, None);
     assert!(
         replies.contains("ok cupti_client result=0"),
         "the client's subscription: {replies}"
     );
-    let (code, out, err) = run_daemon(&["report", capture.to_str().unwrap(), "--format", "json"]);
-    assert_eq!(code, 0, "{err}");
-    let r: Value = serde_json::from_str(&out).unwrap();
-    let p = r["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["comm"] == "workload")
-        .unwrap_or_else(|| panic!("no workload process: {}", r["processes"]));
+    let p = workload_of(&r);
     let g = &p["gpu_time"];
     assert_eq!(
         (
@@ -129,41 +149,16 @@ fn a_later_cupti_client_takes_the_records_and_the_report_says_so() {
 fn a_command_gets_measured_gpu_times_with_no_setting() {
     require_bpf();
     let dir = TempDir::new("gpu-time");
-    let script = dir.path().join("script");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let capture = dir.path().join("run.gpuprof");
     let log = dir.path().join("cupti.log");
-    let workload = fakecuda().join("bin/workload");
-    let cmd = format!("{} < {} > /dev/null", workload.display(), script.display());
-    let out = Command::new(daemon_bin())
-        .args(["--no-system-libs", "--no-nvml", "--no-live", "--no-state"])
-        .arg("--lib")
-        .arg(fakecuda().join("lib"))
-        .args(["-o", capture.to_str().unwrap(), "--", "/bin/sh", "-c", &cmd])
-        // The command inherits these: the fake CUPTI where the library looks for CUPTI, and
-        // its log. Not CUDA_INJECTION64_PATH: gpuprofd sets that.
-        .env("LD_LIBRARY_PATH", fakecuda().join("lib-cupti"))
-        .env("FAKECUPTI_LOG", &log)
-        .env_remove("CUDA_INJECTION64_PATH")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (r, _, err) = run_script(&dir, SCRIPT, Some(&log));
+    // run_script's capture file
+    let capture = dir.path().join("run.gpuprof");
+    let file = capture.to_str().unwrap();
     assert!(
         !err.contains("no exact GPU times"),
         "gpuprofd did not find the library: {err}"
     );
-    // The report of the capture file: the same model reads its records in capture order.
-    let file = capture.to_str().unwrap();
-    let (code, out, err) = run_daemon(&["report", file, "--format", "json"]);
-    assert_eq!(code, 0, "{err}");
-    let r: Value = serde_json::from_str(&out).unwrap();
-    let ps = r["processes"].as_array().unwrap();
-    let p = ps
-        .iter()
-        .find(|p| p["comm"] == "workload")
-        .unwrap_or_else(|| panic!("no workload process: {r}"));
+    let p = workload_of(&r);
 
     let g = &p["gpu_time"];
     assert_eq!(

@@ -70,6 +70,8 @@ pub const IDLE_DERIVED: &str = "gpuprofd.gpu.idle_derived";
 pub const DEVICE_LAUNCHES: &str = "gpuprofd.device.kernel.launches";
 pub const DEVICE_COPY_BYTES: &str = "gpuprofd.device.copy";
 pub const TOP_KERNELS: &str = "gpuprofd.top_kernel.launches";
+pub const GPU_KERNEL_TIME: &str = "gpuprofd.gpu.kernel";
+pub const TOP_KERNEL_GPU_TIME: &str = "gpuprofd.top_kernel.gpu";
 pub const LIVE: &str = "gpuprofd.device_memory.live";
 pub const HELD: &str = "gpuprofd.gpu.memory.held";
 pub const GPU_UTIL: &str = "hw.gpu.utilization";
@@ -118,6 +120,12 @@ pub const METRICS: &[Spec] = &[
          empty, a lower bound on their GPU idle time (docs/GPU-TIME.md)"),
     spec(TOP_KERNELS, "{launch}", Counter, true, "gpuprofd_top_kernel_launches_total",
         "Launches per kernel, of the most launched kernels of each workload (or process) only"),
+    spec(GPU_KERNEL_TIME, "s", Counter, false, "gpuprofd_gpu_kernel_seconds_total",
+        "Measured, not derived: GPU time of the kernels the processes ran, from CUPTI's records \
+         through gpuprofd's injection library (docs/GPU-TIME.md)"),
+    spec(TOP_KERNEL_GPU_TIME, "s", Counter, false, "gpuprofd_top_kernel_gpu_seconds_total",
+        "Measured, not derived: GPU time per kernel, of the kernels that took the most of it in \
+         each workload (or process) only"),
     spec(LIVE, "By", Gauge, true, "gpuprofd_device_memory_live_bytes",
         "Device memory allocated through the hooked APIs and not freed"),
     spec(HELD, "By", Gauge, true, "gpuprofd_gpu_memory_held_bytes",
@@ -220,7 +228,8 @@ fn with(base: &Attrs, key: &'static str, value: &str) -> Attrs {
 /// The figures of `r` (+ `extra`), as `/metrics` shows them.
 pub fn figures(r: &Report, extra: &Extra) -> Figures {
     let mut f = Figures::default();
-    let mut kernels: BTreeMap<Attrs, BTreeMap<&str, u64>> = BTreeMap::new();
+    // Per workload (or process): kernel name → (launches, measured GPU ns).
+    let mut kernels: BTreeMap<Attrs, BTreeMap<&str, (u64, u64)>> = BTreeMap::new();
     let mut stderr2: BTreeMap<Attrs, f64> = BTreeMap::new();
     let shown = prometheus::shown(r, extra);
     for p in &shown {
@@ -259,19 +268,36 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
         {
             f.add_f(IDLE_DERIVED, l.clone(), d.idle_lower_bound_ns as f64 / 1e9);
         }
+        if p.gpu_time.basis == "measured" {
+            f.add_f(
+                GPU_KERNEL_TIME,
+                l.clone(),
+                p.gpu_time.kernel_ns as f64 / 1e9,
+            );
+        }
         let by_name = kernels.entry(l).or_default();
         for k in &p.kernels {
-            *by_name.entry(&k.name).or_default() += k.calls;
+            let e = by_name.entry(&k.name).or_default();
+            e.0 += k.calls;
+            e.1 += k.gpu_time.as_ref().map_or(0, |g| g.total_ns);
         }
     }
     for (l, s2) in stderr2 {
         f.set(LAUNCHES_STDERR, l, Value::Float(s2.sqrt()));
     }
     for (l, by_name) in kernels {
-        let mut v: Vec<(&str, u64)> = by_name.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (name, calls) in v.into_iter().take(extra.top_kernels) {
-            f.add(TOP_KERNELS, with(&l, "kernel", name), calls);
+        let mut v: Vec<(&str, (u64, u64))> = by_name.into_iter().collect();
+        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+        for (name, (calls, _)) in v.iter().take(extra.top_kernels) {
+            f.add(TOP_KERNELS, with(&l, "kernel", name), *calls);
+        }
+        v.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(b.0)));
+        for (name, (_, ns)) in v.iter().take(extra.top_kernels).filter(|x| x.1.1 > 0) {
+            f.add_f(
+                TOP_KERNEL_GPU_TIME,
+                with(&l, "kernel", name),
+                *ns as f64 / 1e9,
+            );
         }
     }
     gpus(&mut f, r, extra);

@@ -31,7 +31,17 @@ fn label_text(a: &Attrs) -> String {
 
 #[test]
 fn every_instrument_carries_the_exposition_s_samples_exactly() {
-    let (r, e) = (report(), extra());
+    let (mut r, e) = (report(), extra());
+    // Measured GPU time in one process (the injection library), on two of its kernels.
+    let p = &mut r.processes[1];
+    p.gpu_time.basis = "measured".into();
+    p.gpu_time.kernel_ns = 1_500_000_000;
+    for (k, ns) in p.kernels.iter_mut().zip([1_000_000_000, 500_000_000]) {
+        k.gpu_time = Some(crate::model::kernel_time::KernelGpuTime {
+            total_ns: ns,
+            ..Default::default()
+        });
+    }
     let text = prometheus::render(&r, &e);
     let f = figures(&r, &e);
     for spec in METRICS {

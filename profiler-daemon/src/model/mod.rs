@@ -191,7 +191,8 @@ impl Aggregator {
                 return;
             }
             Event::Exit(h, x) => {
-                if self.procs.contains_key(&h.tgid) {
+                if let Some(p) = self.procs.get_mut(&h.tgid) {
+                    p.sampling.ended(h.ts_ns);
                     self.mark_exited(h.tgid);
                     let meta = self.meta.entry(h.tgid).or_default();
                     if meta.comm.is_empty() || meta.comm == EXITED_COMM {
@@ -208,6 +209,7 @@ impl Aggregator {
         let pending = &mut self.tids_pending;
         let p = self.procs.entry(h.tgid).or_insert_with(|| {
             let mut p = Box::new(ProcState::new(cap));
+            p.sampling.seen(h.ts_ns);
             if let Some(t) = pending.get(&h.tgid) {
                 p.kernel_time.set_tids(t.clone());
             }

@@ -394,3 +394,68 @@ fn no_inject_leaves_the_command_alone() {
         .collect();
     assert_eq!(libs, Vec::<&str>::new(), "the library was loaded: {r}");
 }
+
+/// A training loop with scripted GPU work: per iteration a 50 ms kernel on stream 1, a 10 ms
+/// one on stream 2 launched right after it (so it runs inside the first), a second 50 ms one on
+/// stream 1 (queued behind the first: the fake GPU runs a stream's work in order), then 150 ms
+/// of host time and a stream sync, the step's boundary.
+const LOOP_SCRIPT: &str = "sleep_ms 1500
+gpu_ns kernel 50000000
+rt_launch gemm 1 1 1 1 32 1 1 0 1
+gpu_ns kernel 10000000
+rt_launch relu 1 1 1 1 32 1 1 0 2
+gpu_ns kernel 50000000
+rt_launch gemm 1 1 1 1 32 1 1 0 1
+sleep_ms 150
+rt_sync_stream 1 1
+";
+
+#[test]
+fn each_step_gets_its_measured_gpu_busy_time_overlaps_counted_once() {
+    require_bpf();
+    let dir = TempDir::new("gpu-time-steps");
+    // Five iterations: the first sync closes the warm-up, the next four close a step each.
+    let body = LOOP_SCRIPT.strip_prefix("sleep_ms 1500\n").unwrap();
+    let script = format!("sleep_ms 1500\n{}exit\n", body.repeat(5));
+    let (_, _, _) = run_script(&dir, &script, None);
+    let capture = dir.path().join("run.gpuprof");
+    let (code, out, err) = run_daemon(&[
+        "report",
+        capture.to_str().unwrap(),
+        "--view",
+        "steps",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let s = &v.as_array().unwrap()[0];
+    let steps = s["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "{s}");
+    const MS: u64 = 1_000_000;
+    for st in steps {
+        // The kernels' GPU time is their sum, 110 ms; busy time is their union: the stream-2
+        // kernel ran inside stream 1's 100 ms, so 100 ms exactly.
+        assert_eq!(
+            (st["gpu_ns"].as_u64(), st["gpu_busy_ns"].as_u64()),
+            (Some(110 * MS), Some(100 * MS)),
+            "{st}"
+        );
+        assert!(st["wall_ns"].as_u64().unwrap() >= 150 * MS, "{st}");
+    }
+    // The table's median share of the step the GPU was busy: 100 ms of a bit over 150.
+    let share = s["gpu_busy_share"].as_f64().unwrap();
+    assert!((0.4..0.67).contains(&share), "{s}");
+    // The overview page draws each step's busy time beside its wall time and tables the
+    // medians, labelled measured.
+    let dom = overview_dom(&capture, "gpu-busy-steps");
+    assert!(
+        dom.contains("data-series=\"gpu-busy\" stroke-dasharray=\"4 3\" data-points=\"4\""),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<td class=\"\" data-k=\"busy_p50_ms\">100.000</td>"),
+        "{dom}"
+    );
+    assert!(dom.contains("GPU busy ms (measured, median)"), "{dom}");
+}

@@ -14,7 +14,9 @@
 //! enqueued work (launch or copy) — time the GPU had nothing new from this process, e.g. waiting
 //! for input; device memory live at its end; the GPU idle and launch-ahead **derived** from the
 //! calls (`model::busy`: a lower bound on the time every stream of the process was empty, split
-//! at the step's edges). Steps whose signature differs from the step's
+//! at the step's edges); where the injection library listened, the GPU time of the step's
+//! kernels and the GPU busy time inside the step's window, both **measured**
+//! ([`gpu_busy`]). Steps whose signature differs from the step's
 //! (a last, shorter batch; an evaluation pass) are counted as irregular and kept in the series.
 //!
 //! Limits: a loop whose steps launch different kernels each time (dynamic shapes that change the
@@ -22,6 +24,8 @@
 //! all (fully asynchronous, e.g. CUDA graphs replayed without a sync) has no boundary. Times are
 //! CPU-side: a step's wall time is what the host saw, which equals the GPU's step time only when
 //! the boundary waits for all of the step's work.
+
+mod gpu_busy;
 
 use crate::api::ApiTable;
 use crate::model::busy::{Derived, Roles};
@@ -66,7 +70,13 @@ pub struct Step {
     /// **Measured** (CUPTI, the injection library): GPU time of the kernels the step launched,
     /// each joined to its launch through its launch call (`model::gpu_join`); `null` where the
     /// process's records cannot join (no library, no launch calls, thread ids not mapped).
+    /// A sum over streams: it exceeds the wall time where streams overlap.
     pub gpu_ns: Option<u64>,
+    /// **Measured** (CUPTI): time inside the step's window in which at least one of the
+    /// process's kernels, copies or memsets ran on the GPU, overlaps counted once
+    /// ([`gpu_busy`]); the wall time less it is the time the GPU ran nothing of the process.
+    /// `null` where the library did not listen from the step's start.
+    pub gpu_busy_ns: Option<u64>,
 }
 
 /// The steps of one process.
@@ -195,6 +205,7 @@ fn fresh_step(start_ns: u64) -> Step {
         derived_gpu_idle_ns: None,
         derived_launch_ahead_ns: None,
         gpu_ns: None,
+        gpu_busy_ns: None,
     }
 }
 
@@ -217,6 +228,8 @@ struct Cutter {
     /// Kernel records → the step that launched them (index into `steps`, `steps.len()` being
     /// the current one; `None` before the first step); `None` where the process cannot join.
     join: Option<(Tids, Joiner<Option<usize>>)>,
+    /// The GPU busy time of the steps' windows.
+    gpu_busy: gpu_busy::GpuBusy,
 }
 
 impl Cutter {
@@ -236,6 +249,7 @@ impl Cutter {
             busy: Derived::default(),
             roles: Roles::default(),
             idle_at_start: 0,
+            gpu_busy: gpu_busy::GpuBusy::default(),
         }
     }
 
@@ -245,6 +259,11 @@ impl Cutter {
         if let Some(ahead) = self.busy.apply(ev, self.roles.of(api, h.api)) {
             let a = self.cur.derived_launch_ahead_ns.get_or_insert(0);
             *a = (*a).max(ahead);
+        }
+        match ev {
+            Event::GpuState(_, b) => self.gpu_busy.state(h.ts_ns, b.state),
+            Event::GpuActivity(_, b) => b.in_use().iter().for_each(|a| self.gpu_busy.record(a)),
+            _ => {}
         }
         let mut enqueue = false;
         if let Some((tids, j)) = &mut self.join {
@@ -325,6 +344,7 @@ impl Cutter {
                 if self.busy.blind.is_some() {
                     s.derived_launch_ahead_ns = None;
                 }
+                self.gpu_busy.step(s.start_ns + t0, end + t0);
                 self.steps.push(s);
             }
             self.started = true;
@@ -403,6 +423,10 @@ impl StepSearch {
             .map(|((tgid, generation), c)| {
                 let (_, handle) = c.key;
                 let name = c.name.unwrap_or_default();
+                let mut steps = c.steps;
+                for (s, b) in steps.iter_mut().zip(c.gpu_busy.finish()) {
+                    s.gpu_busy_ns = b;
+                }
                 let boundary = if name.contains("Memcpy") || name.contains("memcpy") {
                     format!("{name} d2h")
                 } else if handle == 0 {
@@ -414,7 +438,7 @@ impl StepSearch {
                     tgid,
                     generation,
                     boundary,
-                    steps: c.steps,
+                    steps,
                 }
             })
             .collect();

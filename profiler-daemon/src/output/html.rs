@@ -8,7 +8,7 @@
 //! the rendered DOM back.
 
 use crate::analysis::advice::Advice;
-use crate::analysis::steps::ProcessSteps;
+use crate::analysis::steps::{ProcessSteps, quantile};
 use crate::model::mem::LiveMemory;
 use crate::model::snapshot::Report;
 use profiler_common::decode::Event;
@@ -168,11 +168,34 @@ pub fn page_data(
             .nth(g as usize)
             .map_or_else(String::new, |p| p.comm.clone())
     };
+    let ms = |ns: u64| ns as f64 / 1e6;
     let step_series: Vec<Value> = steps
         .iter()
         .map(|s| {
+            // Medians over the regular steps (the loop's usual step), as the steps view.
+            let regular: Vec<_> = s.regular().collect();
+            let median = |v: Vec<u64>| (!v.is_empty()).then(|| quantile(v, 0.5));
+            let busy = median(regular.iter().filter_map(|x| x.gpu_busy_ns).collect());
+            let share = median(
+                regular
+                    .iter()
+                    .filter_map(|x| {
+                        let b = x.gpu_busy_ns?;
+                        Some(
+                            (b.min(x.wall_ns) * 1000)
+                                .checked_div(x.wall_ns)
+                                .unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+            );
             json!({"pid": s.tgid, "comm": comm(s.tgid, s.generation), "boundary": s.boundary,
-                   "wall_ms": s.steps.iter().map(|x| x.wall_ns as f64 / 1e6).collect::<Vec<_>>()})
+                   "steps": regular.len(),
+                   "wall_p50_ms": median(regular.iter().map(|x| x.wall_ns).collect()).map(ms),
+                   "busy_p50_ms": busy.map(ms),
+                   "busy_pct": share.map(|p| p as f64 / 10.0),
+                   "wall_ms": s.steps.iter().map(|x| ms(x.wall_ns)).collect::<Vec<_>>(),
+                   "busy_ms": s.steps.iter().map(|x| x.gpu_busy_ns.map(ms)).collect::<Vec<_>>()})
         })
         .collect();
     let mut keys: Vec<&(u32, u32)> = memory.keys().collect();
@@ -275,11 +298,17 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 </head>
 <body>
 <h1>gpuprofd report</h1>
-<p class="note">All times are measured on the CPU side (when programs called CUDA, and how long
-they were blocked); GPU execution times are not measured.</p>
+<p class="note">Call counts, bytes and blocked times are measured on the CPU side (when programs
+called CUDA, and how long they were blocked). GPU execution times are measured only for processes
+that ran with gpuprofd's injection library (CUPTI; columns marked "measured"); derived figures say
+so.</p>
 <h2>Summary</h2><table id="summary"></table>
 <h2>GPUs (NVML)</h2><div id="gpus"></div>
-<h2>Step time</h2><div id="steps"></div>
+<h2>Step time</h2>
+<p class="note">Each process's step time, and where the injection library ran, the time inside
+each step that some GPU work of the process was running (GPU busy, measured: overlapping streams
+count once). The step less its GPU busy time is time the GPU ran nothing of that process.</p>
+<div id="steps"></div><table id="steptable"></table>
 <h2 id="kernels-title">Top kernels</h2><table id="kernels"></table>
 <h2>Jobs</h2><table id="jobs"></table>
 <h2>Copies</h2><div id="copies"></div>
@@ -331,6 +360,7 @@ function chart(parent, series, xlab, ylab, fmtY) {
     pl.setAttribute('points', s.points.map(([x, y]) => sx(x) + ',' + sy(y)).join(' '));
     pl.setAttribute('fill', 'none'); pl.setAttribute('stroke', colors[i % colors.length]);
     pl.setAttribute('stroke-width', '2'); pl.setAttribute('data-pid', s.pid);
+    if (s.series) { pl.setAttribute('data-series', s.series); pl.setAttribute('stroke-dasharray', '4 3'); }
     pl.setAttribute('data-points', s.points.length); svg.appendChild(pl);
     const t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
     t.setAttribute('x', W - P - 160); t.setAttribute('y', 16 + 14 * i);
@@ -360,8 +390,19 @@ if (D.gpus.length) {
   $('gpus').appendChild(el('p', {class: 'note'}, 'NVML ' + D.nvml.state +
     (D.nvml.detail ? ': ' + D.nvml.detail : '')));
 }
-chart($('steps'), D.steps.map(s => ({pid: s.pid, label: s.pid + ' ' + s.comm,
-  points: s.wall_ms.map((w, i) => [i + 1, w])})), 'step', 'step time, ms', (v) => v.toFixed(1));
+chart($('steps'), D.steps.flatMap(s => {
+  const out = [{pid: s.pid, label: s.pid + ' ' + s.comm, points: s.wall_ms.map((w, i) => [i + 1, w])}];
+  const busy = s.busy_ms.map((b, i) => [i + 1, b]).filter(([, b]) => b !== null);
+  if (busy.length) out.push({pid: s.pid, series: 'gpu-busy', points: busy,
+    label: s.pid + ' GPU busy (measured)'});
+  return out; }), 'step', 'step time, ms', (v) => v.toFixed(1));
+const opt = (f) => (v) => v === null ? '-' : f(v);
+table('steptable', [{key: 'pid', title: 'PID'}, {key: 'comm', title: 'process', left: true},
+  {key: 'boundary', title: 'step ends at', left: true}, {key: 'steps', title: 'steps'},
+  {key: 'wall_p50_ms', title: 'step ms (median)', fmt: opt((v) => v.toFixed(3))},
+  {key: 'busy_p50_ms', title: 'GPU busy ms (measured, median)', fmt: opt((v) => v.toFixed(3))},
+  {key: 'busy_pct', title: 'GPU busy % of the step (median)', fmt: opt((v) => v.toFixed(1))}],
+  D.steps);
 if (!D.steps.length) $('steps').firstChild.textContent =
   'no training loop found (see docs/CAPTURE-FILES.md, Steps)';
 $('kernels-title').textContent = D.kernels_by === 'gpu_time'

@@ -342,6 +342,7 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
                     derived_gpu_idle_ns: None,
                     derived_launch_ahead_ns: None,
                     gpu_ns: None,
+                    gpu_busy_ns: None,
                 },
             )
             .collect(),

@@ -154,6 +154,7 @@ fn a_known_loop_is_found_and_measured() {
         derived_gpu_idle_ns: Some(0),
         derived_launch_ahead_ns: None,
         gpu_ns: None,
+        gpu_busy_ns: None,
     };
     let last = Step {
         start_ns: 100_000 + 4 * 1_000_000 + 980_000 - 1_000,
@@ -167,6 +168,7 @@ fn a_known_loop_is_found_and_measured() {
         derived_gpu_idle_ns: Some(0),
         derived_launch_ahead_ns: None,
         gpu_ns: None,
+        gpu_busy_ns: None,
     };
     assert_eq!(
         p.steps,
@@ -300,10 +302,18 @@ fn each_step_gets_the_measured_gpu_time_of_the_kernels_it_launched() {
             bytes: 100,
             ..GpuActivity::default()
         };
+        // A copy on another stream overlapping the kernel's last half microsecond and running
+        // half a microsecond longer: busy time counts the overlap once.
+        items[2] = GpuActivity {
+            kind: activity::MEMCPY,
+            start_ns: base + 300_000 + (i + 1) * 1_000 - 500,
+            end_ns: base + 300_000 + (i + 1) * 1_000 + 500,
+            ..GpuActivity::default()
+        };
         w.record(encode(&Record {
             header: hdr(kind::GPU_ACTIVITY, LAUNCH, 100, base + 990_000),
             body: GpuActivityBody {
-                n: 2,
+                n: 3,
                 _pad: 0,
                 items,
             },
@@ -319,11 +329,18 @@ fn each_step_gets_the_measured_gpu_time_of_the_kernels_it_launched() {
         assert!(s.chosen(header().started_at_monotonic_ns));
         read(&t.0, |api, g, ev| s.second(api, g, ev)).unwrap();
         let found = s.steps();
-        found[0].steps.iter().map(|s| s.gpu_ns).collect::<Vec<_>>()
+        let gpu = found[0].steps.iter().map(|s| s.gpu_ns).collect::<Vec<_>>();
+        let busy = found[0].steps.iter().map(|s| s.gpu_busy_ns);
+        (gpu, busy.collect::<Vec<_>>())
     };
+    // Each step's window holds the next iteration's kernel and copy; busy time needs no join.
+    let busy = [Some(2_500), Some(3_500), Some(4_500), Some(5_500)];
     assert_eq!(
         run(Some(Tids::Same)),
-        [Some(2_000), Some(3_000), Some(4_000), Some(5_000)]
+        (
+            vec![Some(2_000), Some(3_000), Some(4_000), Some(5_000)],
+            busy.to_vec()
+        )
     );
-    assert_eq!(run(None), [None, None, None, None]);
+    assert_eq!(run(None), (vec![None, None, None, None], busy.to_vec()));
 }

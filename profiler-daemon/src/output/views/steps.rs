@@ -1,6 +1,9 @@
 //! `--view steps`: per process with a training loop, the medians of its regular steps (what
 //! the loop usually does); JSON adds every step. `IDLE≥`/`AHEAD≥` are derived (a lower bound
-//! on the GPU's idle time per step, and the host's launch-ahead: docs/GPU-TIME.md).
+//! on the GPU's idle time per step, and the host's launch-ahead: docs/GPU-TIME.md); `GPU ms`
+//! (the step's kernels' GPU time, summed), `BUSY ms` and `BUSY` (the time some GPU work of the
+//! process ran inside the step, and its share of the step) are measured where the injection
+//! library listened.
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
 use super::select::{Key, Tabular, job_label};
@@ -75,6 +78,31 @@ impl Tabular for Steps {
         // Measured (CUPTI, joined to the launches): the step's kernels' GPU time.
         Column::new("gpu_ns", "GPU ms", RIGHT.wide(), |r| {
             Cell::or_null(r.q_some(|x| x.gpu_ns, 0.5), Cell::Ms)
+        }),
+        // Measured (CUPTI): the union of the GPU work's intervals inside the step, and its
+        // share of the step's wall time (median over the steps that have it).
+        Column::new("gpu_busy_ns", "BUSY ms", RIGHT.wide(), |r| {
+            Cell::or_null(r.q_some(|x| x.gpu_busy_ns, 0.5), Cell::Ms)
+        }),
+        Column::new("gpu_busy_share", "BUSY", RIGHT, |r| {
+            let v: Vec<u64> = r
+                .regular
+                .iter()
+                .filter_map(|x| {
+                    let b = x.gpu_busy_ns?;
+                    // Per mille of the wall time, so the quantile stays in integers.
+                    Some(
+                        (b.min(x.wall_ns) * 1000)
+                            .checked_div(x.wall_ns)
+                            .unwrap_or(0),
+                    )
+                })
+                .collect();
+            if v.is_empty() {
+                Cell::Null
+            } else {
+                Cell::Share(quantile(v, 0.5) as f64 / 1000.0)
+            }
         }),
         Column::new("copy_bytes", "COPIED/STEP", RIGHT.wide(), |r| {
             Cell::Bytes(r.q(|x| x.copy_bytes, 0.5))

@@ -430,6 +430,7 @@ fn steps_view_medians_and_series() {
         derived_gpu_idle_ns: Some(4_000_000),
         derived_launch_ahead_ns: Some(1_500_000),
         gpu_ns: Some(5_000_000 + i * 1_000_000),
+        gpu_busy_ns: Some(4_500_000 + i * 1_000_000),
     };
     let steps = vec![ProcessSteps {
         tgid: 100,
@@ -450,15 +451,16 @@ fn steps_view_medians_and_series() {
     };
     assert_eq!(
         a(&[]),
-        "PID  BOUNDARY               STEPS  P50 ms  LAUNCH/STEP  INPUT ms  IDLE≥ ms\n\
-         100  cudaStreamSynchronize      3  11.000          300     0.500     4.000\n"
+        "PID  BOUNDARY               STEPS  P50 ms  LAUNCH/STEP  INPUT ms  IDLE≥ ms   BUSY\n\
+         100  cudaStreamSynchronize      3  11.000          300     0.500     4.000  55.0%\n"
     );
     assert_eq!(
         a(&["--format", "csv"]),
         "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
-         first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,gpu_ns,copy_bytes\n\
+         first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,gpu_ns,gpu_busy_ns,\
+         gpu_busy_share,copy_bytes\n\
          100,cudaStreamSynchronize,3,1,11000000,12000000,300,2000000,500000,4000000,1500000,\
-         6000000,4096\n"
+         6000000,5500000,0.55,4096\n"
     );
     let j: Value = serde_json::from_str(&a(&["--format", "json"])).unwrap();
     assert_eq!(j[0]["steps"].as_array().unwrap().len(), 4);
@@ -466,6 +468,9 @@ fn steps_view_medians_and_series() {
     assert_eq!(j[0]["steps"][1]["wall_ns"], 10_000_000);
     // Measured GPU time of each step's kernels (median of the regular steps in the CSV).
     assert_eq!(j[0]["steps"][3]["gpu_ns"], 8_000_000);
+    // Busy 4.5, 5.5, 6.5 ms of 12, 10, 11: the median share is 55 %.
+    assert_eq!(j[0]["steps"][3]["gpu_busy_ns"], 7_500_000);
+    assert_eq!(j[0]["gpu_busy_share"], 0.55);
     assert_eq!(a(&["--job", "web"]), "(no rows match)\n");
     assert_eq!(
         a(&["--job", "4242", "--format", "csv", "--select", "pid"]),

@@ -179,6 +179,7 @@ fn steps() -> Vec<ProcessSteps> {
         derived_gpu_idle_ns: Some(4_000_000 + i),
         derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
         gpu_ns: None,
+        gpu_busy_ns: None,
     };
     vec![
         ProcessSteps {

@@ -590,10 +590,20 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
     } else {
         String::new()
     };
-    // Measured by CUPTI (the injection library): the GPU time of the kernels each step
-    // launched, summed over streams (overlapping kernels can sum past the wall time).
+    // Measured by CUPTI (the injection library): how long some GPU work of the process ran
+    // inside each step (overlaps counted once); where that is missing, the GPU time of the
+    // kernels each step launched, summed over streams (it can sum past the wall time).
+    let busy: Vec<u64> = regular.iter().filter_map(|x| x.gpu_busy_ns).collect();
     let gpu: Vec<u64> = regular.iter().filter_map(|x| x.gpu_ns).collect();
-    let gpu = if wall > 0 && gpu.len() == regular.len() {
+    let gpu = if wall > 0 && busy.len() == regular.len() {
+        let busy = quantile(busy, 0.5);
+        format!(
+            "; measured by CUPTI, the GPU ran this process's work for {} ms ({:.0}%) of the \
+             step and nothing of it for the rest (median; overlapping streams counted once)",
+            units::ms(busy),
+            busy as f64 * 100.0 / wall as f64
+        )
+    } else if wall > 0 && gpu.len() == regular.len() {
         let gpu = quantile(gpu, 0.5);
         format!(
             "; measured by CUPTI, the step's kernels ran {} ms on the GPU ({:.0}% of the \

@@ -570,6 +570,21 @@ fn sync_bound_and_input_bound_cite_the_derived_gpu_idle() {
         "{}",
         a[1].evidence
     );
+    // The busy time inside each step, where there is one, comes first.
+    let mut b = m.clone();
+    for (i, st) in b.steps.iter_mut().enumerate() {
+        st.gpu_busy_ns = Some(1_500_000 + i as u64 * 500_000);
+    }
+    let a = advise(&report(vec![balanced(), p.clone()], 0), &[b]);
+    assert!(
+        a[1].evidence.ends_with(
+            "(median); measured by CUPTI, the GPU ran this process's work for 2.000 ms (20%) \
+             of the step and nothing of it for the rest (median; overlapping streams counted \
+             once)"
+        ),
+        "{}",
+        a[1].evidence
+    );
     // Not in every step (a step whose records could not join): not cited.
     m.steps[2].gpu_ns = None;
     let a = advise(&report(vec![balanced(), p.clone()], 0), &[m]);

@@ -458,4 +458,22 @@ fn each_step_gets_its_measured_gpu_busy_time_overlaps_counted_once() {
         "{dom}"
     );
     assert!(dom.contains("GPU busy ms (measured, median)"), "{dom}");
+    // The timeline's step spans carry it too.
+    let trace = dir.path().join("run.json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        capture.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let busy: Vec<u64> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "step")
+        .map(|e| e["args"]["gpu_busy_ns"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(busy, [100 * MS; 4]);
 }

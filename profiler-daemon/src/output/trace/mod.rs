@@ -214,7 +214,12 @@ impl Args {
 
 impl<const N: usize> From<[(&'static str, Arg); N]> for Args {
     fn from(a: [(&'static str, Arg); N]) -> Args {
-        let mut v = Vec::from(a);
+        Args::from(Vec::from(a))
+    }
+}
+
+impl From<Vec<(&'static str, Arg)>> for Args {
+    fn from(mut v: Vec<(&'static str, Arg)>) -> Args {
         v.sort_unstable_by_key(|(k, _)| *k);
         Args(v)
     }
@@ -437,7 +442,8 @@ fn gpm(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
     Ok(())
 }
 
-/// Steps (two more passes, see `steps`): a span per step on a "steps" track.
+/// Steps (two more passes, see `steps`): a span per step on a "steps" track, with the step's
+/// figures (its derived GPU idle and measured GPU busy time where there are) as arguments.
 fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
     for s in crate::analysis::steps::find(path, cap.t0)? {
         let pid = cap.pid(s.tgid, s.generation);
@@ -462,14 +468,22 @@ fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> 
                 dur: Dur::Ns(st.wall_ns),
                 cat: "step",
                 name: format!("step {}", i + 1),
-                args: Args::from([
-                    ("launches", Arg::Uint(st.launches)),
-                    ("blocked_ns", Arg::Uint(st.blocked_ns)),
-                    ("copy_bytes", Arg::Uint(st.copy_bytes)),
-                    ("first_enqueue_ns", Arg::Uint(st.first_enqueue_ns)),
-                    ("live_bytes", Arg::Uint(st.live_bytes)),
-                    ("regular", Arg::Bool(st.regular)),
-                ]),
+                args: Args::from(
+                    [
+                        ("launches", Some(st.launches)),
+                        ("blocked_ns", Some(st.blocked_ns)),
+                        ("copy_bytes", Some(st.copy_bytes)),
+                        ("first_enqueue_ns", Some(st.first_enqueue_ns)),
+                        ("live_bytes", Some(st.live_bytes)),
+                        // Derived (a lower bound) and measured (CUPTI), where there are.
+                        ("derived_gpu_idle_ns", st.derived_gpu_idle_ns),
+                        ("gpu_busy_ns", st.gpu_busy_ns),
+                    ]
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, Arg::Uint(v?))))
+                    .chain([("regular", Arg::Bool(st.regular))])
+                    .collect::<Vec<_>>(),
+                ),
             })?;
         }
     }

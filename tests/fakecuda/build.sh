@@ -82,7 +82,7 @@ cp "$OUT/lib-cupti/libcupti.so.12" "$OUT/lib-cupti-system/libcupti.so"
 mkdir -p "$OUT/lib-nccl"
 $CC $(echo "$CFLAGS" | sed 's/-O2/-O0/') -shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer \
     -fcf-protection=none -Wl,-soname,libnccl.so.2 -Wl,--no-undefined \
-    -o "$OUT/lib-nccl/libnccl.so.2" nccl.c nccl_tramp.S -ldl
+    -o "$OUT/lib-nccl/libnccl.so.2" nccl.c nccl_tramp.S -ldl -lpthread
 
 # Workloads. The executable's RUNPATH finds the libraries next to it ($ORIGIN/../lib).
 RPATH='-Wl,-rpath,$ORIGIN/../lib'

@@ -11,13 +11,23 @@
  * Communicators are made locally: NCCL's initialisation is collective across ranks, this one
  * is not, so one process can make all the ranks of a "world" (each call gives one rank). A
  * communicator's device is the calling thread's CUDA device (cudaGetDevice, looked up at run
- * time so that the library needs no runtime), 0 without a runtime. */
+ * time so that the library needs no runtime), 0 without a runtime.
+ *
+ * Each collective and point-to-point call runs a device kernel, as the real one does: NCCL
+ * 2.19 and later launch `ncclDevKernel_*` through the driver's cuLaunchKernelEx on the call's
+ * stream, at the call or, inside a ncclGroupStart/ncclGroupEnd group, once at the group's end
+ * (on the first call's stream). Here the kernels live in a module of the fake driver's image
+ * format, loaded at the first launch; the driver is looked up at run time (no driver, no
+ * kernel). The fake CUPTI times them like any kernel (`gpu_ns kernel`). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nccl_fake.h"
+/* The driver's types and the fake image format (its functions are looked up, not linked). */
+#include "cuda_fake.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -43,6 +53,59 @@ static int current_device(void) {
 }
 
 static int valid(const struct ncclComm *c) { return c && c->magic == COMM_MAGIC; }
+
+/* NCCL's device kernels as CUPTI names them (mangled): NCCL 2.19+'s
+ * `ncclDevKernel_<Coll>_<Op>_<Type>_<Algo>_<Proto>(ncclDevKernelArgsStorage<4096ul>)`. */
+enum { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_ALLTOALL, K_BROADCAST, K_REDUCE, K_SENDRECV, NK };
+static const char *const kernel_names[NK] = {
+    "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z43ncclDevKernel_ReduceScatter_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z31ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z27ncclDevKernel_AlltoAll_RING24ncclDevKernelArgsStorageILm4096EE",
+    "_Z31ncclDevKernel_Broadcast_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z36ncclDevKernel_Reduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z22ncclDevKernel_SendRecv24ncclDevKernelArgsStorageILm4096EE",
+};
+static const struct fake_fatbin kernel_image = {FAKE_FATBIN_MAGIC, NK, kernel_names};
+static CUfunction g_kernels[NK];
+static CUresult (*g_launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
+
+static void load_kernels(void) {
+    CUresult (*load)(CUmodule *, const void *) =
+        (CUresult(*)(CUmodule *, const void *))dlsym(RTLD_DEFAULT, "cuModuleLoadData");
+    CUresult (*get)(CUfunction *, CUmodule, const char *) =
+        (CUresult(*)(CUfunction *, CUmodule, const char *))dlsym(RTLD_DEFAULT, "cuModuleGetFunction");
+    CUmodule m;
+    if (!load || !get || load(&m, &kernel_image) != CUDA_SUCCESS) return;
+    for (int i = 0; i < NK; i++)
+        if (get(&g_kernels[i], m, kernel_names[i]) != CUDA_SUCCESS) return;
+    g_launch_ex = (CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **))dlsym(
+        RTLD_DEFAULT, "cuLaunchKernelEx");
+}
+
+/* A group's pending kernel: the first call's kernel and stream. */
+static __thread int g_group_kernel = -1;
+static __thread cudaStream_t g_group_stream;
+
+static void launch_now(int k, cudaStream_t stream) {
+    pthread_once(&g_kernels_once, load_kernels);
+    if (!g_launch_ex) return;
+    void *args[1] = {NULL};
+    CUlaunchConfig c = {1, 1, 1, 64, 1, 1, 0, (CUstream)stream, NULL, 0};
+    g_launch_ex(&c, g_kernels[k], args, NULL);
+}
+
+/* Kernel `k` of a successful call on `stream`: now, or at the group's end. */
+static ncclResult_t launch(ncclResult_t r, int k, cudaStream_t stream) {
+    if (r != ncclSuccess) return r;
+    if (g_group_depth > 0) {
+        if (g_group_kernel < 0) g_group_kernel = k, g_group_stream = stream;
+    } else {
+        launch_now(k, stream);
+    }
+    return r;
+}
 
 static ncclResult_t make(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank, int dev) {
     if (!out || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
@@ -136,33 +199,33 @@ static ncclResult_t check(ncclComm_t comm, ncclDataType_t dt, int op) {
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)stream;
-    return check(comm, datatype, op);
+    (void)sendbuff, (void)recvbuff, (void)count;
+    return launch(check(comm, datatype, op), K_ALLREDUCE, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)recvcount, (void)stream;
-    return check(comm, datatype, op);
+    (void)sendbuff, (void)recvbuff, (void)recvcount;
+    return launch(check(comm, datatype, op), K_REDUCESCATTER, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)sendcount, (void)stream;
-    return check(comm, datatype, -1);
+    (void)sendbuff, (void)recvbuff, (void)sendcount;
+    return launch(check(comm, datatype, -1), K_ALLGATHER, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)stream;
-    return check(comm, datatype, -1);
+    (void)sendbuff, (void)recvbuff, (void)count;
+    return launch(check(comm, datatype, -1), K_ALLTOALL, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)stream;
+    (void)sendbuff, (void)recvbuff, (void)count;
     if (valid(comm) && (root < 0 || root >= comm->nranks)) return ncclInvalidArgument;
-    return check(comm, datatype, -1);
+    return launch(check(comm, datatype, -1), K_BROADCAST, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
@@ -172,23 +235,23 @@ NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datat
 
 NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)stream;
+    (void)sendbuff, (void)recvbuff, (void)count;
     if (valid(comm) && (root < 0 || root >= comm->nranks)) return ncclInvalidArgument;
-    return check(comm, datatype, op);
+    return launch(check(comm, datatype, op), K_REDUCE, stream);
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
-    (void)sendbuff, (void)count, (void)stream;
+    (void)sendbuff, (void)count;
     if (valid(comm) && (peer < 0 || peer >= comm->nranks)) return ncclInvalidArgument;
-    return check(comm, datatype, -1);
+    return launch(check(comm, datatype, -1), K_SENDRECV, stream);
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
-    (void)recvbuff, (void)count, (void)stream;
+    (void)recvbuff, (void)count;
     if (valid(comm) && (peer < 0 || peer >= comm->nranks)) return ncclInvalidArgument;
-    return check(comm, datatype, -1);
+    return launch(check(comm, datatype, -1), K_SENDRECV, stream);
 }
 
 NCCL_API(ncclResult_t, ncclGroupStart, void) {
@@ -199,5 +262,9 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 NCCL_API(ncclResult_t, ncclGroupEnd, void) {
     if (g_group_depth == 0) return ncclInvalidUsage;
     g_group_depth--;
+    if (g_group_depth == 0 && g_group_kernel >= 0) {
+        launch_now(g_group_kernel, g_group_stream);
+        g_group_kernel = -1;
+    }
     return ncclSuccess;
 }

@@ -22,17 +22,42 @@
  *   broadcast C COUNT DTYPE ROOT S N (also bcast: ncclBcast)
  *   reduce C COUNT DTYPE OP ROOT S N
  *   send C COUNT DTYPE PEER S N      (also recv)
+ *
+ * Compute beside the collectives (for the GPU-time tests):
+ *   gpu_ns kernel|memcpy|memset NS   how long the following kernels, copies or memsets run on
+ *                                    the fake GPU (fakecuda_set_gpu_ns; the fake CUPTI's times)
+ *   launch S N                       N× cuLaunchKernel of a compute kernel (gemm) on stream slot S
+ *   sync S                           cudaStreamSynchronize(stream slot S)
+ *   sleep_ms MS
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nccl_fake.h"
 
 int cudaSetDevice(int dev);
 int cudaStreamCreate(cudaStream_t *s);
+int cudaStreamSynchronize(cudaStream_t s);
+
+/* The driver's module and launch calls (linked: libcuda.so.1). */
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+int cuModuleLoadData(CUmodule *module, const void *image);
+int cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+int cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned smem, cudaStream_t s, void **params, void **extra);
+/* The fake driver's image format (cuda_fake.h's struct fake_fatbin). */
+static const char *const compute_names[] = {"_Z4gemmPKfS0_Pfiii"};
+static const struct {
+    unsigned magic, count;
+    const char *const *names;
+} compute_image = {0x466243B1u, 1, compute_names};
+static CUfunction compute;
 
 static ncclComm_t comms[64];
 static cudaStream_t streams[16];
@@ -66,6 +91,38 @@ static int run(int argc, char **argv, char *reply, char *extra) {
     if (!slot(argv[i], &a, 64)) return FAIL("bad slot")
 #define STREAM(i) \
     if (!slot(argv[i], &s, 16)) return FAIL("bad stream slot")
+    if (!strcmp(c, "gpu_ns")) {
+        NARGS(3);
+        void (*set)(unsigned, unsigned long long) =
+            (void (*)(unsigned, unsigned long long))dlsym(RTLD_DEFAULT, "fakecuda_set_gpu_ns");
+        unsigned which = !strcmp(argv[1], "kernel") ? 0 : !strcmp(argv[1], "memcpy") ? 1 : 2;
+        if (!set) return FAIL("the driver has no fakecuda_set_gpu_ns");
+        set(which, strtoull(argv[2], NULL, 10));
+        return 0;
+    }
+    if (!strcmp(c, "launch")) {
+        NARGS(3);
+        STREAM(1);
+        CUmodule m;
+        if (!compute && (cuModuleLoadData(&m, &compute_image) ||
+                         cuModuleGetFunction(&compute, m, compute_names[0])))
+            return FAIL("no compute kernel");
+        for (int i = 0; i < atoi(argv[2]); i++)
+            if (cuLaunchKernel(compute, 1, 1, 1, 32, 1, 1, 0, streams[s], NULL, NULL))
+                return FAIL("cuLaunchKernel failed");
+        return 0;
+    }
+    if (!strcmp(c, "sync")) {
+        NARGS(2);
+        STREAM(1);
+        return cudaStreamSynchronize(streams[s]) ? FAIL("cudaStreamSynchronize failed") : 0;
+    }
+    if (!strcmp(c, "sleep_ms")) {
+        NARGS(2);
+        struct timespec t = {atoi(argv[1]) / 1000, (atoi(argv[1]) % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+        return 0;
+    }
     if (!strcmp(c, "set_device")) {
         NARGS(2);
         return cudaSetDevice(atoi(argv[1])) ? FAIL("cudaSetDevice failed") : 0;

@@ -44,13 +44,23 @@ fn run_script(
     script: &str,
     cupti_log: Option<&std::path::Path>,
 ) -> (Value, String, String) {
+    run_program(dir, "workload", script, cupti_log)
+}
+
+/// [`run_script`] with another of the fakes' workload programs (`bin/PROGRAM`).
+fn run_program(
+    dir: &TempDir,
+    program: &str,
+    script: &str,
+    cupti_log: Option<&std::path::Path>,
+) -> (Value, String, String) {
     let file = dir.path().join("script");
     std::fs::write(&file, script).unwrap();
     let capture = dir.path().join("run.gpuprof");
     let replies = dir.path().join("workload.out");
     let cmd = format!(
         "{} < {} > {}",
-        fakecuda().join("bin/workload").display(),
+        fakecuda().join("bin").join(program).display(),
         file.display(),
         replies.display()
     );
@@ -476,4 +486,85 @@ fn each_step_gets_its_measured_gpu_busy_time_overlaps_counted_once() {
         .map(|e| e["args"]["gpu_busy_ns"].as_u64().unwrap_or(0))
         .collect();
     assert_eq!(busy, [100 * MS; 4]);
+}
+
+/// A data-parallel step on the fakes: a 50 ms compute kernel on stream 1; an all-reduce on
+/// stream 2 whose 20 ms kernel runs beside it (hidden behind compute); an all-reduce on stream
+/// 1 whose 30 ms kernel runs after it (exposed: nothing else runs); host time; the sync.
+const NCCL_LOOP: &str = "gpu_ns kernel 50000000
+launch 1 1
+gpu_ns kernel 20000000
+allreduce 0 1024 7 0 2 1
+gpu_ns kernel 30000000
+allreduce 0 1024 7 0 1 1
+sleep_ms 150
+sync 1
+";
+
+#[test]
+fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
+    require_bpf();
+    let dir = TempDir::new("gpu-time-nccl");
+    // cuInit (the library's load) comes with the first runtime call: the pause after it.
+    let script = format!(
+        "set_device 0\nsleep_ms 1500\nstream 1\nstream 2\ninit_config 0 seed 1 0\n{}exit\n",
+        NCCL_LOOP.repeat(5)
+    );
+    let (r, replies, _) = run_program(&dir, "nccl_workload", &script, None);
+    assert!(!replies.contains("err "), "{replies}");
+    let g = &r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "nccl_workload")
+        .unwrap_or_else(|| panic!("no nccl_workload: {}", r["processes"]))["gpu_time"];
+    // 5 compute kernels and 10 NCCL kernels, every one joined to its launch.
+    assert_eq!(
+        (&g["kernels"], &g["joined"]),
+        (&json!(15), &json!(15)),
+        "{g}"
+    );
+    let capture = dir.path().join("run.gpuprof");
+    let (code, out, err) = run_daemon(&[
+        "report",
+        capture.to_str().unwrap(),
+        "--view",
+        "steps",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let s = &v.as_array().unwrap()[0];
+    let steps = s["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "{s}");
+    const MS: u64 = 1_000_000;
+    for st in steps {
+        let got = [
+            "gpu_ns",
+            "gpu_busy_ns",
+            "gpu_comm_ns",
+            "gpu_comm_exposed_ns",
+        ]
+        .map(|k| st[k].as_u64());
+        // Kernels 50 + 20 + 30 ms; busy 80 (the hidden all-reduce inside the compute);
+        // communication 20 + 30; exposed 30.
+        assert_eq!(
+            got,
+            [Some(100 * MS), Some(80 * MS), Some(50 * MS), Some(30 * MS)],
+            "{st}"
+        );
+    }
+    // The overview page tables the same medians.
+    let dom = overview_dom(&capture, "gpu-comm-steps");
+    for (k, v) in [
+        ("busy_p50_ms", "80.000"),
+        ("comm_p50_ms", "50.000"),
+        ("exposed_p50_ms", "30.000"),
+    ] {
+        assert!(
+            dom.contains(&format!("<td class=\"\" data-k=\"{k}\">{v}</td>")),
+            "{k}: {dom}"
+        );
+    }
 }

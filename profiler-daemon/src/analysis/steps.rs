@@ -15,8 +15,8 @@
 //! for input; device memory live at its end; the GPU idle and launch-ahead **derived** from the
 //! calls (`model::busy`: a lower bound on the time every stream of the process was empty, split
 //! at the step's edges); where the injection library listened, the GPU time of the step's
-//! kernels and the GPU busy time inside the step's window, both **measured**
-//! ([`gpu_busy`]). Steps whose signature differs from the step's
+//! kernels, the GPU busy time inside the step's window, and the time NCCL's kernels ran in it
+//! (all of it, and the part nothing else ran beside: exposed), all **measured** ([`gpu_busy`]). Steps whose signature differs from the step's
 //! (a last, shorter batch; an evaluation pass) are counted as irregular and kept in the series.
 //!
 //! Limits: a loop whose steps launch different kernels each time (dynamic shapes that change the
@@ -77,6 +77,12 @@ pub struct Step {
     /// ([`gpu_busy`]); the wall time less it is the time the GPU ran nothing of the process.
     /// `null` where the library did not listen from the step's start.
     pub gpu_busy_ns: Option<u64>,
+    /// **Measured** (CUPTI): time inside the step's window in which one of the process's NCCL
+    /// kernels ran (collectives and point-to-point on the GPU), overlaps counted once.
+    pub gpu_comm_ns: Option<u64>,
+    /// **Measured** (CUPTI): the part of it in which nothing else of the process ran on the
+    /// GPU: communication the step waited for, not hidden behind compute or copies.
+    pub gpu_comm_exposed_ns: Option<u64>,
 }
 
 /// The steps of one process.
@@ -206,6 +212,8 @@ fn fresh_step(start_ns: u64) -> Step {
         derived_launch_ahead_ns: None,
         gpu_ns: None,
         gpu_busy_ns: None,
+        gpu_comm_ns: None,
+        gpu_comm_exposed_ns: None,
     }
 }
 
@@ -262,6 +270,7 @@ impl Cutter {
         }
         match ev {
             Event::GpuState(_, b) => self.gpu_busy.state(h.ts_ns, b.state),
+            Event::GpuName(_, b) => self.gpu_busy.name(b),
             Event::GpuActivity(_, b) => b.in_use().iter().for_each(|a| self.gpu_busy.record(a)),
             _ => {}
         }
@@ -425,7 +434,9 @@ impl StepSearch {
                 let name = c.name.unwrap_or_default();
                 let mut steps = c.steps;
                 for (s, b) in steps.iter_mut().zip(c.gpu_busy.finish()) {
-                    s.gpu_busy_ns = b;
+                    s.gpu_busy_ns = b.map(|b| b.busy);
+                    s.gpu_comm_ns = b.map(|b| b.comm);
+                    s.gpu_comm_exposed_ns = b.map(|b| b.comm_exposed);
                 }
                 let boundary = if name.contains("Memcpy") || name.contains("memcpy") {
                     format!("{name} d2h")

@@ -30,6 +30,14 @@ const BAD_DATATYPE: u32 = u32::MAX;
 /// The reduction key of operators made by `ncclRedOpCreatePreMulSum` (values from 5 up).
 const CUSTOM_REDOP: u32 = 5;
 
+/// Whether a kernel (CUPTI's name, mangled or not) is one of NCCL's: its device kernels are
+/// `ncclDevKernel_*` (NCCL 2.19 and later) or `ncclKernel_*` (earlier), in every build.
+pub fn is_nccl_kernel(name: &[u8]) -> bool {
+    [b"ncclDevKernel_".as_slice(), b"ncclKernel_".as_slice()]
+        .iter()
+        .any(|p| name.windows(p.len()).any(|w| w == *p))
+}
+
 /// FNV-1a, 64-bit, over `bytes`, continuing from `h` (start: [`FNV_OFFSET`]).
 fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {

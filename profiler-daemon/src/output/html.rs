@@ -176,6 +176,13 @@ pub fn page_data(
             let regular: Vec<_> = s.regular().collect();
             let median = |v: Vec<u64>| (!v.is_empty()).then(|| quantile(v, 0.5));
             let busy = median(regular.iter().filter_map(|x| x.gpu_busy_ns).collect());
+            let comm_ns = median(regular.iter().filter_map(|x| x.gpu_comm_ns).collect());
+            let exposed = median(
+                regular
+                    .iter()
+                    .filter_map(|x| x.gpu_comm_exposed_ns)
+                    .collect(),
+            );
             let share = median(
                 regular
                     .iter()
@@ -194,6 +201,7 @@ pub fn page_data(
                    "wall_p50_ms": median(regular.iter().map(|x| x.wall_ns).collect()).map(ms),
                    "busy_p50_ms": busy.map(ms),
                    "busy_pct": share.map(|p| p as f64 / 10.0),
+                   "comm_p50_ms": comm_ns.map(ms), "exposed_p50_ms": exposed.map(ms),
                    "wall_ms": s.steps.iter().map(|x| ms(x.wall_ns)).collect::<Vec<_>>(),
                    "busy_ms": s.steps.iter().map(|x| x.gpu_busy_ns.map(ms)).collect::<Vec<_>>()})
         })
@@ -307,7 +315,9 @@ so.</p>
 <h2>Step time</h2>
 <p class="note">Each process's step time, and where the injection library ran, the time inside
 each step that some GPU work of the process was running (GPU busy, measured: overlapping streams
-count once). The step less its GPU busy time is time the GPU ran nothing of that process.</p>
+count once). The step less its GPU busy time is time the GPU ran nothing of that process. NCCL
+kernels: the time one of NCCL's kernels ran in the step; exposed: the part in which nothing else
+of the process ran beside it (communication not hidden behind compute).</p>
 <div id="steps"></div><table id="steptable"></table>
 <h2 id="kernels-title">Top kernels</h2><table id="kernels"></table>
 <h2>Jobs</h2><table id="jobs"></table>
@@ -401,7 +411,9 @@ table('steptable', [{key: 'pid', title: 'PID'}, {key: 'comm', title: 'process', 
   {key: 'boundary', title: 'step ends at', left: true}, {key: 'steps', title: 'steps'},
   {key: 'wall_p50_ms', title: 'step ms (median)', fmt: opt((v) => v.toFixed(3))},
   {key: 'busy_p50_ms', title: 'GPU busy ms (measured, median)', fmt: opt((v) => v.toFixed(3))},
-  {key: 'busy_pct', title: 'GPU busy % of the step (median)', fmt: opt((v) => v.toFixed(1))}],
+  {key: 'busy_pct', title: 'GPU busy % of the step (median)', fmt: opt((v) => v.toFixed(1))},
+  {key: 'comm_p50_ms', title: 'NCCL kernels ms (measured, median)', fmt: opt((v) => v.toFixed(3))},
+  {key: 'exposed_p50_ms', title: 'of which exposed ms', fmt: opt((v) => v.toFixed(3))}],
   D.steps);
 if (!D.steps.length) $('steps').firstChild.textContent =
   'no training loop found (see docs/CAPTURE-FILES.md, Steps)';

@@ -343,6 +343,8 @@ fn steps_of(tgid: u32, steps: &[(u64, u64, u64)]) -> ProcessSteps {
                     derived_launch_ahead_ns: None,
                     gpu_ns: None,
                     gpu_busy_ns: None,
+                    gpu_comm_ns: None,
+                    gpu_comm_exposed_ns: None,
                 },
             )
             .collect(),

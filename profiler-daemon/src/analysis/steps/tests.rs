@@ -155,6 +155,8 @@ fn a_known_loop_is_found_and_measured() {
         derived_launch_ahead_ns: None,
         gpu_ns: None,
         gpu_busy_ns: None,
+        gpu_comm_ns: None,
+        gpu_comm_exposed_ns: None,
     };
     let last = Step {
         start_ns: 100_000 + 4 * 1_000_000 + 980_000 - 1_000,
@@ -169,6 +171,8 @@ fn a_known_loop_is_found_and_measured() {
         derived_launch_ahead_ns: None,
         gpu_ns: None,
         gpu_busy_ns: None,
+        gpu_comm_ns: None,
+        gpu_comm_exposed_ns: None,
     };
     assert_eq!(
         p.steps,

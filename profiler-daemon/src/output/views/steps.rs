@@ -2,8 +2,9 @@
 //! the loop usually does); JSON adds every step. `IDLE≥`/`AHEAD≥` are derived (a lower bound
 //! on the GPU's idle time per step, and the host's launch-ahead: docs/GPU-TIME.md); `GPU ms`
 //! (the step's kernels' GPU time, summed), `BUSY ms` and `BUSY` (the time some GPU work of the
-//! process ran inside the step, and its share of the step) are measured where the injection
-//! library listened.
+//! process ran inside the step, and its share of the step), `COMM ms` and `EXPOSED ms` (NCCL's
+//! kernels inside the step, and the part nothing else of the process ran beside) are measured
+//! where the injection library listened.
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
 use super::select::{Key, Tabular, job_label};
@@ -103,6 +104,14 @@ impl Tabular for Steps {
             } else {
                 Cell::Share(quantile(v, 0.5) as f64 / 1000.0)
             }
+        }),
+        // Measured (CUPTI): NCCL's kernels inside the step, and the part nothing else ran
+        // beside (exposed communication).
+        Column::new("gpu_comm_ns", "COMM ms", RIGHT.wide(), |r| {
+            Cell::or_null(r.q_some(|x| x.gpu_comm_ns, 0.5), Cell::Ms)
+        }),
+        Column::new("gpu_comm_exposed_ns", "EXPOSED ms", RIGHT.wide(), |r| {
+            Cell::or_null(r.q_some(|x| x.gpu_comm_exposed_ns, 0.5), Cell::Ms)
         }),
         Column::new("copy_bytes", "COPIED/STEP", RIGHT.wide(), |r| {
             Cell::Bytes(r.q(|x| x.copy_bytes, 0.5))

@@ -431,6 +431,8 @@ fn steps_view_medians_and_series() {
         derived_launch_ahead_ns: Some(1_500_000),
         gpu_ns: Some(5_000_000 + i * 1_000_000),
         gpu_busy_ns: Some(4_500_000 + i * 1_000_000),
+        gpu_comm_ns: Some(1_000_000),
+        gpu_comm_exposed_ns: Some(250_000 + i * 100_000),
     };
     let steps = vec![ProcessSteps {
         tgid: 100,
@@ -458,9 +460,9 @@ fn steps_view_medians_and_series() {
         a(&["--format", "csv"]),
         "pid,boundary,calls,irregular,wall_p50_ns,wall_p90_ns,launches,blocked_ns,\
          first_enqueue_ns,derived_gpu_idle_ns,derived_launch_ahead_ns,gpu_ns,gpu_busy_ns,\
-         gpu_busy_share,copy_bytes\n\
+         gpu_busy_share,gpu_comm_ns,gpu_comm_exposed_ns,copy_bytes\n\
          100,cudaStreamSynchronize,3,1,11000000,12000000,300,2000000,500000,4000000,1500000,\
-         6000000,5500000,0.55,4096\n"
+         6000000,5500000,0.55,1000000,350000,4096\n"
     );
     let j: Value = serde_json::from_str(&a(&["--format", "json"])).unwrap();
     assert_eq!(j[0]["steps"].as_array().unwrap().len(), 4);

@@ -180,6 +180,8 @@ fn steps() -> Vec<ProcessSteps> {
         derived_launch_ahead_ns: (i > 0).then_some(1_500_000),
         gpu_ns: None,
         gpu_busy_ns: None,
+        gpu_comm_ns: None,
+        gpu_comm_exposed_ns: None,
     };
     vec![
         ProcessSteps {

@@ -84,6 +84,18 @@ impl GpuActivityBody {
 }
 
 impl GpuNameBody {
+    /// The record naming kernel `id` `name` (cut at [`GPU_NAME_CAP`] bytes).
+    pub fn new(id: u32, name: &[u8]) -> Self {
+        let n = name.len().min(GPU_NAME_CAP);
+        let mut b = GpuNameBody {
+            id,
+            len: n as u32,
+            name: [0; GPU_NAME_CAP],
+        };
+        b.name[..n].copy_from_slice(&name[..n]);
+        b
+    }
+
     /// The name bytes in use (never past [`GPU_NAME_CAP`], nor past an embedded NUL).
     pub fn name_bytes(&self) -> &[u8] {
         let s = &self.name[..(self.len as usize).min(GPU_NAME_CAP)];

@@ -405,6 +405,23 @@ fn no_inject_leaves_the_command_alone() {
     assert_eq!(libs, Vec::<&str>::new(), "the library was loaded: {r}");
 }
 
+/// The steps view (JSON) of the one process with a step loop in `capture`.
+fn steps_of(capture: &std::path::Path) -> Value {
+    let (code, out, err) = run_daemon(&[
+        "report",
+        capture.to_str().unwrap(),
+        "--view",
+        "steps",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let loops = v.as_array().unwrap();
+    assert_eq!(loops.len(), 1, "{v}");
+    loops[0].clone()
+}
+
 /// A training loop with scripted GPU work: per iteration a 50 ms kernel on stream 1, a 10 ms
 /// one on stream 2 launched right after it (so it runs inside the first), a second 50 ms one on
 /// stream 1 (queued behind the first: the fake GPU runs a stream's work in order), then 150 ms
@@ -429,17 +446,7 @@ fn each_step_gets_its_measured_gpu_busy_time_overlaps_counted_once() {
     let script = format!("sleep_ms 1500\n{}exit\n", body.repeat(5));
     let (_, _, _) = run_script(&dir, &script, None);
     let capture = dir.path().join("run.gpuprof");
-    let (code, out, err) = run_daemon(&[
-        "report",
-        capture.to_str().unwrap(),
-        "--view",
-        "steps",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let s = &v.as_array().unwrap()[0];
+    let s = steps_of(&capture);
     let steps = s["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 4, "{s}");
     const MS: u64 = 1_000_000;
@@ -525,17 +532,7 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
         "{g}"
     );
     let capture = dir.path().join("run.gpuprof");
-    let (code, out, err) = run_daemon(&[
-        "report",
-        capture.to_str().unwrap(),
-        "--view",
-        "steps",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let s = &v.as_array().unwrap()[0];
+    let s = steps_of(&capture);
     let steps = s["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 4, "{s}");
     const MS: u64 = 1_000_000;

@@ -85,6 +85,19 @@ pub struct Step {
     pub gpu_comm_exposed_ns: Option<u64>,
 }
 
+impl Step {
+    /// The measured GPU busy time's share of the step's wall time, in per mille (integers, so
+    /// that a quantile over steps is one of them); `None` where busy time was not measured.
+    pub fn gpu_busy_permille(&self) -> Option<u64> {
+        let b = self.gpu_busy_ns?;
+        Some(
+            (u128::from(b.min(self.wall_ns)) * 1000)
+                .checked_div(u128::from(self.wall_ns))
+                .map_or(0, |v| v as u64),
+        )
+    }
+}
+
 /// The steps of one process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessSteps {

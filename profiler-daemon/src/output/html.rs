@@ -186,14 +186,7 @@ pub fn page_data(
             let share = median(
                 regular
                     .iter()
-                    .filter_map(|x| {
-                        let b = x.gpu_busy_ns?;
-                        Some(
-                            (b.min(x.wall_ns) * 1000)
-                                .checked_div(x.wall_ns)
-                                .unwrap_or(0),
-                        )
-                    })
+                    .filter_map(|x| x.gpu_busy_permille())
                     .collect(),
             );
             json!({"pid": s.tgid, "comm": comm(s.tgid, s.generation), "boundary": s.boundary,

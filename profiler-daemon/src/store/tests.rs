@@ -794,8 +794,7 @@ pub(crate) fn write_gpu_capture_full(
     early: bool,
 ) {
     use profiler_common::gpu::{
-        BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
-        copykind, state,
+        BATCH, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity, copykind, state,
     };
     let mut api = api();
     let site = api.intern("gpuprofd_inject_activity", Layer::Inject);
@@ -835,12 +834,7 @@ pub(crate) fn write_gpu_capture_full(
         bytes: 4096,
         ..GpuActivity::default()
     };
-    let mut name = GpuNameBody {
-        id: 1,
-        len: 5,
-        name: [0; GPU_NAME_CAP],
-    };
-    name.name[..5].copy_from_slice(b"_Z1kv");
+    let name = GpuNameBody::new(1, b"_Z1kv");
     let f = File::create(path).unwrap();
     let mut w = Writer::new(f, path, header());
     w.frame(&Frame::Api(api.list().to_vec()));

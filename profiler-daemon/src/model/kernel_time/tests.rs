@@ -1,5 +1,5 @@
 use super::*;
-use profiler_common::gpu::{BATCH, GPU_NAME_CAP, copykind, state};
+use profiler_common::gpu::{BATCH, copykind, state};
 
 fn kernel(name: u32, device: u32, stream: u32, start: u64, dur: u64) -> GpuActivity {
     GpuActivity {
@@ -35,13 +35,7 @@ fn batch(items: &[GpuActivity]) -> GpuActivityBody {
 }
 
 fn name(id: u32, s: &str) -> GpuNameBody {
-    let mut b = GpuNameBody {
-        id,
-        len: s.len() as u32,
-        name: [0; GPU_NAME_CAP],
-    };
-    b.name[..s.len()].copy_from_slice(s.as_bytes());
-    b
+    GpuNameBody::new(id, s.as_bytes())
 }
 
 fn st(s: u32, detail: u64) -> GpuStateBody {

@@ -339,17 +339,13 @@ fn report_json_contract() {
 #[test]
 fn gpu_time_joins_the_kernel_rows_by_mangled_name() {
     use profiler_common::gpu::{
-        BATCH, GPU_NAME_CAP, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity,
-        state,
+        BATCH, GpuActivity, GpuActivityBody, GpuNameBody, GpuStateBody, activity, state,
     };
     let gname = |id: u32, s: &str| {
-        let mut b = GpuNameBody {
-            id,
-            len: s.len() as u32,
-            name: [0; GPU_NAME_CAP],
-        };
-        b.name[..s.len()].copy_from_slice(s.as_bytes());
-        Event::GpuName(hdr(kind::GPU_NAME, 0, 42), b)
+        Event::GpuName(
+            hdr(kind::GPU_NAME, 0, 42),
+            GpuNameBody::new(id, s.as_bytes()),
+        )
     };
     let k = |name, stream, dur: u64| GpuActivity {
         kind: activity::KERNEL,

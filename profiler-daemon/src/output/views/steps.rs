@@ -89,15 +89,7 @@ impl Tabular for Steps {
             let v: Vec<u64> = r
                 .regular
                 .iter()
-                .filter_map(|x| {
-                    let b = x.gpu_busy_ns?;
-                    // Per mille of the wall time, so the quantile stays in integers.
-                    Some(
-                        (b.min(x.wall_ns) * 1000)
-                            .checked_div(x.wall_ns)
-                            .unwrap_or(0),
-                    )
-                })
+                .filter_map(|x| x.gpu_busy_permille())
                 .collect();
             if v.is_empty() {
                 Cell::Null

@@ -1,7 +1,6 @@
 //! The unions on scripted intervals.
 
 use super::*;
-use profiler_common::gpu::GPU_NAME_CAP;
 
 fn rec(kind: u8, start: u64, end: u64) -> GpuActivity {
     GpuActivity {
@@ -20,13 +19,7 @@ fn kernel(name: u32, start: u64, end: u64) -> GpuActivity {
 }
 
 fn name(id: u32, s: &str) -> GpuNameBody {
-    let mut b = GpuNameBody {
-        id,
-        len: s.len() as u32,
-        name: [0; GPU_NAME_CAP],
-    };
-    b.name[..s.len()].copy_from_slice(s.as_bytes());
-    b
+    GpuNameBody::new(id, s.as_bytes())
 }
 
 /// The busy times alone.

@@ -519,12 +519,26 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
     );
     let (r, replies, _) = run_program(&dir, "nccl_workload", &script, None);
     assert!(!replies.contains("err "), "{replies}");
-    let g = &r["processes"]
+    let p = r["processes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["comm"] == "nccl_workload")
-        .unwrap_or_else(|| panic!("no nccl_workload: {}", r["processes"]))["gpu_time"];
+        .unwrap_or_else(|| panic!("no nccl_workload: {}", r["processes"]));
+    // Each all-reduce's kernel is tied to the call that launched it: 10 kernels, 5 × (20 +
+    // 30) ms on the GPU.
+    let op = &p["nccl"]["communicators"][0]["ops"][0];
+    assert_eq!(
+        (&op["op"], &op["calls"], &op["gpu_kernels"], &op["gpu_ns"]),
+        (
+            &json!("AllReduce"),
+            &json!(10),
+            &json!(10),
+            &json!(5 * 50_000_000u64)
+        ),
+        "{op}"
+    );
+    let g = &p["gpu_time"];
     // 5 compute kernels and 10 NCCL kernels, every one joined to its launch.
     assert_eq!(
         (&g["kernels"], &g["joined"]),

@@ -51,14 +51,15 @@ struct KernelStat {
 }
 
 /// A launch the probes recorded, as the join keeps it: the kernel row's function, the API,
-/// the calling code's address, and its call stack where one was sampled (with the period it
-/// stands for).
+/// the calling code's address, its call stack where one was sampled (with the period it
+/// stands for), and the NCCL call it was made for (communicator handle, call), where one was.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaunchSite {
     pub api: u32,
     pub func: u64,
     pub caller: u64,
     pub stack: Option<(std::sync::Arc<crate::enrich::stacks::StackKey>, u32)>,
+    pub nccl: Option<(u64, u32)>,
 }
 
 /// One process's measured GPU activity.

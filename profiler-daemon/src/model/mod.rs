@@ -231,11 +231,19 @@ impl Aggregator {
         match ev {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
+                // One of NCCL's kernels: the NCCL call the thread made for it.
+                let nccl = p
+                    .names
+                    .resolve(l.func)
+                    .is_some_and(|n| nccl::is_nccl_kernel(n.as_bytes()))
+                    .then(|| p.nccl.take_kernel(h.tid))
+                    .flatten();
                 let site = kernel_time::LaunchSite {
                     api: h.api,
                     func: l.func,
                     caller: l.caller,
                     stack: None,
+                    nccl,
                 };
                 p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
@@ -277,6 +285,7 @@ impl Aggregator {
                     func: g.graph_exec,
                     caller: 0,
                     stack: None,
+                    nccl: None,
                 };
                 p.kernel_time.launch(h.tid, h.ts_ns, site);
                 call(p, None);
@@ -296,10 +305,13 @@ impl Aggregator {
                 call(p, measured(b.flags, b.dur_ns));
             }
             Event::GpuActivity(_, b) => {
-                let stacks = &mut p.stacks;
+                let (stacks, nccl) = (&mut p.stacks, &mut p.nccl);
                 p.kernel_time.apply_batch_with(b, &mut |site, ns| {
                     if let Some((key, period)) = &site.stack {
                         stacks.gpu(key, ns, *period);
+                    }
+                    if let Some((comm, call)) = site.nccl {
+                        nccl.kernel(comm, call, ns);
                     }
                 });
             }

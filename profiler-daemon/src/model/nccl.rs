@@ -27,6 +27,8 @@ const MAX_LIVE: usize = 1024;
 const MAX_ENDED: usize = 256;
 /// The datatype key of values NCCL does not define (one row for all of them).
 const BAD_DATATYPE: u32 = u32::MAX;
+/// Threads with a call waiting for its kernel remembered per process.
+const MAX_PENDING_THREADS: usize = 1024;
 /// The reduction key of operators made by `ncclRedOpCreatePreMulSum` (values from 5 up).
 const CUSTOM_REDOP: u32 = 5;
 
@@ -73,6 +75,9 @@ struct OpStat {
     more_streams: bool,
     /// Calls per device (wire value: device + 1, 0 unknown).
     devices: BTreeMap<u32, u64>,
+    /// Kernels the calls launched that CUPTI timed (joined to their launch), and their GPU ns.
+    gpu_kernels: u64,
+    gpu_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -122,6 +127,9 @@ pub struct Nccl {
     bytes: u64,
     /// Communicators left out of the list (see [`MAX_LIVE`], [`MAX_ENDED`]).
     not_listed: u64,
+    /// Per thread, the call whose kernel is launched next ([`Self::expect_kernel`]), and
+    /// whether it was made in a group.
+    pending: HashMap<u32, (u64, u32, bool)>,
 }
 
 fn known(v: i32) -> Option<i32> {
@@ -129,6 +137,44 @@ fn known(v: i32) -> Option<i32> {
 }
 
 impl Nccl {
+    /// The thread's NCCL call whose kernel its next launch of one of NCCL's kernels is:
+    /// `(communicator, call)`. A call's record comes at its entry, before the kernel it
+    /// launches inside; a group's calls launch one kernel at `ncclGroupEnd` (which leaves no
+    /// record), given to the group's first call.
+    fn expect_kernel(&mut self, tid: u32, b: &NcclBody) {
+        if self.pending.len() >= MAX_PENDING_THREADS && !self.pending.contains_key(&tid) {
+            return;
+        }
+        let in_group = b.group > 0;
+        match self.pending.get(&tid) {
+            // A later call of the same group: the group's kernel stays the first call's.
+            Some(&(_, _, true)) if in_group => {}
+            _ => {
+                self.pending.insert(tid, (b.comm, b.call, in_group));
+            }
+        }
+    }
+
+    /// A launch of one of NCCL's kernels on `tid`: the call it was for, if one is waiting.
+    pub fn take_kernel(&mut self, tid: u32) -> Option<(u64, u32)> {
+        self.pending
+            .remove(&tid)
+            .map(|(comm, call, _)| (comm, call))
+    }
+
+    /// A kernel that call `call` on communicator `comm` launched ran `ns` on the GPU.
+    pub fn kernel(&mut self, comm: u64, call: u32, ns: u64) {
+        let c = match self.live.get_mut(&comm) {
+            Some(c) => Some(c),
+            // Its records come after the call; the communicator may have ended since.
+            None => self.done.iter_mut().rev().find(|c| c.handle == comm),
+        };
+        if let Some(s) = c.and_then(|c| c.ops.get_mut(&call)) {
+            s.gpu_kernels += 1;
+            s.gpu_ns = s.gpu_ns.saturating_add(ns);
+        }
+    }
+
     /// Whether the process made any NCCL call the probes recorded.
     pub fn is_empty(&self) -> bool {
         self.live.is_empty() && self.done.is_empty() && self.calls == 0 && self.not_listed == 0
@@ -238,6 +284,7 @@ impl Nccl {
                 }
             }
             op if call::is_op(op) => {
+                self.expect_kernel(h.tid, b);
                 self.calls += 1;
                 self.bytes = self.bytes.saturating_add(b.bytes());
                 let Some(c) = self.comm(b.comm) else { return };
@@ -362,6 +409,14 @@ pub struct CollectiveReport {
     pub more_streams: bool,
     /// Calls per device (the stream's, else the calling thread's; `unknown`).
     pub devices: BTreeMap<String, u64>,
+    /// **Measured** (CUPTI, the injection library): the kernels the calls launched, each
+    /// joined to its launch — made inside the call, or for calls in a group at its
+    /// `ncclGroupEnd` (given to the group's first call) — and their GPU time. Absent where
+    /// none was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_kernels: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_ns: Option<u64>,
 }
 
 fn hex(v: u64) -> String {
@@ -405,6 +460,8 @@ impl CommReport {
                         (k, n)
                     })
                     .collect(),
+                gpu_kernels: (s.gpu_kernels > 0).then_some(s.gpu_kernels),
+                gpu_ns: (s.gpu_kernels > 0).then_some(s.gpu_ns),
             })
             .collect();
         ops.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.op.cmp(&b.op)));
@@ -509,6 +566,45 @@ mod tests {
         assert_eq!(ar.streams, ["0x50"]);
         assert_eq!(ar.devices["1"], 4);
         assert!(c.ops[1].reductions.is_empty());
+    }
+
+    #[test]
+    fn kernels_go_to_the_call_that_launched_them_and_a_group_s_to_its_first_call() {
+        let mut n = Nccl::default();
+        n.apply(&h(), &init(0x1000, 0, 2, 9, 0));
+        let t = h().tid;
+        // Outside a group: the call's own kernel.
+        n.apply(&h(), &op(0x1000, call::ALL_REDUCE, 1000, 7, 0, 0));
+        assert_eq!(n.take_kernel(t), Some((0x1000, call::ALL_REDUCE)));
+        assert_eq!(n.take_kernel(t), None, "one kernel per call");
+        n.kernel(0x1000, call::ALL_REDUCE, 700);
+        // A call that launched nothing (world size 1 may copy instead): the next call's kernel
+        // is the next call's.
+        n.apply(&h(), &op(0x1000, call::BROADCAST, 8, 0, redop::NONE, 0));
+        // A group: a send and a receive, one kernel at its end, the first call's.
+        n.apply(&h(), &op(0x1000, call::SEND, 64, 0, redop::NONE, 1));
+        n.apply(&h(), &op(0x1000, call::RECV, 64, 0, redop::NONE, 1));
+        assert_eq!(n.take_kernel(t), Some((0x1000, call::SEND)));
+        n.kernel(0x1000, call::SEND, 300);
+        // Records that come after the communicator ended still count.
+        n.apply(
+            &h(),
+            &NcclBody {
+                comm: 0x1000,
+                call: call::DESTROY,
+                ..NcclBody::default()
+            },
+        );
+        n.kernel(0x1000, call::ALL_REDUCE, 100);
+        let c = &n.report().unwrap().communicators[0];
+        let gpu = |op: &str| {
+            let o = c.ops.iter().find(|o| o.op == op).unwrap();
+            (o.gpu_kernels, o.gpu_ns)
+        };
+        assert_eq!(gpu("AllReduce"), (Some(2), Some(800)));
+        assert_eq!(gpu("Send"), (Some(1), Some(300)));
+        assert_eq!(gpu("Recv"), (None, None));
+        assert_eq!(gpu("Broadcast"), (None, None));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `--view collectives`: NCCL per process, communicator and operation — the communicator's
 //! rank, size, device and id (the same in every rank), and the operation's calls, bytes,
-//! datatypes, reductions, streams and calls made inside a group. A communicator that made no
-//! collective yet is one row without an operation.
+//! datatypes, reductions, streams and calls made inside a group, and (`--wide`, measured where
+//! the injection library ran) the GPU time of the kernels the calls launched. A communicator
+//! that made no collective yet is one row without an operation.
 
 use super::columns::{Cell, Column, LEFT, RIGHT, Rows};
 use super::select::{Key, Tabular};
@@ -73,6 +74,10 @@ impl Tabular for Collectives {
         }),
         Column::new("streams", "STREAMS", RIGHT, |r| {
             Cell::Int(r.op.map_or(0, |o| o.streams.len() as u64))
+        }),
+        // Measured (CUPTI): the GPU time of the kernels the calls launched.
+        Column::new("gpu_ns", "GPU ms", RIGHT.wide(), |r| {
+            Cell::or_null(r.op.and_then(|o| o.gpu_ns), Cell::Ms)
         }),
         Column::new("created_by", "MADE BY", LEFT.wide(), |r| {
             Cell::text(&r.c.created_by)

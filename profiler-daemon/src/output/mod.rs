@@ -8,5 +8,6 @@ pub mod live;
 pub mod otlp;
 pub mod prometheus;
 pub mod table;
+pub mod top_kernels;
 pub mod trace;
 pub mod views;

@@ -20,6 +20,7 @@
 //! after its end (its last values stay visible for one or two scrapes, then the series stop).
 
 use crate::model::snapshot::{ProcessReport, Report};
+use crate::output::top_kernels::ByName;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -57,35 +58,6 @@ struct MapLabel {
 struct Gpu {
     gpu: String,
     uuid: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GpuWhat {
-    gpu: String,
-    uuid: String,
-    what: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GpuLink {
-    gpu: String,
-    uuid: String,
-    what: String,
-    link: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GpuHolder {
-    gpu: String,
-    uuid: String,
-    workload: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WorkloadGpuWhat {
-    workload: String,
-    gpu: String,
-    what: String,
 }
 
 /// What the session adds to a [`Report`] for a scrape.
@@ -365,7 +337,7 @@ impl Families {
         l: &Labels,
         p: &ProcessReport,
         held_bytes: Option<u64>,
-        kernels: &mut BTreeMap<Labels, BTreeMap<String, (u64, u64)>>,
+        kernels: &mut BTreeMap<Labels, ByName>,
     ) {
         self.launches.get_or_create(l).inc_by(p.launches);
         if let Some(s) = &p.launch_sampling {
@@ -432,31 +404,23 @@ impl Families {
                 .get_or_create(l)
                 .inc_by(p.gpu_time.kernel_ns as f64 / 1e9);
         }
-        // Kernels by name (launch configurations summed).
-        let by_name = kernels.entry(l.clone()).or_default();
-        for k in &p.kernels {
-            let e = by_name.entry(k.name.clone()).or_default();
-            e.0 += k.calls;
-            e.1 += k.gpu_time.as_ref().map_or(0, |g| g.total_ns);
-        }
+        kernels.entry(l.clone()).or_default().add(p);
     }
 
     /// The most launched kernels of each workload (or process), and those that took the most
     /// measured GPU time, `top` of each.
-    fn top_kernels(&self, kernels: BTreeMap<Labels, BTreeMap<String, (u64, u64)>>, top: usize) {
+    fn top_kernels(&self, kernels: BTreeMap<Labels, ByName>, top: usize) {
         for (l, by_name) in kernels {
-            let mut v: Vec<(String, (u64, u64))> = by_name.into_iter().collect();
-            v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
-            for (name, (calls, _)) in v.iter().take(top) {
+            let (launches, gpu) = by_name.top(top);
+            for (name, calls) in launches {
                 self.kernels
                     .get_or_create(&with(&l, "kernel", name))
-                    .inc_by(*calls);
+                    .inc_by(calls);
             }
-            v.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(&b.0)));
-            for (name, (_, ns)) in v.iter().take(top).filter(|(_, (_, ns))| *ns > 0) {
+            for (name, ns) in gpu {
                 self.kernel_gpu_seconds
                     .get_or_create(&with(&l, "kernel", name))
-                    .inc_by(*ns as f64 / 1e9);
+                    .inc_by(ns as f64 / 1e9);
             }
         }
     }
@@ -509,8 +473,8 @@ pub fn render(r: &Report, extra: &Extra) -> String {
             .get_or_create(&Kind { kind: k.clone() })
             .inc_by(*v);
     }
-    gpu_health(&mut reg, r, extra);
-    gpu_gpm(&mut reg, r, extra);
+    gpus::gpu_health(&mut reg, r, extra);
+    gpus::gpu_gpm(&mut reg, r, extra);
     bpf_maps(&mut reg, &extra.bpf_maps);
     if let Some(b) = extra.heap_in_use {
         let heap: Gauge = Gauge::default();
@@ -618,200 +582,6 @@ fn otlp(reg: &mut Registry, o: &crate::output::otlp::Status) {
     in_flight.set(o.in_flight.min(i64::MAX as u64) as i64);
 }
 
-/// Throttling, PCIe throughput, ECC and XID figures of each GPU NVML reported on.
-fn gpu_health(reg: &mut Registry, r: &Report, extra: &Extra) {
-    let throttle = Family::<GpuWhat, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_throttle_reason",
-        "1 while NVML reports this clock throttle reason in force on the GPU (label what), else 0",
-        throttle.clone(),
-    );
-    let pcie = Family::<GpuWhat, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_pcie_throughput_bytes_per_second",
-        "PCIe throughput NVML measured over its last 20 ms window (what: tx or rx; KiB/s x 1024)",
-        pcie.clone(),
-    );
-    let ecc = Family::<GpuWhat, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_ecc_errors",
-        "Volatile ECC errors since the driver loaded (what: corrected or uncorrected)",
-        ecc.clone(),
-    );
-    let xid = Family::<Gpu, Counter>::default();
-    reg.register(
-        "gpuprofd_gpu_xid_errors",
-        "XID errors NVML reported for the GPU while gpuprofd ran",
-        xid.clone(),
-    );
-    for g in &r.gpus {
-        let Some((h, xids)) = extra.facts.gpu_health.get(&g.index) else {
-            continue;
-        };
-        let l = |what: &str| GpuWhat {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-            what: what.to_owned(),
-        };
-        if let Some(bits) = h.throttle_reasons {
-            for (bit, name) in crate::nvml::THROTTLE_REASONS {
-                throttle
-                    .get_or_create(&l(name))
-                    .set(i64::from(bits & bit != 0));
-            }
-        }
-        for (what, v) in [("tx", h.pcie_tx_kbps), ("rx", h.pcie_rx_kbps)] {
-            if let Some(kb) = v {
-                pcie.get_or_create(&l(what)).set(i64::from(kb) * 1024);
-            }
-        }
-        for (what, v) in [
-            ("corrected", h.ecc_corrected),
-            ("uncorrected", h.ecc_uncorrected),
-        ] {
-            if let Some(n) = v {
-                ecc.get_or_create(&l(what))
-                    .set(n.min(i64::MAX as u64) as i64);
-            }
-        }
-        xid.get_or_create(&Gpu {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-        })
-        .inc_by(*xids);
-    }
-}
-
-/// GPM's figures of the latest NVML round per GPU (measured by the device's counters), whether
-/// each GPU does GPM, and who held it; the workload that held a GPU alone gets its main
-/// figures too. Labels stay bounded: a dozen figures and 18 links per GPU, one holder each.
-fn gpu_gpm(reg: &mut Registry, r: &Report, extra: &Extra) {
-    use crate::nvml::gpm::FIELDS;
-    let supported = Family::<Gpu, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_gpm_supported",
-        "1 while NVML's GPM measures the GPU's activity (Hopper and later), 0 when the GPU or its \
-         driver has no GPM (the report's gpus[].gpm.detail says why)",
-        supported.clone(),
-    );
-    let ratio = Family::<GpuWhat, Gauge<f64, AtomicU64>>::default();
-    reg.register(
-        "gpuprofd_gpu_gpm_ratio",
-        "GPM, measured over the last NVML interval (0 to 1; what: sm_activity, sm_occupancy, \
-         tensor_activity, tensor_hmma, tensor_imma, tensor_dfma, dram_bandwidth, fp16_activity, \
-         fp32_activity, fp64_activity, integer_activity, graphics_activity)",
-        ratio.clone(),
-    );
-    let pcie = Family::<GpuWhat, Gauge<f64, AtomicU64>>::default();
-    reg.register(
-        "gpuprofd_gpu_gpm_pcie_bytes_per_second",
-        "GPM, measured over the last NVML interval: PCIe traffic (what: tx or rx)",
-        pcie.clone(),
-    );
-    let nvlink = Family::<GpuLink, Gauge<f64, AtomicU64>>::default();
-    reg.register(
-        "gpuprofd_gpu_gpm_nvlink_bytes_per_second",
-        "GPM, measured over the last NVML interval: NVLink traffic (what: tx or rx; link: total \
-         or the link number)",
-        nvlink.clone(),
-    );
-    let holder = Family::<GpuHolder, Gauge>::default();
-    reg.register(
-        "gpuprofd_gpu_gpm_holder",
-        "1 for who held the GPU in the latest GPM round: the workload whose processes alone were \
-         on it, or shared, idle, unattributed (its figures are then no one workload's)",
-        holder.clone(),
-    );
-    let by_workload = Family::<WorkloadGpuWhat, Gauge<f64, AtomicU64>>::default();
-    reg.register(
-        "gpuprofd_workload_gpm_ratio",
-        "GPM of a GPU the workload held alone in the latest round (0 to 1; what: sm_activity, \
-         sm_occupancy, tensor_activity, dram_bandwidth)",
-        by_workload.clone(),
-    );
-    const MIB: f64 = 1024.0 * 1024.0;
-    for g in &r.gpus {
-        let Some(state) = g.gpm.as_ref().map(|m| m.state.as_str()) else {
-            continue;
-        };
-        let gl = Gpu {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-        };
-        supported
-            .get_or_create(&gl)
-            .set(i64::from(state != "unsupported"));
-        let Some(now) = extra.facts.gpm_now.get(&g.index) else {
-            continue;
-        };
-        let l = |what: &str| GpuWhat {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-            what: what.to_owned(),
-        };
-        let v = now.figures.scalars();
-        for (i, name) in FIELDS.iter().enumerate().take(12) {
-            if let Some(x) = v[i] {
-                let what = name.trim_end_matches("_pct");
-                ratio.get_or_create(&l(what)).set(x / 100.0);
-            }
-        }
-        let f = &now.figures;
-        for (what, x) in [("tx", f.pcie_tx_mib_per_s), ("rx", f.pcie_rx_mib_per_s)] {
-            if let Some(x) = x {
-                pcie.get_or_create(&l(what)).set(x * MIB);
-            }
-        }
-        let link = |what: &str, link: String| GpuLink {
-            gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-            what: what.to_owned(),
-            link,
-        };
-        for (what, x) in [("tx", f.nvlink_tx_mib_per_s), ("rx", f.nvlink_rx_mib_per_s)] {
-            if let Some(x) = x {
-                nvlink
-                    .get_or_create(&link(what, "total".into()))
-                    .set(x * MIB);
-            }
-        }
-        for k in &f.nvlink_links {
-            for (what, x) in [("tx", k.tx_mib_per_s), ("rx", k.rx_mib_per_s)] {
-                if let Some(x) = x {
-                    nvlink
-                        .get_or_create(&link(what, k.link.to_string()))
-                        .set(x * MIB);
-                }
-            }
-        }
-        holder
-            .get_or_create(&GpuHolder {
-                gpu: g.index.to_string(),
-                uuid: g.uuid.clone(),
-                workload: now.holder.label().to_owned(),
-            })
-            .set(1);
-        if let crate::model::gpm::Holder::Job(w) = &now.holder {
-            for (what, x) in [
-                ("sm_activity", f.sm_activity_pct),
-                ("sm_occupancy", f.sm_occupancy_pct),
-                ("tensor_activity", f.tensor_activity_pct),
-                ("dram_bandwidth", f.dram_bandwidth_pct),
-            ] {
-                if let Some(x) = x {
-                    by_workload
-                        .get_or_create(&WorkloadGpuWhat {
-                            workload: w.clone(),
-                            gpu: g.index.to_string(),
-                            what: what.to_owned(),
-                        })
-                        .set(x / 100.0);
-                }
-            }
-        }
-    }
-}
-
 /// OpenMetrics text → Prometheus text 0.0.4: a counter family `x` (samples `x_total`) becomes
 /// `x_total` in its HELP and TYPE lines; `# UNIT` and `# EOF` go.
 fn to_prometheus_text(om: &str) -> String {
@@ -846,6 +616,8 @@ fn to_prometheus_text(om: &str) -> String {
     }
     out
 }
+
+mod gpus;
 
 #[cfg(test)]
 pub(crate) mod tests;

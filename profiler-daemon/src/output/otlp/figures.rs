@@ -11,6 +11,7 @@
 
 use crate::model::snapshot::Report;
 use crate::output::prometheus::{self, Extra};
+use crate::output::top_kernels::ByName;
 use std::collections::BTreeMap;
 
 /// How an instrument reports.
@@ -229,7 +230,7 @@ fn with(base: &Attrs, key: &'static str, value: &str) -> Attrs {
 pub fn figures(r: &Report, extra: &Extra) -> Figures {
     let mut f = Figures::default();
     // Per workload (or process): kernel name → (launches, measured GPU ns).
-    let mut kernels: BTreeMap<Attrs, BTreeMap<&str, (u64, u64)>> = BTreeMap::new();
+    let mut kernels: BTreeMap<Attrs, ByName> = BTreeMap::new();
     let mut stderr2: BTreeMap<Attrs, f64> = BTreeMap::new();
     let shown = prometheus::shown(r, extra);
     for p in &shown {
@@ -275,28 +276,21 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
                 p.gpu_time.kernel_ns as f64 / 1e9,
             );
         }
-        let by_name = kernels.entry(l).or_default();
-        for k in &p.kernels {
-            let e = by_name.entry(&k.name).or_default();
-            e.0 += k.calls;
-            e.1 += k.gpu_time.as_ref().map_or(0, |g| g.total_ns);
-        }
+        kernels.entry(l).or_default().add(p);
     }
     for (l, s2) in stderr2 {
         f.set(LAUNCHES_STDERR, l, Value::Float(s2.sqrt()));
     }
     for (l, by_name) in kernels {
-        let mut v: Vec<(&str, (u64, u64))> = by_name.into_iter().collect();
-        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
-        for (name, (calls, _)) in v.iter().take(extra.top_kernels) {
-            f.add(TOP_KERNELS, with(&l, "kernel", name), *calls);
+        let (launches, gpu) = by_name.top(extra.top_kernels);
+        for (name, calls) in launches {
+            f.add(TOP_KERNELS, with(&l, "kernel", name), calls);
         }
-        v.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(b.0)));
-        for (name, (_, ns)) in v.iter().take(extra.top_kernels).filter(|x| x.1.1 > 0) {
+        for (name, ns) in gpu {
             f.add_f(
                 TOP_KERNEL_GPU_TIME,
                 with(&l, "kernel", name),
-                *ns as f64 / 1e9,
+                ns as f64 / 1e9,
             );
         }
     }

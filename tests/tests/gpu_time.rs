@@ -566,6 +566,46 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
             "{st}"
         );
     }
+    // The timeline has each all-reduce on its thread, with its communicator and figures.
+    let trace = dir.path().join("run.json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        capture.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let calls: Vec<&Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "nccl" && e["name"] == "ncclAllReduce")
+        .collect();
+    assert_eq!(calls.len(), 10, "{calls:?}");
+    let comm_id = &p["nccl"]["communicators"][0]["id"];
+    for c in &calls {
+        let a = &c["args"];
+        assert_eq!(
+            (
+                &a["comm_id"],
+                &a["rank"],
+                &a["nranks"],
+                &a["bytes"],
+                &a["datatype"],
+                &a["reduction"]
+            ),
+            (
+                comm_id,
+                &json!(0),
+                &json!(1),
+                &json!(4096),
+                &json!("float32"),
+                &json!("sum")
+            ),
+            "{c}"
+        );
+    }
     // The overview page tables the same medians.
     let dom = overview_dom(&capture, "gpu-comm-steps");
     for (k, v) in [

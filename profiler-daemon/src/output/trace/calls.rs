@@ -351,13 +351,12 @@ impl Calls<'_> {
                 call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
-            // NCCL calls are not on the timeline yet (docs/LIMITATIONS.md); the GPU's own
-            // activity is handled above.
+            Event::Nccl(_, b) => self.nccl(&call, b),
+            // The GPU's own activity is handled above.
             Event::Map(..)
             | Event::Name(..)
             | Event::Alias(..)
             | Event::Window(..)
-            | Event::Nccl(..)
             | Event::GpuActivity(..)
             | Event::GpuName(..)
             | Event::GpuState(..) => {
@@ -365,6 +364,73 @@ impl Calls<'_> {
             }
         };
         emit.send(e)
+    }
+
+    /// An NCCL call: a collective or point-to-point call as an instant at its entry (its
+    /// record comes there; the kernel it launches, and that kernel's GPU slice where measured,
+    /// follow on the same thread), with its communicator (id and rank from the report where
+    /// known), operation, count, bytes, datatype, reduction, root or peer, stream and group
+    /// depth; the other calls (creation, destroy, queries) as slices where timed.
+    fn nccl(&self, call: &Call, b: &profiler_common::nccl::NcclBody) -> TraceEvent {
+        use profiler_common::nccl::{call as nc, datatype, redop};
+        let mut args = vec![("comm", Arg::Hex(b.comm))];
+        let (tgid, g) = call.process;
+        let handle = format!("{:#x}", b.comm);
+        let comm = self
+            .cap
+            .replay
+            .report
+            .processes
+            .iter()
+            .filter(|p| p.tgid == tgid)
+            .nth(g as usize)
+            .and_then(|p| p.nccl.as_ref())
+            .and_then(|n| {
+                n.communicators
+                    .iter()
+                    .find(|c| c.handle.as_deref() == Some(handle.as_str()))
+            });
+        if let Some(c) = comm {
+            if let Some(id) = &c.id {
+                args.push(("comm_id", Arg::Str(id.clone())));
+            }
+            if let (Some(rank), Some(n)) = (c.rank, c.nranks) {
+                args.push(("rank", Arg::Int(i64::from(rank))));
+                args.push(("nranks", Arg::Int(i64::from(n))));
+            }
+        }
+        if nc::is_op(b.call) {
+            args.extend([
+                ("count", Arg::Uint(b.count)),
+                ("bytes", Arg::Uint(b.bytes())),
+                (
+                    "datatype",
+                    Arg::Str(datatype::name(b.datatype).unwrap_or("unknown").to_owned()),
+                ),
+                ("stream", Arg::Hex(b.stream)),
+                ("group", Arg::Uint(u64::from(b.group))),
+            ]);
+            if b.redop != redop::NONE {
+                args.push(("reduction", Arg::Str(redop::name(b.redop).to_owned())));
+            }
+            if b.peer >= 0 {
+                let k = if matches!(b.call, nc::SEND | nc::RECV) {
+                    "peer"
+                } else {
+                    "root"
+                };
+                args.push((k, Arg::Int(i64::from(b.peer))));
+            }
+        } else if b.flags & flags::HAS_RETURN != 0 {
+            args.push(("ret", Arg::Int(i64::from(b.ret))));
+        }
+        call.timed(
+            "nccl",
+            call.api.clone(),
+            b.flags,
+            b.dur_ns,
+            Args::from(args),
+        )
     }
 
     /// The name of kernel `func` launched by `call`.

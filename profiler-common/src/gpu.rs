@@ -112,9 +112,36 @@ pub mod copykind {
     pub const PTOP: u8 = 10;
 }
 
+/// How the injection library found the CUPTI it uses (in the `enabled` state's detail, from
+/// bit [`found::SHIFT`]). Its path comes as the kernel name with id [`found::PATH_NAME_ID`]
+/// (CUPTI's kernel names are numbered from 1).
+pub mod found {
+    pub const SHIFT: u32 = 32;
+    /// Already mapped in the process (a framework had loaded it).
+    pub const IN_PROCESS: u64 = 1;
+    /// Beside a CUDA runtime the process maps (where a framework would load it from).
+    pub const BESIDE_RUNTIME: u64 = 2;
+    /// By name, through the loader's search path.
+    pub const BY_NAME: u64 = 3;
+    /// The name record that carries the CUPTI library's path.
+    pub const PATH_NAME_ID: u32 = 0;
+
+    /// The report's name of `f`.
+    pub const fn name(f: u64) -> Option<&'static str> {
+        Some(match f {
+            IN_PROCESS => "in_process",
+            BESIDE_RUNTIME => "beside_runtime",
+            BY_NAME => "by_name",
+            _ => return None,
+        })
+    }
+}
+
 /// [`SITE_STATE`]'s `state`.
 pub mod state {
-    /// Activity records are enabled (gpuprofd listens). `detail`: CUPTI's API version.
+    /// Activity records are enabled (gpuprofd listens). `detail`: CUPTI's API version in the
+    /// low 32 bits, how the library found CUPTI ([`super::found`]) in the next 8 (0 from a
+    /// library older than that field).
     pub const ENABLED: u32 = 1;
     /// Activity records are disabled again (gpuprofd left). `detail`: 0.
     pub const DISABLED: u32 = 2;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use crate::cupti::{self, CUpti_ActivityKind as K, CUptiResult as R};
-use profiler_common::gpu::{LAUNCH_CBIDS, POLL_MS, state};
+use profiler_common::gpu::{LAUNCH_CBIDS, POLL_MS, found, state};
 
 use crate::{deliver, records, sites};
 
@@ -186,7 +186,14 @@ impl Control {
         });
         self.enabled = true;
         self.yielded = false;
-        sites::state(state::ENABLED, version as u64);
+        // Which CUPTI: its path (a name record of its own) and the rule that found it.
+        let found = cupti::load().map_or(0, cupti::Found::wire);
+        if let Some(path) = cupti::loaded_path()
+            && let Ok(c) = std::ffi::CString::new(path.into_os_string().into_encoded_bytes())
+        {
+            sites::gpuprofd_inject_name(found::PATH_NAME_ID, c.as_ptr());
+        }
+        sites::state(state::ENABLED, u64::from(version) | found << found::SHIFT);
     }
 
     /// Driver API records of the launch calls only: their correlation ids and threads join each

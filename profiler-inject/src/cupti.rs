@@ -116,6 +116,25 @@ pub enum Found {
     ByName,
 }
 
+impl Found {
+    /// Its wire value (`profiler_common::gpu::found`).
+    pub fn wire(self) -> u64 {
+        use profiler_common::gpu::found;
+        match self {
+            Found::InProcess => found::IN_PROCESS,
+            Found::BesideRuntime => found::BESIDE_RUNTIME,
+            Found::ByName => found::BY_NAME,
+        }
+    }
+}
+
+/// The loaded CUPTI's path as the loader mapped it (found again among the mapped objects
+/// after the load: a name the loader searched for becomes its file).
+pub fn loaded_path() -> Option<PathBuf> {
+    LOADED.get()?;
+    mapped_objects().into_iter().find(|p| is_cupti(p))
+}
+
 /// Opens CUPTI by the rule in the module's header (once; later calls return the first
 /// outcome's kind). `Err` when no candidate opens or one lacks an entry point.
 pub fn load() -> Result<Found, String> {

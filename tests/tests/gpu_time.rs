@@ -183,6 +183,17 @@ fn a_command_gets_measured_gpu_times_with_no_setting() {
     );
     // CUPTI API version 28 (12.9 Update 1), as the fake CUPTI says.
     assert_eq!(g["state_detail"], json!(28));
+    // Which CUPTI: none was in the process and none beside its runtime, so the loader's
+    // search path found the fake one (LD_LIBRARY_PATH).
+    let lib = g["cupti_library"].as_str().unwrap_or_default();
+    assert_eq!(
+        (&g["cupti_found"], std::path::Path::new(lib).parent()),
+        (
+            &json!("by_name"),
+            Some(fakecuda().join("lib-cupti").as_path())
+        ),
+        "{g}"
+    );
     assert_eq!(g["dropped"], json!(0));
     assert_eq!(
         (&g["kernels"], &g["kernel_ns"]),

@@ -403,8 +403,8 @@ fn enabled_only_while_a_probe_listens() {
     });
     assert_eq!(
         names.hits() + sites.name_ctl.hits(),
-        2,
-        "relu and vecAdd, once each"
+        3,
+        "the CUPTI library's path (at the enable), relu and vecAdd, once each"
     );
 
     drop(act); // (it holds the semaphore too)
@@ -433,8 +433,8 @@ fn enabled_only_while_a_probe_listens() {
         split_log(&log).0.len() >= 2 * CUPTI_ENABLE.len() + DISABLE.len()
     });
     w.cmd("rt_launch relu 1 1 1 1 32 1 1 0 0");
-    eventually("relu's name again", || {
-        names.hits() + sites.name_ctl.hits() == 3
+    eventually("the CUPTI path and relu's name again", || {
+        names.hits() + sites.name_ctl.hits() == 5
     });
     assert_eq!(sites.state.hits(), 3);
     drop(probe);

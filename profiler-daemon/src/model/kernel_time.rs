@@ -81,6 +81,10 @@ pub struct KernelTime {
     bad_times: u64,
     names: HashMap<u32, String>,
     names_cut: u64,
+    /// The CUPTI library the injection library uses, and how it found it (its `enabled`
+    /// report).
+    cupti_path: Option<String>,
+    cupti_found: Option<u64>,
     kernels: HashMap<u32, KernelStat>,
     /// Kernel records of kernels past [`MAX_KERNELS`].
     kernels_cut: u64,
@@ -108,6 +112,12 @@ impl KernelTime {
                 return;
             }
         }
+        if b.state == state::ENABLED {
+            let found = b.detail >> profiler_common::gpu::found::SHIFT;
+            self.cupti_found = (found != 0).then_some(found);
+            self.state = Some((b.state, b.detail & u64::from(u32::MAX)));
+            return;
+        }
         self.state = Some((b.state, b.detail));
     }
 
@@ -115,6 +125,10 @@ impl KernelTime {
     pub fn apply_name(&mut self, b: &GpuNameBody) {
         let name = String::from_utf8_lossy(b.name_bytes()).into_owned();
         if name.is_empty() {
+            return;
+        }
+        if b.id == profiler_common::gpu::found::PATH_NAME_ID {
+            self.cupti_path = Some(name);
             return;
         }
         if self.names.len() >= MAX_NAMES && !self.names.contains_key(&b.id) {
@@ -257,6 +271,11 @@ impl KernelTime {
             source: Some("cupti".into()),
             state: state_name,
             state_detail: self.state.map(|(_, d)| d),
+            cupti_library: self.cupti_path.clone(),
+            cupti_found: self
+                .cupti_found
+                .and_then(profiler_common::gpu::found::name)
+                .map(str::to_owned),
             unavailable,
             dropped: self.dropped,
             records: self.records,
@@ -385,6 +404,13 @@ pub struct GpuTimeReport {
     /// What came with that state (CUPTI's API version when enabled, a result code, …).
     #[serde(default)]
     pub state_detail: Option<u64>,
+    /// The CUPTI library the injection library loaded (the path the loader mapped), and how it
+    /// found it: `in_process` (a framework had loaded it), `beside_runtime`, `by_name`. `null`
+    /// before it enabled, or from an older library.
+    #[serde(default)]
+    pub cupti_library: Option<String>,
+    #[serde(default)]
+    pub cupti_found: Option<String>,
     /// Why the figures are missing or partial (`null` when they hold).
     #[serde(default)]
     pub unavailable: Option<String>,
@@ -450,6 +476,8 @@ impl Default for GpuTimeReport {
             source: None,
             state: None,
             state_detail: None,
+            cupti_library: None,
+            cupti_found: None,
             unavailable: Some(ABSENT.into()),
             dropped: 0,
             records: 0,

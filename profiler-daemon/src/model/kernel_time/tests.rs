@@ -187,10 +187,10 @@ fn states_drops_and_bad_records() {
 #[test]
 fn bounded_kernels_and_names() {
     let mut t = KernelTime::default();
-    for id in 0..(MAX_KERNELS as u32 + 10) {
+    for id in 1..=(MAX_KERNELS as u32 + 10) {
         t.apply_batch(&batch(&[kernel(id, 0, 0, 0, 1)]));
     }
-    for id in 0..(MAX_NAMES as u32 + 3) {
+    for id in 1..=(MAX_NAMES as u32 + 3) {
         t.apply_name(&name(id, "_Z1kv"));
     }
     let r = t.report();
@@ -202,4 +202,37 @@ fn bounded_kernels_and_names() {
     // Several ids of one name merge into one kernel.
     let k = t.kernels();
     assert_eq!(k["_Z1kv"].count, MAX_KERNELS as u64);
+}
+
+#[test]
+fn the_report_says_which_cupti_the_library_uses_and_how_it_found_it() {
+    use profiler_common::gpu::found;
+    let mut t = KernelTime::default();
+    t.apply_name(&name(
+        found::PATH_NAME_ID,
+        "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12",
+    ));
+    t.apply_state(&st(state::ENABLED, 28 | found::IN_PROCESS << found::SHIFT));
+    let r = t.report();
+    assert_eq!(
+        (
+            r.state_detail,
+            r.cupti_found.as_deref(),
+            r.cupti_library.as_deref()
+        ),
+        (
+            Some(28),
+            Some("in_process"),
+            Some("/opt/venv/lib/python3.12/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12")
+        )
+    );
+    // The path is no kernel name.
+    assert!(t.kernels().is_empty());
+    // A library from before the field: the version alone.
+    let mut t = KernelTime::default();
+    t.apply_state(&st(state::ENABLED, 28));
+    assert_eq!(
+        (t.report().state_detail, t.report().cupti_found),
+        (Some(28), None)
+    );
 }

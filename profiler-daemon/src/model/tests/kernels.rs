@@ -304,6 +304,7 @@ fn report_json_contract() {
         r#""idle_share":0.0,"drains":0,"launch_ahead_p50_ns":0,"launch_ahead_max_ns":0},"#,
         // Without the injection library: absent, and why.
         r#""gpu_time":{"basis":"absent","source":null,"state":null,"state_detail":null,"#,
+        r#""cupti_library":null,"cupti_found":null,"#,
         r#""unavailable":"no records from the injection library (not loaded in this process, or not attached)","#,
         r#""dropped":0,"records":0,"bad_times":0,"kernels":0,"kernel_ns":0,"memcpy_ns":0,"memset_ns":0,"#,
         r#""memsets":0,"memset_bytes":0,"copies":[],"kernels_cut":0,"names_cut":0,"#,

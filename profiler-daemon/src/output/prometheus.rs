@@ -112,6 +112,7 @@ struct Families {
     device_copy_bytes: Family<Labels, Counter>,
     nccl_calls: Family<Labels, Counter>,
     nccl_bytes: Family<Labels, Counter>,
+    nccl_gpu_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     api_calls: Family<Labels, Counter>,
     api_blocked: Family<Labels, Counter<f64, AtomicU64>>,
     idle_derived: Family<Labels, Counter<f64, AtomicU64>>,
@@ -178,6 +179,14 @@ impl Families {
             "Bytes of NCCL collectives and sends/receives: count x datatype size, with NCCL's \
              count (per rank for AllGather and ReduceScatter, per peer for AlltoAll); labels as \
              for gpuprofd_nccl_collective_calls",
+        );
+        let nccl_gpu_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "gpuprofd_nccl_collective_gpu_seconds",
+            "Measured, not derived: GPU time of the kernels NCCL's calls launched (CUPTI, through \
+             the injection library; only processes that loaded it); labels as for \
+             gpuprofd_nccl_collective_calls",
+            nccl_gpu_seconds.clone(),
         );
         let api_calls = counter(
             reg,
@@ -307,6 +316,7 @@ impl Families {
             device_copy_bytes,
             nccl_calls,
             nccl_bytes,
+            nccl_gpu_seconds,
             api_calls,
             api_blocked,
             idle_derived,
@@ -381,6 +391,11 @@ impl Families {
                 );
                 self.nccl_calls.get_or_create(&k).inc_by(o.calls);
                 self.nccl_bytes.get_or_create(&k).inc_by(o.bytes);
+                if let Some(ns) = o.gpu_ns {
+                    self.nccl_gpu_seconds
+                        .get_or_create(&k)
+                        .inc_by(ns as f64 / 1e9);
+                }
             }
         }
         for a in &p.api {

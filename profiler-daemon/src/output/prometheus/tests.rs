@@ -588,6 +588,21 @@ fn nccl_collectives_per_operation_communicator_and_rank() {
             .iter()
             .any(|s| s.contains(r#"rank="1""#) && s.ends_with(" 20480"))
     );
+    // GPU seconds only where the injection library measured the collectives' kernels.
+    assert_eq!(
+        samples(&t, "gpuprofd_nccl_collective_gpu_seconds_total"),
+        [""; 0]
+    );
+    let mut m = r.clone();
+    m.processes[1].nccl.as_mut().unwrap().communicators[0].ops[0].gpu_ns = Some(250_000_000);
+    let t = render(&m, &extra());
+    let gpu = samples(&t, "gpuprofd_nccl_collective_gpu_seconds_total");
+    assert_eq!(gpu.len(), 1, "{gpu:?}");
+    assert!(
+        gpu[0].contains(r#"op="AllReduce",communicator="00000000000000ab",rank="0""#)
+            && gpu[0].ends_with(" 0.25"),
+        "{gpu:?}"
+    );
 }
 
 /// Kernel GPU-time series: the kernels with the most measured GPU time (not the most

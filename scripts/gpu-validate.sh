@@ -519,7 +519,8 @@ if wanted nccl; then
             "$PY" "$WL/nccl_collectives.py" --out "$res" --steps "$STEPS" --profile \
             >"$OUT/runs/nccl.gpuprofd.out" 2>"$OUT/runs/nccl.gpuprofd.err" &&
             "$BIN" report "$cap" --format json -o "$OUT/runs/nccl.report.json" 2>>"$OUT/runs/nccl.gpuprofd.err"; then
-            "$BIN" report "$cap" --view collectives -o "$OUT/runs/nccl.collectives.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            "$BIN" report "$cap" --view collectives --wide -o "$OUT/runs/nccl.collectives.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            "$BIN" report "$cap" --view steps --wide -o "$OUT/runs/nccl.steps.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
             record nccl nccl "" "$OUT/runs/nccl.report.json" "" "$res"
         else
             record nccl nccl "" "" "gpuprofd or the workload failed: see runs/nccl.gpuprofd.err"
@@ -567,6 +568,9 @@ gputime_run() { # NAME MODULE SCRIPT [args...]; GPUTIME_MODES="lib" for a worklo
     if [ "$ok" = 1 ]; then
         "$BIN" report "$OUT/runs/$name.lib.report.json" --view kernels --order-by gpu_time --wide \
             -o "$OUT/runs/$name.lib.kernels.txt" 2>>"$OUT/runs/$name.lib.gpuprofd.err" || true
+        # Each step's measured GPU busy time (and NCCL time) beside its wall time: read by hand.
+        "$BIN" report "$OUT/runs/$name.lib.gpuprof" --view steps --wide \
+            -o "$OUT/runs/$name.lib.steps.txt" 2>>"$OUT/runs/$name.lib.gpuprofd.err" || true
         res=("$OUT/runs/$name.lib.result.json")
         case " ${GPUTIME_MODES:-lib prof} " in
         *" prof "*) res+=("$OUT/runs/$name.prof.result.json" "$OUT/runs/$name.prof.report.json") ;;

@@ -290,16 +290,19 @@ def nccl_rows(name, proc, res, findings):
     for c in nccl.get("communicators", []):
         row["communicators"].append({k: c.get(k) for k in ("id", "rank", "nranks", "device", "created_by", "ended")})
         for o in c.get("ops", []):
-            g = got.setdefault(o["op"], {"calls": 0, "bytes": 0, "datatypes": {}})
+            g = got.setdefault(o["op"], {"calls": 0, "bytes": 0, "datatypes": {}, "gpu_kernels": None})
             g["calls"] += o.get("calls", 0)
             g["bytes"] += o.get("bytes", 0)
+            # The kernels tied to the operation's calls, where the injection library measured them.
+            if o.get("gpu_kernels") is not None:
+                g["gpu_kernels"] = (g["gpu_kernels"] or 0) + o["gpu_kernels"]
             for d, n in o.get("datatypes", {}).items():
                 g["datatypes"][d] = g["datatypes"].get(d, 0) + n
     for op in sorted(set(got) | set(known.get("nccl", {}))):
         k = known.get("nccl", {}).get(op, {"calls": 0, "bytes": 0})
-        g = got.get(op, {"calls": 0, "bytes": 0, "datatypes": {}})
+        g = got.get(op, {"calls": 0, "bytes": 0, "datatypes": {}, "gpu_kernels": None})
         row["ops"][op] = {"known_calls": k["calls"], "known_bytes": k["bytes"], "calls": g["calls"],
-                          "bytes": g["bytes"], "datatypes": g["datatypes"]}
+                          "bytes": g["bytes"], "datatypes": g["datatypes"], "gpu_kernels": g["gpu_kernels"]}
         if (g["calls"], g["bytes"]) != (k["calls"], k["bytes"]):
             findings.append(f"{name}: {op}: gpuprofd {g['calls']} calls / {g['bytes']} B, "
                             f"the script asked for {k['calls']} / {k['bytes']} B")
@@ -674,8 +677,9 @@ def main(manifest_path, outdir):
     if nccl_out:
         md.append("## NCCL (per operation: gpuprofd against what the script asked for)")
         md.append(fmt_table(
-            ["run", "op", "calls", "asked", "bytes", "asked bytes", "datatypes"],
-            [(n["run"], op, o["calls"], o["known_calls"], o["bytes"], o["known_bytes"], json.dumps(o["datatypes"]))
+            ["run", "op", "calls", "asked", "bytes", "asked bytes", "datatypes", "kernels tied (measured)"],
+            [(n["run"], op, o["calls"], o["known_calls"], o["bytes"], o["known_bytes"], json.dumps(o["datatypes"]),
+              "-" if o.get("gpu_kernels") is None else o["gpu_kernels"])
              for n in nccl_out for op, o in n["ops"].items()]))
         for n in nccl_out:
             md.append(f"- {n['run']}: communicators {json.dumps(n['communicators'])}; "

@@ -331,7 +331,8 @@ fn compare_reports_nccl_against_what_the_script_asked_for() {
     let write = |name: &str, v: Value| std::fs::write(d.join(name), v.to_string()).unwrap();
     let op = |op: &str, calls: u64, bytes: u64, dt: &str| {
         json!({"op": op, "calls": calls, "bytes": bytes, "in_group": 0,
-               "datatypes": {dt: calls}, "reductions": {}, "streams": [], "devices": {}})
+               "datatypes": {dt: calls}, "reductions": {}, "streams": [], "devices": {},
+               "gpu_kernels": calls})
     };
     write(
         "nccl.report.json",
@@ -375,7 +376,7 @@ fn compare_reports_nccl_against_what_the_script_asked_for() {
     assert_eq!(
         n["ops"]["AllReduce"],
         json!({"known_calls": 26, "known_bytes": 1000, "calls": 26, "bytes": 1000,
-               "datatypes": {"float32": 26}})
+               "datatypes": {"float32": 26}, "gpu_kernels": 26})
     );
     assert_eq!(n["profiler_nccl_kernels"], 2);
     assert_eq!(

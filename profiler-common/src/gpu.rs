@@ -112,6 +112,11 @@ pub mod copykind {
     pub const PTOP: u8 = 10;
 }
 
+/// Whether a file name is CUPTI's library (`libcupti.so`, `libcupti.so.N…`).
+pub fn is_cupti_file(name: &[u8]) -> bool {
+    name == b"libcupti.so" || name.starts_with(b"libcupti.so.")
+}
+
 /// How the injection library found the CUPTI it uses (in the `enabled` state's detail, from
 /// bit [`found::SHIFT`]). Its path comes as the kernel name with id [`found::PATH_NAME_ID`]
 /// (CUPTI's kernel names are numbered from 1).

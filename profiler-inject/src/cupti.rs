@@ -180,8 +180,7 @@ pub fn load() -> Result<Found, String> {
 
 /// `libcupti.so` or `libcupti.so.N…` by file name.
 fn is_cupti(p: &Path) -> bool {
-    let n = p.file_name().map(OsStr::as_bytes).unwrap_or_default();
-    n == b"libcupti.so" || n.starts_with(b"libcupti.so.")
+    profiler_common::gpu::is_cupti_file(p.file_name().map(OsStr::as_bytes).unwrap_or_default())
 }
 
 /// CUPTI files that a framework would load beside the CUDA runtimes the process maps, most

@@ -725,3 +725,44 @@ fn results_are_the_same_with_and_without_the_library() {
         }
     }
 }
+
+/// `gpuprofd doctor` names a process that has the library and maps two CUPTI libraries (a
+/// framework's and another on the loader's path): the driver takes one CUPTI client per
+/// process, so a profiler started in it records nothing (what the H200 showed, 2026-11-27).
+#[test]
+fn doctor_names_a_process_with_two_cupti_libraries() {
+    let dir = TempDir::new("inject-doctor-two-cupti");
+    let (mut w, _log) = workload(&dir, false, &[]);
+    let framework = fakecuda().join("lib-cupti/libcupti.so.12");
+    let system = fakecuda().join("lib-cupti-system/libcupti.so");
+    for p in [&framework, &system] {
+        assert_eq!(
+            w.cmd(&format!("cupti_preload {}", p.display())),
+            "ok cupti_preload"
+        );
+    }
+    let (code, out, err) = run_daemon(&["doctor", "--json", "--no-system-libs"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gpu_time_library")
+        .unwrap();
+    assert_eq!(c["ok"], false, "{c}");
+    // Sorted by path: "lib-cupti-system" before "lib-cupti/".
+    let want = format!(
+        "{} (workload: {}, {})",
+        w.tgid,
+        system.display(),
+        framework.display()
+    );
+    let detail = c["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("map two CUPTI libraries") && detail.contains(&want),
+        "{c}"
+    );
+    w.exit();
+}

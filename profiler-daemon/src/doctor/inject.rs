@@ -4,7 +4,7 @@
 
 use crate::discovery;
 use crate::sys::inject_lib::{Located, OVERRIDE_VAR};
-use profiler_common::gpu::INJECT_SONAME;
+use profiler_common::gpu::{self, INJECT_SONAME};
 
 /// The check's outcome: `ok`, its detail, and what to do where it is not ok.
 pub(super) struct Finding {
@@ -13,36 +13,84 @@ pub(super) struct Finding {
     pub fix: Option<String>,
 }
 
-/// The processes (pid, command name) that map a file named [`INJECT_SONAME`], by pid.
-pub(super) fn processes_with_it() -> Vec<(u32, String)> {
-    let mut v: Vec<(u32, String)> = discovery::all_tgids()
+/// A process that maps the library: its pid, command name, and the CUPTI files it maps.
+pub(super) struct Loaded {
+    pub pid: u32,
+    pub comm: String,
+    pub cuptis: Vec<String>,
+}
+
+/// The processes that map a file named [`INJECT_SONAME`], by pid.
+pub(super) fn processes_with_it() -> Vec<Loaded> {
+    let mut v: Vec<Loaded> = discovery::all_tgids()
         .into_iter()
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
-                discovery::parse_maps(&m)
-                    .iter()
-                    .any(|x| x.path.rsplit('/').next() == Some(INJECT_SONAME))
+        .filter_map(|pid| {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            let maps = discovery::parse_maps(&maps);
+            let file = |p: &str| p.rsplit('/').next().unwrap_or(p).to_owned();
+            if !maps.iter().any(|x| file(&x.path) == INJECT_SONAME) {
+                return None;
+            }
+            let mut cuptis: Vec<String> = maps
+                .iter()
+                .filter(|x| gpu::is_cupti_file(file(&x.path).as_bytes()))
+                .map(|x| x.path.clone())
+                .collect();
+            cuptis.sort();
+            cuptis.dedup();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            Some(Loaded {
+                pid,
+                comm: comm.trim().to_owned(),
+                cuptis,
             })
         })
-        .map(|pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            (pid, comm.trim().to_owned())
-        })
         .collect();
-    v.sort();
+    v.sort_by_key(|l| l.pid);
     v
 }
 
 /// What doctor says of the library at `located`, with `multi` (whether `uprobe_multi` links
 /// work: the semaphore rides on them) and `loaded` (the processes that have it).
-pub(super) fn finding(located: &Located, multi: bool, loaded: &[(u32, String)]) -> Finding {
+pub(super) fn finding(located: &Located, multi: bool, loaded: &[Loaded]) -> Finding {
+    let f = located_finding(located, multi, loaded);
+    // Two CUPTI files in one process: the driver takes one CUPTI client per process, so a
+    // profiler started through the other one (torch.profiler, Nsight) records nothing.
+    let two: Vec<&Loaded> = loaded.iter().filter(|l| l.cuptis.len() > 1).collect();
+    if two.is_empty() {
+        return f;
+    }
+    let shown: Vec<String> = two
+        .iter()
+        .take(4)
+        .map(|l| format!("{} ({}: {})", l.pid, l.comm, l.cuptis.join(", ")))
+        .collect();
+    Finding {
+        ok: false,
+        detail: format!(
+            "{}; {} of them map two CUPTI libraries, and a profiler in them (torch.profiler, \
+             Nsight) records nothing: {}",
+            f.detail,
+            two.len(),
+            shown.join("; ")
+        ),
+        fix: Some(
+            "restart those jobs with this gpuprofd's library (it uses the CUPTI already in the \
+             process); if they load CUPTI late from another directory, put that directory's \
+             CUPTI first on their library path"
+                .into(),
+        ),
+    }
+}
+
+fn located_finding(located: &Located, multi: bool, loaded: &[Loaded]) -> Finding {
     let procs = match loaded.len() {
         0 => "no process has it loaded".to_owned(),
         n => {
             let shown: Vec<String> = loaded
                 .iter()
                 .take(8)
-                .map(|(p, c)| format!("{p} ({c})"))
+                .map(|l| format!("{} ({})", l.pid, l.comm))
                 .collect();
             let more = if n > 8 {
                 format!(" and {} more", n - 8)
@@ -112,7 +160,12 @@ mod tests {
             "/usr/lib/gpuprofd/libgpuprofd_inject.so: commands run by gpuprofd get exact GPU \
              times; no process has it loaded"
         );
-        let many: Vec<(u32, String)> = (1..=10).map(|p| (p, "python3".to_owned())).collect();
+        let loaded = |pid: u32, cuptis: &[&str]| Loaded {
+            pid,
+            comm: "python3".into(),
+            cuptis: cuptis.iter().map(|c| c.to_string()).collect(),
+        };
+        let many: Vec<Loaded> = (1..=10).map(|p| loaded(p, &[])).collect();
         let f = finding(&Located::Found(lib), false, &many);
         assert!(!f.ok);
         assert_eq!(f.fix.as_deref(), Some("boot Linux 6.6 or later"));
@@ -135,5 +188,25 @@ mod tests {
             "libgpuprofd_inject.so not found (/a/x.so): no exact GPU times; no process has it \
              loaded"
         );
+        // One process with two CUPTI files: said, with what to do.
+        let wheel = "/v/nvidia/cuda_cupti/lib/libcupti.so.12";
+        let two = [
+            loaded(7, &[wheel]),
+            loaded(9, &[wheel, "/usr/local/cuda/lib64/libcupti.so"]),
+        ];
+        let lib = PathBuf::from("/usr/lib/gpuprofd/libgpuprofd_inject.so");
+        let f = finding(&Located::Found(lib), true, &two);
+        assert!(!f.ok);
+        assert!(
+            f.detail.ends_with(
+                "loaded by 2 process(es): 7 (python3), 9 (python3); 1 of them map two CUPTI \
+                 libraries, and a profiler in them (torch.profiler, Nsight) records nothing: 9 \
+                 (python3: /v/nvidia/cuda_cupti/lib/libcupti.so.12, \
+                 /usr/local/cuda/lib64/libcupti.so)"
+            ),
+            "{}",
+            f.detail
+        );
+        assert!(f.fix.unwrap().starts_with("restart those jobs"));
     }
 }

@@ -416,6 +416,19 @@ fn no_inject_leaves_the_command_alone() {
     assert_eq!(libs, Vec::<&str>::new(), "the library was loaded: {r}");
 }
 
+/// The Chrome trace `gpuprofd export` makes of `capture` (written beside it).
+fn chrome_trace(capture: &std::path::Path) -> Value {
+    let trace = capture.with_extension("json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        capture.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap()
+}
+
 /// The steps view (JSON) of the one process with a step loop in `capture`.
 fn steps_of(capture: &std::path::Path) -> Value {
     let (code, out, err) = run_daemon(&[
@@ -487,15 +500,7 @@ fn each_step_gets_its_measured_gpu_busy_time_overlaps_counted_once() {
     );
     assert!(dom.contains("GPU busy ms (measured, median)"), "{dom}");
     // The timeline's step spans carry it too.
-    let trace = dir.path().join("run.json");
-    let (code, _, err) = run_daemon(&[
-        "export",
-        capture.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let t = chrome_trace(&capture);
     let busy: Vec<u64> = t["traceEvents"]
         .as_array()
         .unwrap()
@@ -578,15 +583,7 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
         );
     }
     // The timeline has each all-reduce on its thread, with its communicator and figures.
-    let trace = dir.path().join("run.json");
-    let (code, _, err) = run_daemon(&[
-        "export",
-        capture.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let t = chrome_trace(&capture);
     let calls: Vec<&Value> = t["traceEvents"]
         .as_array()
         .unwrap()

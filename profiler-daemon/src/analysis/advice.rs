@@ -51,6 +51,9 @@ pub const IDLE_MIN_SAMPLES: u64 = 5;
 /// Input-bound: the median delay from a step's start to its first enqueued work, as a share of
 /// the median step time.
 pub const INPUT_BOUND_SHARE: f64 = 0.30;
+/// `exposed_communication`: the median step's NCCL kernels ran with nothing else of the
+/// process beside them for at least this share of the step (measured).
+pub const EXPOSED_COMM_SHARE: f64 = 0.20;
 /// Memory growth: device memory live at the last step's end minus at the first's, when it never
 /// went down from step to step.
 pub const MEMORY_GROWTH_BYTES: u64 = 64 << 20;
@@ -84,7 +87,8 @@ pub const GPM_LOW_OCCUPANCY: f64 = 20.0;
 pub struct Advice {
     /// `sync_bound`, `launch_bound`, `dominant_kernel` (measured GPU time), `tiny_copies`,
     /// `pageable_copies`, `blocking_copies`, `alloc_churn`,
-    /// `input_bound`, `memory_growth` (these two need steps, see `steps`), `gpu_idle_held`
+    /// `input_bound`, `memory_growth`, `exposed_communication` (these three need steps, see
+    /// `steps`; the last measured GPU time), `gpu_idle_held`
     /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `gpu_tensor_idle`,
     /// `gpu_low_occupancy` (NVML GPM, per GPU, measured), `records_lost`.
     pub rule: &'static str,
@@ -649,6 +653,35 @@ fn step_advice(p: &ProcessReport, s: &ProcessSteps, out: &mut Vec<Advice>) {
             "something allocated per step is kept: tensors appended to a list (losses kept \
              with their graph — use loss.item() or .detach()), caches that grow, or a leak",
         );
+    }
+    // Measured: NCCL's kernels in each step, and the part nothing else ran beside.
+    let exposed: Vec<u64> = regular
+        .iter()
+        .filter_map(|x| x.gpu_comm_exposed_ns)
+        .collect();
+    let comm: Vec<u64> = regular.iter().filter_map(|x| x.gpu_comm_ns).collect();
+    if wall > 0 && exposed.len() == regular.len() && comm.len() == regular.len() {
+        let (exposed, comm) = (quantile(exposed, 0.5), quantile(comm, 0.5));
+        if exposed as f64 >= EXPOSED_COMM_SHARE * wall as f64 {
+            push(
+                "exposed_communication",
+                format!(
+                    "in {} steps of {} ms (median), NCCL's kernels ran {} ms of each, {} ms \
+                     ({:.0}% of the step) with nothing else of the process running on the GPU \
+                     (median; measured by CUPTI)",
+                    regular.len(),
+                    units::ms(wall),
+                    units::ms(comm),
+                    units::ms(exposed),
+                    exposed as f64 * 100.0 / wall as f64
+                ),
+                "the step waits for communication that compute does not hide: overlap it \
+                 (DDP's gradient buckets: bucket_cap_mb, gradient_as_bucket_view; FSDP's \
+                 forward/backward prefetch), communicate less (gradient accumulation, lower \
+                 precision reductions), and compare ranks: one slow rank makes every other wait \
+                 inside its collectives",
+            );
+        }
     }
 }
 

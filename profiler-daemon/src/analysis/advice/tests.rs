@@ -400,6 +400,44 @@ fn input_bound_and_memory_growth_from_steps() {
 }
 
 #[test]
+fn exposed_communication_from_the_steps_measured_nccl_time() {
+    let r = report(vec![balanced(), process(5, 100, &[], &[], 0)], 0);
+    // Steps of 10 ms, first work at once: NCCL ran 4 ms of each, 2.5 ms of it exposed (25%).
+    let with = |comm: u64, exposed: u64| {
+        let mut s = steps_of(5, &[(10_000_000, 0, 0); 4]);
+        for st in &mut s.steps {
+            st.gpu_busy_ns = Some(9_000_000);
+            st.gpu_comm_ns = Some(comm);
+            st.gpu_comm_exposed_ns = Some(exposed);
+        }
+        s
+    };
+    let a = advise(&r, &[with(4_000_000, 2_500_000)]);
+    assert_eq!(
+        a.iter()
+            .map(|x| (x.rule, x.evidence.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "exposed_communication",
+            "in 4 steps of 10.000 ms (median), NCCL's kernels ran 4.000 ms of each, 2.500 ms \
+             (25% of the step) with nothing else of the process running on the GPU (median; \
+             measured by CUPTI)"
+        )]
+    );
+    assert!(
+        a[0].suggestion.contains("bucket_cap_mb"),
+        "{}",
+        a[0].suggestion
+    );
+    // Hidden behind compute (1.5 ms exposed, 15%): nothing to say.
+    assert_eq!(advise(&r, &[with(4_000_000, 1_500_000)]), vec![]);
+    // Not measured in every step: not cited.
+    let mut part = with(4_000_000, 2_500_000);
+    part.steps[1].gpu_comm_exposed_ns = None;
+    assert_eq!(advise(&r, &[part]), vec![]);
+}
+
+#[test]
 fn throttled_and_failing_gpus() {
     let mut r = report(vec![balanced()], 0);
     let gpu = |index: u32, throttle: Value, xids: Value, xid_count: u64, ecc: u64| {

@@ -231,13 +231,17 @@ impl Aggregator {
         match ev {
             Event::Launch(_, l) => {
                 p.launch(h.api, l);
-                // One of NCCL's kernels: the NCCL call the thread made for it.
-                let nccl = p
-                    .names
-                    .resolve(l.func)
-                    .is_some_and(|n| nccl::is_nccl_kernel(n.as_bytes()))
-                    .then(|| p.nccl.take_kernel(h.tid))
-                    .flatten();
+                // One of NCCL's kernels: the NCCL call the thread made for it. (The name is
+                // looked up only on a thread with an NCCL call waiting: not per launch.)
+                let nccl = if p.nccl.waits_for_kernel(h.tid)
+                    && p.names
+                        .resolve(l.func)
+                        .is_some_and(|n| nccl::is_nccl_kernel(n.as_bytes()))
+                {
+                    p.nccl.take_kernel(h.tid)
+                } else {
+                    None
+                };
                 let site = kernel_time::LaunchSite {
                     api: h.api,
                     func: l.func,

@@ -155,6 +155,11 @@ impl Nccl {
         }
     }
 
+    /// Whether an NCCL call of thread `tid` waits for its kernel.
+    pub fn waits_for_kernel(&self, tid: u32) -> bool {
+        !self.pending.is_empty() && self.pending.contains_key(&tid)
+    }
+
     /// A launch of one of NCCL's kernels on `tid`: the call it was for, if one is waiting.
     pub fn take_kernel(&mut self, tid: u32) -> Option<(u64, u32)> {
         self.pending

@@ -13,12 +13,13 @@
  * communicator's device is the calling thread's CUDA device (cudaGetDevice, looked up at run
  * time so that the library needs no runtime), 0 without a runtime.
  *
- * Each collective and point-to-point call runs a device kernel, as the real one does: NCCL
- * 2.19 and later launch `ncclDevKernel_*` through the driver's cuLaunchKernelEx on the call's
- * stream, at the call or, inside a ncclGroupStart/ncclGroupEnd group, once at the group's end
- * (on the first call's stream). Here the kernels live in a module of the fake driver's image
- * format, loaded at the first launch; the driver is looked up at run time (no driver, no
- * kernel). The fake CUPTI times them like any kernel (`gpu_ns kernel`). */
+ * Each collective and point-to-point call runs a device kernel, as the real one does: its
+ * `ncclDevKernel_*` on the call's stream, at the call or, inside a ncclGroupStart/ncclGroupEnd
+ * group, once at the group's end (on the first call's stream). Here the kernels (2.32.3's
+ * names) live in a module of the fake driver's image format, loaded at the first launch, and
+ * go through the driver's cuLaunchKernelEx (how the real one reaches the driver is not
+ * modelled); the driver is looked up at run time (no driver, no kernel). The fake CUPTI times
+ * them like any kernel (`gpu_ns kernel`). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -54,16 +55,17 @@ static int current_device(void) {
 
 static int valid(const struct ncclComm *c) { return c && c->magic == COMM_MAGIC; }
 
-/* NCCL's device kernels as CUPTI names them (mangled): NCCL 2.19+'s
- * `ncclDevKernel_<Coll>_<Op>_<Type>_<Algo>_<Proto>(ncclDevKernelArgsStorage<4096ul>)`. */
+/* NCCL's device kernels as CUPTI names them (mangled), as the real 2.32.3 (pip's
+ * nvidia-nccl-cu12) has them: `ncclDevKernel_<Coll>[_<Type>]_<Algo>(ncclDevKernelArgsStorage<4096ul>)`;
+ * AlltoAll runs as SendRecv (it has no kernel of its own there). */
 enum { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_ALLTOALL, K_BROADCAST, K_REDUCE, K_SENDRECV, NK };
 static const char *const kernel_names[NK] = {
-    "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
-    "_Z43ncclDevKernel_ReduceScatter_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
-    "_Z31ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE",
-    "_Z27ncclDevKernel_AlltoAll_RING24ncclDevKernelArgsStorageILm4096EE",
-    "_Z31ncclDevKernel_Broadcast_RING_LL24ncclDevKernelArgsStorageILm4096EE",
-    "_Z36ncclDevKernel_Reduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+    "_Z32ncclDevKernel_AllReduce_f32_RING24ncclDevKernelArgsStorageILm4096EE",
+    "_Z36ncclDevKernel_ReduceScatter_f32_RING24ncclDevKernelArgsStorageILm4096EE",
+    "_Z28ncclDevKernel_AllGather_RING24ncclDevKernelArgsStorageILm4096EE",
+    "_Z22ncclDevKernel_SendRecv24ncclDevKernelArgsStorageILm4096EE",
+    "_Z28ncclDevKernel_Broadcast_RING24ncclDevKernelArgsStorageILm4096EE",
+    "_Z29ncclDevKernel_Reduce_f32_RING24ncclDevKernelArgsStorageILm4096EE",
     "_Z22ncclDevKernel_SendRecv24ncclDevKernelArgsStorageILm4096EE",
 };
 static const struct fake_fatbin kernel_image = {FAKE_FATBIN_MAGIC, NK, kernel_names};

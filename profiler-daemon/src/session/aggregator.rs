@@ -355,6 +355,7 @@ impl Task {
                 j.frame(&Frame::Symbols(names));
             }
             j.frame(&Frame::Faults(meta.faults.clone()));
+            j.clock();
             j.frame(&Frame::End(store::End {
                 duration_ns: meta.duration_ns,
                 drops: meta.drops.clone(),

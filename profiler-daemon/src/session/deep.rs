@@ -159,6 +159,7 @@ impl DeepCapture {
         let label = format!("(deep capture {id} of {})", target.describe());
         let from_ns = header.started_at_monotonic_ns;
         let mut writer = Writer::to_sink(Box::new(sink), Path::new(&label), header);
+        writer.clock();
         writer.frame(&Frame::Api(api.to_vec()));
         DeepCapture {
             id,
@@ -340,6 +341,7 @@ impl DeepCapture {
                 (k.clone(), v.saturating_sub(before))
             })
             .collect();
+        self.writer.clock();
         self.writer.frame(&Frame::End(store::End {
             duration_ns: self.started.elapsed().as_nanos() as u64,
             drops: lost,

@@ -306,7 +306,9 @@ pub async fn run(
             header.started_at_unix_ns = started_at
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
-            store::Writer::new(f, p, header)
+            let mut w = store::Writer::new(f, p, header);
+            w.clock();
+            w
         }),
         _ => None,
     };

@@ -58,7 +58,11 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   batches may hold launch call entries (`activity::API`). A schema-8 reader would count the
 ///   frame as damage: it refuses the file instead. Files without the frame join nothing
 ///   (`thread_not_mapped`).
-pub const SCHEMA_VERSION: u32 = 9;
+/// * 10: `Clock` frames (the wall clock read against CLOCK_MONOTONIC) after the header and
+///   just before `End`, to align captures of several nodes (`report A B …`). A schema-9 reader
+///   would count the frame as damage and lose the `End` behind it: it refuses the file instead.
+///   Files without them are aligned by the header's pair alone.
+pub const SCHEMA_VERSION: u32 = 10;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Record bytes gathered before they go out as one frame (between flushes).
@@ -212,6 +216,9 @@ pub enum Frame {
         tgid: u32,
         tids: crate::model::gpu_join::Tids,
     },
+    /// The wall clock against CLOCK_MONOTONIC now (schema 10): one after the header, one just
+    /// before [`Frame::End`].
+    Clock(crate::sys::clock::WallPair),
 }
 
 fn codec() -> impl bincode::Options {
@@ -281,6 +288,11 @@ impl Writer {
         w.check(r);
         w.frame(&Frame::Header(header));
         w
+    }
+
+    /// A [`Frame::Clock`] read now (after the header and before the end).
+    pub fn clock(&mut self) {
+        self.frame(&Frame::Clock(crate::sys::clock::wall_pair()));
     }
 
     /// One wire record, in ring order.

@@ -36,6 +36,9 @@ pub struct Replay {
     /// Each process's thread id map (`Frame::Tids`, the last one): `(tgid, generation)` →
     /// CUPTI's thread ids → the kernel's, for the timeline's join of GPU records to launches.
     pub tids: HashMap<(u32, u32), crate::model::gpu_join::Tids>,
+    /// The capture's `Frame::Clock`s, in order (none before schema 10): the wall clock against
+    /// CLOCK_MONOTONIC at its start and, when it stopped cleanly, at its end.
+    pub clocks: Vec<crate::sys::clock::WallPair>,
 }
 
 /// Why a walk over a capture file's records stopped before its end.
@@ -211,6 +214,7 @@ pub fn replay_selecting(
     let mut faults = BTreeMap::new();
     let mut generation: HashMap<u32, u32> = HashMap::new();
     let mut tids_of = HashMap::new();
+    let mut clocks = Vec::new();
     let mut api = ApiTable::new();
     let mut n_records = 0u64;
     let mut last_ts = header.started_at_monotonic_ns;
@@ -278,6 +282,7 @@ pub fn replay_selecting(
                 tids_of.insert((tgid, g), tids.clone());
                 agg.set_tids(tgid, tids);
             }
+            Frame::Clock(c) => clocks.push(c),
         }
     }
     let started_at = UNIX_EPOCH + Duration::from_nanos(header.started_at_unix_ns);
@@ -307,6 +312,7 @@ pub fn replay_selecting(
         report,
         kernel_names: agg.kernel_names(),
         tids: tids_of,
+        clocks,
         recovery: Recovery {
             frames: r.frames,
             records: n_records,

@@ -67,8 +67,13 @@ fn meta(comm: &str) -> StoredProcess {
 
 /// A capture of two processes: 7 launches (5 + 2), a pid reuse, and a named host stub.
 pub(crate) fn write_capture(path: &Path, with_end: bool) {
+    write_capture_as(path, with_end, header());
+}
+
+/// [`write_capture`] under another header (another node, another start).
+pub(crate) fn write_capture_as(path: &Path, with_end: bool, header: FileHeader) {
     let f = File::create(path).unwrap();
-    let mut w = Writer::new(f, path, header());
+    let mut w = Writer::new(f, path, header);
     w.frame(&Frame::Api(api().list().to_vec()));
     w.frame(&Frame::Process {
         tgid: 100,
@@ -881,7 +886,7 @@ fn gpu_activity_records_and_their_layer_round_trip() {
     let t = Tmp::new("gpu-activity");
     write_gpu_capture(&t.0);
     let bytes = std::fs::read(&t.0).unwrap();
-    assert_eq!(bytes[8..12], 9u32.to_le_bytes());
+    assert_eq!(bytes[8..12], SCHEMA_VERSION.to_le_bytes());
     let r = replay(&t.0).unwrap();
     let p = &r.report.processes[0];
     let g = &p.gpu_time;
@@ -1000,4 +1005,53 @@ fn the_device_numbering_environment_is_kept() {
         (p.devices[0].device, p.devices[0].nvml_gpu),
         (Some(0), Some(1))
     );
+}
+
+/// Schema 10: the clock pairs after the header and before the end come back in order, and a
+/// file without them (schema 9) replays with none.
+#[test]
+fn clock_pairs_round_trip_and_older_files_have_none() {
+    let t = Tmp::new("clocks");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    let first = crate::sys::clock::WallPair {
+        unix_ns: 1_795_417_200_000_000_500,
+        monotonic_ns: 1_500,
+        uncertainty_ns: 40,
+    };
+    let last = crate::sys::clock::WallPair {
+        unix_ns: 1_795_417_210_000_004_500,
+        monotonic_ns: 10_000_001_500,
+        uncertainty_ns: 60,
+    };
+    w.frame(&Frame::Clock(first));
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.clock();
+    w.frame(&Frame::Clock(last));
+    w.frame(&Frame::End(End {
+        duration_ns: 10_000_000_000,
+        drops: BTreeMap::new(),
+        submitted: BTreeMap::new(),
+        stop_reason: "duration".into(),
+    }));
+    w.flush();
+    let r = replay(&t.0).unwrap();
+    assert!(r.recovery.complete);
+    assert_eq!(r.clocks.len(), 3);
+    assert_eq!((r.clocks[0], r.clocks[2]), (first, last));
+    assert_eq!(last.offset_ns() - first.offset_ns(), 4_000);
+    // The pair read now: its monotonic half is this machine's clock, its wall half today's.
+    let now = r.clocks[1];
+    assert!(
+        now.monotonic_ns > 0 && now.uncertainty_ns < 1_000_000_000,
+        "{now:?}"
+    );
+
+    // A file without clock frames.
+    let t = Tmp::new("no-clocks");
+    let f = File::create(&t.0).unwrap();
+    let mut w = Writer::new(f, &t.0, header());
+    w.frame(&Frame::Api(api().list().to_vec()));
+    w.flush();
+    assert_eq!(replay(&t.0).unwrap().clocks, []);
 }

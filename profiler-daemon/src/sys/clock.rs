@@ -23,3 +23,40 @@ pub fn monotonic_ns() -> u64 {
 pub fn boot_minus_monotonic_ns() -> u64 {
     now_ns(libc::CLOCK_BOOTTIME).saturating_sub(now_ns(libc::CLOCK_MONOTONIC))
 }
+
+/// The wall clock (CLOCK_REALTIME) read against CLOCK_MONOTONIC at one moment: what places a
+/// capture's records on the wall-clock axis, so captures of several nodes can share one time
+/// axis. Captures store one at their start and one at their end (`store::Frame::Clock`); the
+/// two differ when the wall clock was stepped or slewed (NTP) during the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WallPair {
+    /// Ns since the Unix epoch: the middle of two wall-clock reads around `monotonic_ns`.
+    pub unix_ns: u64,
+    pub monotonic_ns: u64,
+    /// The time between the two wall-clock reads: how far off the pairing can be.
+    pub uncertainty_ns: u64,
+}
+
+impl WallPair {
+    /// Wall − monotonic, in ns: add it to a record's `ts_ns` for its wall-clock time.
+    pub fn offset_ns(&self) -> i128 {
+        i128::from(self.unix_ns) - i128::from(self.monotonic_ns)
+    }
+}
+
+/// [`WallPair`] now: the best of three tries (the pair whose two wall reads are closest).
+pub fn wall_pair() -> WallPair {
+    (0..3)
+        .map(|_| {
+            let a = now_ns(libc::CLOCK_REALTIME);
+            let m = now_ns(libc::CLOCK_MONOTONIC);
+            let b = now_ns(libc::CLOCK_REALTIME);
+            WallPair {
+                unix_ns: a + b.saturating_sub(a) / 2,
+                monotonic_ns: m,
+                uncertainty_ns: b.saturating_sub(a),
+            }
+        })
+        .min_by_key(|p| p.uncertainty_ns)
+        .expect("three tries")
+}

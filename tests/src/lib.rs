@@ -632,10 +632,21 @@ impl Workload {
 
     /// Sends one command and waits for its `ok`; panics on `err`.
     pub fn cmd(&mut self, line: &str) -> String {
-        let name = line.split_whitespace().next().unwrap_or("").to_owned();
+        self.send(line);
+        self.ok(line)
+    }
+
+    /// Sends one command without waiting for its reply (several workloads run at once this
+    /// way); [`Workload::ok`] waits for it.
+    pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("workload stdin open");
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Waits for the reply to `line` (sent with [`Workload::send`]); panics on `err`.
+    pub fn ok(&mut self, line: &str) -> String {
+        let name = line.split_whitespace().next().unwrap_or("").to_owned();
         let reply = self.out.wait_for(&format!("reply to `{line}`"), |l| {
             l.starts_with("ok ") || l.starts_with("err ")
         });

@@ -1,5 +1,6 @@
 //! `gpuprofd report FILE` (or `--live`): read a capture file or ask the running service, then
 //! render the view asked for (see [`crate::output::views`]) to standard output or a file.
+use crate::analysis::ranks;
 use crate::analysis::steps::{self, StepSearch};
 use crate::model::snapshot::Report;
 use crate::output::html::{self, MemoryCollector};
@@ -27,22 +28,71 @@ pub fn run(a: &ReportArgs) -> u8 {
         eprintln!("gpuprofd report: --format html is the overview page: leave out --view");
         return 2;
     }
-    let file = match (&a.file, a.live) {
-        (Some(f), false) => f.clone(),
-        _ => return run_live(a, name_re.as_ref()),
+    if a.live || a.files.is_empty() {
+        return run_live(a, name_re.as_ref());
+    }
+    if a.files.len() > 1 || a.view == View::Ranks {
+        return run_ranks(a);
+    }
+    let want_steps = matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html;
+    let html = a.format == Format::Html;
+    let loaded = match load(&a.files[0], a.device, want_steps, html) {
+        Ok(l) => l,
+        Err(code) => return code,
     };
+    let Loaded {
+        replay,
+        steps,
+        memory,
+    } = loaded;
+    let rendered = if html {
+        let t0 = replay.header.started_at_monotonic_ns;
+        let advice = crate::analysis::advice::advise(&replay.report, &steps);
+        let mem = memory.series(t0);
+        Ok(html::page(&html::page_data(
+            &replay.report,
+            &steps,
+            &advice,
+            &mem,
+        )))
+    } else {
+        render(&replay.report, &steps, a, name_re.as_ref())
+    };
+    let written = emit(a, rendered);
+    if written != 0 {
+        return written;
+    }
+    if replay.recovery.damage.is_some() {
+        EXIT_DAMAGED
+    } else {
+        0
+    }
+}
+
+/// One capture, read: its report, its steps (when asked for) and the page's memory curves.
+struct Loaded {
+    replay: store::Replay,
+    steps: Vec<steps::ProcessSteps>,
+    memory: MemoryCollector,
+}
+
+/// Reads `file` (only the records of `device`, if given); on failure, says why and gives the
+/// exit code.
+fn load(
+    file: &std::path::Path,
+    device: Option<u32>,
+    want_steps: bool,
+    html: bool,
+) -> Result<Loaded, u8> {
     // One pass rebuilds the report and, on the way, takes what steps (first pass) and the
     // page's memory curves need from the same records; a second pass only where a process has
     // a step loop to cut.
-    let want_steps = matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html;
-    let html = a.format == Format::Html;
     let mut search = StepSearch::default();
     let mut memory = MemoryCollector::default();
-    let device = a.device;
     let keep = |ev: &profiler_common::decode::Event| {
         device.is_none_or(|d| crate::model::devices::selected(ev, d))
     };
-    let replay = match store::replay_selecting(&file, keep, |_, g, ev| {
+    let replay = match store::replay_selecting(file, keep, |_, g, ev| {
         if want_steps {
             search.first(g, ev);
         }
@@ -53,7 +103,7 @@ pub fn run(a: &ReportArgs) -> u8 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpuprofd report: {e}");
-            return EXIT_UNREADABLE;
+            return Err(EXIT_UNREADABLE);
         }
     };
     if let Some(w) = replay.recovery.warning(&file.display().to_string()) {
@@ -79,33 +129,71 @@ pub fn run(a: &ReportArgs) -> u8 {
     );
     if want_steps
         && search.chosen(t0)
-        && let Err(e) = steps::read(&file, |api, g, ev| {
+        && let Err(e) = steps::read(file, |api, g, ev| {
             if keep(ev) {
                 search.second(api, g, ev)
             }
         })
     {
         eprintln!("gpuprofd report: finding steps: {e}");
-        return EXIT_UNREADABLE;
+        return Err(EXIT_UNREADABLE);
     }
-    let steps = search.steps();
-    let rendered = if html {
-        let advice = crate::analysis::advice::advise(&replay.report, &steps);
-        let mem = memory.series(t0);
-        Ok(html::page(&html::page_data(
-            &replay.report,
-            &steps,
-            &advice,
-            &mem,
-        )))
-    } else {
-        render(&replay.report, &steps, a, name_re.as_ref())
+    Ok(Loaded {
+        steps: search.steps(),
+        replay,
+        memory,
+    })
+}
+
+/// `report A B …` or `--view ranks`: the job across the ranks in the captures.
+fn run_ranks(a: &ReportArgs) -> u8 {
+    if !matches!(a.view, View::Summary | View::Ranks) {
+        eprintln!(
+            "gpuprofd report: several captures show the job across its ranks (--view ranks); \
+             give one capture for the other views"
+        );
+        return 2;
+    }
+    if !matches!(a.format, Format::Table | Format::Json) {
+        eprintln!("gpuprofd report: --view ranks is a table or JSON (--format table|json)");
+        return 2;
+    }
+    let mut loaded = Vec::with_capacity(a.files.len());
+    for f in &a.files {
+        match load(f, a.device, true, false) {
+            Ok(l) => loaded.push(l),
+            Err(code) => return code,
+        }
+    }
+    let caps: Vec<ranks::Capture<'_>> = a
+        .files
+        .iter()
+        .zip(&loaded)
+        .map(|(f, l)| ranks::Capture {
+            file: f.display().to_string(),
+            header: &l.replay.header,
+            clocks: &l.replay.clocks,
+            report: &l.replay.report,
+            steps: &l.steps,
+            complete: l.replay.recovery.complete,
+        })
+        .collect();
+    let job = match ranks::merge(&caps) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("gpuprofd report: {e}");
+            return 2;
+        }
     };
-    let written = emit(a, rendered);
+    let out = match a.format {
+        Format::Json => crate::output::ranks::json(&job),
+        _ => crate::output::ranks::text(&job),
+    };
+    let written = emit(a, Ok(out));
     if written != 0 {
         return written;
     }
-    if replay.recovery.damage.is_some() {
+    if loaded.iter().any(|l| l.replay.recovery.damage.is_some()) {
         EXIT_DAMAGED
     } else {
         0

@@ -7,6 +7,7 @@ pub mod json;
 pub mod live;
 pub mod otlp;
 pub mod prometheus;
+pub mod ranks;
 pub mod table;
 pub mod top_kernels;
 pub mod trace;

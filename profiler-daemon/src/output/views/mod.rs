@@ -62,6 +62,11 @@ pub enum View {
     /// When each process was active: first and last call, launch rate, share of its active
     /// time blocked in calls, and its activity over the capture as a strip.
     Timeline,
+    /// The job across its ranks (NCCL rank, node) from one or several captures: each rank's
+    /// steps, work and waits, NCCL bytes, the matched steps side by side, the slowest rank
+    /// per step, stragglers and how well the nodes' clocks align. The default view of several
+    /// capture files.
+    Ranks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -92,12 +97,14 @@ pub enum OrderBy {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ReportArgs {
-    /// A capture file written with `--output FILE.gpuprof` (or `gpuprofd ctl capture`).
-    #[arg(required_unless_present = "live")]
-    pub file: Option<PathBuf>,
+    /// A capture file written with `--output FILE.gpuprof` (or `gpuprofd ctl capture`). Several
+    /// captures of one job (one per node) are merged into the job across its ranks (`--view
+    /// ranks`, the only view of several files).
+    #[arg(required_unless_present = "live", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// The running service's figures now (its control socket's snapshot) instead of a file.
     /// Every view but `steps` (and the HTML page, whose step and memory charts need a file).
-    #[arg(long, conflicts_with = "file")]
+    #[arg(long, conflicts_with = "files")]
     pub live: bool,
     /// The service's control socket, with --live.
     #[arg(long, default_value = "/run/gpuprofd.sock", value_name = "PATH")]
@@ -181,6 +188,7 @@ pub fn render(
         View::Jobs => select::render::<processes::Jobs>(r, steps, a, name_re),
         View::Steps => select::render::<steps::Steps>(r, steps, a, name_re),
         View::Timeline => select::render::<timeline::Timeline>(r, steps, a, name_re),
+        View::Ranks => Err("--view ranks reads capture files: give one or more".into()),
     }
 }
 

@@ -591,7 +591,8 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
             && out.contains("NCCL's kernels ran 80.000 ms of each, 60.000 ms"),
         "{out}"
     );
-    // The timeline has each all-reduce on its thread, with its communicator and figures.
+    // The timeline has each all-reduce on its communicator's track, with its communicator,
+    // figures and the thread that called it.
     let t = chrome_trace(&capture);
     let calls: Vec<&Value> = t["traceEvents"]
         .as_array()
@@ -621,6 +622,23 @@ fn each_step_gets_its_communication_and_the_part_not_hidden_behind_compute() {
                 &json!("sum")
             ),
             "{c}"
+        );
+    }
+    let track = |name: &str| {
+        t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["args"]["name"] == name)
+            .unwrap_or_else(|| panic!("no track {name}"))["tid"]
+            .clone()
+    };
+    let comm_track = track(&format!("NCCL {} rank 0/1", comm_id.as_str().unwrap()));
+    for c in &calls {
+        assert_eq!(c["tid"], comm_track, "{c}");
+        assert_eq!(
+            c["args"]["thread"], c["pid"],
+            "called from the main thread: {c}"
         );
     }
     // The overview page tables the same medians.

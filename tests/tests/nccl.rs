@@ -459,3 +459,242 @@ fn metrics_carry_the_operation_communicator_and_rank() {
     w.exit();
     d.stop();
 }
+
+/// One job across two "nodes": a four-rank job whose ranks 0 and 1 run in one cgroup and ranks 2
+/// and 3 in another, each cgroup captured by its own daemon into its own file (two captures,
+/// started at different moments). The ranks step together (the test waits for every rank's
+/// step before starting the next, as the all-reduce holds DDP's ranks together); rank 2 works
+/// 40 ms per step on its host, the others 2 ms. `report A B` names the ranks `node/rank`,
+/// matches their communicator and steps, and names rank 2 the slowest in every step.
+#[test]
+fn captures_of_two_nodes_merge_into_one_job_with_its_straggler() {
+    let lib = fakecuda().join("lib");
+    let nccl = fakecuda().join("lib-nccl");
+    let nodes = [Cgroup::new("node_a"), Cgroup::new("node_b")];
+    let start = |name: &str, cg: &Cgroup| {
+        let rel = cg.rel();
+        Daemon::start_with(
+            name,
+            &[
+                "--cgroup",
+                &rel,
+                "--no-system-libs",
+                "--lib",
+                lib.to_str().unwrap(),
+                "--lib",
+                nccl.to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let da = start("node-a.gpuprof", &nodes[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let db = start("node-b.gpuprof", &nodes[1]);
+    let mut ranks: Vec<Workload> = (0..4)
+        .map(|r| Workload::spawn_in("nccl_workload", &nodes[r / 2]))
+        .collect();
+    for (r, w) in ranks.iter_mut().enumerate() {
+        w.cmd("stream 1");
+        w.cmd(&format!("init 0 straggle 4 {r}"));
+    }
+    // Seven iterations, each closed by a sync: the first is warm-up, six are steps.
+    for _ in 0..7 {
+        let scripts: Vec<[String; 4]> = (0..4)
+            .map(|r| {
+                [
+                    "launch 1 4".to_owned(),
+                    "allreduce 0 1024 7 0 1 1".to_owned(), // 1024 float32: 4096 bytes
+                    format!("sleep_ms {}", if r == 2 { 40 } else { 2 }),
+                    "sync 1".to_owned(),
+                ]
+            })
+            .collect();
+        for (w, s) in ranks.iter_mut().zip(&scripts) {
+            for l in s {
+                w.send(l);
+            }
+        }
+        for (w, s) in ranks.iter_mut().zip(&scripts) {
+            for l in s {
+                w.ok(l);
+            }
+        }
+    }
+    let pids: Vec<u32> = ranks.iter().map(|w| w.tgid).collect();
+    for w in ranks {
+        w.exit();
+    }
+    let (fa, fb) = (da.stop(), db.stop());
+    let (a, b) = (fa.output.to_str().unwrap(), fb.output.to_str().unwrap());
+
+    let out = std::process::Command::new(daemon_bin())
+        .args(["report", a, b, "--format", "json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = &v["job"];
+    let names: Vec<&str> = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    // Both captures name this machine: the nodes are named by their files.
+    assert_eq!(
+        names,
+        ["node-a/0", "node-a/1", "node-b/2", "node-b/3"],
+        "{j:#}"
+    );
+    for (r, pid) in j["ranks"].as_array().unwrap().iter().zip(&pids) {
+        assert_eq!(r["pid"], *pid);
+        assert_eq!(
+            (r["nranks"].as_i64(), r["steps"].as_u64()),
+            (Some(4), Some(6)),
+            "{r}"
+        );
+        assert_eq!(r["communicator"], id_of("straggle"));
+        assert_eq!(
+            (r["nccl_calls"].as_u64(), r["nccl_bytes"].as_u64()),
+            (Some(7), Some(7 * 4096))
+        );
+        assert_eq!(r["bytes_by_op"]["AllReduce"], 7 * 4096);
+    }
+    let comms = j["communicators"].as_array().unwrap();
+    assert_eq!(comms.len(), 1, "{j:#}");
+    assert_eq!(comms[0]["id"], id_of("straggle"));
+    assert_eq!(
+        (comms[0]["calls"].as_u64(), comms[0]["bytes"].as_u64()),
+        (Some(28), Some(28 * 4096))
+    );
+    assert_eq!(comms[0]["missing"], serde_json::json!([]));
+    // Two captures with clock pairs at both ends; B began about 0.3 s after A.
+    let caps = j["captures"].as_array().unwrap();
+    assert_eq!(caps.len(), 2);
+    for c in caps {
+        assert_eq!(c["complete"], true);
+        assert!(c["clock_drift_ns"].is_i64(), "{c}");
+    }
+    let lag = caps[1]["started_at_unix_ns"].as_u64().unwrap()
+        - caps[0]["started_at_unix_ns"].as_u64().unwrap();
+    assert!(
+        (300_000_000..3_000_000_000).contains(&lag),
+        "B started {lag} ns after A"
+    );
+    // Six matched steps, rank 2 the slowest in each; it works 40 ms a step, the others
+    // 2 ms (the rest of their step is waiting for rank 2).
+    assert_eq!(j["work"], "derived");
+    let steps = j["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 6, "{j:#}");
+    for s in steps {
+        assert_eq!(s["slowest"], "node-b/2", "{s}");
+        let work = s["work_ns"][2].as_u64().unwrap();
+        assert!((40_000_000..80_000_000).contains(&work), "{s}");
+    }
+    let st = j["stragglers"].as_array().unwrap();
+    assert_eq!(st.len(), 1, "{j:#}");
+    assert_eq!(
+        (
+            st[0]["rank"].as_str(),
+            st[0]["slowest_in"].as_u64(),
+            st[0]["of"].as_u64()
+        ),
+        (Some("node-b/2"), Some(6), Some(6))
+    );
+    // The ranks' first launches of a matched step lie within a few ms (one machine's clock).
+    let spread = j["alignment"]["matched_step_spread_ns"].as_u64().unwrap();
+    assert!(spread < 20_000_000, "spread {spread}");
+    assert_eq!(
+        j["notes"],
+        serde_json::json!([
+            "two captures name the same host: nodes are named by their files instead"
+        ])
+    );
+
+    // The table says the same.
+    let out = std::process::Command::new(daemon_bin())
+        .args(["report", a, b])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.starts_with("job: 4 ranks on 2 nodes, from 2 captures\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("node-b/2 was the slowest rank in 6 of 6 matched steps"),
+        "{text}"
+    );
+
+    // One timeline of both: each rank's process named node/rank, with its real pid.
+    let dir = TempDir::new("merged-trace");
+    let trace = dir.path().join("job.json");
+    let out = std::process::Command::new(daemon_bin())
+        .args(["export", a, b, "-o", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let mut named: Vec<String> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_owned())
+        .filter(|n| n.contains(" · "))
+        // The job after the name depends on how the test runs (here: under `timeout`).
+        .map(|n| n.split(" [").next().unwrap().to_owned())
+        .collect();
+    named.sort();
+    let want: Vec<String> = (0..4)
+        .map(|r| {
+            format!(
+                "node-{}/{r} · nccl_workload (pid {}, exited)",
+                if r < 2 { "a" } else { "b" },
+                pids[r]
+            )
+        })
+        .collect();
+    assert_eq!(named, want);
+
+    // Each rank's collectives on its communicator's track: seven all-reduces each.
+    let ev = t["traceEvents"].as_array().unwrap();
+    for r in 0..4 {
+        let name = format!("NCCL {} rank {r}/4", id_of("straggle"));
+        let track: Vec<(&Value, &Value)> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name" && e["args"]["name"] == name.as_str())
+            .map(|e| (&e["pid"], &e["tid"]))
+            .collect();
+        assert_eq!(track.len(), 1, "{name}");
+        let n = ev
+            .iter()
+            .filter(|e| (&e["pid"], &e["tid"]) == track[0] && e["name"] == "ncclAllReduce")
+            .count();
+        assert_eq!(n, 7, "{name}");
+    }
+
+    // One capture given twice.
+    let out = std::process::Command::new(daemon_bin())
+        .args(["report", a, a])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("are the same capture (same host, same start)"),
+        "{err}"
+    );
+    // Other views need one capture.
+    let out = std::process::Command::new(daemon_bin())
+        .args(["report", a, b, "--view", "kernels"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,7 +1,8 @@
 //! `gpuprofd export FILE`: a capture file as a timeline trace (Chrome JSON or Perfetto's
 //! protobuf), written to a file; the trace itself is built in [`crate::output::trace`].
+use crate::output::trace::merge::{Part, trace_merged};
 use crate::output::trace::{
-    ChromeSink, ExportArgs, ExportFormat, Summary, TraceError, perfetto, trace,
+    ChromeSink, ExportArgs, ExportFormat, Sink, Summary, TraceError, perfetto, trace,
 };
 
 /// Runs `gpuprofd export`; the exit code (as `report`'s).
@@ -22,7 +23,16 @@ pub fn run(a: &ExportArgs) -> u8 {
         ExportFormat::Chrome
     });
     let limit = a.format.is_none().then_some(a.json_limit);
-    let mut result = write(a, &a.output, format, limit);
+    let parts = if a.files.len() > 1 {
+        match parts(a) {
+            Ok(p) => Some(p),
+            Err(code) => return code,
+        }
+    } else {
+        None
+    };
+    let parts = parts.as_deref();
+    let mut result = write(a, parts, &a.output, format, limit);
     let mut path = a.output.clone();
     if matches!(result, Err(Failure::Trace(TraceError::OverLimit))) {
         let _ = std::fs::remove_file(&a.output);
@@ -34,7 +44,7 @@ pub fn run(a: &ExportArgs) -> u8 {
             crate::output::fmt::bytes(a.json_limit),
             path.display()
         );
-        result = write(a, &path, ExportFormat::Perfetto, None);
+        result = write(a, parts, &path, ExportFormat::Perfetto, None);
     }
     match result {
         Ok(s) => {
@@ -85,24 +95,82 @@ impl Failure {
     }
 }
 
-/// Writes the trace of `a.file` to `path` in `format`.
+/// Where each of several captures goes in one trace: its node, its place on the merged
+/// wall-clock axis and its ranks' names (`analysis::ranks`); on failure, says why and gives
+/// the exit code.
+fn parts(a: &ExportArgs) -> Result<Vec<Part>, u8> {
+    use crate::analysis::ranks;
+    let mut replays = Vec::with_capacity(a.files.len());
+    for f in &a.files {
+        match crate::store::replay(f) {
+            Ok(r) => replays.push(r),
+            Err(e) => {
+                eprintln!("gpuprofd export: {e}");
+                return Err(super::report::EXIT_UNREADABLE);
+            }
+        }
+    }
+    // Names and places need no steps (a process without NCCL keeps its own name).
+    let caps: Vec<ranks::Capture<'_>> = a
+        .files
+        .iter()
+        .zip(&replays)
+        .map(|(f, r)| ranks::Capture {
+            file: f.display().to_string(),
+            header: &r.header,
+            clocks: &r.clocks,
+            report: &r.report,
+            steps: &[],
+            complete: r.recovery.complete,
+        })
+        .collect();
+    let job = ranks::merge(&caps).map_err(|e| {
+        eprintln!("gpuprofd export: {e}");
+        2
+    })?;
+    for n in &job.notes {
+        eprintln!("gpuprofd export: note: {n}");
+    }
+    Ok(a.files
+        .iter()
+        .zip(&job.captures)
+        .map(|(f, c)| Part {
+            path: f.clone(),
+            node: c.node.clone(),
+            shift_ns: c
+                .started_at_unix_ns
+                .saturating_sub(job.alignment.origin_unix_ns),
+            ranks: job
+                .ranks
+                .iter()
+                .filter(|r| r.node == c.node && r.rank.is_some())
+                .map(|r| (r.pid, r.name.clone()))
+                .collect(),
+        })
+        .collect())
+}
+
+/// Writes the trace of `a`'s capture (or of `parts`, several merged) to `path` in `format`.
 fn write(
     a: &ExportArgs,
+    parts: Option<&[Part]>,
     path: &std::path::Path,
     format: ExportFormat,
     json_limit: Option<u64>,
 ) -> Result<Summary, Failure> {
     let file = crate::sys::files::create_output(path).map_err(Failure::Create)?;
     let out = std::io::BufWriter::new(file);
+    let go = |sink: &mut dyn Sink| match parts {
+        Some(p) => trace_merged(p, sink, a.from, a.to),
+        None => trace(&a.files[0], sink, a.from, a.to),
+    };
     let s = match format {
         ExportFormat::Chrome => {
             let mut sink = ChromeSink::new(out);
             sink.limit = json_limit;
-            trace(&a.file, &mut sink, a.from, a.to)
+            go(&mut sink)
         }
-        ExportFormat::Perfetto => {
-            trace(&a.file, &mut perfetto::PerfettoSink::new(out), a.from, a.to)
-        }
+        ExportFormat::Perfetto => go(&mut perfetto::PerfettoSink::new(out)),
     };
     s.map_err(Failure::Trace)
 }

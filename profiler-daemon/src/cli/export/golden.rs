@@ -406,7 +406,7 @@ impl Dir {
     }
     fn args(&self, output: &str, format: Option<ExportFormat>) -> ExportArgs {
         ExportArgs {
-            file: self.capture(),
+            files: vec![self.capture()],
             format,
             output: self.0.join(output),
             from: None,
@@ -522,14 +522,14 @@ fn exit_codes_say_what_went_wrong() {
     assert_eq!(run(&a), 4);
     // An input that is not a capture.
     let mut a = d.args("trace.json", Some(ExportFormat::Perfetto));
-    a.file = d.0.join("nothing.gpuprof");
+    a.files = vec![d.0.join("nothing.gpuprof")];
     assert_eq!(run(&a), super::super::report::EXIT_UNREADABLE);
     // A capture cut in its last frame: exported up to the cut, and said.
     let cut = d.0.join("cut.gpuprof");
     let bytes = std::fs::read(d.capture()).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
     let mut a = d.args("cut.json", Some(ExportFormat::Chrome));
-    a.file = cut;
+    a.files = vec![cut];
     assert_eq!(run(&a), super::super::report::EXIT_DAMAGED);
     // Before is not before after.
     let mut a = d.args("none.json", None);

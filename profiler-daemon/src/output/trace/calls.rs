@@ -5,7 +5,8 @@
 //! stream.
 
 use super::{
-    Arg, Args, Capture, Dur, Emit, GPU_TID_BASE, STREAM_TID_BASE, Scope, TraceError, TraceEvent,
+    Arg, Args, Capture, Dur, Emit, GPU_TID_BASE, NCCL_TID_BASE, STREAM_TID_BASE, Scope, TraceError,
+    TraceEvent,
 };
 use crate::api::{ApiTable, Layer};
 use crate::enrich::stacks::{StackKey, StackResolver};
@@ -37,6 +38,7 @@ pub(super) fn calls(
         flows_in: HashSet::new(),
         claimed: HashSet::new(),
         launch_seq: HashMap::new(),
+        comms: HashMap::new(),
     };
     calls.claimed = claimed_launches(path, cap)?;
     let stopped = store::for_each_record_named(path, |api, g, ev, stacks| {
@@ -126,6 +128,7 @@ struct ProcJoin {
 }
 
 /// One call: where it is on the trace, and who made it.
+#[derive(Clone)]
 struct Call {
     pid: u64,
     tid: u64,
@@ -197,6 +200,16 @@ struct Calls<'a> {
     /// The launches a launch call claims (`claimed_launches`), and each process's launch count.
     claimed: HashSet<(u64, u64)>,
     launch_seq: HashMap<u64, u64>,
+    /// `(pid, communicator handle)` → what the report knows of it and its track.
+    comms: HashMap<(u64, u64), CommTrack>,
+}
+
+/// A communicator's id and rank (where known) and its track.
+#[derive(Clone)]
+struct CommTrack {
+    id: Option<String>,
+    rank: Option<(i32, i32)>,
+    tid: u64,
 }
 
 impl Calls<'_> {
@@ -351,7 +364,7 @@ impl Calls<'_> {
                 call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
-            Event::Nccl(_, b) => self.nccl(&call, b),
+            Event::Nccl(_, b) => return self.nccl(emit, &call, b),
             // The GPU's own activity is handled above.
             Event::Map(..)
             | Event::Name(..)
@@ -366,17 +379,88 @@ impl Calls<'_> {
         emit.send(e)
     }
 
-    /// An NCCL call: a collective or point-to-point call as an instant at its entry (its
-    /// record comes there; the kernel it launches, and that kernel's GPU slice where measured,
-    /// follow on the same thread), with its communicator (id and rank from the report where
-    /// known), operation, count, bytes, datatype, reduction, root or peer, stream and group
-    /// depth; the other calls (creation, destroy, queries) as slices where timed.
-    fn nccl(&self, call: &Call, b: &profiler_common::nccl::NcclBody) -> TraceEvent {
+    /// An NCCL call. A collective or point-to-point call goes on its communicator's track in
+    /// the process ("NCCL <id> rank r/n": one track per communicator, so each rank's
+    /// collectives read as a row, also in a merged trace of several nodes) as an instant at its
+    /// entry (its record comes there; the kernel it launches, and that kernel's GPU slice where
+    /// measured, follow on the calling thread), with its communicator (id and rank from the
+    /// report where known), operation, count, bytes, datatype, reduction, root or peer, stream
+    /// and group depth; the other calls (creation, destroy, queries) stay on the thread, as
+    /// slices where timed.
+    fn nccl(
+        &mut self,
+        emit: &mut Emit,
+        call: &Call,
+        b: &profiler_common::nccl::NcclBody,
+    ) -> Result<(), TraceError> {
         use profiler_common::nccl::{call as nc, datatype, redop};
+        let comm = self.comm(emit, call, b.comm)?;
         let mut args = vec![("comm", Arg::Hex(b.comm))];
+        if let Some(id) = &comm.id {
+            args.push(("comm_id", Arg::Str(id.clone())));
+        }
+        if let Some((rank, n)) = comm.rank {
+            args.push(("rank", Arg::Int(i64::from(rank))));
+            args.push(("nranks", Arg::Int(i64::from(n))));
+        }
+        if !nc::is_op(b.call) {
+            if b.flags & flags::HAS_RETURN != 0 {
+                args.push(("ret", Arg::Int(i64::from(b.ret))));
+            }
+            let e = call.timed(
+                "nccl",
+                call.api.clone(),
+                b.flags,
+                b.dur_ns,
+                Args::from(args),
+            );
+            return emit.send(e);
+        }
+        args.extend([
+            ("count", Arg::Uint(b.count)),
+            ("bytes", Arg::Uint(b.bytes())),
+            (
+                "datatype",
+                Arg::Str(datatype::name(b.datatype).unwrap_or("unknown").to_owned()),
+            ),
+            ("stream", Arg::Hex(b.stream)),
+            ("group", Arg::Uint(u64::from(b.group))),
+            ("thread", Arg::Uint(call.tid)),
+        ]);
+        if b.redop != redop::NONE {
+            args.push(("reduction", Arg::Str(redop::name(b.redop).to_owned())));
+        }
+        if b.peer >= 0 {
+            let k = if matches!(b.call, nc::SEND | nc::RECV) {
+                "peer"
+            } else {
+                "root"
+            };
+            args.push((k, Arg::Int(i64::from(b.peer))));
+        }
+        let on_track = Call {
+            tid: comm.tid,
+            ..call.clone()
+        };
+        let e = on_track.timed(
+            "nccl",
+            call.api.clone(),
+            b.flags,
+            b.dur_ns,
+            Args::from(args),
+        );
+        emit.send(e)
+    }
+
+    /// Communicator `handle` of `call`'s process: what the report knows of it and its track,
+    /// named when it is new (looked up in the report once per communicator).
+    fn comm(&mut self, emit: &mut Emit, call: &Call, handle: u64) -> Result<CommTrack, TraceError> {
+        if let Some(c) = self.comms.get(&(call.pid, handle)) {
+            return Ok(c.clone());
+        }
         let (tgid, g) = call.process;
-        let handle = format!("{:#x}", b.comm);
-        let comm = self
+        let shown = format!("{handle:#x}");
+        let known = self
             .cap
             .replay
             .report
@@ -388,49 +472,24 @@ impl Calls<'_> {
             .and_then(|n| {
                 n.communicators
                     .iter()
-                    .find(|c| c.handle.as_deref() == Some(handle.as_str()))
+                    .find(|c| c.handle.as_deref() == Some(shown.as_str()))
             });
-        if let Some(c) = comm {
-            if let Some(id) = &c.id {
-                args.push(("comm_id", Arg::Str(id.clone())));
-            }
-            if let (Some(rank), Some(n)) = (c.rank, c.nranks) {
-                args.push(("rank", Arg::Int(i64::from(rank))));
-                args.push(("nranks", Arg::Int(i64::from(n))));
-            }
-        }
-        if nc::is_op(b.call) {
-            args.extend([
-                ("count", Arg::Uint(b.count)),
-                ("bytes", Arg::Uint(b.bytes())),
-                (
-                    "datatype",
-                    Arg::Str(datatype::name(b.datatype).unwrap_or("unknown").to_owned()),
-                ),
-                ("stream", Arg::Hex(b.stream)),
-                ("group", Arg::Uint(u64::from(b.group))),
-            ]);
-            if b.redop != redop::NONE {
-                args.push(("reduction", Arg::Str(redop::name(b.redop).to_owned())));
-            }
-            if b.peer >= 0 {
-                let k = if matches!(b.call, nc::SEND | nc::RECV) {
-                    "peer"
-                } else {
-                    "root"
-                };
-                args.push((k, Arg::Int(i64::from(b.peer))));
-            }
-        } else if b.flags & flags::HAS_RETURN != 0 {
-            args.push(("ret", Arg::Int(i64::from(b.ret))));
-        }
-        call.timed(
-            "nccl",
-            call.api.clone(),
-            b.flags,
-            b.dur_ns,
-            Args::from(args),
-        )
+        let id = known.and_then(|c| c.id.clone());
+        let rank = known.and_then(|c| c.rank.zip(c.nranks));
+        let tid = NCCL_TID_BASE + self.comms.len() as u64;
+        let name = format!(
+            "NCCL {}{}",
+            id.as_deref().unwrap_or(&shown),
+            rank.map_or_else(String::new, |(r, n)| format!(" rank {r}/{n}"))
+        );
+        emit.send(TraceEvent::ThreadName {
+            pid: call.pid,
+            tid,
+            name,
+        })?;
+        let c = CommTrack { id, rank, tid };
+        self.comms.insert((call.pid, handle), c.clone());
+        Ok(c)
     }
 
     /// The name of kernel `func` launched by `call`.

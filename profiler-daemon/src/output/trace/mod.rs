@@ -18,6 +18,8 @@
 //!   process holds;
 //! - with NVML GPM (Hopper and later): a measured activity counter per GPU (SM activity and
 //!   occupancy, tensor pipes, DRAM bandwidth, FP16/32/64), beside the utilisation counter;
+//! - a track per NCCL communicator of a process ("NCCL <id> rank r/n") with its collectives
+//!   and sends/receives, each an instant at its entry (creation and queries stay on the thread);
 //! - a "steps" track per process with a training loop (see `steps`): a span per step (a step in
 //!   the `--from/--to` window when it starts inside it).
 //!
@@ -37,6 +39,7 @@ use std::path::{Path, PathBuf};
 
 mod calls;
 pub mod chrome;
+pub mod merge;
 pub mod perfetto;
 #[cfg(test)]
 mod tests;
@@ -58,8 +61,11 @@ pub const JSON_LIMIT_BYTES: u64 = 256 << 20;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExportArgs {
-    /// A capture file written with `--output FILE.gpuprof`.
-    pub file: PathBuf,
+    /// A capture file written with `--output FILE.gpuprof`. Several captures of one job (one
+    /// per node) make one timeline: each node's processes named `node/rank`, on the nodes'
+    /// wall-clock axis (see `report A B …`).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// Default: `perfetto` for an output named `*.pftrace` or `*.perfetto-trace`, else `chrome`
     /// — switching to `perfetto` (written to `FILE.pftrace`) when the JSON would pass
     /// `--json-limit`.
@@ -68,7 +74,8 @@ pub struct ExportArgs {
     /// Where to write the trace.
     #[arg(long, short, value_name = "FILE.json|FILE.pftrace")]
     pub output: PathBuf,
-    /// Only calls this many seconds or more after the capture started.
+    /// Only calls this many seconds or more after the capture started (the earliest capture,
+    /// with several).
     #[arg(long, value_name = "SECONDS")]
     pub from: Option<f64>,
     /// Only calls less than this many seconds after the capture started.
@@ -105,7 +112,8 @@ pub struct Summary {
 /// One event of the trace. Times are ns after the capture's start. A track is a pair of
 /// integers: `pid`, a process's track (0: the GPUs; see the module's note on reused pids), and
 /// `tid`, one of its threads, or a stream (from [`STREAM_TID_BASE`]), a device and CUPTI
-/// stream's measured track (from [`GPU_TID_BASE`]) or its steps ([`STEP_TID`]).
+/// stream's measured track (from [`GPU_TID_BASE`]), an NCCL communicator's track (from
+/// [`NCCL_TID_BASE`]) or its steps ([`STEP_TID`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum TraceEvent {
     /// Names the track of a process.
@@ -285,6 +293,9 @@ const STREAM_TID_BASE: u64 = 1 << 30;
 const GPU_TID_BASE: u64 = STREAM_TID_BASE + (1 << 29);
 /// The track of a process's steps.
 const STEP_TID: u64 = STREAM_TID_BASE - 1;
+/// The tracks of a process's NCCL communicators (their collectives and sends/receives), above
+/// the GPU's tracks.
+const NCCL_TID_BASE: u64 = GPU_TID_BASE + (1 << 28);
 
 /// What the parts of a trace share: the replayed capture, its start, the window.
 struct Capture<'a> {

@@ -283,3 +283,77 @@ fn no_gpu_arrow_where_the_threads_are_not_mapped() {
         .count();
     assert_eq!(gpu, 2);
 }
+
+/// Two nodes' captures of one job (one Slurm job) as one trace: every process on a track of its
+/// own though both nodes have a pid 100, named with its node, and node B's calls 1.5 µs later
+/// than A's at the same monotonic time (B's wall clock started 1.5 µs later).
+#[test]
+fn two_captures_merge_into_one_trace_on_the_wall_clock() {
+    use crate::store::tests::{header, write_capture_as};
+    let (a, b) = (Tmp::new("merge-a"), Tmp::new("merge-b"));
+    write_capture_as(&a.0, true, header());
+    let mut hb = header();
+    hb.host = "node8".into();
+    hb.started_at_unix_ns += 1_500;
+    write_capture_as(&b.0, true, hb);
+    let parts: Vec<merge::Part> = [(&a.0, "node7", 0), (&b.0, "node8", 1_500)]
+        .into_iter()
+        .map(|(p, n, shift)| merge::Part {
+            path: p.clone(),
+            node: n.into(),
+            shift_ns: shift,
+            ranks: HashMap::from([(100, format!("{n}/0"))]),
+        })
+        .collect();
+    let mut out = Vec::new();
+    let s = merge::trace_merged(&parts, &mut ChromeSink::new(&mut out), None, None).unwrap();
+    let v: Value = serde_json::from_slice(&out).expect("the trace is JSON");
+    let ev = events(&v);
+    assert_eq!((s.events, s.processes, s.damaged), (76, 6, false));
+    assert_eq!(s.events, ev.len() as u64);
+    let procs: Vec<(u64, &str)> = ev
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        procs,
+        [
+            (1, "node7: GPUs (NVML)"),
+            (2, "node7/0 · python3 (pid 100) [slurm:4242]"),
+            (3, "node7: trainer (pid 200, exited) [slurm:4242]"),
+            (4, "node7: trainer2 (pid 200, exited) [slurm:4242]"),
+            (5, "node8: GPUs (NVML)"),
+            (6, "node8/0 · python3 (pid 100) [slurm:4242]"),
+            (7, "node8: trainer (pid 200, exited) [slurm:4242]"),
+            (8, "node8: trainer2 (pid 200, exited) [slurm:4242]"),
+        ]
+    );
+    // The first launch of pid 100 on each node: at 1 µs, and 1.5 µs later on node 8.
+    let first: Vec<(u64, f64)> = [2, 6]
+        .into_iter()
+        .map(|pid| {
+            let e = ev
+                .iter()
+                .find(|e| e["cat"] == "launch" && e["pid"] == pid)
+                .unwrap();
+            (pid, e["ts"].as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(first, [(2, 1.0), (6, 2.5)]);
+    // Flow ids of the two nodes do not meet.
+    let ids = |pid: u64| -> Vec<u64> {
+        ev.iter()
+            .filter(|e| e["ph"] == "s" && e["pid"] == pid)
+            .map(|e| e["id"].as_u64().unwrap())
+            .collect()
+    };
+    let (fa, fb) = (ids(2), ids(6));
+    assert_eq!(fa.len(), 5);
+    assert!(fa.iter().all(|i| !fb.contains(i)), "{fa:?} {fb:?}");
+}

@@ -6,7 +6,8 @@
 //!   are known (the world communicator of a torchrun/DeepSpeed job; its subgroups are smaller).
 //!   A process is named `node/rank`, or `node/pid N` where it has no such communicator but has
 //!   training steps. The node is the capture's host name, or its file name where two captures
-//!   name the same host.
+//!   name the same host. A process holding several ranks of its communicator (one process
+//!   driving several GPUs) is named by its lowest, and said so.
 //! * **One job.** Captures belong together when they share a communicator id (every rank of a
 //!   communicator derives the same id from its unique id) or a job id (Slurm, Kubernetes, …).
 //!   Captures of different jobs, a capture given twice and a rank that appears twice are
@@ -134,6 +135,10 @@ pub struct Rank {
     pub comm: String,
     pub rank: Option<i32>,
     pub nranks: Option<i32>,
+    /// Every rank the process holds in that communicator, where it holds several (one process
+    /// driving several GPUs); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks_held: Vec<i32>,
     /// The communicator that gives the rank.
     pub communicator: Option<String>,
     /// That communicator's CUDA device.
@@ -312,6 +317,24 @@ pub fn merge(caps: &[Capture<'_>]) -> Result<JobRanks, MergeError> {
         })
         .collect();
     let communicators = communicators(&members, &names, &mut notes)?;
+    for (m, name) in members.iter().zip(&names) {
+        let Some(id) = m.world.and_then(|w| w.id.as_deref()) else {
+            continue;
+        };
+        let held = ranks_held(m.p, id);
+        if held.len() > 1 {
+            notes.push(format!(
+                "{name} (pid {}) holds ranks {} of communicator {id}: one process driving \
+                 several GPUs. It is named by its lowest rank; its steps and bytes are the \
+                 process's, not split per GPU",
+                m.p.tgid,
+                held.iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
 
     // Work per step, measured where every rank with steps has NCCL's exposed time per step.
     let with_steps: Vec<usize> = (0..members.len())
@@ -491,8 +514,29 @@ fn world_comm(p: &ProcessReport) -> Option<&crate::model::nccl::CommReport> {
         .filter(|c| c.id.is_some() && c.rank.is_some())
         .max_by_key(|c| {
             let calls: u64 = c.ops.iter().map(|o| o.calls).sum();
-            (c.nranks.unwrap_or(0), calls)
+            // A process holding several ranks of one communicator (one process, several GPUs:
+            // `ncclCommInitAll`) is named by its lowest.
+            (
+                c.nranks.unwrap_or(0),
+                std::cmp::Reverse(c.rank.unwrap_or(i32::MAX)),
+                calls,
+            )
         })
+}
+
+/// Every rank `p` holds in communicator `id` (more than one where one process drives several
+/// GPUs), in order.
+fn ranks_held(p: &ProcessReport, id: &str) -> Vec<i32> {
+    let mut v: Vec<i32> = p
+        .nccl
+        .iter()
+        .flat_map(|n| &n.communicators)
+        .filter(|c| c.id.as_deref() == Some(id))
+        .filter_map(|c| c.rank)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Every communicator id any member uses, its ranks, and notes on missing ones.
@@ -662,6 +706,12 @@ fn rank_row(m: &Member<'_>, name: &str, work: &dyn Fn(&Step) -> u64) -> Rank {
         comm: m.p.comm.clone(),
         rank: m.world.and_then(|w| w.rank),
         nranks: m.world.and_then(|w| w.nranks),
+        ranks_held: m
+            .world
+            .and_then(|w| w.id.as_deref())
+            .map(|id| ranks_held(m.p, id))
+            .filter(|v| v.len() > 1)
+            .unwrap_or_default(),
         communicator: m.world.and_then(|w| w.id.clone()),
         device: m.world.and_then(|w| w.device),
         steps: steps.len(),

@@ -358,3 +358,35 @@ fn one_capture_of_several_ranks_is_a_job_too() {
     assert!(j.stragglers.is_empty());
     assert_eq!(j.steps[0].slowest.as_deref(), Some("node-a/0"));
 }
+
+#[test]
+fn a_process_with_several_ranks_is_named_by_its_lowest_and_noted() {
+    let mut f = two_nodes();
+    // Node B's second process drives ranks 3 and 2 (ncclCommInitAll); its first is gone.
+    let mut p = process(13, Some(("00000000000000aa", 3, 4, 1)), 6, 4096, "77");
+    let mut second = p["nccl"]["communicators"][0].clone();
+    second["rank"] = json!(2);
+    second["handle"] = json!("0x20");
+    p["nccl"]["communicators"]
+        .as_array_mut()
+        .unwrap()
+        .push(second);
+    p["nccl"]["calls"] = json!(12);
+    f.reports[1] = report("node-b", vec![p]);
+    f.steps[1].remove(0);
+    let j = merge(&f.caps()).unwrap();
+    let names: Vec<&str> = j.ranks.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["node-a/0", "node-a/1", "node-b/2"]);
+    assert_eq!(j.ranks[2].ranks_held, [2, 3]);
+    assert_eq!(j.ranks[2].pid, 13);
+    assert!(j.ranks[0].ranks_held.is_empty());
+    assert!(j.communicators[0].missing.is_empty());
+    assert_eq!(
+        j.notes,
+        [
+            "node-b/2 (pid 13) holds ranks 2, 3 of communicator 00000000000000aa: one process \
+          driving several GPUs. It is named by its lowest rank; its steps and bytes are the \
+          process's, not split per GPU"
+        ]
+    );
+}

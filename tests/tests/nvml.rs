@@ -535,3 +535,49 @@ fn a_machine_without_nvml_is_told_so_and_captures_anyway() {
     assert_eq!(kernel_calls(process(&f.report, tgid), GEMM), 2);
     w.exit();
 }
+
+/// `report --gpu N` keeps the calls that went to the node's GPU N: two processes each see one
+/// of two GPUs as their device 0 (`CUDA_VISIBLE_DEVICES`), and each one's launches are kept
+/// under its own GPU only. A GPU NVML did not list is refused.
+#[test]
+fn report_gpu_selects_the_node_gpu_through_each_process_environment() {
+    let dir = TempDir::new("nvml-gpu");
+    let config = "device NVIDIA_H100_80GB_HBM3 GPU-aaaa0000 85899345920\nutil 10 5\n\
+                  device NVIDIA_H100_80GB_HBM3 GPU-bbbb1111 85899345920\nutil 20 5\n";
+    let d = daemon(config, &dir, None);
+    let mut on1 = Workload::spawn("workload", &[("CUDA_VISIBLE_DEVICES", "1")]);
+    let mut on0 = Workload::spawn("workload", &[("CUDA_VISIBLE_DEVICES", "0")]);
+    on1.cmd("rt_launch gemm 5 1 1 1 32 1 1 0 0");
+    on0.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (p1, p0) = (on1.tgid, on0.tgid);
+    on1.exit();
+    on0.exit();
+    let f = d.stop();
+    // The devices view names each process's device 0 as its node GPU.
+    let gpu_of = |pid| process(&f.report, pid)["devices"][0]["nvml_gpu"].clone();
+    assert_eq!((gpu_of(p1), gpu_of(p0)), (1.into(), 0.into()));
+    let capture = f.output.to_str().unwrap();
+    let launches = |gpu: &str| {
+        let (code, out, err) = run_daemon(&["report", capture, "--gpu", gpu, "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let of = |pid| {
+            r["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["tgid"] == pid)
+                .map_or(0, |p| p["launches"].as_u64().unwrap())
+        };
+        (of(p1), of(p0))
+    };
+    assert_eq!(launches("1"), (5, 0));
+    assert_eq!(launches("0"), (0, 3));
+    let (code, _, err) = run_daemon(&["report", capture, "--gpu", "5"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("NVML listed no GPU 5 on this node (it listed 0, 1)"),
+        "{err}"
+    );
+}

@@ -36,7 +36,7 @@ pub fn run(a: &ReportArgs) -> u8 {
     }
     let want_steps = matches!(a.view, View::Steps | View::Advice) || a.format == Format::Html;
     let html = a.format == Format::Html;
-    let loaded = match load(&a.files[0], a.device, want_steps, html) {
+    let loaded = match load(&a.files[0], Pick::of(a), want_steps, html) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -76,21 +76,76 @@ struct Loaded {
     memory: MemoryCollector,
 }
 
-/// Reads `file` (only the records of `device`, if given); on failure, says why and gives the
-/// exit code.
-fn load(
-    file: &std::path::Path,
-    device: Option<u32>,
-    want_steps: bool,
-    html: bool,
-) -> Result<Loaded, u8> {
+/// Which records a report keeps: all, a CUDA device's (`--device`) or a node GPU's (`--gpu`).
+#[derive(Clone, Copy)]
+enum Pick {
+    All,
+    Device(u32),
+    Gpu(u32),
+}
+
+impl Pick {
+    fn of(a: &ReportArgs) -> Pick {
+        match (a.device, a.gpu) {
+            (Some(d), _) => Pick::Device(d),
+            (None, Some(g)) => Pick::Gpu(g),
+            (None, None) => Pick::All,
+        }
+    }
+}
+
+/// Reads `file` (only the records `pick` keeps); on failure, says why and gives the exit code.
+fn load(file: &std::path::Path, pick: Pick, want_steps: bool, html: bool) -> Result<Loaded, u8> {
+    use crate::model::devices::NodeGpuOf;
+    // `--gpu`: each process's CUDA devices as the node's GPUs.
+    let map = match pick {
+        Pick::Gpu(n) => {
+            let map = match store::node_gpu_map(file) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("gpuprofd report: {e}");
+                    return Err(EXIT_UNREADABLE);
+                }
+            };
+            if map.gpus.is_empty() {
+                eprintln!(
+                    "gpuprofd report: --gpu {n} names a GPU as NVML numbers them, and \"{}\" \
+                     holds no NVML round (taken with --no-nvml, or where NVML could not start): \
+                     select by the processes' CUDA device with --device instead",
+                    file.display()
+                );
+                return Err(2);
+            }
+            if !map.gpus.iter().any(|g| g.index == n) {
+                let have: Vec<String> = map.gpus.iter().map(|g| g.index.to_string()).collect();
+                eprintln!(
+                    "gpuprofd report: NVML listed no GPU {n} on this node (it listed {})",
+                    have.join(", ")
+                );
+                return Err(2);
+            }
+            Some(map)
+        }
+        _ => None,
+    };
+    // Records with a device that cannot be named as a node GPU (`--gpu`), left out.
+    let unnamed = std::cell::Cell::new(0u64);
     // One pass rebuilds the report and, on the way, takes what steps (first pass) and the
     // page's memory curves need from the same records; a second pass only where a process has
     // a step loop to cut.
     let mut search = StepSearch::default();
     let mut memory = MemoryCollector::default();
-    let keep = |ev: &profiler_common::decode::Event| {
-        device.is_none_or(|d| crate::model::devices::selected(ev, d))
+    let keep = |ev: &profiler_common::decode::Event| match (pick, &map) {
+        (Pick::Device(d), _) => crate::model::devices::selected(ev, d),
+        (Pick::Gpu(n), Some(m)) => match m.of(ev) {
+            NodeGpuOf::NoDevice => true,
+            NodeGpuOf::Gpu(g) => g == n,
+            NodeGpuOf::Unknown => {
+                unnamed.set(unnamed.get() + 1);
+                false
+            }
+        },
+        _ => true,
     };
     let replay = match store::replay_selecting(file, keep, |_, g, ev| {
         if want_steps {
@@ -108,6 +163,14 @@ fn load(
     };
     if let Some(w) = replay.recovery.warning(&file.display().to_string()) {
         eprintln!("gpuprofd report: warning: {w}");
+    }
+    if let (Pick::Gpu(n), k @ 1..) = (pick, unnamed.get()) {
+        eprintln!(
+            "gpuprofd report: --gpu {n}: {k} calls were left out: their CUDA device is not \
+             known, or their process's environment was not read, or CUDA's numbering rules \
+             cannot tell which of the node's GPUs it is (`--view devices` lists them per \
+             process and device)"
+        );
     }
     let t0 = replay.header.started_at_monotonic_ns;
     // The processes whose kernel records can join their launches (their library recorded
@@ -160,7 +223,7 @@ fn run_ranks(a: &ReportArgs) -> u8 {
     }
     let mut loaded = Vec::with_capacity(a.files.len());
     for f in &a.files {
-        match load(f, a.device, true, false) {
+        match load(f, Pick::of(a), true, false) {
             Ok(l) => loaded.push(l),
             Err(code) => return code,
         }
@@ -203,10 +266,11 @@ fn run_ranks(a: &ReportArgs) -> u8 {
 /// `report --live`: the view of the service's snapshot (the same [`Report`] a file gives).
 fn run_live(a: &ReportArgs, name_re: Option<&regex::Regex>) -> u8 {
     use crate::service::ctl::{Client, ClientError, Request};
-    if a.device.is_some() {
+    if a.device.is_some() || a.gpu.is_some() {
         eprintln!(
-            "gpuprofd report --live: --device selects a capture's records; the live report \
-             has each process's calls per device in its `devices` rows"
+            "gpuprofd report --live: --device and --gpu select a capture's records; the live \
+             report has each process's calls per device (and its node GPU) in its `devices` \
+             rows"
         );
         return 2;
     }

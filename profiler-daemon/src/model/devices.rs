@@ -153,6 +153,54 @@ pub fn selected(ev: &profiler_common::decode::Event, want: u32) -> bool {
     device_flags(ev).is_none_or(|f| device::of(f) == Some(want))
 }
 
+/// Which node GPU (NVML index) each process's CUDA devices are: the processes' environments
+/// and NVML's GPUs (`report --gpu N`).
+#[derive(Clone, Debug, Default)]
+pub struct NodeGpuMap {
+    pub envs: std::collections::HashMap<u32, crate::enrich::gpu_env::GpuEnv>,
+    pub gpus: Vec<crate::enrich::gpu_env::NodeGpu>,
+}
+
+/// Where a record went, as a node GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeGpuOf {
+    /// The record carries no device (an NCCL call, a process's exit, …).
+    NoDevice,
+    /// The node GPU (NVML index).
+    Gpu(u32),
+    /// It carries a device that cannot be named: the CUDA device was not learnt, the process's
+    /// environment was not read, NVML listed no GPU, or CUDA's numbering rules cannot tell.
+    Unknown,
+}
+
+impl NodeGpuMap {
+    /// The node GPU record `ev` went to.
+    pub fn of(&self, ev: &profiler_common::decode::Event) -> NodeGpuOf {
+        let Some(f) = device_flags(ev) else {
+            return NodeGpuOf::NoDevice;
+        };
+        let tgid = ev.header().tgid;
+        match (device::of(f), self.envs.get(&tgid)) {
+            (Some(ord), Some(env)) => env
+                .resolve(ord, &self.gpus)
+                .map_or(NodeGpuOf::Unknown, |g| NodeGpuOf::Gpu(g.index)),
+            _ => NodeGpuOf::Unknown,
+        }
+    }
+}
+
+impl DeviceReport {
+    /// The node GPU this row's calls went to as a metric label: its NVML index where the row's
+    /// device is known and the process's environment names it, `unknown` otherwise (the
+    /// unknown row's likely GPU is a guess, not a label).
+    pub fn node_gpu_label(&self) -> String {
+        match (self.device, self.nvml_gpu) {
+            (Some(_), Some(g)) => g.to_string(),
+            _ => "unknown".to_owned(),
+        }
+    }
+}
+
 /// One device's share of a process's calls (`processes[].devices[]` in the JSON).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceReport {
@@ -229,6 +277,62 @@ mod tests {
         assert_eq!((r[1].device, r[1].nvml_gpu), (None, Some(5)));
         assert_eq!(d.report(&[5, 6])[1].nvml_gpu, None);
         assert_eq!(d.report(&[])[1].nvml_gpu, None);
+    }
+
+    /// `--gpu`: a process told `CUDA_VISIBLE_DEVICES=2,0` calls its device 0 the node's GPU 2
+    /// and its device 1 GPU 0; a process whose environment was not read, or a device the
+    /// process cannot have, is unknown; a record without a device is none.
+    #[test]
+    fn cuda_devices_map_to_node_gpus_through_each_process_environment() {
+        use crate::enrich::gpu_env::{GpuEnv, NodeGpu};
+        use profiler_common::decode::Event;
+        use profiler_common::{Header, LaunchBody};
+        let map = NodeGpuMap {
+            envs: std::collections::HashMap::from([(
+                7,
+                GpuEnv {
+                    cuda_visible: Some("2,0".into()),
+                    nvidia_visible: None,
+                    device_order: None,
+                    in_container: false,
+                },
+            )]),
+            gpus: (0..4)
+                .map(|i| NodeGpu {
+                    index: i,
+                    uuid: format!("GPU-{i}"),
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                })
+                .collect(),
+        };
+        let launch = |tgid, dev: Option<u32>| {
+            Event::Launch(
+                Header {
+                    kind: profiler_common::kind::LAUNCH,
+                    tgid,
+                    tid: tgid,
+                    ..Default::default()
+                },
+                LaunchBody {
+                    flags: on(dev),
+                    ..Default::default()
+                },
+            )
+        };
+        assert_eq!(map.of(&launch(7, Some(0))), NodeGpuOf::Gpu(2));
+        assert_eq!(map.of(&launch(7, Some(1))), NodeGpuOf::Gpu(0));
+        assert_eq!(map.of(&launch(7, Some(2))), NodeGpuOf::Unknown);
+        assert_eq!(map.of(&launch(7, None)), NodeGpuOf::Unknown);
+        assert_eq!(map.of(&launch(8, Some(0))), NodeGpuOf::Unknown);
+        let exit = Event::Exit(
+            Header {
+                kind: profiler_common::kind::EXIT,
+                tgid: 7,
+                ..Default::default()
+            },
+            Default::default(),
+        );
+        assert_eq!(map.of(&exit), NodeGpuOf::NoDevice);
     }
 
     #[test]

@@ -156,14 +156,17 @@ impl Families {
         let device_launches = counter(
             reg,
             "gpuprofd_device_kernel_launches",
-            "Kernel launches by the CUDA device they went to (gpu: its ordinal, or \"unknown\" \
-             where a context made current before gpuprofd attached was never revealed)",
+            "Kernel launches by the CUDA device they went to (gpu: its ordinal in the process, \
+             or \"unknown\" where a context made current before gpuprofd attached was never \
+             revealed; node_gpu: the node's GPU as NVML numbers it, the gpu label of \
+             gpuprofd_gpu_* series, where the process's CUDA_VISIBLE_DEVICES and NVML tell, \
+             else \"unknown\")",
         );
         let device_copy_bytes = counter(
             reg,
             "gpuprofd_device_copy_bytes",
-            "Bytes copied by the CUDA device the copy went to (memsets excluded; gpu as for \
-             gpuprofd_device_kernel_launches)",
+            "Bytes copied by the CUDA device the copy went to (memsets excluded; gpu and \
+             node_gpu as for gpuprofd_device_kernel_launches)",
         );
         let nccl_calls = counter(
             reg,
@@ -372,7 +375,7 @@ impl Families {
         }
         for d in &p.devices {
             let g = d.device.map_or("unknown".to_owned(), |n| n.to_string());
-            let k = with(l, "gpu", &g);
+            let k = with(&with(l, "gpu", &g), "node_gpu", &d.node_gpu_label());
             self.device_launches.get_or_create(&k).inc_by(d.launches);
             self.device_copy_bytes
                 .get_or_create(&k)

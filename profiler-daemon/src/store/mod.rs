@@ -549,8 +549,8 @@ pub fn is_capture_path(path: &Path) -> bool {
 mod read;
 
 pub use read::{
-    Replay, WalkError, for_each_record, for_each_record_named, gpm_samples, nvml_samples, replay,
-    replay_selecting, replay_visiting,
+    Replay, WalkError, for_each_record, for_each_record_named, gpm_samples, node_gpu_map,
+    nvml_samples, replay, replay_selecting, replay_visiting,
 };
 
 #[cfg(test)]

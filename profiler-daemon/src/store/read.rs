@@ -159,6 +159,34 @@ pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, StoreError>
     Ok(out)
 }
 
+/// What numbers the CUDA devices of `path`'s processes as the node's GPUs: each process's
+/// device-numbering environment (its last `GpuEnv` frame; schema 8 and later) and the GPUs NVML
+/// listed (its last round; none where NVML was off).
+pub fn node_gpu_map(path: &Path) -> Result<crate::model::devices::NodeGpuMap, StoreError> {
+    let mut r = Reader::open(path)?;
+    let mut map = crate::model::devices::NodeGpuMap::default();
+    while let Some(frame) = r.next_frame() {
+        match frame {
+            Frame::GpuEnv { tgid, env } => {
+                map.envs.insert(tgid, env);
+            }
+            Frame::Nvml(s) if !s.devices.is_empty() => {
+                map.gpus = s
+                    .devices
+                    .iter()
+                    .map(|d| crate::enrich::gpu_env::NodeGpu {
+                        index: d.index,
+                        uuid: d.uuid.clone(),
+                        name: d.name.clone(),
+                    })
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    Ok(map)
+}
+
 /// The GPM frames of `path`, in order (none in files from before schema 6).
 pub fn gpm_samples(path: &Path) -> Result<Vec<crate::nvml::gpm::Gpm>, StoreError> {
     let mut r = Reader::open(path)?;

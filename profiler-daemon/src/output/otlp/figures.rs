@@ -253,7 +253,7 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
         }
         for d in &p.devices {
             let g = d.device.map_or("unknown".to_owned(), |n| n.to_string());
-            let k = with(&l, "gpu", &g);
+            let k = with(&with(&l, "gpu", &g), "node_gpu", &d.node_gpu_label());
             f.add(DEVICE_LAUNCHES, k.clone(), d.launches);
             f.add(DEVICE_COPY_BYTES, k, d.copy_bytes);
         }

@@ -27,8 +27,8 @@ pub(crate) fn report() -> Report {
            "graphs": {"launches": 2}, "allocations": alloc, "gpu": null,
            "devices": [{"device": 1, "launches": 990, "copies": 3, "copy_bytes": 3072,
                         "memsets": 0, "memset_bytes": 0, "syncs": 4, "allocations": 1,
-                        "alloc_bytes": 4096},
-                       {"device": null, "launches": 10, "copies": 0, "copy_bytes": 0,
+                        "alloc_bytes": 4096, "nvml_gpu": 3},
+                       {"device": null, "nvml_gpu": 3, "launches": 10, "copies": 0, "copy_bytes": 0,
                         "memsets": 0, "memset_bytes": 0, "syncs": 0, "allocations": 0,
                         "alloc_bytes": 0}],
            "derived_gpu_idle": {"basis": "derived", "unavailable": null, "span_ns": 4_000_000_000u64,
@@ -146,7 +146,8 @@ fn exposition_has_exact_values() {
             r#"gpuprofd_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",direction="h2d"} 3072"#
         ]
     );
-    // Per device: the ordinal, or "unknown".
+    // Per device: the ordinal, or "unknown"; the node GPU where the row's device is known
+    // (the unknown row's likely GPU is no label).
     let sorted = |name: &str| {
         let mut v = samples(&t, name);
         v.sort();
@@ -155,15 +156,15 @@ fn exposition_has_exact_values() {
     assert_eq!(
         sorted("gpuprofd_device_kernel_launches_total"),
         [
-            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 990"#,
-            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 10"#,
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="1",node_gpu="3"} 990"#,
+            r#"gpuprofd_device_kernel_launches_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown",node_gpu="unknown"} 10"#,
         ]
     );
     assert_eq!(
         sorted("gpuprofd_device_copy_bytes_total"),
         [
-            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="1"} 3072"#,
-            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown"} 0"#,
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="1",node_gpu="3"} 3072"#,
+            r#"gpuprofd_device_copy_bytes_total{pid="100",comm="python3",workload="slurm:77",gpu="unknown",node_gpu="unknown"} 0"#,
         ]
     );
     assert_eq!(

@@ -146,8 +146,14 @@ pub struct ReportArgs {
     /// Only the calls that went to this CUDA device (its ordinal): launches, copies, memsets,
     /// syncs and memory operations on other devices, or on a device gpuprofd could not learn,
     /// are left out. Reads a capture file.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "gpu")]
     pub device: Option<u32>,
+    /// Only the calls that went to the node's GPU `N` (its NVML index, as `nvidia-smi` numbers
+    /// it): each process's CUDA device is mapped through its `CUDA_VISIBLE_DEVICES` /
+    /// `NVIDIA_VISIBLE_DEVICES` and NVML's GPUs, as the devices view's `nvml_gpu` is. Calls
+    /// that cannot be mapped are left out and counted. Reads a capture file taken with NVML.
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
     /// Only these columns, comma-separated, in this order (names as in the JSON/CSV output).
     #[arg(long, value_name = "COLS", value_delimiter = ',')]
     pub select: Vec<String>,

@@ -70,6 +70,9 @@ pub const API_BLOCKED: &str = "gpuprofd.api.blocked";
 pub const IDLE_DERIVED: &str = "gpuprofd.gpu.idle_derived";
 pub const DEVICE_LAUNCHES: &str = "gpuprofd.device.kernel.launches";
 pub const DEVICE_COPY_BYTES: &str = "gpuprofd.device.copy";
+pub const NCCL_CALLS: &str = "gpuprofd.nccl.collective.calls";
+pub const NCCL_BYTES: &str = "gpuprofd.nccl.collective";
+pub const NCCL_GPU_TIME: &str = "gpuprofd.nccl.collective.gpu";
 pub const TOP_KERNELS: &str = "gpuprofd.top_kernel.launches";
 pub const GPU_KERNEL_TIME: &str = "gpuprofd.gpu.kernel";
 pub const TOP_KERNEL_GPU_TIME: &str = "gpuprofd.top_kernel.gpu";
@@ -113,9 +116,18 @@ pub const METRICS: &[Spec] = &[
     spec(API_BLOCKED, "s", Counter, false, "gpuprofd_api_blocked_seconds_total",
         "CPU time spent inside calls a return probe timed"),
     spec(DEVICE_LAUNCHES, "{launch}", Counter, true, "gpuprofd_device_kernel_launches_total",
-        "Kernel launches by the CUDA device they went to (gpu: its ordinal, or \"unknown\")"),
+        "Kernel launches by the CUDA device they went to (gpu: its ordinal, or \"unknown\"; \
+         node_gpu: the node's GPU as NVML numbers it, or \"unknown\")"),
     spec(DEVICE_COPY_BYTES, "By", Counter, true, "gpuprofd_device_copy_bytes_total",
         "Bytes copied by the CUDA device the copy went to (memsets excluded)"),
+    spec(NCCL_CALLS, "{call}", Counter, true, "gpuprofd_nccl_collective_calls_total",
+        "NCCL collectives and sends/receives, by op, communicator (its id, the same in every \
+         rank, or \"unknown\") and rank (\"unknown\" until learnt)"),
+    spec(NCCL_BYTES, "By", Counter, true, "gpuprofd_nccl_collective_bytes_total",
+        "Bytes of NCCL collectives and sends/receives: count x datatype size (NCCL's count)"),
+    spec(NCCL_GPU_TIME, "s", Counter, false, "gpuprofd_nccl_collective_gpu_seconds_total",
+        "Measured, not derived: GPU time of the kernels NCCL's calls launched (CUPTI, through \
+         the injection library)"),
     spec(IDLE_DERIVED, "s", Counter, false, "gpuprofd_gpu_idle_derived_seconds_total",
         "Derived from the syncs, never measured: time every stream of the processes was known \
          empty, a lower bound on their GPU idle time (docs/GPU-TIME.md)"),
@@ -256,6 +268,22 @@ pub fn figures(r: &Report, extra: &Extra) -> Figures {
             let k = with(&with(&l, "gpu", &g), "node_gpu", &d.node_gpu_label());
             f.add(DEVICE_LAUNCHES, k.clone(), d.launches);
             f.add(DEVICE_COPY_BYTES, k, d.copy_bytes);
+        }
+        for c in p.nccl.iter().flat_map(|n| &n.communicators) {
+            let comm = c.id.as_deref().unwrap_or("unknown");
+            let rank = c.rank.map_or("unknown".to_owned(), |r| r.to_string());
+            for o in &c.ops {
+                let k = with(
+                    &with(&with(&l, "op", &o.op), "communicator", comm),
+                    "rank",
+                    &rank,
+                );
+                f.add(NCCL_CALLS, k.clone(), o.calls);
+                f.add(NCCL_BYTES, k.clone(), o.bytes);
+                if let Some(ns) = o.gpu_ns {
+                    f.add_f(NCCL_GPU_TIME, k, ns as f64 / 1e9);
+                }
+            }
         }
         for a in &p.api {
             let k = with(&l, "api", &a.name);

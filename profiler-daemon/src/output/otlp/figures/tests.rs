@@ -42,8 +42,29 @@ fn every_instrument_carries_the_exposition_s_samples_exactly() {
             ..Default::default()
         });
     }
+    // NCCL in the same process: one communicator, all-reduces with measured kernel time, and
+    // a send on a communicator made before the attach (unknown id and rank).
+    p.nccl = Some(
+        serde_json::from_value(
+            serde_json::json!({"calls": 13, "bytes": 4608, "communicators": [
+            {"handle": "0x10", "id": "a117559ee47cd405", "rank": 2, "nranks": 4, "device": 0,
+             "created_by": "ncclCommInitRank", "ended": null,
+             "ops": [{"op": "AllReduce", "calls": 12, "bytes": 4096, "in_group": 0,
+                      "datatypes": {"float32": 12}, "reductions": {"sum": 12},
+                      "streams": ["0x1"], "devices": {"0": 12},
+                      "gpu_kernels": 12, "gpu_ns": 30_000_000}]},
+            {"handle": "0x20", "id": null, "rank": null, "nranks": null, "device": null,
+             "created_by": "before_attach", "ended": null,
+             "ops": [{"op": "Send", "calls": 1, "bytes": 512, "in_group": 1,
+                      "datatypes": {"int64": 1}, "reductions": {}, "streams": ["0x1"],
+                      "devices": {"0": 1}}]}]}),
+        )
+        .unwrap(),
+    );
     let text = prometheus::render(&r, &e);
     let f = figures(&r, &e);
+    assert_eq!(f.of(NCCL_CALLS).count(), 2);
+    assert_eq!(f.of(NCCL_GPU_TIME).count(), 1);
     for spec in METRICS {
         let want = samples(&text, spec.prometheus);
         let got: BTreeMap<String, f64> = f

@@ -374,6 +374,19 @@ impl Daemon {
     }
 }
 
+/// The Chrome trace `gpuprofd export` makes of `capture` (written beside it).
+pub fn chrome_trace(capture: &std::path::Path) -> Value {
+    let trace = capture.with_extension("json");
+    let (code, _, err) = run_daemon(&[
+        "export",
+        capture.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap()
+}
+
 /// Renders the capture file `capture` as the HTML overview page with `gpuprofd report` and
 /// returns the DOM headless Chromium made of it (see [`chromium_dom`]).
 pub fn overview_dom(capture: &Path, name: &str) -> String {

@@ -416,19 +416,6 @@ fn no_inject_leaves_the_command_alone() {
     assert_eq!(libs, Vec::<&str>::new(), "the library was loaded: {r}");
 }
 
-/// The Chrome trace `gpuprofd export` makes of `capture` (written beside it).
-fn chrome_trace(capture: &std::path::Path) -> Value {
-    let trace = capture.with_extension("json");
-    let (code, _, err) = run_daemon(&[
-        "export",
-        capture.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap()
-}
-
 /// The steps view (JSON) of the one process with a step loop in `capture`.
 fn steps_of(capture: &std::path::Path) -> Value {
     let (code, out, err) = run_daemon(&[

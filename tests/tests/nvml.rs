@@ -574,6 +574,24 @@ fn report_gpu_selects_the_node_gpu_through_each_process_environment() {
     };
     assert_eq!(launches("1"), (5, 0));
     assert_eq!(launches("0"), (0, 3));
+    // The timeline names each stream's GPU both ways where they differ.
+    let trace = chrome_trace(&f.output);
+    let streams: Vec<(u64, &str)> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .filter_map(|e| Some((e["pid"].as_u64()?, e["args"]["name"].as_str()?)))
+        .filter(|(_, n)| n.contains("stream"))
+        .collect();
+    assert!(
+        streams.contains(&(p1.into(), "GPU 0 (node GPU 1): default stream")),
+        "{streams:?}"
+    );
+    assert!(
+        streams.contains(&(p0.into(), "GPU 0: default stream")),
+        "{streams:?}"
+    );
     let (code, _, err) = run_daemon(&["report", capture, "--gpu", "5"]);
     assert_eq!(code, 2, "{err}");
     assert!(

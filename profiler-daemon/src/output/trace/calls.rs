@@ -39,6 +39,7 @@ pub(super) fn calls(
         claimed: HashSet::new(),
         launch_seq: HashMap::new(),
         comms: HashMap::new(),
+        node_gpus: node_gpus(cap),
     };
     calls.claimed = claimed_launches(path, cap)?;
     let stopped = store::for_each_record_named(path, |api, g, ev, stacks| {
@@ -50,6 +51,32 @@ pub(super) fn calls(
     })?;
     calls.finish(emit)?;
     Ok(stopped)
+}
+
+/// `(process track, CUDA device)` → the node's GPU (NVML index) it is, where the process's
+/// device row names one (`model::devices::name_node_gpus`).
+fn node_gpus(cap: &Capture) -> HashMap<(u64, u32), u32> {
+    let mut seen: HashMap<u32, u32> = HashMap::new();
+    let mut out = HashMap::new();
+    for p in &cap.replay.report.processes {
+        let g = seen.entry(p.tgid).or_insert(0);
+        let pid = cap.pid(p.tgid, *g);
+        *g += 1;
+        for d in &p.devices {
+            if let (Some(dev), Some(n)) = (d.device, d.nvml_gpu) {
+                out.insert((pid, dev), n);
+            }
+        }
+    }
+    out
+}
+
+/// A GPU track's name: `GPU d` (the process's CUDA device), and the node's GPU where it differs.
+fn gpu_label(node_gpus: &HashMap<(u64, u32), u32>, pid: u64, device: u32) -> String {
+    match node_gpus.get(&(pid, device)) {
+        Some(&n) if n != device => format!("GPU {device} (node GPU {n})"),
+        _ => format!("GPU {device}"),
+    }
 }
 
 /// The thread map of process `tgid` (generation `g`) where its capture can join: its library
@@ -202,6 +229,8 @@ struct Calls<'a> {
     launch_seq: HashMap<u64, u64>,
     /// `(pid, communicator handle)` → what the report knows of it and its track.
     comms: HashMap<(u64, u64), CommTrack>,
+    /// `(pid, CUDA device)` → the node's GPU, where known ([`node_gpus`]).
+    node_gpus: HashMap<(u64, u32), u32>,
 }
 
 /// A communicator's id and rank (where known) and its track.
@@ -528,7 +557,7 @@ impl Calls<'_> {
                 format!("stream 0x{stream:x}")
             };
             let name = match device {
-                Some(d) => format!("GPU {d}: {name}"),
+                Some(d) => format!("{}: {name}", gpu_label(&self.node_gpus, pid, d)),
                 None => name,
             };
             emit.send(TraceEvent::ThreadName { pid, tid, name })?;
@@ -555,7 +584,10 @@ impl Calls<'_> {
                 GPU_TID_BASE + n
             });
         if new {
-            let name = format!("GPU {device}: CUPTI stream {stream} (measured)");
+            let name = format!(
+                "{}: CUPTI stream {stream} (measured)",
+                gpu_label(&self.node_gpus, pid, device)
+            );
             emit.send(TraceEvent::ThreadName { pid, tid, name })?;
         }
         Ok(tid)

@@ -90,7 +90,8 @@ pub struct Advice {
     /// `input_bound`, `memory_growth`, `exposed_communication` (these three need steps, see
     /// `steps`; the last measured GPU time), `gpu_idle_held`
     /// (needs NVML), `gpu_throttled`, `gpu_errors` (NVML, per GPU), `gpu_tensor_idle`,
-    /// `gpu_low_occupancy` (NVML GPM, per GPU, measured), `records_lost`.
+    /// `gpu_low_occupancy` (NVML GPM, per GPU, measured), `straggler` (the ranks of one job in
+    /// the capture, needs steps: `analysis::ranks`), `records_lost`.
     pub rule: &'static str,
     /// The process it is about (`None`: the capture as a whole).
     pub pid: Option<u32>,
@@ -139,6 +140,7 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
             *g += 1;
         }
     }
+    rank_advice(r, steps, &mut out);
     gpu_advice(r, &mut out);
     let lost: u64 = r.drops.values().sum();
     if lost > 0 {
@@ -156,6 +158,51 @@ pub fn advise(r: &Report, steps: &[ProcessSteps]) -> Vec<Advice> {
         });
     }
     out
+}
+
+/// The ranks of one job in this capture (a node's ranks; `analysis::ranks`): the one the
+/// others wait for, where one stands out.
+fn rank_advice(r: &Report, steps: &[ProcessSteps], out: &mut Vec<Advice>) {
+    let header = crate::store::FileHeader {
+        writer: String::new(),
+        host: r.host.clone(),
+        kernel: String::new(),
+        started_at_unix_ns: 0,
+        started_at_monotonic_ns: 0,
+        target: String::new(),
+    };
+    let cap = crate::analysis::ranks::Capture {
+        file: String::new(),
+        header: &header,
+        clocks: &[],
+        report: r,
+        steps,
+        complete: true,
+    };
+    // Only NCCL ranks: processes that merely have steps need not be one job.
+    let Ok(job) = crate::analysis::ranks::merge(&[cap]) else {
+        return;
+    };
+    if !job.ranks.iter().any(|x| x.rank.is_some()) {
+        return;
+    }
+    for s in &job.stragglers {
+        let rank = job.ranks.iter().find(|x| x.name == s.rank);
+        out.push(Advice {
+            rule: "straggler",
+            pid: rank.map(|x| x.pid),
+            comm: rank.map(|x| x.comm.clone()),
+            evidence: s.evidence.clone(),
+            suggestion: format!(
+                "find what {} does that the other ranks do not: its input (data loader \
+                 workers, storage it reads), its CPU (other work on its cores), its GPU (clocks \
+                 held back, errors: the gpus section) or a larger share of the work (uneven \
+                 batches or padding); `gpuprofd report FILE --view ranks` shows every rank's \
+                 steps side by side",
+                s.rank
+            ),
+        });
+    }
 }
 
 /// How long `p` was active in a capture of `capture_ns`: from its first CUDA call the probes saw

@@ -10,6 +10,8 @@
 //!   driving several GPUs) is named by its lowest, and said so.
 //! * **One job.** Captures belong together when they share a communicator id (every rank of a
 //!   communicator derives the same id from its unique id) or a job id (Slurm, Kubernetes, …).
+//!   The job's ranks are the processes of the world communicator most processes share; other
+//!   processes in the captures (other jobs on the same nodes) are left out, and said.
 //!   Captures of different jobs, a capture given twice and a rank that appears twice are
 //!   refused with a message that says which.
 //! * **Clocks.** Each capture pairs CLOCK_MONOTONIC (the records' clock) with the wall clock at
@@ -294,6 +296,47 @@ pub fn merge(caps: &[Capture<'_>]) -> Result<JobRanks, MergeError> {
                 shift,
             });
         }
+    }
+    // The job's communicator: the world communicator most processes share. Processes of other
+    // communicators, and those without one, are other jobs on the same nodes (a node-wide
+    // capture holds them all): left out, and said.
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &members {
+        if let Some(id) = m.world.and_then(|w| w.id.as_deref()) {
+            *counts.entry(id).or_default() += 1;
+        }
+    }
+    if let Some(main) = counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(id, _)| (*id).to_owned())
+    {
+        let (keep, other): (Vec<Member<'_>>, Vec<Member<'_>>) = members
+            .into_iter()
+            .partition(|m| m.world.and_then(|w| w.id.as_deref()) == Some(main.as_str()));
+        members = keep;
+        if !other.is_empty() {
+            let mut who: Vec<String> = other
+                .iter()
+                .map(|m| format!("{} pid {}", m.node, m.p.tgid))
+                .collect();
+            who.truncate(8);
+            notes.push(format!(
+                "{} process{} not in the job's communicator {main} left out (other jobs, or \
+                 processes without NCCL): {}{}",
+                other.len(),
+                if other.len() == 1 { "" } else { "es" },
+                who.join(", "),
+                if other.len() > 8 { ", …" } else { "" }
+            ));
+        }
+    }
+    if counts.is_empty() && members.len() > 1 {
+        notes.push(
+            "no process has an NCCL communicator with a known rank: the processes with steps \
+             are compared as if they were the job's ranks (named node/pid)"
+                .to_owned(),
+        );
     }
     members.sort_by(|a, b| {
         (

@@ -636,3 +636,28 @@ fn sync_bound_and_input_bound_cite_the_derived_gpu_idle() {
     assert_eq!(a.len(), 2);
     assert!(a.iter().all(|x| !x.evidence.contains("derived")), "{a:?}");
 }
+
+/// A node's ranks in one capture: the rank that works longest per step while the others wait is
+/// named, with the merge's figures; the balanced ranks get nothing.
+#[test]
+fn straggler_names_the_rank_the_others_wait_for() {
+    let f = crate::analysis::ranks::tests::two_nodes();
+    // Node B's capture: rank 2 (pid 11) works 38 ms a step, rank 3 (pid 13) 8 ms.
+    let out = advise(&f.reports[1], &f.steps[1]);
+    let s: Vec<&Advice> = out.iter().filter(|a| a.rule == "straggler").collect();
+    assert_eq!(s.len(), 1, "{out:?}");
+    assert_eq!(
+        (s[0].pid, s[0].comm.as_deref()),
+        (Some(11), Some("python3"))
+    );
+    assert!(
+        s[0].evidence
+            .starts_with("node-b/2 was the slowest rank in 6 of 6 matched steps")
+            && s[0].evidence.contains("38.000 ms median against 8.000 ms"),
+        "{}",
+        s[0].evidence
+    );
+    // Node A's ranks are even: no straggler.
+    let out = advise(&f.reports[0], &f.steps[0]);
+    assert!(out.iter().all(|a| a.rule != "straggler"), "{out:?}");
+}

@@ -100,8 +100,8 @@ fn steps(tgid: u32, from: u64, n: u64, straggler: bool) -> ProcessSteps {
 pub(crate) struct Fixture {
     headers: Vec<FileHeader>,
     clocks: Vec<Vec<WallPair>>,
-    reports: Vec<Report>,
-    steps: Vec<Vec<ProcessSteps>>,
+    pub(crate) reports: Vec<Report>,
+    pub(crate) steps: Vec<Vec<ProcessSteps>>,
     files: Vec<String>,
 }
 
@@ -387,6 +387,37 @@ fn a_process_with_several_ranks_is_named_by_its_lowest_and_noted() {
             "node-b/2 (pid 13) holds ranks 2, 3 of communicator 00000000000000aa: one process \
           driving several GPUs. It is named by its lowest rank; its steps and bytes are the \
           process's, not split per GPU"
+        ]
+    );
+}
+
+#[test]
+fn other_jobs_on_the_same_nodes_are_left_out_and_said() {
+    let mut f = two_nodes();
+    // Node A also runs another job's rank (its own communicator, slower steps) and a process
+    // with steps but no NCCL.
+    f.reports[0].processes.push(
+        serde_json::from_value(process(21, Some(("00000000000000cc", 0, 2, 2)), 3, 8, "90"))
+            .unwrap(),
+    );
+    f.reports[0]
+        .processes
+        .push(serde_json::from_value(process(22, None, 0, 0, "91")).unwrap());
+    let mut slow = steps(21, S / 2, 8, true);
+    for s in &mut slow.steps {
+        s.wall_ns = 400 * MS;
+    }
+    f.steps[0].push(slow);
+    f.steps[0].push(steps(22, S / 2, 8, true));
+    let j = merge(&f.caps()).unwrap();
+    let names: Vec<&str> = j.ranks.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["node-a/0", "node-a/1", "node-b/2", "node-b/3"]);
+    assert_eq!(j.stragglers[0].rank, "node-b/2");
+    assert_eq!(
+        j.notes,
+        [
+            "2 processes not in the job's communicator 00000000000000aa left out (other jobs, or \
+          processes without NCCL): node-a pid 21, node-a pid 22"
         ]
     );
 }

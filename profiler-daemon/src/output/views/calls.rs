@@ -268,6 +268,12 @@ impl Tabular for Devices {
     const COLUMNS: &'static [Column<Self>] = &[
         Column::new("pid", "PID", RIGHT, |r| Cell::Int(r.p.tgid.into())),
         Column::new("device", "DEVICE", LEFT, |r| Cell::Text(device_label(r.x))),
+        // The node's GPU (NVML index; `report --gpu` selects by it), as the JSON report's
+        // `nvml_gpu`: exact for a known device, the likely one for the unknown row of a
+        // process NVML saw on one GPU.
+        Column::new("nvml_gpu", "NODE GPU", RIGHT, |r| {
+            Cell::or_null(r.x.nvml_gpu, |g| Cell::Int(g.into()))
+        }),
         Column::new("launches", "LAUNCHES", RIGHT, |r| Cell::Int(r.x.launches)),
         Column::new("share", "SHARE", RIGHT, |r| {
             // Of the process's launches, to 0.1%.

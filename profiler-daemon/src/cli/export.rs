@@ -1,5 +1,6 @@
 //! `gpuprofd export FILE`: a capture file as a timeline trace (Chrome JSON or Perfetto's
 //! protobuf), written to a file; the trace itself is built in [`crate::output::trace`].
+use crate::output::trace::guard;
 use crate::output::trace::merge::{Part, trace_merged};
 use crate::output::trace::{
     ChromeSink, ExportArgs, ExportFormat, Sink, Summary, TraceError, perfetto, trace,
@@ -7,6 +8,46 @@ use crate::output::trace::{
 
 /// Runs `gpuprofd export`; the exit code (as `report`'s).
 pub fn run(a: &ExportArgs) -> u8 {
+    // The size guard: a capture whose whole trace would not open gets its most informative
+    // window.
+    if a.files.len() == 1 && a.from.is_none() && a.to.is_none() && a.max_size > 0 {
+        match crate::output::trace::guard::choose(&a.files[0], a.max_size) {
+            Ok(Some(w)) => {
+                eprintln!(
+                    "gpuprofd export: the whole trace would be about {} ({} records), more \
+                     than --max-size {}: writing the window around {}, --from {:.1} --to {:.1} \
+                     ({} records); {} outside it {} left out. Another window: --from/--to \
+                     (seconds after the capture's start); everything: --max-size 0",
+                    crate::output::fmt::bytes(w.records * guard::BYTES_PER_RECORD),
+                    w.records,
+                    crate::output::fmt::bytes(a.max_size),
+                    w.around,
+                    w.from_s,
+                    w.to_s,
+                    w.kept,
+                    match w.records - w.kept {
+                        1 => "1 record".to_owned(),
+                        n => format!("{n} records"),
+                    },
+                    if w.records - w.kept == 1 { "is" } else { "are" },
+                );
+                let mut narrowed = a.clone();
+                narrowed.from = Some(w.from_s);
+                narrowed.to = Some(w.to_s);
+                return export(&narrowed);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("gpuprofd export: {e}");
+                return super::report::EXIT_UNREADABLE;
+            }
+        }
+    }
+    export(a)
+}
+
+/// `export` of `a` as asked (no guard).
+fn export(a: &ExportArgs) -> u8 {
     if let (Some(f), Some(t)) = (a.from, a.to)
         && f >= t
     {

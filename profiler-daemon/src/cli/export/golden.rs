@@ -412,6 +412,7 @@ impl Dir {
             from: None,
             to: None,
             json_limit: JSON_LIMIT_BYTES,
+            max_size: crate::output::trace::guard::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -536,4 +537,43 @@ fn exit_codes_say_what_went_wrong() {
     a.from = Some(2.0);
     a.to = Some(1.0);
     assert_eq!(run(&a), 2);
+}
+
+/// Past `--max-size`, the window around the slowest training step (pid 100's fourth, 0.1 ms):
+/// the first 100 ms bin, where everything but the late copy is. The copy an hour in is left
+/// out; without the guard (`--max-size 0`) it is there.
+#[test]
+fn past_the_max_size_the_busiest_window_is_written() {
+    use crate::output::trace::guard;
+    let d = Dir::new("guard");
+    let w = guard::choose(&d.capture(), 80 * guard::BYTES_PER_RECORD)
+        .unwrap()
+        .expect("the capture is over 80 records");
+    assert_eq!(
+        (w.from_s, w.to_s, w.kept, w.records - w.kept),
+        (0.0, 0.1, w.records - 1, 1)
+    );
+    assert_eq!(w.around, "the slowest step (step 4 of pid 100, 0.100 ms)");
+    // It fits whole under a larger limit.
+    assert_eq!(
+        guard::choose(&d.capture(), w.records * guard::BYTES_PER_RECORD).unwrap(),
+        None
+    );
+    let events = |a: &ExportArgs| -> Vec<serde_json::Value> {
+        assert_eq!(run(a), 0);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&a.output).unwrap()).unwrap();
+        v["traceEvents"].as_array().unwrap().clone()
+    };
+    // The copy an hour in (3.6e9 µs).
+    let late = |ev: &[serde_json::Value]| {
+        ev.iter()
+            .any(|e| e["cat"] == "copy" && e["ts"].as_f64().unwrap() > 1e9)
+    };
+    let mut a = d.args("guarded.json", Some(ExportFormat::Chrome));
+    a.max_size = 80 * guard::BYTES_PER_RECORD;
+    assert!(!late(&events(&a)));
+    a.max_size = 0;
+    a.output = d.0.join("whole.json");
+    assert!(late(&events(&a)));
 }

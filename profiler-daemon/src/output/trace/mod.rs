@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 
 mod calls;
 pub mod chrome;
+pub mod guard;
 pub mod merge;
 pub mod perfetto;
 #[cfg(test)]
@@ -84,6 +85,11 @@ pub struct ExportArgs {
     /// Without --format: the largest JSON trace to write before switching to Perfetto's format.
     #[arg(long, value_name = "BYTES", default_value_t = JSON_LIMIT_BYTES)]
     pub json_limit: u64,
+    /// Without --from/--to: the largest trace (estimated, in Perfetto's format) to write whole.
+    /// Past it, export writes the window that fits around the slowest training step (else the
+    /// busiest moment) and says what it left out. 0: no limit.
+    #[arg(long, value_name = "BYTES", default_value_t = guard::DEFAULT_MAX_BYTES)]
+    pub max_size: u64,
 }
 
 /// Why a trace was not written in full.

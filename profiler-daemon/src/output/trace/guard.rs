@@ -1,0 +1,143 @@
+//! The export's size guard: a trace the Perfetto UI can open. When the whole capture's trace
+//! would pass `--max-size`, `export` writes the window that fits around the most informative
+//! moment — the slowest training step found, else the busiest moment — and says what it left
+//! out and how to get it.
+//!
+//! The size is estimated before anything is written, from the number of records and
+//! [`BYTES_PER_RECORD`]: one pass counts the records per [`BIN_NS`] of capture time.
+
+use crate::store;
+use std::path::Path;
+
+/// About how many bytes one record takes in Perfetto's format (a launch: a slice on its thread
+/// and on its stream with their arguments, and the flow between them): 196 measured on a
+/// capture of launches (`gpuprofd bench-pipeline --capture`, then `export … .pftrace`). Other
+/// records take less; the estimate errs on the large side.
+pub const BYTES_PER_RECORD: u64 = 200;
+/// The default `--max-size`: traces past about 1 GiB do not load in the Perfetto UI.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// The histogram's bin.
+const BIN_NS: u64 = 100_000_000;
+
+/// The window to write instead of the whole capture.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    /// Seconds after the capture's start (`--from`, `--to`).
+    pub from_s: f64,
+    pub to_s: f64,
+    /// Records in the capture, and in the window.
+    pub records: u64,
+    pub kept: u64,
+    /// What the window is centred on.
+    pub around: String,
+}
+
+/// The window to write when the whole trace of `path` would pass `max_bytes`; `None` when it
+/// fits.
+pub fn choose(path: &Path, max_bytes: u64) -> Result<Option<Window>, store::StoreError> {
+    let mut r = store::Reader::open(path)?;
+    let t0 = match r.next_frame() {
+        Some(store::Frame::Header(h)) => h.started_at_monotonic_ns,
+        _ => return Ok(None),
+    };
+    drop(r);
+    let mut bins: Vec<u64> = Vec::new();
+    let _ = store::for_each_record(path, |_, _, ev| {
+        let i = (ev.header().ts_ns.saturating_sub(t0) / BIN_NS) as usize;
+        if i >= bins.len() {
+            bins.resize(i + 1, 0);
+        }
+        bins[i] += 1;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let total: u64 = bins.iter().sum();
+    let budget = max_bytes / BYTES_PER_RECORD;
+    if total <= budget {
+        return Ok(None);
+    }
+    // The slowest step found, else the busiest bin.
+    let slowest = crate::analysis::steps::find(path, t0)?
+        .into_iter()
+        .flat_map(|p| {
+            let tgid = p.tgid;
+            p.steps
+                .into_iter()
+                .enumerate()
+                .map(move |(i, s)| (tgid, i + 1, s))
+        })
+        .max_by_key(|(_, _, s)| s.wall_ns);
+    let (centre_ns, around) = match slowest {
+        Some((tgid, k, s)) => (
+            s.start_ns + s.wall_ns / 2,
+            format!(
+                "the slowest step (step {k} of pid {tgid}, {} ms)",
+                crate::sys::units::ms(s.wall_ns)
+            ),
+        ),
+        None => {
+            let busiest = (0..bins.len()).max_by_key(|&i| (bins[i], std::cmp::Reverse(i)));
+            (
+                busiest.map_or(0, |i| i as u64 * BIN_NS + BIN_NS / 2),
+                "the busiest moment (no training steps found)".to_owned(),
+            )
+        }
+    };
+    let (lo, hi, kept) = grow(&bins, (centre_ns / BIN_NS) as usize, budget);
+    Ok(Some(Window {
+        from_s: (lo as u64 * BIN_NS) as f64 / 1e9,
+        to_s: ((hi as u64 + 1) * BIN_NS) as f64 / 1e9,
+        records: total,
+        kept,
+        around,
+    }))
+}
+
+/// The bins `lo..=hi` around `centre` whose records fit `budget`, grown one bin at a time on
+/// the side with fewer records; the centre bin always (even alone over the budget). Returns
+/// the records kept too.
+fn grow(bins: &[u64], centre: usize, budget: u64) -> (usize, usize, u64) {
+    let centre = centre.min(bins.len().saturating_sub(1));
+    let (mut lo, mut hi) = (centre, centre);
+    let mut kept = bins.get(centre).copied().unwrap_or(0);
+    loop {
+        let left = (lo > 0).then(|| bins[lo - 1]);
+        let right = (hi + 1 < bins.len()).then(|| bins[hi + 1]);
+        let pick = match (left, right) {
+            (Some(l), Some(r)) if l <= r => Some((true, l)),
+            (Some(_), Some(r)) => Some((false, r)),
+            (Some(l), None) => Some((true, l)),
+            (None, Some(r)) => Some((false, r)),
+            (None, None) => None,
+        };
+        match pick {
+            Some((left, n)) if kept + n <= budget => {
+                kept += n;
+                if left {
+                    lo -= 1;
+                } else {
+                    hi += 1;
+                }
+            }
+            _ => return (lo, hi, kept),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_grows_around_the_centre_on_its_lighter_side_within_the_budget() {
+        let bins = [5, 1, 9, 2, 2, 50, 3];
+        // From bin 3 (2): right 2 → 4, left 9 vs right 50: left → 13, left 1 → 14, left 5 → 19;
+        // then only 50 is left: over 20.
+        assert_eq!(grow(&bins, 3, 20), (0, 4, 19));
+        // The centre alone over the budget: kept all the same.
+        assert_eq!(grow(&bins, 5, 10), (5, 5, 50));
+        // Everything fits.
+        assert_eq!(grow(&bins, 6, 1000), (0, 6, 72));
+        // A centre past the end is the last bin.
+        assert_eq!(grow(&bins, 99, 3), (6, 6, 3));
+    }
+}

@@ -521,6 +521,11 @@ if wanted nccl; then
             "$BIN" report "$cap" --format json -o "$OUT/runs/nccl.report.json" 2>>"$OUT/runs/nccl.gpuprofd.err"; then
             "$BIN" report "$cap" --view collectives --wide -o "$OUT/runs/nccl.collectives.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
             "$BIN" report "$cap" --view steps --wide -o "$OUT/runs/nccl.steps.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            # The job across its ranks (one rank here) and the node-GPU selection (one GPU:
+            # --gpu 0 should equal --device 0), for a reader to compare.
+            "$BIN" report "$cap" --view ranks -o "$OUT/runs/nccl.ranks.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            "$BIN" report "$cap" --gpu 0 --view devices -o "$OUT/runs/nccl.gpu0.devices.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
+            "$BIN" report "$cap" --device 0 --view devices -o "$OUT/runs/nccl.device0.devices.txt" 2>>"$OUT/runs/nccl.gpuprofd.err" || true
             record nccl nccl "" "$OUT/runs/nccl.report.json" "" "$res"
         else
             record nccl nccl "" "" "gpuprofd or the workload failed: see runs/nccl.gpuprofd.err"

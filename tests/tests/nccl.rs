@@ -680,6 +680,45 @@ fn captures_of_two_nodes_merge_into_one_job_with_its_straggler() {
         assert_eq!(n, 7, "{name}");
     }
 
+    // `--rank 2`: only that rank's process, from whichever capture holds it.
+    let one = dir.path().join("rank2.json");
+    let out = std::process::Command::new(daemon_bin())
+        .args(["export", a, b, "--rank", "2", "-o", one.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_slice(&std::fs::read(&one).unwrap()).unwrap();
+    let procs: Vec<&str> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .filter(|n| !n.ends_with("GPUs (NVML)"))
+        .collect();
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    assert!(
+        procs[0].starts_with(&format!("node-b/2 · nccl_workload (pid {}", pids[2])),
+        "{procs:?}"
+    );
+    let out = std::process::Command::new(daemon_bin())
+        .args(["export", a, b, "--rank", "9", "-o", one.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "no process holds rank 9 of the job's communicator in the captures (they hold: \
+             node-a/0, node-a/1, node-b/2, node-b/3)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // One capture given twice.
     let out = std::process::Command::new(daemon_bin())
         .args(["report", a, a])

@@ -3,15 +3,32 @@
 use crate::output::trace::guard;
 use crate::output::trace::merge::{Part, trace_merged};
 use crate::output::trace::{
-    ChromeSink, ExportArgs, ExportFormat, Sink, Summary, TraceError, perfetto, trace,
+    ChromeSink, ExportArgs, ExportFormat, Sink, Summary, TraceError, perfetto, trace_of,
 };
+use std::collections::HashSet;
 
 /// Runs `gpuprofd export`; the exit code (as `report`'s).
 pub fn run(a: &ExportArgs) -> u8 {
+    if a.pid.is_some() && a.files.len() > 1 {
+        eprintln!(
+            "gpuprofd export: --pid names a process of one capture; with several, select with \
+             --rank"
+        );
+        return 2;
+    }
+    // One capture's selection (several captures select per part, in `parts`).
+    let only = if a.files.len() == 1 {
+        match only_of_one(a) {
+            Ok(o) => o,
+            Err(code) => return code,
+        }
+    } else {
+        None
+    };
     // The size guard: a capture whose whole trace would not open gets its most informative
     // window.
     if a.files.len() == 1 && a.from.is_none() && a.to.is_none() && a.max_size > 0 {
-        match crate::output::trace::guard::choose(&a.files[0], a.max_size) {
+        match crate::output::trace::guard::choose(&a.files[0], a.max_size, only.as_ref()) {
             Ok(Some(w)) => {
                 eprintln!(
                     "gpuprofd export: the whole trace would be about {} ({} records), more \
@@ -34,7 +51,7 @@ pub fn run(a: &ExportArgs) -> u8 {
                 let mut narrowed = a.clone();
                 narrowed.from = Some(w.from_s);
                 narrowed.to = Some(w.to_s);
-                return export(&narrowed);
+                return export(&narrowed, only.as_ref());
             }
             Ok(None) => {}
             Err(e) => {
@@ -43,11 +60,63 @@ pub fn run(a: &ExportArgs) -> u8 {
             }
         }
     }
-    export(a)
+    export(a, only.as_ref())
 }
 
-/// `export` of `a` as asked (no guard).
-fn export(a: &ExportArgs) -> u8 {
+/// The processes `--pid` or `--rank` keep of `a`'s one capture (`None`: all); on failure, says
+/// why and gives the exit code.
+fn only_of_one(a: &ExportArgs) -> Result<Option<HashSet<u32>>, u8> {
+    if let Some(p) = a.pid {
+        return Ok(Some(HashSet::from([p])));
+    }
+    let Some(rank) = a.rank else {
+        return Ok(None);
+    };
+    let replay = crate::store::replay(&a.files[0]).map_err(|e| {
+        eprintln!("gpuprofd export: {e}");
+        super::report::EXIT_UNREADABLE
+    })?;
+    let cap = crate::analysis::ranks::Capture {
+        file: a.files[0].display().to_string(),
+        header: &replay.header,
+        clocks: &replay.clocks,
+        report: &replay.report,
+        steps: &[],
+        complete: replay.recovery.complete,
+    };
+    let job = crate::analysis::ranks::merge(&[cap]).map_err(|e| {
+        eprintln!("gpuprofd export: {e}");
+        2
+    })?;
+    rank_pids(&job, rank).map(|v| Some(v.into_iter().map(|(_, p)| p).collect()))
+}
+
+/// The `(node, pid)` of rank `rank` in `job`, or why there is none (said, with the exit code).
+fn rank_pids(job: &crate::analysis::ranks::JobRanks, rank: i32) -> Result<Vec<(String, u32)>, u8> {
+    let v: Vec<(String, u32)> = job
+        .ranks
+        .iter()
+        .filter(|r| r.rank == Some(rank) || r.ranks_held.contains(&rank))
+        .map(|r| (r.node.clone(), r.pid))
+        .collect();
+    if v.is_empty() {
+        let have: Vec<String> = job.ranks.iter().map(|r| r.name.clone()).collect();
+        eprintln!(
+            "gpuprofd export: no process holds rank {rank} of the job's communicator in the \
+             captures (they hold: {})",
+            if have.is_empty() {
+                "no NCCL rank".to_owned()
+            } else {
+                have.join(", ")
+            }
+        );
+        return Err(2);
+    }
+    Ok(v)
+}
+
+/// `export` of `a` as asked (no guard), of only the processes `only` names (one capture).
+fn export(a: &ExportArgs, only: Option<&HashSet<u32>>) -> u8 {
     if let (Some(f), Some(t)) = (a.from, a.to)
         && f >= t
     {
@@ -73,7 +142,7 @@ fn export(a: &ExportArgs) -> u8 {
         None
     };
     let parts = parts.as_deref();
-    let mut result = write(a, parts, &a.output, format, limit);
+    let mut result = write(a, parts, only, &a.output, format, limit);
     let mut path = a.output.clone();
     if matches!(result, Err(Failure::Trace(TraceError::OverLimit))) {
         let _ = std::fs::remove_file(&a.output);
@@ -85,7 +154,7 @@ fn export(a: &ExportArgs) -> u8 {
             crate::output::fmt::bytes(a.json_limit),
             path.display()
         );
-        result = write(a, parts, &path, ExportFormat::Perfetto, None);
+        result = write(a, parts, only, &path, ExportFormat::Perfetto, None);
     }
     match result {
         Ok(s) => {
@@ -172,6 +241,10 @@ fn parts(a: &ExportArgs) -> Result<Vec<Part>, u8> {
     for n in &job.notes {
         eprintln!("gpuprofd export: note: {n}");
     }
+    let selected = match a.rank {
+        Some(r) => Some(rank_pids(&job, r)?),
+        None => None,
+    };
     Ok(a.files
         .iter()
         .zip(&job.captures)
@@ -187,6 +260,12 @@ fn parts(a: &ExportArgs) -> Result<Vec<Part>, u8> {
                 .filter(|r| r.node == c.node && r.rank.is_some())
                 .map(|r| (r.pid, r.name.clone()))
                 .collect(),
+            only: selected.as_ref().map(|v| {
+                v.iter()
+                    .filter(|(node, _)| *node == c.node)
+                    .map(|(_, p)| *p)
+                    .collect()
+            }),
         })
         .collect())
 }
@@ -195,6 +274,7 @@ fn parts(a: &ExportArgs) -> Result<Vec<Part>, u8> {
 fn write(
     a: &ExportArgs,
     parts: Option<&[Part]>,
+    only: Option<&HashSet<u32>>,
     path: &std::path::Path,
     format: ExportFormat,
     json_limit: Option<u64>,
@@ -203,7 +283,7 @@ fn write(
     let out = std::io::BufWriter::new(file);
     let go = |sink: &mut dyn Sink| match parts {
         Some(p) => trace_merged(p, sink, a.from, a.to),
-        None => trace(&a.files[0], sink, a.from, a.to),
+        None => trace_of(&a.files[0], sink, a.from, a.to, only),
     };
     let s = match format {
         ExportFormat::Chrome => {

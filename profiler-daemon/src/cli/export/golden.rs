@@ -413,6 +413,8 @@ impl Dir {
             to: None,
             json_limit: JSON_LIMIT_BYTES,
             max_size: crate::output::trace::guard::DEFAULT_MAX_BYTES,
+            pid: None,
+            rank: None,
         }
     }
 }
@@ -546,7 +548,7 @@ fn exit_codes_say_what_went_wrong() {
 fn past_the_max_size_the_busiest_window_is_written() {
     use crate::output::trace::guard;
     let d = Dir::new("guard");
-    let w = guard::choose(&d.capture(), 80 * guard::BYTES_PER_RECORD)
+    let w = guard::choose(&d.capture(), 80 * guard::BYTES_PER_RECORD, None)
         .unwrap()
         .expect("the capture is over 80 records");
     assert_eq!(
@@ -556,7 +558,7 @@ fn past_the_max_size_the_busiest_window_is_written() {
     assert_eq!(w.around, "the slowest step (step 4 of pid 100, 0.100 ms)");
     // It fits whole under a larger limit.
     assert_eq!(
-        guard::choose(&d.capture(), w.records * guard::BYTES_PER_RECORD).unwrap(),
+        guard::choose(&d.capture(), w.records * guard::BYTES_PER_RECORD, None).unwrap(),
         None
     );
     let events = |a: &ExportArgs| -> Vec<serde_json::Value> {
@@ -576,4 +578,29 @@ fn past_the_max_size_the_busiest_window_is_written() {
     a.max_size = 0;
     a.output = d.0.join("whole.json");
     assert!(late(&events(&a)));
+}
+
+/// `--pid`: one process's events (and the GPUs' track); an unknown rank is refused with what
+/// the capture holds.
+#[test]
+fn pid_keeps_one_process() {
+    let d = Dir::new("pid");
+    let mut a = d.args("one.json", Some(ExportFormat::Chrome));
+    a.pid = Some(300);
+    assert_eq!(run(&a), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a.output).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let pids: std::collections::BTreeSet<u64> =
+        ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
+    assert_eq!(pids, [0, 300].into());
+    let launches = ev
+        .iter()
+        .filter(|e| e["cat"] == "launch" && e["tid"] == 300)
+        .count();
+    assert_eq!(launches, 70);
+    // The fixture has no NCCL: no rank to select.
+    let mut a = d.args("rank.json", Some(ExportFormat::Chrome));
+    a.rank = Some(0);
+    assert_eq!(run(&a), 2);
 }

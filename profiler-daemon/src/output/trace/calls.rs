@@ -251,6 +251,9 @@ impl Calls<'_> {
         stacks: &StackResolver,
     ) -> Result<(), TraceError> {
         let h = *ev.header();
+        if !self.cap.keeps(h.tgid) {
+            return Ok(());
+        }
         let pid = self.cap.pid(h.tgid, g);
         let ts_ns = self.cap.rel(h.ts_ns);
         let in_window = self.cap.in_window(h.ts_ns);

@@ -32,9 +32,14 @@ pub struct Window {
     pub around: String,
 }
 
-/// The window to write when the whole trace of `path` would pass `max_bytes`; `None` when it
-/// fits.
-pub fn choose(path: &Path, max_bytes: u64) -> Result<Option<Window>, store::StoreError> {
+/// The window to write when the whole trace of `path` (of only the processes `only` names,
+/// when given) would pass `max_bytes`; `None` when it fits.
+pub fn choose(
+    path: &Path,
+    max_bytes: u64,
+    only: Option<&std::collections::HashSet<u32>>,
+) -> Result<Option<Window>, store::StoreError> {
+    let keeps = |tgid: u32| only.is_none_or(|o| o.contains(&tgid));
     let mut r = store::Reader::open(path)?;
     let t0 = match r.next_frame() {
         Some(store::Frame::Header(h)) => h.started_at_monotonic_ns,
@@ -43,6 +48,9 @@ pub fn choose(path: &Path, max_bytes: u64) -> Result<Option<Window>, store::Stor
     drop(r);
     let mut bins: Vec<u64> = Vec::new();
     let _ = store::for_each_record(path, |_, _, ev| {
+        if !keeps(ev.header().tgid) {
+            return Ok(());
+        }
         let i = (ev.header().ts_ns.saturating_sub(t0) / BIN_NS) as usize;
         if i >= bins.len() {
             bins.resize(i + 1, 0);
@@ -58,6 +66,7 @@ pub fn choose(path: &Path, max_bytes: u64) -> Result<Option<Window>, store::Stor
     // The slowest step found, else the busiest bin.
     let slowest = crate::analysis::steps::find(path, t0)?
         .into_iter()
+        .filter(|p| keeps(p.tgid))
         .flat_map(|p| {
             let tgid = p.tgid;
             p.steps

@@ -8,7 +8,7 @@
 //! `node/rank · comm (pid N)` (or `node: …` where they have no rank), and its flow ids move
 //! to a range of their own.
 
-use super::{Sink, Summary, TraceError, TraceEvent, trace};
+use super::{Sink, Summary, TraceError, TraceEvent, trace_of};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -21,6 +21,8 @@ pub struct Part {
     pub shift_ns: u64,
     /// Rank names of its processes (`node/rank`), by pid.
     pub ranks: HashMap<u32, String>,
+    /// Only these processes (`export --rank`); `None`: all.
+    pub only: Option<std::collections::HashSet<u32>>,
 }
 
 /// Flow ids of part `i` start at `i << FLOW_SHIFT` (a capture's own ids stay far below).
@@ -55,7 +57,7 @@ pub fn trace_merged(
             pids: HashMap::new(),
             next_pid: &mut next_pid,
         };
-        let s = trace(&p.path, &mut remap, from, to)?;
+        let s = trace_of(&p.path, &mut remap, from, to, p.only.as_ref())?;
         total.events += s.events;
         total.processes += s.processes;
         total.damaged |= s.damaged;

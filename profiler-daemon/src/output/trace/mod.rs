@@ -82,6 +82,13 @@ pub struct ExportArgs {
     /// Only calls less than this many seconds after the capture started.
     #[arg(long, value_name = "SECONDS")]
     pub to: Option<f64>,
+    /// Only this process (one capture).
+    #[arg(long, value_name = "PID", conflicts_with = "rank")]
+    pub pid: Option<u32>,
+    /// Only the process of this NCCL rank (in the job's communicator, as `report --view
+    /// ranks` names them), in every capture given.
+    #[arg(long, value_name = "RANK")]
+    pub rank: Option<i32>,
     /// Without --format: the largest JSON trace to write before switching to Perfetto's format.
     #[arg(long, value_name = "BYTES", default_value_t = JSON_LIMIT_BYTES)]
     pub json_limit: u64,
@@ -262,9 +269,21 @@ pub fn trace(
     from_s: Option<f64>,
     to_s: Option<f64>,
 ) -> Result<Summary, TraceError> {
+    trace_of(path, out, from_s, to_s, None)
+}
+
+/// [`trace`] of only the processes `only` names (`export --pid`, `--rank`), when given.
+pub fn trace_of(
+    path: &Path,
+    out: &mut dyn Sink,
+    from_s: Option<f64>,
+    to_s: Option<f64>,
+    only: Option<&std::collections::HashSet<u32>>,
+) -> Result<Summary, TraceError> {
     // Pass 1: the report (process names, jobs) and every kernel's name.
     let replay = store::replay(path)?;
-    let cap = Capture::new(&replay, from_s, to_s);
+    let mut cap = Capture::new(&replay, from_s, to_s);
+    cap.only = only.cloned();
     let mut emit = Emit { out, events: 0 };
     processes(&cap, &mut emit)?;
     nvml(path, &cap, &mut emit)?;
@@ -277,7 +296,12 @@ pub fn trace(
         .map(|d| format!("the capture is damaged ({d}); the trace stops there"));
     Ok(Summary {
         events: emit.events,
-        processes: replay.report.processes.len(),
+        processes: replay
+            .report
+            .processes
+            .iter()
+            .filter(|p| cap.keeps(p.tgid))
+            .count(),
         damaged: damage.is_some(),
         warning: recovery_warning.or_else(|| replay.recovery.warning(&path.display().to_string())),
     })
@@ -311,6 +335,8 @@ struct Capture<'a> {
     to_ns: Option<u64>,
     /// Processes per tgid in the capture.
     generations: HashMap<u32, u32>,
+    /// Only these processes' events (`export --pid`, `--rank`); `None`: all.
+    only: Option<std::collections::HashSet<u32>>,
 }
 
 impl<'a> Capture<'a> {
@@ -326,7 +352,13 @@ impl<'a> Capture<'a> {
             from_ns: from_s.map(|s| t0 + (s * 1e9) as u64),
             to_ns: to_s.map(|s| t0 + (s * 1e9) as u64),
             generations,
+            only: None,
         }
+    }
+
+    /// Whether process `tgid`'s events are in the trace.
+    fn keeps(&self, tgid: u32) -> bool {
+        self.only.as_ref().is_none_or(|o| o.contains(&tgid))
     }
 
     /// The generation of the last process that had `tgid`.
@@ -375,6 +407,9 @@ fn processes(cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
         let g = seen.entry(p.tgid).or_insert(0);
         let pid = cap.pid(p.tgid, *g);
         *g += 1;
+        if !cap.keeps(p.tgid) {
+            continue;
+        }
         let job = p
             .job
             .as_ref()
@@ -408,6 +443,7 @@ fn nvml(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
         for p in &s.processes {
             if let Some(b) = p.used_bytes
                 && cap.generations.contains_key(&p.pid)
+                && cap.keeps(p.pid)
             {
                 let last = cap.last(p.pid);
                 emit.send(TraceEvent::Counter {
@@ -463,6 +499,9 @@ fn gpm(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
 /// figures (its derived GPU idle and measured GPU busy time where there are) as arguments.
 fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> {
     for s in crate::analysis::steps::find(path, cap.t0)? {
+        if !cap.keeps(s.tgid) {
+            continue;
+        }
         let pid = cap.pid(s.tgid, s.generation);
         let mut named = false;
         for (i, st) in s.steps.iter().enumerate() {

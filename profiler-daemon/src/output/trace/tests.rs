@@ -303,6 +303,7 @@ fn two_captures_merge_into_one_trace_on_the_wall_clock() {
             node: n.into(),
             shift_ns: shift,
             ranks: HashMap::from([(100, format!("{n}/0"))]),
+            only: None,
         })
         .collect();
     let mut out = Vec::new();

@@ -9,7 +9,8 @@
 //!   name the same host. A process holding several ranks of its communicator (one process
 //!   driving several GPUs) is named by its lowest, and said so.
 //! * **One job.** Captures belong together when they share a communicator id (every rank of a
-//!   communicator derives the same id from its unique id) or a job id (Slurm, Kubernetes, …).
+//!   communicator derives the same id from its unique id) or a Slurm job id (the one job
+//!   identity the same on every node: pods, containers and process trees differ per node).
 //!   The job's ranks are the processes of the world communicator most processes share; other
 //!   processes in the captures (other jobs on the same nodes) are left out, and said.
 //!   Captures of different jobs, a capture given twice and a rank that appears twice are
@@ -457,10 +458,10 @@ fn one_job(caps: &[Capture<'_>]) -> Result<(), MergeError> {
                         k.insert(format!("communicator {id}"));
                     }
                 }
+                // Only a Slurm job id names one job on every node; a pod's UID, a container
+                // id or a process tree's pid differ per node (or repeat by chance).
                 if let Some(j) = &p.job
-                    && j.kind != "none"
-                    && j.kind != "systemd"
-                    && j.kind != "user"
+                    && j.kind == "slurm"
                 {
                     k.insert(format!("{} job {}", j.kind, j.id));
                 }

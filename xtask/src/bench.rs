@@ -728,26 +728,8 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         }
     }
     let capture_bytes = std::fs::metadata(&capture).map(|m| m.len()).unwrap_or(0);
-    // The same capture as a timeline in Perfetto's format, whole (issue 32's goals: at least
-    // 1 M records a second, at most 50 bytes a record).
-    eprintln!("bench: export of the pipeline's capture (Perfetto's format)");
-    let trace = tmp.join("pipeline.pftrace");
-    let t = Instant::now();
-    let st = Command::new(&ctx.bin)
-        .arg("export")
-        .arg(&capture)
-        .arg("-o")
-        .arg(&trace)
-        .args(["--max-size", "0"])
-        .stderr(Stdio::null())
-        .status()?;
-    let export_secs = t.elapsed().as_secs_f64();
-    let trace_bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
-    // A capture without a closing frame exports with exit 0 and a warning.
-    if !st.success() || trace_bytes == 0 {
-        bail!("export of the pipeline's capture failed: {st}");
-    }
-    let _ = std::fs::remove_file(&trace);
+    let (export_rate, export_bytes) =
+        crate::bench_export::measure(&ctx.bin, &capture, &tmp, events)?;
     let _ = std::fs::remove_file(&capture);
     let (pipe, pipe_cap) = (median(pipe), median(pipe_cap));
 
@@ -1074,8 +1056,8 @@ pub fn run(root: &Path, bin: &Path, fake: &Path, quick: bool, sustain_secs: u64)
         pipe / 1e6,
         pipe_cap / 1e6,
         capture_bytes as f64 / events as f64,
-        events as f64 / export_secs / 1e3,
-        trace_bytes as f64 / events as f64,
+        export_rate / 1e3,
+        export_bytes,
         storm_rate,
         (c1 - c0) as f64 * tick / 1e3,
         storm_secs,

@@ -3,6 +3,7 @@
 
 mod against;
 mod bench;
+mod bench_export;
 mod bench_inject;
 mod bench_onset;
 mod bench_traps;

@@ -149,7 +149,7 @@ pub fn for_each_record_named<E: std::error::Error + 'static>(
 
 /// The NVML samples in `path`, in order.
 pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, StoreError> {
-    let mut r = Reader::open(path)?;
+    let mut r = Reader::open(path)?.without_records();
     let mut out = Vec::new();
     while let Some(frame) = r.next_frame() {
         if let Frame::Nvml(s) = frame {
@@ -163,7 +163,7 @@ pub fn nvml_samples(path: &Path) -> Result<Vec<crate::nvml::Sample>, StoreError>
 /// device-numbering environment (its last `GpuEnv` frame; schema 8 and later) and the GPUs NVML
 /// listed (its last round; none where NVML was off).
 pub fn node_gpu_map(path: &Path) -> Result<crate::model::devices::NodeGpuMap, StoreError> {
-    let mut r = Reader::open(path)?;
+    let mut r = Reader::open(path)?.without_records();
     let mut map = crate::model::devices::NodeGpuMap::default();
     while let Some(frame) = r.next_frame() {
         match frame {
@@ -189,7 +189,7 @@ pub fn node_gpu_map(path: &Path) -> Result<crate::model::devices::NodeGpuMap, St
 
 /// The GPM frames of `path`, in order (none in files from before schema 6).
 pub fn gpm_samples(path: &Path) -> Result<Vec<crate::nvml::gpm::Gpm>, StoreError> {
-    let mut r = Reader::open(path)?;
+    let mut r = Reader::open(path)?.without_records();
     let mut out = Vec::new();
     while let Some(frame) = r.next_frame() {
         if let Frame::NvmlGpm(g) = frame {

@@ -107,31 +107,30 @@ fn drain(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: &AtomicBool) ->
 }
 
 /// Decodes and aggregates `events` synthetic launch records (8 processes, 64 kernels, 4
-/// configurations), also journaling them into a capture file at `capture` when given (as
+/// configurations, one every 500 ns), also journaling them into a capture file at `capture` when given (as
 /// `--output FILE.gpuprof` does); returns events per second.
 pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> anyhow::Result<f64> {
+    let header = crate::store::header_now("bench".into(), "bench-pipeline".into());
+    // Records from the capture's start on (a trace counts time from it).
+    let t0 = header.started_at_monotonic_ns;
     let mut journal = match capture {
         Some(p) => {
             let f =
                 crate::sys::files::create_output(p).map_err(|e| anyhow!("{}: {e}", p.display()))?;
-            Some(crate::store::Writer::new(
-                f,
-                p,
-                crate::store::header_now("bench".into(), "bench-pipeline".into()),
-            ))
+            Some(crate::store::Writer::new(f, p, header))
         }
         None => None,
     };
     let mut api = ApiTable::default();
     let id = api.intern("cuLaunchKernel", Layer::Driver);
-    let records: Vec<Record<LaunchBody>> = (0..4096u64)
+    let mut records: Vec<Record<LaunchBody>> = (0..4096u64)
         .map(|i| Record {
             header: Header {
                 kind: kind::LAUNCH,
                 api: u32::from(id),
                 tgid: 1000 + (i % 8) as u32,
                 tid: 1000 + (i % 8) as u32,
-                ts_ns: i,
+                ts_ns: 0,
             },
             body: LaunchBody {
                 func: 0x7f00_0000 + (i % 64) * 0x40,
@@ -145,7 +144,9 @@ pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> anyhow::Resul
     let t = Instant::now();
     let mut done = 0u64;
     while done < events {
-        for r in &records {
+        for r in &mut records {
+            // A record every 500 ns: each process launching every 4 µs, as a launch-bound loop.
+            r.header.ts_ns = t0 + done * 500;
             let bytes = encode(r);
             if let Some(j) = journal.as_mut() {
                 j.record(bytes);
@@ -160,6 +161,14 @@ pub fn pipeline(events: u64, capture: Option<&std::path::Path>) -> anyhow::Resul
         }
     }
     if let Some(j) = journal.as_mut() {
+        // Closed as the daemon closes its files (an export reads it without a warning).
+        j.clock();
+        j.frame(&crate::store::Frame::End(crate::store::End {
+            duration_ns: events * 500,
+            drops: Default::default(),
+            submitted: Default::default(),
+            stop_reason: "bench".into(),
+        }));
         j.flush();
         if let Some(e) = j.failure() {
             bail!("{e}");

@@ -594,8 +594,9 @@ impl Calls<'_> {
         }
     }
 
-    /// A launch on its thread and on its stream's track, with a flow arrow from one to the
-    /// other.
+    /// A launch on its thread (with its arguments) and, by name alone, on its stream's track at
+    /// the same moment (the thread's event says which stream; an arrow between two events at
+    /// one time would add bytes and no information).
     fn launch(&mut self, emit: &mut Emit, call: &Call, l: &LaunchBody) -> Result<(), TraceError> {
         let name = self.kernel_name(call, l.func);
         let args = Args::from([
@@ -615,31 +616,14 @@ impl Calls<'_> {
             name,
             args,
         };
-        emit.send(slice(call.tid, name.clone(), args.clone()))?;
+        emit.send(slice(call.tid, name.clone(), args))?;
         let stream_tid = self.stream(emit, pid, device::of(l.flags), l.stream)?;
-        emit.send(slice(stream_tid, name, args))?;
-        self.flow += 1;
-        let (id, cat) = (self.flow, "enqueue");
-        emit.send(TraceEvent::FlowStart {
-            id,
-            pid,
-            tid: call.tid,
-            ts_ns,
-            cat,
-            name: cat,
-        })?;
-        emit.send(TraceEvent::FlowEnd {
-            id,
-            pid,
-            tid: stream_tid,
-            ts_ns,
-            cat,
-            name: cat,
-        })
+        emit.send(slice(stream_tid, name, Args::default()))
     }
 
-    /// A copy on its thread (timed or not) and, as an instant, on its stream's track. A memset
-    /// is named by its API alone (`cudaMemset`), its direction being its name.
+    /// A copy on its thread (timed or not, with its arguments) and, as an instant named alone,
+    /// on its stream's track. A memset is named by its API alone (`cudaMemset`), its direction
+    /// being its name.
     fn copy(&mut self, emit: &mut Emit, call: &Call, c: &CopyBody) -> Result<(), TraceError> {
         let name = if c.direction == dir::MEMSET {
             call.api.clone()
@@ -653,7 +637,7 @@ impl Calls<'_> {
             ("stream", Arg::Hex(c.stream)),
             ("ret", Arg::Int(i64::from(c.ret))),
         ]);
-        emit.send(call.timed("copy", name.clone(), c.flags, c.dur_ns, args.clone()))?;
+        emit.send(call.timed("copy", name.clone(), c.flags, c.dur_ns, args))?;
         let tid = self.stream(emit, call.pid, device::of(c.flags), c.stream)?;
         emit.send(TraceEvent::Instant {
             pid: call.pid,
@@ -662,7 +646,7 @@ impl Calls<'_> {
             scope: Scope::Thread,
             cat: "copy",
             name,
-            args,
+            args: Args::default(),
         })
     }
 

@@ -146,7 +146,8 @@ fn object(e: &TraceEvent) -> Result<Vec<u8>, serde_json::Error> {
             name,
             args,
         } => Object {
-            args: Some(ObjectArgs::Args(args)),
+            // A launch on its stream's track has none (its thread's event has them).
+            args: (!args.is_empty()).then_some(ObjectArgs::Args(args)),
             cat: Some(cat),
             dur: Some(match dur {
                 Dur::Mark => Micros::Mark(0),

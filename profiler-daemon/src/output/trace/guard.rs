@@ -9,11 +9,12 @@
 use crate::store;
 use std::path::Path;
 
-/// About how many bytes one record takes in Perfetto's format (a launch: a slice on its thread
-/// and on its stream with their arguments, and the flow between them): 196 measured on a
-/// capture of launches (`gpuprofd bench-pipeline --capture`, then `export … .pftrace`). Other
-/// records take less; the estimate errs on the large side.
-pub const BYTES_PER_RECORD: u64 = 200;
+/// About how many bytes one record takes in Perfetto's format, erring on the large side: a
+/// launch (an instant on its thread with its arguments, its name on its stream's track) took 68
+/// on a capture of launches (`gpuprofd bench-pipeline --capture`, then `export … .pftrace`); a
+/// timed copy (a slice's begin and end with five arguments, and its stream's instant) takes a
+/// little more, a sync or an allocation less.
+pub const BYTES_PER_RECORD: u64 = 80;
 /// The default `--max-size`: traces past about 1 GiB do not load in the Perfetto UI.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// The histogram's bin.

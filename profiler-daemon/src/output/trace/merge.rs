@@ -204,3 +204,66 @@ impl Sink for Remap<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The events a sink was given.
+    #[derive(Default)]
+    struct Collect(Vec<TraceEvent>);
+
+    impl Sink for Collect {
+        fn event(&mut self, e: TraceEvent) -> Result<(), TraceError> {
+            self.0.push(e);
+            Ok(())
+        }
+        fn finish(&mut self) -> Result<(), TraceError> {
+            Ok(())
+        }
+    }
+
+    /// Flow ids of two captures do not meet: the second's carry its part number above bit 48,
+    /// and its times its shift.
+    #[test]
+    fn flows_of_each_capture_keep_ids_of_their_own() {
+        let mut got = Collect::default();
+        let mut next_pid = 1;
+        for part in [0u64, 1] {
+            let info = Part {
+                path: PathBuf::new(),
+                node: format!("node{part}"),
+                shift_ns: 1_000 * part,
+                ranks: HashMap::new(),
+                only: None,
+            };
+            let mut remap = Remap {
+                inner: &mut got,
+                part,
+                part_info: &info,
+                pids: HashMap::new(),
+                next_pid: &mut next_pid,
+            };
+            let (id, pid, tid, ts_ns, cat, name) = (5, 100, 100, 10, "gpu", "gpu");
+            remap
+                .event(TraceEvent::FlowStart {
+                    id,
+                    pid,
+                    tid,
+                    ts_ns,
+                    cat,
+                    name,
+                })
+                .unwrap();
+        }
+        let ids: Vec<(u64, u64, u64)> = got
+            .0
+            .iter()
+            .map(|e| match e {
+                TraceEvent::FlowStart { id, pid, ts_ns, .. } => (*id, *pid, *ts_ns),
+                e => panic!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(ids, [(5, 1, 10), (5 | 1 << FLOW_SHIFT, 2, 1_010)]);
+    }
+}

@@ -3,41 +3,73 @@
 //! one string; V8 caps a string at 2^29 characters).
 //!
 //! Each [`TraceEvent`] is written as it comes, with nothing held but the tracks, the interned
-//! names and the launch being written:
+//! strings and the launch being written:
 //! - a process's name → a process track (`TrackDescriptor.process`); the NVML track (pid 0) a
 //!   plain named track;
 //! - a thread's name → a thread track for a real thread, a named child track of the process for
 //!   a stream or the steps;
-//! - a slice → a slice begin and end; an instant → an instant on the thread or process track;
+//! - a slice that lasts → a slice begin and end; a slice of no time (a launch) or an instant →
+//!   an instant on the thread or process track (the trace processor makes both a slice of
+//!   duration 0, as it does a JSON `X` event of `dur` 0);
 //! - a counter → one counter track per series (`name`, or `name: series` when it has several),
 //!   created at its first value (a value not reported: 0.0);
-//! - flow starts and ends → `flow_ids` / `terminating_flow_ids` on the slice they bind to (the
+//! - flow starts and ends → `flow_ids` / `terminating_flow_ids` on the event they bind to (the
 //!   one at the same time on the same track, which the exporter always sends first);
-//! - arguments → debug annotations (numbers, booleans and strings as such; a handle or
-//!   address as its `0x…` string; a grid, block or list as JSON text).
+//! - arguments → debug annotations (numbers and booleans as such; strings, a handle or address
+//!   as its `0x…` string, a grid, block or list as JSON text — all interned).
 //!
-//! Names, categories and annotation names are interned on the one packet sequence. Times are
-//! ns from the capture's start, as the events have them.
+//! What keeps it small (a launch is about 60 bytes, where one packet per event with its track
+//! and an absolute time took about 200):
+//! - **a packet sequence per track**: the sequence's defaults name the track, so an event does
+//!   not (`TracePacketDefaults.track_event_defaults`);
+//! - **incremental timestamps**: each sequence declares a clock of its own (id 64,
+//!   `is_incremental`, equal to the trace's clock at 0), and an event's time is the ns since the
+//!   previous event of its track; an event earlier than the previous one (CUPTI's batches come
+//!   late) carries its absolute time on the trace clock (`timestamp_clock_id` 6);
+//! - **interning**: event names, categories, argument names and argument strings are sent once
+//!   per sequence (`InternedData`) and referred to by id. The strings are held for the whole
+//!   export, up to [`MAX_INTERNED_BYTES`]; past it, new strings are written in place.
+//!
+//! Times are ns from the capture's start, as the events have them.
 //!
 //! The protobuf encoding is written here by hand rather than generated (prost and Perfetto's
-//! .proto files): this writer only writes, about 30 fields of a few messages, and a varint, a
+//! .proto files): this writer only writes, about 40 fields of a few messages, and a varint, a
 //! key and a length prefix are all it takes, with no codegen step or dependency.
+//! `tests/tools/check_pftrace.py` reads every trace the tests write with Perfetto's own schema
+//! and these rules (sequences, defaults, incremental clocks, interning) and compares it with
+//! the JSON trace of the same capture.
 
 use super::{Arg, Args, Scope, Sink, TraceError, TraceEvent};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::Write;
+use std::rc::Rc;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 // Field numbers from perfetto/protos/perfetto/trace/*.proto (checked against Perfetto's own
 // descriptors by the end-to-end test).
 mod f {
     pub const TRACE_PACKET: u32 = 1;
     // TracePacket
+    pub const CLOCK_SNAPSHOT: u32 = 6;
     pub const TIMESTAMP: u32 = 8;
     pub const SEQUENCE_ID: u32 = 10;
     pub const TRACK_EVENT: u32 = 11;
     pub const INTERNED_DATA: u32 = 12;
     pub const SEQUENCE_FLAGS: u32 = 13;
+    pub const TIMESTAMP_CLOCK_ID: u32 = 58;
+    pub const PACKET_DEFAULTS: u32 = 59;
     pub const TRACK_DESCRIPTOR: u32 = 60;
+    // TracePacketDefaults, TrackEventDefaults
+    pub const PD_TIMESTAMP_CLOCK_ID: u32 = 58;
+    pub const PD_TRACK_EVENT_DEFAULTS: u32 = 11;
+    pub const TED_TRACK_UUID: u32 = 11;
+    // ClockSnapshot, ClockSnapshot.Clock
+    pub const CS_CLOCKS: u32 = 1;
+    pub const CLOCK_ID: u32 = 1;
+    pub const CLOCK_TIMESTAMP: u32 = 2;
+    pub const CLOCK_IS_INCREMENTAL: u32 = 3;
     // TrackDescriptor
     pub const TD_UUID: u32 = 1;
     pub const TD_NAME: u32 = 2;
@@ -56,7 +88,10 @@ mod f {
     pub const TE_ANNOTATIONS: u32 = 4;
     pub const TE_TYPE: u32 = 9;
     pub const TE_NAME_IID: u32 = 10;
+    #[cfg(test)]
     pub const TE_TRACK: u32 = 11;
+    pub const TE_CATEGORIES: u32 = 22;
+    pub const TE_NAME: u32 = 23;
     pub const TE_COUNTER_INT: u32 = 30;
     pub const TE_COUNTER_DOUBLE: u32 = 44;
     pub const TE_FLOW_IDS: u32 = 47;
@@ -67,10 +102,14 @@ mod f {
     pub const DA_UINT: u32 = 3;
     pub const DA_INT: u32 = 4;
     pub const DA_STRING: u32 = 6;
-    // InternedData and its entries (EventCategory, EventName, DebugAnnotationName)
+    pub const DA_NAME: u32 = 10;
+    pub const DA_STRING_IID: u32 = 17;
+    // InternedData and its entries (EventCategory, EventName, DebugAnnotationName,
+    // InternedString: the id is field 1, the string field 2 in each)
     pub const ID_CATEGORIES: u32 = 1;
     pub const ID_NAMES: u32 = 2;
     pub const ID_ANNOTATION_NAMES: u32 = 3;
+    pub const ID_STRING_VALUES: u32 = 29;
     pub const IID: u32 = 1;
     pub const IID_NAME: u32 = 2;
 }
@@ -81,23 +120,19 @@ const INSTANT: u64 = 3;
 const COUNTER: u64 = 4;
 const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
-/// Slices held at most for flow events to bind to.
-const MAX_PENDING: usize = 64;
-/// The one packet sequence this writer uses.
-const SEQUENCE: u64 = 1;
+/// The trace's clock (CLOCK_BOOTTIME, Perfetto's default): absolute times.
+const CLOCK_TRACE: u64 = 6;
+/// Each sequence's own clock: ns since the sequence's previous event.
+const CLOCK_INCREMENTAL: u64 = 64;
+/// Slices held at most for flow events to bind to (a flow's ends follow their slice within
+/// two slices: a launch's on its thread and its stream).
+const MAX_PENDING: usize = 8;
+/// Interned strings held at most (bytes of text); past it, new strings go in place.
+pub const MAX_INTERNED_BYTES: usize = 64 << 20;
 
-/// A protobuf message being built.
-#[derive(Default)]
-struct Msg(Vec<u8>);
-
-impl Msg {
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
+/// The protobuf encoding, written onto a byte buffer.
+trait Pb {
+    fn varint(&mut self, v: u64);
     fn key(&mut self, field: u32, wire: u8) {
         self.varint(u64::from(field) << 3 | u64::from(wire));
     }
@@ -109,51 +144,125 @@ impl Msg {
         self.key(field, 0);
         self.varint(v as u64);
     }
+    fn double(&mut self, field: u32, v: f64);
+    fn fixed64(&mut self, field: u32, v: u64);
+    fn bytes(&mut self, field: u32, b: &[u8]);
+}
+
+impl Pb for Vec<u8> {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
     fn double(&mut self, field: u32, v: f64) {
         self.key(field, 1);
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.extend_from_slice(&v.to_le_bytes());
     }
     fn fixed64(&mut self, field: u32, v: u64) {
         self.key(field, 1);
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.extend_from_slice(&v.to_le_bytes());
     }
     fn bytes(&mut self, field: u32, b: &[u8]) {
         self.key(field, 2);
         self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-    fn msg(&mut self, field: u32, m: &Msg) {
-        self.bytes(field, &m.0);
+        self.extend_from_slice(b);
     }
 }
 
-/// Interned strings of one kind: their ids, and those not yet sent.
-#[derive(Default)]
-struct Interner {
-    ids: HashMap<String, u64>,
-    fresh: Vec<(u64, String)>,
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-impl Interner {
-    fn id(&mut self, s: &str) -> u64 {
+/// The lists of `InternedData`, each with its own ids on a sequence.
+#[derive(Clone, Copy)]
+enum Kind {
+    Category = 0,
+    Name = 1,
+    ArgName = 2,
+    ArgValue = 3,
+}
+
+const KIND_FIELD: [u32; 4] = [
+    f::ID_CATEGORIES,
+    f::ID_NAMES,
+    f::ID_ANNOTATION_NAMES,
+    f::ID_STRING_VALUES,
+];
+
+/// Every string interned, with one id (its index + 1) used on every sequence.
+struct Strings {
+    ids: Map<Rc<str>, u32>,
+    list: Vec<Rc<str>>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Default for Strings {
+    fn default() -> Self {
+        Strings {
+            ids: Map::default(),
+            list: Vec::new(),
+            bytes: 0,
+            max_bytes: MAX_INTERNED_BYTES,
+        }
+    }
+}
+
+impl Strings {
+    /// The id of `s`, or `None` once the table is full.
+    fn id(&mut self, s: &str) -> Option<u32> {
         if let Some(&i) = self.ids.get(s) {
-            return i;
+            return Some(i);
         }
-        let i = self.ids.len() as u64 + 1;
-        self.ids.insert(s.to_owned(), i);
-        self.fresh.push((i, s.to_owned()));
-        i
-    }
-    /// Moves the not-yet-sent entries into `interned` as field `field`.
-    fn drain_into(&mut self, interned: &mut Msg, field: u32) {
-        for (i, s) in self.fresh.drain(..) {
-            let mut e = Msg::default();
-            e.uint(f::IID, i);
-            e.bytes(f::IID_NAME, s.as_bytes());
-            interned.msg(field, &e);
+        if self.bytes + s.len() > self.max_bytes {
+            return None;
         }
+        self.bytes += s.len();
+        let rc: Rc<str> = Rc::from(s);
+        self.list.push(Rc::clone(&rc));
+        let i = self.list.len() as u32;
+        self.ids.insert(rc, i);
+        Some(i)
     }
 }
+
+/// A track and the packet sequence that carries its events.
+struct Seq {
+    /// The sequence id (also the track's uuid).
+    id: u64,
+    /// The time of the sequence's incremental clock: its last event's.
+    last_ts: u64,
+    /// Per [`Kind`], the string ids already sent on this sequence (a bit per id).
+    sent: [Vec<u64>; 4],
+}
+
+impl Seq {
+    /// Marks string `id` of `kind` sent; whether it was new.
+    fn mark(&mut self, kind: Kind, id: u32) -> bool {
+        let bits = &mut self.sent[kind as usize];
+        let (w, b) = (id as usize / 64, id % 64);
+        if bits.len() <= w {
+            bits.resize(w + 1, 0);
+        }
+        let new = bits[w] & (1 << b) == 0;
+        bits[w] |= 1 << b;
+        new
+    }
+}
+
+/// An argument's value that is written as text, by value.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum ValueKey {
+    Hex(u64),
+    Dim3([u32; 3]),
+}
+
+/// Argument values remembered by value at most.
+const MAX_VALUE_KEYS: usize = 1 << 20;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum TrackKey {
@@ -163,7 +272,7 @@ enum TrackKey {
 
 /// A slice held until the flow events that bind to it have been seen.
 struct Pending {
-    track: u64,
+    track: usize,
     ts: u64,
     dur: u64,
     pid: u64,
@@ -175,17 +284,30 @@ struct Pending {
     flows_in: Vec<u64>,
 }
 
+/// Buffers reused from event to event.
+#[derive(Default)]
+struct Scratch {
+    packet: Vec<u8>,
+    event: Vec<u8>,
+    interned: Vec<u8>,
+    annotation: Vec<u8>,
+    text: String,
+}
+
 /// [`TraceEvent`]s in, `perfetto.protos.Trace` out.
 pub struct PerfettoSink<W: Write> {
     out: W,
-    tracks: HashMap<TrackKey, u64>,
-    counters: HashMap<(u64, String), u64>,
-    next_uuid: u64,
-    names: Interner,
-    cats: Interner,
-    arg_names: Interner,
-    first_event: bool,
-    pending: Vec<Pending>,
+    /// Tracks by index; sequence id and uuid = index + 1.
+    seqs: Vec<Seq>,
+    tracks: Map<TrackKey, usize>,
+    counters: Map<(u64, String), usize>,
+    strings: Strings,
+    /// Ids of strings known by their address (categories, argument names).
+    statics: Map<(usize, usize), u32>,
+    /// Ids of argument values by value (handles, grids), up to [`MAX_VALUE_KEYS`].
+    values: Map<ValueKey, u32>,
+    scratch: Scratch,
+    pending: std::collections::VecDeque<Pending>,
     /// Flow events that found no slice to bind to (none expected; counted, not guessed).
     pub unbound_flows: u64,
 }
@@ -194,147 +316,273 @@ impl<W: Write> PerfettoSink<W> {
     pub fn new(out: W) -> Self {
         Self {
             out,
-            tracks: HashMap::new(),
-            counters: HashMap::new(),
-            next_uuid: 1,
-            names: Interner::default(),
-            cats: Interner::default(),
-            arg_names: Interner::default(),
-            first_event: true,
-            pending: Vec::new(),
+            seqs: Vec::new(),
+            tracks: Map::default(),
+            counters: Map::default(),
+            strings: Strings::default(),
+            statics: Map::default(),
+            values: Map::default(),
+            scratch: Scratch::default(),
+            pending: Default::default(),
             unbound_flows: 0,
         }
     }
 
-    fn packet(&mut self, p: &Msg) -> Result<(), TraceError> {
-        let mut outer = Msg::default();
-        outer.msg(f::TRACE_PACKET, p);
-        Ok(self.out.write_all(&outer.0)?)
+    /// Writes the packet in `self.scratch.packet`.
+    fn write_packet(&mut self) -> Result<(), TraceError> {
+        let p = &self.scratch.packet;
+        let mut head = [0u8; 11];
+        let mut n = 0;
+        head[n] = (f::TRACE_PACKET << 3 | 2) as u8;
+        n += 1;
+        let mut len = p.len() as u64;
+        while len >= 0x80 {
+            head[n] = (len as u8) | 0x80;
+            len >>= 7;
+            n += 1;
+        }
+        head[n] = len as u8;
+        n += 1;
+        self.out.write_all(&head[..n])?;
+        Ok(self.out.write_all(p)?)
     }
 
-    fn uuid(&mut self) -> u64 {
-        let u = self.next_uuid;
-        self.next_uuid += 1;
-        u
-    }
-
-    fn descriptor(&mut self, td: &Msg) -> Result<(), TraceError> {
-        let mut p = Msg::default();
-        p.uint(f::SEQUENCE_ID, SEQUENCE);
-        p.msg(f::TRACK_DESCRIPTOR, td);
-        self.packet(&p)
+    /// A new track described by `descriptor` (its uuid added here) on a sequence of its own:
+    /// the sequence's clock, then its defaults with the descriptor. Returns its index.
+    fn open(&mut self, descriptor: impl FnOnce(&mut Vec<u8>)) -> Result<usize, TraceError> {
+        let index = self.seqs.len();
+        let id = index as u64 + 1;
+        self.seqs.push(Seq {
+            id,
+            last_ts: 0,
+            sent: Default::default(),
+        });
+        let mut body = Vec::new();
+        // The clock: 0 on it is 0 on the trace's clock, and it counts in steps of 1 ns.
+        let mut snapshot = Vec::new();
+        for (clock, incremental) in [(CLOCK_TRACE, false), (CLOCK_INCREMENTAL, true)] {
+            let mut c = Vec::new();
+            c.uint(f::CLOCK_ID, clock);
+            c.uint(f::CLOCK_TIMESTAMP, 0);
+            if incremental {
+                c.uint(f::CLOCK_IS_INCREMENTAL, 1);
+            }
+            snapshot.bytes(f::CS_CLOCKS, &c);
+        }
+        let p = &mut self.scratch.packet;
+        p.clear();
+        p.uint(f::TIMESTAMP, 0);
+        p.uint(f::SEQUENCE_ID, id);
+        p.bytes(f::CLOCK_SNAPSHOT, &snapshot);
+        self.write_packet()?;
+        // The defaults (this track, that clock) and the track.
+        let mut ted = Vec::new();
+        ted.uint(f::TED_TRACK_UUID, id);
+        let mut defaults = Vec::new();
+        defaults.uint(f::PD_TIMESTAMP_CLOCK_ID, CLOCK_INCREMENTAL);
+        defaults.bytes(f::PD_TRACK_EVENT_DEFAULTS, &ted);
+        body.uint(f::TD_UUID, id);
+        descriptor(&mut body);
+        let p = &mut self.scratch.packet;
+        p.clear();
+        p.uint(f::SEQUENCE_ID, id);
+        p.uint(f::SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+        p.bytes(f::PACKET_DEFAULTS, &defaults);
+        p.bytes(f::TRACK_DESCRIPTOR, &body);
+        self.write_packet()?;
+        Ok(index)
     }
 
     /// The track of process `pid` (a plain track named after it if none was announced).
-    fn process_track(&mut self, pid: u64) -> Result<u64, TraceError> {
-        if let Some(&u) = self.tracks.get(&TrackKey::Process(pid)) {
-            return Ok(u);
+    fn process_track(&mut self, pid: u64) -> Result<usize, TraceError> {
+        if let Some(&t) = self.tracks.get(&TrackKey::Process(pid)) {
+            return Ok(t);
         }
-        let u = self.uuid();
-        self.tracks.insert(TrackKey::Process(pid), u);
-        let mut td = Msg::default();
-        td.uint(f::TD_UUID, u);
-        td.bytes(f::TD_NAME, format!("pid {pid}").as_bytes());
-        self.descriptor(&td)?;
-        Ok(u)
+        let t = self.open(|td| td.bytes(f::TD_NAME, format!("pid {pid}").as_bytes()))?;
+        self.tracks.insert(TrackKey::Process(pid), t);
+        Ok(t)
     }
 
     /// The track of `tid` in `pid` (a plain child track if none was announced).
-    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<u64, TraceError> {
-        if let Some(&u) = self.tracks.get(&TrackKey::Thread(pid, tid)) {
-            return Ok(u);
+    fn thread_track(&mut self, pid: u64, tid: u64) -> Result<usize, TraceError> {
+        if let Some(&t) = self.tracks.get(&TrackKey::Thread(pid, tid)) {
+            return Ok(t);
         }
-        let parent = self.process_track(pid)?;
-        let u = self.uuid();
-        self.tracks.insert(TrackKey::Thread(pid, tid), u);
-        let mut td = Msg::default();
-        td.uint(f::TD_UUID, u);
-        td.uint(f::TD_PARENT, parent);
-        td.bytes(f::TD_NAME, format!("track {tid}").as_bytes());
-        self.descriptor(&td)?;
-        Ok(u)
+        let parent = {
+            let t = self.process_track(pid)?;
+            self.seqs[t].id
+        };
+        let t = self.open(|td| {
+            td.uint(f::TD_PARENT, parent);
+            td.bytes(f::TD_NAME, format!("track {tid}").as_bytes());
+        })?;
+        self.tracks.insert(TrackKey::Thread(pid, tid), t);
+        Ok(t)
     }
 
     /// A process's track, named.
     fn process_name(&mut self, pid: u64, label: &str) -> Result<(), TraceError> {
-        let u = self.uuid();
-        let mut td = Msg::default();
-        td.uint(f::TD_UUID, u);
-        if pid == 0 {
-            td.bytes(f::TD_NAME, label.as_bytes());
-        } else {
-            let mut pd = Msg::default();
-            pd.int(f::PD_PID, pid as i64);
-            pd.bytes(f::PD_NAME, label.as_bytes());
-            td.msg(f::TD_PROCESS, &pd);
-        }
-        self.tracks.insert(TrackKey::Process(pid), u);
-        self.descriptor(&td)
+        let t = self.open(|td| {
+            if pid == 0 {
+                td.bytes(f::TD_NAME, label.as_bytes());
+            } else {
+                let mut pd = Vec::new();
+                pd.int(f::PD_PID, pid as i64);
+                pd.bytes(f::PD_NAME, label.as_bytes());
+                td.bytes(f::TD_PROCESS, &pd);
+            }
+        })?;
+        self.tracks.insert(TrackKey::Process(pid), t);
+        Ok(())
     }
 
     /// A thread's (or a stream's, or the steps') track, named.
     fn thread_name(&mut self, pid: u64, tid: u64, label: &str) -> Result<(), TraceError> {
-        let u = self.uuid();
-        let mut td = Msg::default();
-        td.uint(f::TD_UUID, u);
-        if tid < super::STEP_TID {
-            let mut thd = Msg::default();
-            thd.int(f::THD_PID, pid as i64);
-            thd.int(f::THD_TID, tid as i64);
-            thd.bytes(f::THD_NAME, label.as_bytes());
-            td.msg(f::TD_THREAD, &thd);
+        let parent = if tid < super::STEP_TID {
+            None
         } else {
+            Some({
+                let t = self.process_track(pid)?;
+                self.seqs[t].id
+            })
+        };
+        let t = self.open(|td| match parent {
+            None => {
+                let mut thd = Vec::new();
+                thd.int(f::THD_PID, pid as i64);
+                thd.int(f::THD_TID, tid as i64);
+                thd.bytes(f::THD_NAME, label.as_bytes());
+                td.bytes(f::TD_THREAD, &thd);
+            }
             // A stream or the steps: a named track under the process.
-            let parent = self.process_track(pid)?;
-            td.uint(f::TD_PARENT, parent);
-            td.bytes(f::TD_NAME, label.as_bytes());
-        }
-        self.tracks.insert(TrackKey::Thread(pid, tid), u);
-        self.descriptor(&td)
+            Some(parent) => {
+                td.uint(f::TD_PARENT, parent);
+                td.bytes(f::TD_NAME, label.as_bytes());
+            }
+        })?;
+        self.tracks.insert(TrackKey::Thread(pid, tid), t);
+        Ok(())
     }
 
-    /// A TrackEvent packet at `ts`; `body` fills the event after its type and track.
-    fn track_event(
-        &mut self,
-        ts: u64,
-        kind: u64,
-        track: u64,
-        body: impl FnOnce(&mut Self, &mut Msg),
-    ) -> Result<(), TraceError> {
-        let mut te = Msg::default();
-        te.uint(f::TE_TYPE, kind);
-        te.uint(f::TE_TRACK, track);
-        body(self, &mut te);
-        let mut p = Msg::default();
-        p.uint(f::TIMESTAMP, ts);
-        p.uint(f::SEQUENCE_ID, SEQUENCE);
-        let mut interned = Msg::default();
-        self.cats.drain_into(&mut interned, f::ID_CATEGORIES);
-        self.names.drain_into(&mut interned, f::ID_NAMES);
-        self.arg_names
-            .drain_into(&mut interned, f::ID_ANNOTATION_NAMES);
-        if !interned.0.is_empty() {
-            p.msg(f::INTERNED_DATA, &interned);
-        }
-        p.uint(
-            f::SEQUENCE_FLAGS,
-            if std::mem::take(&mut self.first_event) {
-                SEQ_INCREMENTAL_STATE_CLEARED
-            } else {
-                SEQ_NEEDS_INCREMENTAL_STATE
-            },
-        );
-        p.msg(f::TRACK_EVENT, &te);
-        self.packet(&p)
+    /// The id of `s` of `kind` on track `t`'s sequence, adding it to the packet's interned
+    /// data when the sequence has not had it; `None` when the table is full.
+    fn intern(&mut self, t: usize, kind: Kind, s: &str) -> Option<u64> {
+        let id = self.strings.id(s)?;
+        Some(self.send(t, kind, id))
     }
 
-    /// Name, category and arguments of an event.
-    fn labels(&mut self, te: &mut Msg, name: &str, cat: &str, args: &Args) {
-        te.uint(f::TE_CATEGORY_IIDS, self.cats.id(cat));
-        te.uint(f::TE_NAME_IID, self.names.id(name));
+    /// [`Self::intern`] of a string known by its address (a category, an argument's name):
+    /// found without hashing its text.
+    fn intern_static(&mut self, t: usize, kind: Kind, s: &'static str) -> Option<u64> {
+        let key = (s.as_ptr() as usize, s.len());
+        let id = match self.statics.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.strings.id(s)?;
+                self.statics.insert(key, id);
+                id
+            }
+        };
+        Some(self.send(t, kind, id))
+    }
+
+    /// [`Self::intern`] of an argument's value as text (`text` holds it when it had to be
+    /// written), found without writing it out when it was seen before.
+    fn intern_value(&mut self, t: usize, v: &Arg, text: &mut String) -> Option<u64> {
+        let key = match v {
+            Arg::Hex(h) => Some(ValueKey::Hex(*h)),
+            Arg::Dim3(d) => Some(ValueKey::Dim3(*d)),
+            _ => None,
+        };
+        if let Some(&id) = key.as_ref().and_then(|k| self.values.get(k)) {
+            return Some(self.send(t, Kind::ArgValue, id));
+        }
+        text.clear();
+        match v {
+            Arg::Str(s) => text.push_str(s),
+            // As the JSON trace writes them (`0x…`; `[x,y,z]`).
+            Arg::Hex(h) => {
+                let _ = write!(text, "0x{h:x}");
+            }
+            Arg::Dim3([x, y, z]) => {
+                let _ = write!(text, "[{x},{y},{z}]");
+            }
+            _ => *text = serde_json::to_string(v).unwrap_or_default(),
+        }
+        let id = self.strings.id(text)?;
+        if let Some(k) = key
+            && self.values.len() < MAX_VALUE_KEYS
+        {
+            self.values.insert(k, id);
+        }
+        Some(self.send(t, Kind::ArgValue, id))
+    }
+
+    /// String `id` of `kind` on track `t`'s sequence, added to the packet's interned data when
+    /// the sequence has not had it.
+    fn send(&mut self, t: usize, kind: Kind, id: u32) -> u64 {
+        if self.seqs[t].mark(kind, id) {
+            let s = &self.strings.list[id as usize - 1];
+            let i = &mut self.scratch.interned;
+            let len = 1 + varint_len(u64::from(id)) + 1 + varint_len(s.len() as u64) + s.len();
+            i.key(KIND_FIELD[kind as usize], 2);
+            i.varint(len as u64);
+            i.uint(f::IID, u64::from(id));
+            i.bytes(f::IID_NAME, s.as_bytes());
+        }
+        u64::from(id)
+    }
+
+    /// Writes the track event in `self.scratch.event` (with `scratch.interned`) on track `t`
+    /// at `ts`.
+    fn write_event(&mut self, t: usize, ts: u64) -> Result<(), TraceError> {
+        let seq = &mut self.seqs[t];
+        let p = &mut self.scratch.packet;
+        p.clear();
+        if ts >= seq.last_ts {
+            p.uint(f::TIMESTAMP, ts - seq.last_ts);
+            seq.last_ts = ts;
+        } else {
+            // Earlier than the track's last event: absolute, on the trace's clock (the
+            // sequence's clock stays where it was).
+            p.uint(f::TIMESTAMP, ts);
+            p.uint(f::TIMESTAMP_CLOCK_ID, CLOCK_TRACE);
+        }
+        p.uint(f::SEQUENCE_ID, seq.id);
+        if !self.scratch.interned.is_empty() {
+            p.bytes(f::INTERNED_DATA, &self.scratch.interned);
+            self.scratch.interned.clear();
+        }
+        p.uint(f::SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+        p.bytes(f::TRACK_EVENT, &self.scratch.event);
+        self.write_packet()
+    }
+
+    /// Starts a track event of `kind` in `self.scratch.event`.
+    fn begin_event(&mut self, kind: u64) {
+        let e = &mut self.scratch.event;
+        e.clear();
+        e.uint(f::TE_TYPE, kind);
+    }
+
+    /// Name, category and arguments of the event being written on track `t`.
+    fn labels(&mut self, t: usize, name: &str, cat: &'static str, args: &Args) {
+        match self.intern_static(t, Kind::Category, cat) {
+            Some(i) => self.scratch.event.uint(f::TE_CATEGORY_IIDS, i),
+            None => self.scratch.event.bytes(f::TE_CATEGORIES, cat.as_bytes()),
+        }
+        match self.intern(t, Kind::Name, name) {
+            Some(i) => self.scratch.event.uint(f::TE_NAME_IID, i),
+            None => self.scratch.event.bytes(f::TE_NAME, name.as_bytes()),
+        }
+        let mut da = std::mem::take(&mut self.scratch.annotation);
+        let mut text = std::mem::take(&mut self.scratch.text);
         for (k, v) in args.iter() {
-            let mut da = Msg::default();
-            da.uint(f::DA_NAME_IID, self.arg_names.id(k));
+            da.clear();
+            match self.intern_static(t, Kind::ArgName, k) {
+                Some(i) => da.uint(f::DA_NAME_IID, i),
+                None => da.bytes(f::DA_NAME, k.as_bytes()),
+            }
             match v {
                 Arg::Bool(b) => da.uint(f::DA_BOOL, u64::from(*b)),
                 Arg::Uint(u) => da.uint(f::DA_UINT, *u),
@@ -342,32 +590,38 @@ impl<W: Write> PerfettoSink<W> {
                     Ok(u) => da.uint(f::DA_UINT, u),
                     Err(_) => da.int(f::DA_INT, *i),
                 },
-                Arg::Str(s) => da.bytes(f::DA_STRING, s.as_bytes()),
-                Arg::Hex(h) => da.bytes(f::DA_STRING, format!("0x{h:x}").as_bytes()),
-                Arg::Dim3(_) | Arg::List(_) => {
-                    let json = serde_json::to_string(v).unwrap_or_default();
-                    da.bytes(f::DA_STRING, json.as_bytes())
+                Arg::Str(_) | Arg::Hex(_) | Arg::Dim3(_) | Arg::List(_) => {
+                    match self.intern_value(t, v, &mut text) {
+                        Some(i) => da.uint(f::DA_STRING_IID, i),
+                        None => da.bytes(f::DA_STRING, text.as_bytes()),
+                    }
                 }
             }
-            te.msg(f::TE_ANNOTATIONS, &da);
+            self.scratch.event.bytes(f::TE_ANNOTATIONS, &da);
         }
+        self.scratch.text = text;
+        self.scratch.annotation = da;
     }
 
     /// Writes the held slices but the newest `keep`.
     fn flush_pending(&mut self, keep: usize) -> Result<(), TraceError> {
-        let n = self.pending.len().saturating_sub(keep);
-        let done: Vec<Pending> = self.pending.drain(..n).collect();
-        for p in done {
-            self.track_event(p.ts, SLICE_BEGIN, p.track, |s, te| {
-                s.labels(te, &p.name, p.cat, &p.args);
-                for id in &p.flows_out {
-                    te.fixed64(f::TE_FLOW_IDS, *id);
-                }
-                for id in &p.flows_in {
-                    te.fixed64(f::TE_TERMINATING_FLOW_IDS, *id);
-                }
-            })?;
-            self.track_event(p.ts + p.dur, SLICE_END, p.track, |_, _| {})?;
+        while self.pending.len() > keep {
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            self.begin_event(if p.dur == 0 { INSTANT } else { SLICE_BEGIN });
+            self.labels(p.track, &p.name, p.cat, &p.args);
+            for id in &p.flows_out {
+                self.scratch.event.fixed64(f::TE_FLOW_IDS, *id);
+            }
+            for id in &p.flows_in {
+                self.scratch.event.fixed64(f::TE_TERMINATING_FLOW_IDS, *id);
+            }
+            self.write_event(p.track, p.ts)?;
+            if p.dur > 0 {
+                self.begin_event(SLICE_END);
+                self.write_event(p.track, p.ts + p.dur)?;
+            }
         }
         Ok(())
     }
@@ -393,36 +647,37 @@ impl<W: Write> PerfettoSink<W> {
         name: &str,
         values: &[(&'static str, Option<u64>)],
     ) -> Result<(), TraceError> {
-        let parent = self.process_track(pid)?;
+        let parent = {
+            let t = self.process_track(pid)?;
+            self.seqs[t].id
+        };
         for (k, val) in values {
             let label = if values.len() == 1 {
                 name.to_owned()
             } else {
                 format!("{name}: {k}")
             };
-            let track = match self.counters.get(&(pid, label.clone())) {
-                Some(&u) => u,
+            let t = match self.counters.get(&(pid, label.clone())) {
+                Some(&t) => t,
                 None => {
-                    let u = self.uuid();
-                    self.counters.insert((pid, label.clone()), u);
-                    let mut td = Msg::default();
-                    td.uint(f::TD_UUID, u);
-                    td.uint(f::TD_PARENT, parent);
-                    td.bytes(f::TD_NAME, label.as_bytes());
-                    td.msg(f::TD_COUNTER, &Msg::default());
-                    self.descriptor(&td)?;
-                    u
+                    let t = self.open(|td| {
+                        td.uint(f::TD_PARENT, parent);
+                        td.bytes(f::TD_NAME, label.as_bytes());
+                        td.bytes(f::TD_COUNTER, &[]);
+                    })?;
+                    self.counters.insert((pid, label), t);
+                    t
                 }
             };
             // An integer where it fits; a value not reported is 0.0.
-            let val = *val;
-            self.track_event(ts, COUNTER, track, |_, te| {
-                match val.map(|v| (v, i64::try_from(v))) {
-                    Some((_, Ok(i))) => te.int(f::TE_COUNTER_INT, i),
-                    Some((v, Err(_))) => te.double(f::TE_COUNTER_DOUBLE, v as f64),
-                    None => te.double(f::TE_COUNTER_DOUBLE, 0.0),
-                }
-            })?;
+            self.begin_event(COUNTER);
+            let e = &mut self.scratch.event;
+            match val.map(|v| (v, i64::try_from(v))) {
+                Some((_, Ok(i))) => e.int(f::TE_COUNTER_INT, i),
+                Some((v, Err(_))) => e.double(f::TE_COUNTER_DOUBLE, v as f64),
+                None => e.double(f::TE_COUNTER_DOUBLE, 0.0),
+            }
+            self.write_event(t, ts)?;
         }
         Ok(())
     }
@@ -430,8 +685,8 @@ impl<W: Write> PerfettoSink<W> {
 
 impl<W: Write> Sink for PerfettoSink<W> {
     fn event(&mut self, e: TraceEvent) -> Result<(), TraceError> {
-        // Slices wait for the flow events that follow them (a launch: its thread slice, its
-        // stream's track when it is new, its stream slice, then the flow's two ends); an
+        // Slices wait for the flow events that follow them (a launch: its thread's event, its
+        // stream's track when it is new, its stream's event, then any flow's ends); an
         // instant or a counter writes them out first, keeping the order.
         if matches!(e, TraceEvent::Instant { .. } | TraceEvent::Counter { .. }) {
             self.flush_pending(0)?;
@@ -452,7 +707,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 args,
             } => {
                 let track = self.thread_track(pid, tid)?;
-                self.pending.push(Pending {
+                self.pending.push_back(Pending {
                     track,
                     ts: ts_ns,
                     dur: dur.ns(),
@@ -495,13 +750,13 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 name,
                 args,
             } => {
-                let track = match scope {
+                let t = match scope {
                     Scope::Process => self.process_track(pid)?,
                     Scope::Thread => self.thread_track(pid, tid)?,
                 };
-                self.track_event(ts_ns, INSTANT, track, |s, te| {
-                    s.labels(te, &name, cat, &args)
-                })
+                self.begin_event(INSTANT);
+                self.labels(t, &name, cat, &args);
+                self.write_event(t, ts_ns)
             }
             TraceEvent::Counter {
                 pid,
@@ -583,12 +838,17 @@ mod tests {
 
     #[test]
     fn varints_and_keys_are_protobuf_encoding() {
-        let mut m = Msg::default();
+        let mut m = Vec::new();
         m.uint(1, 150);
         m.int(2, -1);
         m.bytes(60, b"ab");
+        for v in [0, 1, 127, 128, 16_383, 16_384, u64::MAX] {
+            let mut b = Vec::new();
+            b.varint(v);
+            assert_eq!(b.len(), varint_len(v), "{v}");
+        }
         assert_eq!(
-            m.0,
+            m,
             [
                 0x08, 0x96, 0x01, // field 1 varint 150
                 0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, // -1
@@ -597,38 +857,111 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_launch_with_its_flow_becomes_two_slices_bound_by_the_flow() {
-        let mut out = Vec::new();
-        let mut s = PerfettoSink::new(&mut out);
-        let stream = super::super::STREAM_TID_BASE;
-        let launch = |tid, args| TraceEvent::Slice {
+    /// A packet's track event, if it has one.
+    fn event_of(pk: &[Field]) -> Option<Vec<Field>> {
+        get(pk, f::TRACK_EVENT)
+            .first()
+            .map(|e| fields(e.as_ref().unwrap_err()))
+    }
+
+    fn seq_of(pk: &[Field]) -> u64 {
+        *get(pk, f::SEQUENCE_ID)[0].as_ref().unwrap()
+    }
+
+    /// Interned entries `(iid, string)` of list `field` in a packet.
+    fn interned(pk: &[Field], field: u32) -> Vec<(u64, String)> {
+        get(pk, f::INTERNED_DATA)
+            .iter()
+            .flat_map(|i| fields(i.as_ref().unwrap_err()))
+            .filter(|(k, _)| *k == field)
+            .map(|(_, e)| {
+                let e = fields(e.as_ref().unwrap_err());
+                let id = *get(&e, f::IID)[0].as_ref().unwrap();
+                let s = get(&e, f::IID_NAME)[0].clone().unwrap_err();
+                (id, String::from_utf8(s).unwrap())
+            })
+            .collect()
+    }
+
+    fn launch(tid: u64, ts_ns: u64, args: Args) -> TraceEvent {
+        TraceEvent::Slice {
             pid: 7,
             tid,
-            ts_ns: 1500,
+            ts_ns,
             dur: super::super::Dur::Mark,
             cat: "launch",
             name: "k".into(),
             args,
-        };
-        let flow = |id, tid| (id, 7, tid, 1500, "enqueue", "enqueue");
-        let (id, pid, tid, ts_ns, cat, name) = flow(1, 8);
-        let start = TraceEvent::FlowStart {
-            id,
-            pid,
-            tid,
-            ts_ns,
-            cat,
-            name,
-        };
-        let (id, pid, tid, ts_ns, cat, name) = flow(1, stream);
-        let end = TraceEvent::FlowEnd {
-            id,
-            pid,
-            tid,
-            ts_ns,
-            cat,
-            name,
+        }
+    }
+
+    #[test]
+    fn each_track_is_a_sequence_with_its_clock_defaults_and_descriptor() {
+        let mut out = Vec::new();
+        let mut s = PerfettoSink::new(&mut out);
+        for e in [
+            TraceEvent::ProcessName {
+                pid: 7,
+                name: "p".into(),
+            },
+            TraceEvent::ThreadName {
+                pid: 7,
+                tid: 8,
+                name: "t".into(),
+            },
+        ] {
+            s.event(e).unwrap();
+        }
+        s.finish().unwrap();
+        let p = packets(&out);
+        assert_eq!(p.len(), 4);
+        for (i, seq) in [(0, 1), (2, 2)] {
+            // The clock: the trace's clock and the incremental one, both 0.
+            assert_eq!(seq_of(&p[i]), seq);
+            let snap = fields(get(&p[i], f::CLOCK_SNAPSHOT)[0].as_ref().unwrap_err());
+            let clocks: Vec<Vec<Field>> = get(&snap, f::CS_CLOCKS)
+                .iter()
+                .map(|c| fields(c.as_ref().unwrap_err()))
+                .collect();
+            assert_eq!(clocks.len(), 2);
+            assert_eq!(get(&clocks[0], f::CLOCK_ID), [&Ok(CLOCK_TRACE)]);
+            assert_eq!(get(&clocks[1], f::CLOCK_ID), [&Ok(CLOCK_INCREMENTAL)]);
+            assert_eq!(get(&clocks[1], f::CLOCK_TIMESTAMP), [&Ok(0)]);
+            assert_eq!(get(&clocks[1], f::CLOCK_IS_INCREMENTAL), [&Ok(1)]);
+            // Then the defaults, clearing the sequence's state, with the track.
+            let d = &p[i + 1];
+            assert_eq!(seq_of(d), seq);
+            assert_eq!(
+                get(d, f::SEQUENCE_FLAGS),
+                [&Ok(SEQ_INCREMENTAL_STATE_CLEARED)]
+            );
+            let defaults = fields(get(d, f::PACKET_DEFAULTS)[0].as_ref().unwrap_err());
+            assert_eq!(
+                get(&defaults, f::PD_TIMESTAMP_CLOCK_ID),
+                [&Ok(CLOCK_INCREMENTAL)]
+            );
+            let ted = fields(
+                get(&defaults, f::PD_TRACK_EVENT_DEFAULTS)[0]
+                    .as_ref()
+                    .unwrap_err(),
+            );
+            assert_eq!(get(&ted, f::TED_TRACK_UUID), [&Ok(seq)]);
+            let td = fields(get(d, f::TRACK_DESCRIPTOR)[0].as_ref().unwrap_err());
+            assert_eq!(get(&td, f::TD_UUID), [&Ok(seq)]);
+        }
+    }
+
+    #[test]
+    fn events_carry_the_time_since_their_tracks_last_and_strings_once_per_sequence() {
+        let mut out = Vec::new();
+        let mut s = PerfettoSink::new(&mut out);
+        let stream = super::super::STREAM_TID_BASE;
+        let args = || {
+            Args::from([
+                ("grid", Arg::Dim3([1, 1, 1])),
+                ("shared_bytes", Arg::Uint(0)),
+                ("stream", Arg::Hex(0x1)),
+            ])
         };
         for e in [
             TraceEvent::ProcessName {
@@ -640,25 +973,134 @@ mod tests {
                 tid: 8,
                 name: "t".into(),
             },
-            launch(
-                8,
-                Args::from([
-                    ("grid", Arg::Dim3([1, 1, 1])),
-                    ("shared_bytes", Arg::Uint(0)),
-                ]),
-            ),
-            // A new stream's track is announced between the launch's two slices.
+            launch(8, 1500, args()),
             TraceEvent::ThreadName {
                 pid: 7,
                 tid: stream,
                 name: "stream 0x1".into(),
             },
-            launch(stream, Args::default()),
-            start,
-            end,
+            launch(stream, 1500, Args::default()),
+            launch(8, 2100, args()),
+            // Earlier than the thread's last event (a late record).
+            launch(8, 1000, args()),
+            launch(8, 2500, args()),
+        ] {
+            s.event(e).unwrap();
+        }
+        s.finish().unwrap();
+        let p = packets(&out);
+        let events: Vec<(&Vec<Field>, Vec<Field>)> = p
+            .iter()
+            .filter_map(|pk| event_of(pk).map(|e| (pk, e)))
+            .collect();
+        // Thread, stream, then three more on the thread; all instants.
+        let seqs: Vec<u64> = events.iter().map(|(pk, _)| seq_of(pk)).collect();
+        assert_eq!(seqs, [2, 3, 2, 2, 2]);
+        for (_, e) in &events {
+            assert_eq!(get(e, f::TE_TYPE), [&Ok(INSTANT)]);
+            assert!(
+                get(e, f::TE_TRACK).is_empty(),
+                "the defaults name the track"
+            );
+        }
+        let time = |i: usize| {
+            let pk = events[i].0;
+            let clock = get(pk, f::TIMESTAMP_CLOCK_ID)
+                .first()
+                .map(|c| *c.as_ref().unwrap());
+            (*get(pk, f::TIMESTAMP)[0].as_ref().unwrap(), clock)
+        };
+        // 1500 from 0; the stream's own 1500 from 0; +600; 1000 absolute; +400 from 2100.
+        assert_eq!(time(0), (1500, None));
+        assert_eq!(time(1), (1500, None));
+        assert_eq!(time(2), (600, None));
+        assert_eq!(time(3), (1000, Some(CLOCK_TRACE)));
+        assert_eq!(time(4), (400, None));
+        // The first event of each sequence brings its strings; the thread's next ones none.
+        let (pk, first) = &events[0];
+        assert_eq!(interned(pk, f::ID_CATEGORIES), [(1, "launch".to_owned())]);
+        assert_eq!(interned(pk, f::ID_NAMES), [(2, "k".to_owned())]);
+        let arg_names: Vec<String> = interned(pk, f::ID_ANNOTATION_NAMES)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(arg_names, ["grid", "shared_bytes", "stream"]);
+        let values: Vec<String> = interned(pk, f::ID_STRING_VALUES)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(values, ["[1,1,1]", "0x1"]);
+        assert_eq!(interned(events[1].0, f::ID_NAMES), [(2, "k".to_owned())]);
+        assert!(get(events[2].0, f::INTERNED_DATA).is_empty());
+        for (pk, _) in &events {
+            assert_eq!(
+                get(pk, f::SEQUENCE_FLAGS),
+                [&Ok(SEQ_NEEDS_INCREMENTAL_STATE)]
+            );
+        }
+        // Arguments by id: the grid's JSON text and the stream's hex are interned values.
+        let anns: Vec<Vec<Field>> = get(first, f::TE_ANNOTATIONS)
+            .iter()
+            .map(|a| fields(a.as_ref().unwrap_err()))
+            .collect();
+        assert_eq!(anns.len(), 3);
+        let value_id = |s: &str| {
+            interned(pk, f::ID_STRING_VALUES)
+                .into_iter()
+                .find(|(_, v)| v == s)
+                .unwrap()
+                .0
+        };
+        assert_eq!(get(&anns[0], f::DA_STRING_IID), [&Ok(value_id("[1,1,1]"))]);
+        assert_eq!(get(&anns[1], f::DA_UINT), [&Ok(0)]);
+        assert_eq!(get(&anns[2], f::DA_STRING_IID), [&Ok(value_id("0x1"))]);
+        // The stream's event: its name only.
+        assert!(get(&events[1].1, f::TE_ANNOTATIONS).is_empty());
+    }
+
+    #[test]
+    fn flows_bind_to_instants_and_timed_slices_begin_and_end() {
+        let mut out = Vec::new();
+        let mut s = PerfettoSink::new(&mut out);
+        let gpu = super::super::GPU_TID_BASE;
+        let flow = |start: bool, tid, ts_ns| {
+            let (id, pid, cat, name) = (9, 7, "gpu", "gpu");
+            if start {
+                TraceEvent::FlowStart {
+                    id,
+                    pid,
+                    tid,
+                    ts_ns,
+                    cat,
+                    name,
+                }
+            } else {
+                TraceEvent::FlowEnd {
+                    id,
+                    pid,
+                    tid,
+                    ts_ns,
+                    cat,
+                    name,
+                }
+            }
+        };
+        for e in [
+            launch(8, 1500, Args::default()),
+            TraceEvent::Slice {
+                pid: 7,
+                tid: gpu,
+                ts_ns: 4000,
+                dur: super::super::Dur::Ns(250),
+                cat: "gpu kernel",
+                name: "k".into(),
+                args: Args::default(),
+            },
+            flow(true, 8, 1500),
+            flow(false, gpu, 4000),
             TraceEvent::Counter {
                 pid: 7,
-                ts_ns: 2000,
+                ts_ns: 5000,
                 name: "device memory (bytes)".into(),
                 values: vec![("live", Some(4096))],
             },
@@ -668,51 +1110,46 @@ mod tests {
         s.finish().unwrap();
         assert_eq!(s.unbound_flows, 0);
         let p = packets(&out);
-        // 3 track descriptors, 2 × (begin, end), the counter's descriptor and its value.
-        assert_eq!(p.len(), 9);
-        let events: Vec<_> = p
-            .iter()
-            .filter_map(|pk| {
-                get(pk, f::TRACK_EVENT)
-                    .first()
-                    .map(|e| (pk, fields(e.as_ref().unwrap_err())))
-            })
-            .collect();
+        let events: Vec<Vec<Field>> = p.iter().filter_map(|pk| event_of(pk)).collect();
         let kinds: Vec<u64> = events
             .iter()
-            .map(|(_, e)| *get(e, f::TE_TYPE)[0].as_ref().unwrap())
+            .map(|e| *get(e, f::TE_TYPE)[0].as_ref().unwrap())
             .collect();
-        assert_eq!(
-            kinds,
-            [SLICE_BEGIN, SLICE_END, SLICE_BEGIN, SLICE_END, COUNTER]
-        );
-        // The thread slice starts the flow, the stream slice ends it, both at 1500 ns.
-        let (pk, begin) = &events[0];
-        assert_eq!(get(pk, f::TIMESTAMP), [&Ok(1500)]);
-        assert_eq!(get(begin, f::TE_FLOW_IDS), [&Ok(1)]);
-        assert_eq!(get(&events[2].1, f::TE_TERMINATING_FLOW_IDS), [&Ok(1)]);
-        // The first event clears the sequence's state and carries the interned names.
-        assert_eq!(
-            get(pk, f::SEQUENCE_FLAGS),
-            [&Ok(SEQ_INCREMENTAL_STATE_CLEARED)]
-        );
-        assert_eq!(
-            get(events[2].0, f::SEQUENCE_FLAGS),
-            [&Ok(SEQ_NEEDS_INCREMENTAL_STATE)]
-        );
-        let interned = fields(get(pk, f::INTERNED_DATA)[0].as_ref().unwrap_err());
-        let names: Vec<_> = get(&interned, f::ID_NAMES)
+        assert_eq!(kinds, [INSTANT, SLICE_BEGIN, SLICE_END, COUNTER]);
+        assert_eq!(get(&events[0], f::TE_FLOW_IDS), [&Ok(9)]);
+        assert_eq!(get(&events[1], f::TE_TERMINATING_FLOW_IDS), [&Ok(9)]);
+        assert_eq!(get(&events[3], f::TE_COUNTER_INT), [&Ok(4096)]);
+        // The end: 250 ns after the begin on the GPU track's clock.
+        let ts: Vec<u64> = p
             .iter()
-            .map(|e| fields(e.as_ref().unwrap_err()))
+            .filter(|pk| event_of(pk).is_some())
+            .map(|pk| *get(pk, f::TIMESTAMP)[0].as_ref().unwrap())
             .collect();
-        assert_eq!(names.len(), 1);
-        assert_eq!(get(&names[0], f::IID_NAME), [&Err(b"k".to_vec())]);
-        // The grid (an array) is an annotation in JSON text.
-        let anns = get(begin, f::TE_ANNOTATIONS);
-        assert_eq!(anns.len(), 2);
-        let grid = fields(anns[0].as_ref().unwrap_err());
-        assert_eq!(get(&grid, f::DA_STRING), [&Err(b"[1,1,1]".to_vec())]);
-        // The counter: an integer value on its own track.
-        assert_eq!(get(&events[4].1, f::TE_COUNTER_INT), [&Ok(4096)]);
+        assert_eq!(ts, [1500, 4000, 250, 5000]);
+    }
+
+    #[test]
+    fn past_the_table_limit_new_strings_are_written_in_place() {
+        let mut out = Vec::new();
+        let mut s = PerfettoSink::new(&mut out);
+        s.strings.max_bytes = "launch".len() + 1;
+        s.event(launch(
+            8,
+            10,
+            Args::from([("api", Arg::Str("cuLaunchKernel".into()))]),
+        ))
+        .unwrap();
+        s.finish().unwrap();
+        let p = packets(&out);
+        let (pk, e) = p
+            .iter()
+            .find_map(|pk| event_of(pk).map(|e| (pk, e)))
+            .unwrap();
+        // The category fitted ("launch" came first); the name "k" did too; the rest did not.
+        assert_eq!(interned(pk, f::ID_CATEGORIES), [(1, "launch".to_owned())]);
+        assert_eq!(interned(pk, f::ID_NAMES), [(2, "k".to_owned())]);
+        let a = fields(get(&e, f::TE_ANNOTATIONS)[0].as_ref().unwrap_err());
+        assert_eq!(get(&a, f::DA_NAME), [&Err(b"api".to_vec())]);
+        assert_eq!(get(&a, f::DA_STRING), [&Err(b"cuLaunchKernel".to_vec())]);
     }
 }

@@ -25,16 +25,39 @@ pub fn run(a: &ExportArgs) -> u8 {
     } else {
         None
     };
-    // The size guard: a capture whose whole trace would not open gets its most informative
-    // window.
-    if a.files.len() == 1 && a.from.is_none() && a.to.is_none() && a.max_size > 0 {
-        match crate::output::trace::guard::choose(&a.files[0], a.max_size, only.as_ref()) {
+    // Several captures: where each goes in the one trace (said once, used by the guard too).
+    let parts = if a.files.len() > 1 {
+        match parts(a) {
+            Ok(p) => Some(p),
+            Err(code) => return code,
+        }
+    } else {
+        None
+    };
+    // The size guard: a trace that would not open gets its most informative window.
+    if a.from.is_none() && a.to.is_none() && a.max_size > 0 {
+        let chosen = match &parts {
+            None => guard::choose(&a.files[0], a.max_size, only.as_ref()),
+            Some(parts) => {
+                let sources: Vec<guard::Source> = parts
+                    .iter()
+                    .map(|p| guard::Source {
+                        path: &p.path,
+                        shift_ns: p.shift_ns,
+                        only: p.only.as_ref(),
+                        label: p.node.clone(),
+                    })
+                    .collect();
+                guard::choose_of(&sources, a.max_size)
+            }
+        };
+        match chosen {
             Ok(Some(w)) => {
                 eprintln!(
                     "gpuprofd export: the whole trace would be about {} ({} records), more \
                      than --max-size {}: writing the window around {}, --from {:.1} --to {:.1} \
                      ({} records); {} outside it {} left out. Another window: --from/--to \
-                     (seconds after the capture's start); everything: --max-size 0",
+                     (seconds after the {} start); everything: --max-size 0",
                     crate::output::fmt::bytes(w.records * guard::BYTES_PER_RECORD),
                     w.records,
                     crate::output::fmt::bytes(a.max_size),
@@ -47,11 +70,16 @@ pub fn run(a: &ExportArgs) -> u8 {
                         n => format!("{n} records"),
                     },
                     if w.records - w.kept == 1 { "is" } else { "are" },
+                    if parts.is_some() {
+                        "earliest capture's"
+                    } else {
+                        "capture's"
+                    },
                 );
                 let mut narrowed = a.clone();
                 narrowed.from = Some(w.from_s);
                 narrowed.to = Some(w.to_s);
-                return export(&narrowed, only.as_ref());
+                return export(&narrowed, only.as_ref(), parts.as_deref());
             }
             Ok(None) => {}
             Err(e) => {
@@ -60,7 +88,7 @@ pub fn run(a: &ExportArgs) -> u8 {
             }
         }
     }
-    export(a, only.as_ref())
+    export(a, only.as_ref(), parts.as_deref())
 }
 
 /// The processes `--pid` or `--rank` keep of `a`'s one capture (`None`: all); on failure, says
@@ -115,8 +143,9 @@ fn rank_pids(job: &crate::analysis::ranks::JobRanks, rank: i32) -> Result<Vec<(S
     Ok(v)
 }
 
-/// `export` of `a` as asked (no guard), of only the processes `only` names (one capture).
-fn export(a: &ExportArgs, only: Option<&HashSet<u32>>) -> u8 {
+/// `export` of `a` as asked (no guard), of only the processes `only` names (one capture), or of
+/// `parts` (several).
+fn export(a: &ExportArgs, only: Option<&HashSet<u32>>, parts: Option<&[Part]>) -> u8 {
     if let (Some(f), Some(t)) = (a.from, a.to)
         && f >= t
     {
@@ -133,15 +162,6 @@ fn export(a: &ExportArgs, only: Option<&HashSet<u32>>) -> u8 {
         ExportFormat::Chrome
     });
     let limit = a.format.is_none().then_some(a.json_limit);
-    let parts = if a.files.len() > 1 {
-        match parts(a) {
-            Ok(p) => Some(p),
-            Err(code) => return code,
-        }
-    } else {
-        None
-    };
-    let parts = parts.as_deref();
     let mut result = write(a, parts, only, &a.output, format, limit);
     let mut path = a.output.clone();
     if matches!(result, Err(Failure::Trace(TraceError::OverLimit))) {

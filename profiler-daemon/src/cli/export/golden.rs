@@ -580,6 +580,84 @@ fn past_the_max_size_the_busiest_window_is_written() {
     assert!(late(&events(&a)));
 }
 
+/// Two nodes' captures of one job, the second started 2 s later: sized together, the window
+/// around the slowest step (the second node's: the steps tie, and the later wins) keeps the
+/// second node's calls, 2 s into the trace, and leaves out the first's.
+#[test]
+fn past_the_max_size_two_captures_keep_one_window_of_both() {
+    use crate::output::trace::guard;
+    let d = Dir::new("guard-two");
+    let b = d.0.join("b.gpuprof");
+    let f = std::fs::File::create(&b).unwrap();
+    let mut hb = header();
+    hb.host = "node8".into();
+    hb.started_at_unix_ns += 2_000_000_000;
+    let mut w = Writer::new(f, &b, hb);
+    w.frame(&Frame::Api(api_table().list().to_vec()));
+    python(&mut w);
+    trainers(&mut w);
+    burst(&mut w);
+    w.frame(&Frame::End(End {
+        duration_ns: 800_000,
+        drops: BTreeMap::new(),
+        submitted: BTreeMap::new(),
+        stop_reason: "interrupted".into(),
+    }));
+    w.flush();
+    let one = guard::choose(&d.capture(), 0, None)
+        .unwrap()
+        .unwrap()
+        .records;
+    let mut a = d.args("two.json", Some(ExportFormat::Chrome));
+    a.files.push(b);
+    a.max_size = 80 * guard::BYTES_PER_RECORD;
+    let sources: Vec<guard::Source> = [(0, "node7"), (2_000_000_000, "node8")]
+        .into_iter()
+        .zip(&a.files)
+        .map(|((shift_ns, node), path)| guard::Source {
+            path,
+            shift_ns,
+            only: None,
+            label: node.into(),
+        })
+        .collect();
+    let w = guard::choose_of(&sources, a.max_size).unwrap().unwrap();
+    assert_eq!(
+        (w.from_s, w.to_s, w.records, w.kept),
+        (2.0, 2.1, 2 * one, one - 1)
+    );
+    assert_eq!(
+        w.around,
+        "the slowest step (step 4 of pid 100 on node8, 0.100 ms)"
+    );
+    assert_eq!(run(&a), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a.output).unwrap()).unwrap();
+    let launches_of = |node: &str| {
+        let pids: Vec<u64> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["name"] == "process_name"
+                    && e["args"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(node))
+            })
+            .map(|e| e["pid"].as_u64().unwrap())
+            .collect();
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "launch" && pids.contains(&e["pid"].as_u64().unwrap()))
+            .count()
+    };
+    // Every launch event of the second node (82 launches on their thread and stream, and one
+    // instant of counted launches: as in full.json), none of the first's.
+    assert_eq!((launches_of("node7"), launches_of("node8")), (0, 165));
+}
+
 /// `--pid`: one process's events (and the GPUs' track); an unknown rank is refused with what
 /// the capture holds.
 #[test]

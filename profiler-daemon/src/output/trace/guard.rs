@@ -4,7 +4,8 @@
 //! out and how to get it.
 //!
 //! The size is estimated before anything is written, from the number of records and
-//! [`BYTES_PER_RECORD`]: one pass counts the records per [`BIN_NS`] of capture time.
+//! [`BYTES_PER_RECORD`]: one pass counts the records per [`BIN_NS`] of capture time. Several
+//! captures of one job (`export A B …`) are sized together, on the job's wall-clock axis.
 
 use crate::store;
 use std::path::Path;
@@ -33,6 +34,20 @@ pub struct Window {
     pub around: String,
 }
 
+/// One capture the guard sizes: where its trace starts on the trace's axis and which of its
+/// processes it keeps.
+pub struct Source<'a> {
+    pub path: &'a Path,
+    /// Ns from the trace's origin to the capture's start (0 for one capture; several merged:
+    /// its place on the job's wall-clock axis).
+    pub shift_ns: u64,
+    /// Only these processes, when given (`--pid`, `--rank`).
+    pub only: Option<&'a std::collections::HashSet<u32>>,
+    /// How its processes are named in the window's description (`""` for one capture; a
+    /// node's name with several).
+    pub label: String,
+}
+
 /// The window to write when the whole trace of `path` (of only the processes `only` names,
 /// when given) would pass `max_bytes`; `None` when it fits.
 pub fn choose(
@@ -40,50 +55,71 @@ pub fn choose(
     max_bytes: u64,
     only: Option<&std::collections::HashSet<u32>>,
 ) -> Result<Option<Window>, store::StoreError> {
-    let keeps = |tgid: u32| only.is_none_or(|o| o.contains(&tgid));
-    let mut r = store::Reader::open(path)?;
-    let t0 = match r.next_frame() {
-        Some(store::Frame::Header(h)) => h.started_at_monotonic_ns,
-        _ => return Ok(None),
+    let one = Source {
+        path,
+        shift_ns: 0,
+        only,
+        label: String::new(),
     };
-    drop(r);
+    choose_of(&[one], max_bytes)
+}
+
+/// [`choose`] for several captures on one axis (`export A B …`): their records binned by
+/// their time on it, the slowest step of any of them, the window in seconds after the origin.
+pub fn choose_of(sources: &[Source], max_bytes: u64) -> Result<Option<Window>, store::StoreError> {
     let mut bins: Vec<u64> = Vec::new();
-    let _ = store::for_each_record(path, |_, _, ev| {
-        if !keeps(ev.header().tgid) {
-            return Ok(());
+    let mut slowest: Option<(u64, String, u64)> = None;
+    for src in sources {
+        let keeps = |tgid: u32| src.only.is_none_or(|o| o.contains(&tgid));
+        let mut r = store::Reader::open(src.path)?.without_records();
+        let t0 = match r.next_frame() {
+            Some(store::Frame::Header(h)) => h.started_at_monotonic_ns,
+            _ => continue,
+        };
+        drop(r);
+        let _ = store::for_each_record(src.path, |_, _, ev| {
+            if !keeps(ev.header().tgid) {
+                return Ok(());
+            }
+            let at = ev.header().ts_ns.saturating_sub(t0) + src.shift_ns;
+            let i = (at / BIN_NS) as usize;
+            if i >= bins.len() {
+                bins.resize(i + 1, 0);
+            }
+            bins[i] += 1;
+            Ok::<(), std::convert::Infallible>(())
+        });
+        // The slowest step found, in the capture's own numbering.
+        let of = |tgid: u32| match src.label.as_str() {
+            "" => format!("pid {tgid}"),
+            node => format!("pid {tgid} on {node}"),
+        };
+        for p in crate::analysis::steps::find(src.path, t0)? {
+            if !keeps(p.tgid) {
+                continue;
+            }
+            for (i, s) in p.steps.iter().enumerate() {
+                // On a tie, the later one (the later step, the later capture).
+                if slowest.as_ref().is_none_or(|(w, _, _)| s.wall_ns >= *w) {
+                    let what = format!(
+                        "the slowest step (step {} of {}, {} ms)",
+                        i + 1,
+                        of(p.tgid),
+                        crate::sys::units::ms(s.wall_ns)
+                    );
+                    slowest = Some((s.wall_ns, what, src.shift_ns + s.start_ns + s.wall_ns / 2));
+                }
+            }
         }
-        let i = (ev.header().ts_ns.saturating_sub(t0) / BIN_NS) as usize;
-        if i >= bins.len() {
-            bins.resize(i + 1, 0);
-        }
-        bins[i] += 1;
-        Ok::<(), std::convert::Infallible>(())
-    });
+    }
     let total: u64 = bins.iter().sum();
     let budget = max_bytes / BYTES_PER_RECORD;
     if total <= budget {
         return Ok(None);
     }
     // The slowest step found, else the busiest bin.
-    let slowest = crate::analysis::steps::find(path, t0)?
-        .into_iter()
-        .filter(|p| keeps(p.tgid))
-        .flat_map(|p| {
-            let tgid = p.tgid;
-            p.steps
-                .into_iter()
-                .enumerate()
-                .map(move |(i, s)| (tgid, i + 1, s))
-        })
-        .max_by_key(|(_, _, s)| s.wall_ns);
     let (centre_ns, around) = match slowest {
-        Some((tgid, k, s)) => (
-            s.start_ns + s.wall_ns / 2,
-            format!(
-                "the slowest step (step {k} of pid {tgid}, {} ms)",
-                crate::sys::units::ms(s.wall_ns)
-            ),
-        ),
+        Some((_, what, centre)) => (centre, what),
         None => {
             let busiest = (0..bins.len()).max_by_key(|&i| (bins[i], std::cmp::Reverse(i)));
             (

@@ -94,7 +94,7 @@ pub struct ExportArgs {
     pub json_limit: u64,
     /// Without --from/--to: the largest trace (estimated, in Perfetto's format) to write whole.
     /// Past it, export writes the window that fits around the slowest training step (else the
-    /// busiest moment) and says what it left out. 0: no limit.
+    /// busiest moment; of any capture, with several) and says what it left out. 0: no limit.
     #[arg(long, value_name = "BYTES", default_value_t = guard::DEFAULT_MAX_BYTES)]
     pub max_size: u64,
 }

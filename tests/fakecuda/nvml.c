@@ -7,7 +7,9 @@
  *   power MILLIWATTS
  *   temp CELSIUS
  *   smclock MHZ
- *   proc PID USED_BYTES SM_PERCENT MEM_PERCENT   a compute process on the last device
+ *   proc PID USED_BYTES SM_PERCENT MEM_PERCENT [GI CI]   a compute process on the last device;
+ *                                      with GI CI, on that MIG GPU/compute instance (as NVML
+ *                                      lists a MIG-mode GPU's processes; else both 0xffffffff)
  *   throttle BITS                      nvmlClocksThrottleReason* bits in force (hex or decimal)
  *   pcie TX_KBPS RX_KBPS
  *   ecc CORRECTED UNCORRECTED          volatile ECC error counts
@@ -67,7 +69,7 @@ struct gpm_metric { unsigned id, n; double v[MAX_GPM_VALUES]; };
 #define MAX_DEV 8
 #define MAX_PROC 16
 #define MAX_XID 16
-struct proc { unsigned pid; unsigned long long used; unsigned sm, mem; };
+struct proc { unsigned pid; unsigned long long used; unsigned sm, mem, gi, ci; };
 struct dev {
     char name[96], uuid[96];
     unsigned long long total, used;
@@ -132,7 +134,9 @@ static int load(void) {
             sscanf(line, "%*s %u", &d->smclock);
         } else if (!strcmp(w, "proc") && d->nprocs < MAX_PROC) {
             struct proc *p = &d->procs[d->nprocs++];
-            sscanf(line, "%*s %u %llu %u %u", &p->pid, &p->used, &p->sm, &p->mem);
+            if (sscanf(line, "%*s %u %llu %u %u %u %u", &p->pid, &p->used, &p->sm, &p->mem,
+                       &p->gi, &p->ci) < 6)
+                p->gi = p->ci = 0xffffffff; /* NVML's "no value": not on a MIG instance */
         } else if (!strcmp(w, "fail_after")) {
             sscanf(line, "%*s %ld", &fail_after);
         } else if (!strcmp(w, "throttle")) {
@@ -262,7 +266,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsi
     for (unsigned i = 0; i < d->nprocs; i++) {
         infos[i].pid = d->procs[i].pid;
         infos[i].usedGpuMemory = d->procs[i].used;
-        infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xffffffff;
+        infos[i].gpuInstanceId = d->procs[i].gi;
+        infos[i].computeInstanceId = d->procs[i].ci;
     }
     return NVML_SUCCESS;
 }

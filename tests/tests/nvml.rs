@@ -114,6 +114,8 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
     );
     let ps = pg["samples"].as_u64().unwrap();
     assert!((1..=samples).contains(&ps), "{pg}");
+    // A whole GPU: no MIG instance.
+    assert_eq!(pg.get("mig"), None, "{pg}");
     assert!(
         f.stdout
             .contains("0 NVIDIA_H100_80GB_HBM3: util avg 87.0% (max 87%), memory util avg 40.0%"),
@@ -144,6 +146,55 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
         "{dom}"
     );
     w.exit();
+}
+
+/// Two processes on two MIG instances of one GPU (in MIG mode NVML lists each process on the
+/// whole GPU with its GPU and compute instance): each process's report names its instance,
+/// read back from the capture file, in JSON and text.
+#[test]
+fn processes_on_mig_instances_are_placed_on_them() {
+    let dir = TempDir::new("nvml-mig");
+    let (mut a, mut b) = (Workload::start(), Workload::start());
+    let (pa, pb) = (a.tgid, b.tgid);
+    let config = format!(
+        "device NVIDIA_H100_80GB_HBM3 GPU-mig0 {total}\nutil 60 20\n\
+         proc {pa} {GIB} 0 0 1 0\nproc {pb} {half} 0 0 2 0\n",
+        total = 80 * GIB,
+        half = GIB / 2,
+    );
+    let d = daemon(&config, &dir, None);
+    a.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
+    b.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let f = d.stop();
+    let r = &f.report;
+    let placed = |pid| {
+        let p = process(r, pid);
+        (
+            p["gpu"]["devices"].clone(),
+            p["gpu"]["mig"].clone(),
+            p["gpu"]["memory_max_bytes"].as_u64(),
+        )
+    };
+    let mig = |gi| serde_json::json!([{"device": 0, "gpu_instance": gi, "compute_instance": 0}]);
+    assert_eq!(placed(pa), (serde_json::json!([0]), mig(1), Some(GIB)));
+    assert_eq!(placed(pb), (serde_json::json!([0]), mig(2), Some(GIB / 2)));
+    // The report of the file says it in text too.
+    let (code, out, err) = run_daemon(&["report", f.output.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    for (pid, gi) in [(pa, 1), (pb, 2)] {
+        let line = out
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("process {pid} ")))
+            .find(|l| l.trim_start().starts_with("GPU (NVML"))
+            .unwrap_or_else(|| panic!("no NVML line for {pid}: {out}"));
+        assert!(
+            line.contains(&format!("on device 0, MIG instance {gi}/0)")),
+            "{line}"
+        );
+    }
+    a.exit();
+    b.exit();
 }
 
 /// GPM lines for the fake NVML: SM activity 62.5 %, occupancy 25 %, tensor 40 % (all HMMA,

@@ -1,6 +1,6 @@
 //! NVML samples, aggregated per device and per process.
 
-use crate::model::snapshot::{GpuReport, ProcessGpuReport};
+use crate::model::snapshot::{GpuReport, MigInstanceReport, ProcessGpuReport};
 use crate::nvml::{NvmlStatus, Sample};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,6 +73,8 @@ pub struct ProcGpu {
     /// The latest round's figures (the live view shows them).
     pub last_sm_util: Option<u32>,
     pub last_used_bytes: Option<u64>,
+    /// The MIG instances NVML placed it on: (GPU, GPU instance, compute instance).
+    pub mig: BTreeSet<(u32, u32, u32)>,
 }
 
 impl ProcGpu {
@@ -80,6 +82,17 @@ impl ProcGpu {
         (self.samples > 0).then(|| ProcessGpuReport {
             samples: self.samples,
             devices: self.devices.iter().copied().collect(),
+            mig: self
+                .mig
+                .iter()
+                .map(
+                    |&(device, gpu_instance, compute_instance)| MigInstanceReport {
+                        device,
+                        gpu_instance,
+                        compute_instance,
+                    },
+                )
+                .collect(),
             memory_max_bytes: self.used_bytes.max(),
             sm_util_avg: self.sm_util.mean(),
             mem_util_avg: self.mem_util.mean(),

@@ -661,6 +661,18 @@ impl Aggregator {
         }
     }
 
+    /// The MIG instances NVML's round placed processes on (the round itself applied just
+    /// before).
+    pub fn apply_nvml_mig(&mut self, v: &[crate::nvml::MigPlacement]) {
+        for m in v {
+            if let Some(st) = self.procs.get_mut(&m.pid) {
+                st.gpu
+                    .mig
+                    .insert((m.device, m.gpu_instance, m.compute_instance));
+            }
+        }
+    }
+
     /// NVML sampling stopped (or never started): why.
     pub fn nvml_stopped(&mut self, why: &str) {
         let st = &mut self.gpus.status;

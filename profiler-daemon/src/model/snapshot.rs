@@ -192,11 +192,33 @@ pub struct ProcessGpuReport {
     pub samples: u64,
     /// Devices it was listed on.
     pub devices: Vec<u32>,
+    /// The MIG instances it ran on, where its GPU is in MIG mode (NVML's process list names
+    /// them); absent on whole GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigInstanceReport>,
     /// GPU memory it held (all of it: allocations through any API, context, cuDNN workspaces…).
     pub memory_max_bytes: Option<u64>,
     /// SM utilisation NVML attributed to it, mean over the samples that had one.
     pub sm_util_avg: Option<f64>,
     pub mem_util_avg: Option<f64>,
+}
+
+/// A MIG instance: its GPU (NVML's index of the whole GPU), GPU instance and compute instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstanceReport {
+    pub device: u32,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+}
+
+impl std::fmt::Display for MigInstanceReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GPU {} MIG {}/{}",
+            self.device, self.gpu_instance, self.compute_instance
+        )
+    }
 }
 
 /// One job's processes and totals (sums of its processes' figures).

@@ -68,6 +68,21 @@ pub struct Sample {
     /// [`gpm`]). Like `health`, a frame of its own in capture files (`NvmlGpm`).
     #[serde(skip)]
     pub gpm: Option<gpm::Gpm>,
+    /// The MIG instance of each process NVML listed on a GPU in MIG mode (none elsewhere).
+    /// Like `health`, a frame of its own in capture files (`NvmlMig`), written only when there
+    /// are any.
+    #[serde(skip)]
+    pub mig: Vec<MigPlacement>,
+}
+
+/// A process on a MIG instance: the GPU (NVML's index of the whole GPU), and the GPU and
+/// compute instance NVML's process list gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MigPlacement {
+    pub pid: u32,
+    pub device: u32,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
 }
 
 /// What else NVML says of the devices' health in one round.
@@ -276,6 +291,7 @@ fn round<'n>(
     last_seen.resize(count as usize, 0);
     let mut devices = Vec::new();
     let mut processes = Vec::new();
+    let mut mig = Vec::new();
     let mut health = Vec::new();
     let mut gpm_devices = Vec::new();
     for index in 0..count {
@@ -307,9 +323,17 @@ fn round<'n>(
                 .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
                 .ok(),
         });
-        let mut per_pid: Vec<ProcessSample> = d
-            .running_compute_processes()
-            .unwrap_or_default()
+        let listed = d.running_compute_processes().unwrap_or_default();
+        // On a GPU in MIG mode, NVML names each process's GPU and compute instance.
+        mig.extend(listed.iter().filter_map(|p| {
+            Some(MigPlacement {
+                pid: p.pid,
+                device: index,
+                gpu_instance: p.gpu_instance_id?,
+                compute_instance: p.compute_instance_id?,
+            })
+        }));
+        let mut per_pid: Vec<ProcessSample> = listed
             .into_iter()
             .map(|p| ProcessSample {
                 device: index,
@@ -347,6 +371,7 @@ fn round<'n>(
         ts_ns,
         devices,
         processes,
+        mig,
         health: Some(Health {
             ts_ns,
             devices: health,

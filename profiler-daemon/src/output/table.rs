@@ -380,9 +380,17 @@ fn process(s: &mut String, p: &ProcessReport, top: usize) {
     }
     allocations(s, &p.allocations);
     if let Some(g) = &p.gpu {
+        // On a GPU in MIG mode: its instances (GPU instance/compute instance).
+        let mig: Vec<String> = (g.mig.iter())
+            .map(|i| format!("{}/{}", i.gpu_instance, i.compute_instance))
+            .collect();
+        let mig = match mig.is_empty() {
+            true => String::new(),
+            false => format!(", MIG instance {}", mig.join(",")),
+        };
         let _ = writeln!(
             s,
-            "  GPU (NVML, {} samples on device {}): SM util avg {}, memory held max {}",
+            "  GPU (NVML, {} samples on device {}{mig}): SM util avg {}, memory held max {}",
             g.samples,
             g.devices
                 .iter()

@@ -233,9 +233,16 @@ impl Task {
                 self.agg.apply_nvml(&s);
                 let health = s.health.take();
                 let gpm = s.gpm.take();
-                // The round, then its health, then its GPM (which the round's process list
-                // attributes), each a frame, in the order the aggregator applied them.
+                let mig = std::mem::take(&mut s.mig);
+                // The round, then its MIG placements, its health, then its GPM (which the
+                // round's process list attributes), each a frame, in the order the aggregator
+                // applied them.
                 let mut last = Frame::Nvml(s);
+                if !mig.is_empty() {
+                    self.agg.apply_nvml_mig(&mig);
+                    self.taps.frame(&last);
+                    last = Frame::NvmlMig(mig);
+                }
                 if let Some(h) = health {
                     self.agg.apply_nvml_health(&h);
                     self.taps.frame(&last);

@@ -296,6 +296,17 @@ impl DeepCapture {
                 }));
                 self.writer.frame(&Frame::Nvml(mine));
             }
+            // Where other users' processes run is theirs: only the user's own placements.
+            (Frame::NvmlMig(v), Role::User(_)) => {
+                let mine: Vec<_> = v
+                    .iter()
+                    .filter(|m| self.matched.get(&m.pid) == Some(&true))
+                    .copied()
+                    .collect();
+                if !mine.is_empty() {
+                    self.writer.frame(&Frame::NvmlMig(mine));
+                }
+            }
             (Frame::Libraries(v), Role::User(_)) => {
                 let mut v = v.clone();
                 v.iter_mut().for_each(LibraryReport::without_directory);

@@ -304,6 +304,7 @@ pub fn replay_selecting(
             Frame::Libraries(v) => agg.set_libraries(v),
             Frame::Faults(f) => faults = f,
             Frame::NvmlGpm(g) => agg.apply_nvml_gpm(&g),
+            Frame::NvmlMig(v) => agg.apply_nvml_mig(&v),
             Frame::GpuEnv { tgid, env } => agg.set_gpu_env(tgid, env),
             Frame::Tids { tgid, tids } => {
                 let g = generation.get(&tgid).copied().unwrap_or(0);

@@ -250,6 +250,7 @@ fn report_json_contract() {
                 mem_util: None,
             },
         ],
+        mig: Vec::new(),
         health: None,
         gpm: None,
     });

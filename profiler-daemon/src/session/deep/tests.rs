@@ -59,6 +59,19 @@ fn read_back(
     rx: &mut mpsc::Receiver<Vec<u8>>,
     tag: &str,
 ) -> (store::Replay, Vec<crate::nvml::Sample>) {
+    let (r, samples, _) = read_back_mig(rx, tag);
+    (r, samples)
+}
+
+/// [`read_back`], and every MIG placement the capture holds.
+fn read_back_mig(
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    tag: &str,
+) -> (
+    store::Replay,
+    Vec<crate::nvml::Sample>,
+    Vec<crate::nvml::MigPlacement>,
+) {
     let mut bytes = Vec::new();
     while let Ok(c) = rx.try_recv() {
         bytes.extend(c);
@@ -70,8 +83,15 @@ fn read_back(
     std::fs::write(&path, &bytes).unwrap();
     let r = store::replay(&path).unwrap();
     let samples = store::nvml_samples(&path).unwrap();
+    let mut mig = Vec::new();
+    let mut reader = store::Reader::open(&path).unwrap();
+    while let Some(f) = reader.next_frame() {
+        if let Frame::NvmlMig(v) = f {
+            mig.extend(v);
+        }
+    }
     std::fs::remove_file(&path).unwrap();
-    (r, samples)
+    (r, samples, mig)
 }
 
 /// A sync record (under API 0, the test table's cudaLaunchKernel: its kind is what counts).
@@ -269,10 +289,19 @@ fn pid_taken_over(intruder_start: u64) {
                 mem_util: Some(5),
             })
             .to_vec(),
+        mig: Vec::new(),
         health: None,
         gpm: None,
     };
     d.frame(&Frame::Nvml(sample));
+    // Both on MIG instances of the GPU: the user's capture keeps only where theirs ran.
+    let on = |pid, gpu_instance| crate::nvml::MigPlacement {
+        pid,
+        device: 0,
+        gpu_instance,
+        compute_instance: 0,
+    };
+    d.frame(&Frame::NvmlMig(vec![on(10, 1), on(20, 2)]));
     // GPM of the same round: the GPU is shared with the other user's process.
     d.frame(&Frame::NvmlGpm(crate::nvml::gpm::Gpm {
         ts_ns: 2,
@@ -297,7 +326,13 @@ fn pid_taken_over(intruder_start: u64) {
     feed(&mut agg, &mut d, &launch(10, 0, 0x1000, 3));
     assert_eq!(d.tick().as_deref(), Some("process 10 ended"));
     d.finish("process 10 ended", &Default::default());
-    let (r, samples) = read_back(&mut rx, "b");
+    let (r, samples, mig) = read_back_mig(&mut rx, "b");
+    assert_eq!(mig, [on(10, 1)]);
+    let g = r.report.processes[0].gpu.as_ref().unwrap();
+    assert_eq!(
+        g.mig.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+        ["GPU 0 MIG 1/0"]
+    );
     let got: Vec<(u32, &str, u64)> = r
         .report
         .processes

@@ -22,6 +22,11 @@
  *                                      their own with NVML_ERROR_NOT_SUPPORTED.
  *   gpm_fail_after N                   from the device's (N+1)-th nvmlGpmSampleGet on, the call
  *                                      fails with NVML_ERROR_UNKNOWN (GPM broken mid-run)
+ *   mig UUID GI CI                     a MIG instance of the last device (its UUID, GPU and
+ *                                      compute instance): a device with mig lines is in MIG
+ *                                      mode, its instances behind nvmlDeviceGetMigDeviceHandle-
+ *                                      ByIndex (up to 7, as an H100's), each with its UUID and
+ *                                      ids; a device without is not in MIG mode
  *   fail_after N    from the (N+1)-th nvmlDeviceGetUtilizationRates on, every device call
  *                   returns NVML_ERROR_GPU_IS_LOST (a GPU that fell off the bus mid-run)
  *
@@ -86,6 +91,8 @@ struct dev {
     unsigned ngpm;
     unsigned long long gpm_seq; /* samples taken of the device */
     long gpm_fail_after;        /* -1: never */
+    unsigned gi, ci;            /* a MIG instance's ids */
+    unsigned mig_first, nmig;   /* a MIG-mode GPU's instances, in migdevs */
 };
 typedef struct dev *nvmlDevice_t;
 typedef struct {
@@ -98,6 +105,10 @@ static struct { int used; } the_set;
 
 static struct dev devs[MAX_DEV];
 static unsigned ndevs;
+#define MAX_MIGDEV 32
+#define MAX_MIG_PER_GPU 7
+static struct dev migdevs[MAX_MIGDEV]; /* MIG instances' handles */
+static unsigned nmigdevs;
 static int inited;
 static long fail_after = -1;
 static long util_calls;
@@ -111,6 +122,7 @@ static int load(void) {
     if (!f) return -1;
     char line[512];
     ndevs = 0;
+    nmigdevs = 0;
     while (fgets(line, sizeof line, f)) {
         char w[32];
         if (sscanf(line, "%31s", w) != 1 || w[0] == '#') continue;
@@ -132,6 +144,13 @@ static int load(void) {
             sscanf(line, "%*s %u", &d->temp);
         } else if (!strcmp(w, "smclock")) {
             sscanf(line, "%*s %u", &d->smclock);
+        } else if (!strcmp(w, "mig") && nmigdevs < MAX_MIGDEV && d->nmig < MAX_MIG_PER_GPU) {
+            struct dev *m = &migdevs[nmigdevs];
+            memset(m, 0, sizeof *m);
+            sscanf(line, "%*s %95s %u %u", m->uuid, &m->gi, &m->ci);
+            if (!d->nmig) d->mig_first = nmigdevs;
+            d->nmig++;
+            nmigdevs++;
         } else if (!strcmp(w, "proc") && d->nprocs < MAX_PROC) {
             struct proc *p = &d->procs[d->nprocs++];
             if (sscanf(line, "%*s %u %llu %u %u %u %u", &p->pid, &p->used, &p->sm, &p->mem,
@@ -214,9 +233,51 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned len) 
     CHECK_DEV(d);
     return copy_str(d->name, name, len);
 }
+#define CHECK_MIG(m)                                                  \
+    do {                                                              \
+        if (!inited) return NVML_ERROR_UNINITIALIZED;                 \
+        if (!(m) || (m) < migdevs || (m) >= migdevs + nmigdevs)       \
+            return NVML_ERROR_INVALID_ARGUMENT;                       \
+    } while (0)
+
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned len) {
+    /* A MIG instance's handle has a UUID of its own. */
+    if (inited && d >= migdevs && d < migdevs + nmigdevs) return copy_str(d->uuid, uuid, len);
     CHECK_DEV(d);
     return copy_str(d->uuid, uuid, len);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned *current, unsigned *pending) {
+    CHECK_DEV(d);
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = d->nmig ? 1 : 0; /* NVML_DEVICE_MIG_ENABLE / DISABLE */
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned *count) {
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = d->nmig ? MAX_MIG_PER_GPU : 0;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index,
+                                                        nvmlDevice_t *mig) {
+    CHECK_DEV(d);
+    if (!d->nmig) return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= MAX_MIG_PER_GPU || !mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= d->nmig) return NVML_ERROR_NOT_FOUND;
+    *mig = &migdevs[d->mig_first + index];
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t m, unsigned *id) {
+    CHECK_MIG(m);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = m->gi;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t m, unsigned *id) {
+    CHECK_MIG(m);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = m->ci;
+    return NVML_SUCCESS;
 }
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u) {
     util_calls++;

@@ -148,16 +148,20 @@ fn nvml_figures_sit_beside_the_processes_they_belong_to() {
     w.exit();
 }
 
-/// Two processes on two MIG instances of one GPU (in MIG mode NVML lists each process on the
-/// whole GPU with its GPU and compute instance): each process's report names its instance,
-/// read back from the capture file, in JSON and text.
+/// Two processes on two MIG instances of one GPU, each given its instance as CUDA does
+/// (`CUDA_VISIBLE_DEVICES=MIG-<uuid>`, and the older `MIG-GPU-<uuid>/<gi>/<ci>`); in MIG mode
+/// NVML lists each process on the whole GPU with its GPU and compute instance. Each process's
+/// report names its instance (NVML's list) and its device 0's calls went to it (its
+/// environment, NVML's instances), read back from the capture file, in JSON and text.
 #[test]
 fn processes_on_mig_instances_are_placed_on_them() {
     let dir = TempDir::new("nvml-mig");
-    let (mut a, mut b) = (Workload::start(), Workload::start());
+    let mut a = Workload::spawn("workload", &[("CUDA_VISIBLE_DEVICES", "MIG-aaaa1111")]);
+    let mut b = Workload::spawn("workload", &[("CUDA_VISIBLE_DEVICES", "MIG-GPU-mig0/2/0")]);
     let (pa, pb) = (a.tgid, b.tgid);
     let config = format!(
         "device NVIDIA_H100_80GB_HBM3 GPU-mig0 {total}\nutil 60 20\n\
+         mig MIG-aaaa1111 1 0\nmig MIG-bbbb2222 2 0\n\
          proc {pa} {GIB} 0 0 1 0\nproc {pb} {half} 0 0 2 0\n",
         total = 80 * GIB,
         half = GIB / 2,
@@ -166,19 +170,38 @@ fn processes_on_mig_instances_are_placed_on_them() {
     a.cmd("rt_launch gemm 2 1 1 1 32 1 1 0 0");
     b.cmd("rt_launch gemm 3 1 1 1 32 1 1 0 0");
     std::thread::sleep(std::time::Duration::from_millis(800));
+    a.exit();
+    b.exit();
     let f = d.stop();
     let r = &f.report;
-    let placed = |pid| {
+    let mig = |gi| serde_json::json!({"device": 0, "gpu_instance": gi, "compute_instance": 0});
+    for (pid, gi, held, launches) in [(pa, 1, GIB, 2), (pb, 2, GIB / 2, 3)] {
         let p = process(r, pid);
-        (
-            p["gpu"]["devices"].clone(),
-            p["gpu"]["mig"].clone(),
-            p["gpu"]["memory_max_bytes"].as_u64(),
-        )
-    };
-    let mig = |gi| serde_json::json!([{"device": 0, "gpu_instance": gi, "compute_instance": 0}]);
-    assert_eq!(placed(pa), (serde_json::json!([0]), mig(1), Some(GIB)));
-    assert_eq!(placed(pb), (serde_json::json!([0]), mig(2), Some(GIB / 2)));
+        assert_eq!(
+            (
+                p["gpu"]["devices"].clone(),
+                p["gpu"]["mig"].clone(),
+                p["gpu"]["memory_max_bytes"].as_u64()
+            ),
+            (
+                serde_json::json!([0]),
+                serde_json::json!([mig(gi)]),
+                Some(held)
+            ),
+            "{p}"
+        );
+        let dev = &p["devices"][0];
+        assert_eq!(
+            (
+                dev["device"].clone(),
+                dev["nvml_gpu"].clone(),
+                dev["mig"].clone()
+            ),
+            (0.into(), 0.into(), mig(gi)),
+            "{dev}"
+        );
+        assert_eq!(dev["launches"], launches);
+    }
     // The report of the file says it in text too.
     let (code, out, err) = run_daemon(&["report", f.output.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -193,8 +216,6 @@ fn processes_on_mig_instances_are_placed_on_them() {
             "{line}"
         );
     }
-    a.exit();
-    b.exit();
 }
 
 /// GPM lines for the fake NVML: SM activity 62.5 %, occupancy 25 %, tensor 40 % (all HMMA,

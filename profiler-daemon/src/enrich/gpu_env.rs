@@ -7,7 +7,8 @@
 //!
 //! Written here rather than taken from a crate: it is CUDA's documented rule for the two
 //! variables (entries are indexes or `GPU-` UUID prefixes; the list stops at the first entry
-//! that names no device; `MIG-` entries name MIG instances), applied to NVML's device list.
+//! that names no device; `MIG-` entries name MIG instances, of which CUDA enumerates one, as
+//! device 0), applied to NVML's device list and each GPU's MIG instances.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,23 @@ pub struct NodeGpu {
     pub index: u32,
     pub uuid: String,
     pub name: String,
+    /// Its MIG instances, when it is in MIG mode.
+    pub migs: Vec<NodeMig>,
+}
+
+/// A MIG instance of a GPU: its UUID (`MIG-…`) and its GPU and compute instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeMig {
+    pub uuid: String,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+}
+
+/// What a CUDA ordinal is on the node: a GPU, or a MIG instance of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    pub gpu: &'a NodeGpu,
+    pub mig: Option<&'a NodeMig>,
 }
 
 /// The value of `name` in NUL-separated environ text (empty values included).
@@ -71,9 +89,63 @@ impl GpuEnv {
         }
     }
 
-    /// The NVML GPU that CUDA ordinal `ordinal` of this process is, among `gpus`, or why it
-    /// cannot be told.
-    pub fn resolve<'a>(&self, ordinal: u32, gpus: &'a [NodeGpu]) -> Result<&'a NodeGpu, String> {
+    /// The NVML GPU (and MIG instance) that CUDA ordinal `ordinal` of this process is, among
+    /// `gpus`, or why it cannot be told.
+    pub fn resolve<'a>(&self, ordinal: u32, gpus: &'a [NodeGpu]) -> Result<Resolved<'a>, String> {
+        if let Some(m) = self.resolve_mig(ordinal, gpus) {
+            return m;
+        }
+        self.resolve_gpu(ordinal, gpus)
+            .map(|gpu| Resolved { gpu, mig: None })
+    }
+
+    /// Where the environment names a MIG instance (`MIG-<uuid>`, or the older
+    /// `MIG-GPU-<uuid>/<gi>/<ci>`): CUDA then enumerates that one instance, as device 0, and a
+    /// list that mixes it with whole GPUs is not told apart. `None` where no MIG entry counts.
+    fn resolve_mig<'a>(
+        &self,
+        ordinal: u32,
+        gpus: &'a [NodeGpu],
+    ) -> Option<Result<Resolved<'a>, String>> {
+        let entries =
+            |l: &str| -> Vec<String> { l.split(',').map(|e| e.trim().to_owned()).collect() };
+        let has_mig = |l: &[String]| l.iter().any(|e| e.starts_with("MIG-"));
+        let cuda = self.cuda_visible.as_deref().map(entries);
+        let container = self.nvidia_visible.as_deref().map(entries);
+        let list = match (cuda, container) {
+            (Some(c), _) if has_mig(&c) => c,
+            // The container was given a MIG instance; CUDA_VISIBLE_DEVICES may only pick it.
+            (c, Some(n)) if has_mig(&n) => {
+                if c.is_some_and(|c| c.first().is_none_or(|e| e != "0")) {
+                    return Some(Err(
+                        "CUDA_VISIBLE_DEVICES renumbers a container's MIG instance: not told apart"
+                            .into(),
+                    ));
+                }
+                n
+            }
+            _ => return None,
+        };
+        let first = &list[0];
+        if !first.starts_with("MIG-") {
+            return Some(Err(format!(
+                "\"{}\" mixes MIG instances and whole GPUs: not told apart",
+                list.join(",")
+            )));
+        }
+        if ordinal != 0 {
+            return Some(Err(format!(
+                "CUDA enumerates one MIG instance per process: device {ordinal} is none"
+            )));
+        }
+        Some(
+            find_mig(first, gpus)
+                .ok_or_else(|| format!("\"{first}\" names no MIG instance NVML lists")),
+        )
+    }
+
+    /// The NVML GPU that CUDA ordinal `ordinal` is, among whole GPUs.
+    fn resolve_gpu<'a>(&self, ordinal: u32, gpus: &'a [NodeGpu]) -> Result<&'a NodeGpu, String> {
         let mut sorted: Vec<&NodeGpu> = gpus.iter().collect();
         sorted.sort_by_key(|g| g.index);
         // What the container was given (the toolkit mounts those devices only).
@@ -147,7 +219,33 @@ impl GpuEnv {
 }
 
 fn mig(e: &str) -> String {
-    format!("\"{e}\" is a MIG instance: not mapped to an NVML GPU yet")
+    format!("\"{e}\" is a MIG instance among other entries: not told apart")
+}
+
+/// The MIG instance entry `e` names: `MIG-<uuid>` (the instance's UUID, R470 drivers and
+/// later) or `MIG-GPU-<gpu uuid>/<gpu instance>/<compute instance>` (earlier drivers).
+fn find_mig<'a>(e: &str, gpus: &'a [NodeGpu]) -> Option<Resolved<'a>> {
+    if let Some(old) = e.strip_prefix("MIG-").filter(|r| r.starts_with("GPU-")) {
+        let mut parts = old.split('/');
+        let (uuid, gi, ci) = (parts.next()?, parts.next()?, parts.next()?);
+        let (gi, ci): (u32, u32) = (gi.parse().ok()?, ci.parse().ok()?);
+        let gpu = gpus.iter().find(|g| g.uuid == uuid)?;
+        let mig = gpu
+            .migs
+            .iter()
+            .find(|m| m.gpu_instance == gi && m.compute_instance == ci)?;
+        return Some(Resolved {
+            gpu,
+            mig: Some(mig),
+        });
+    }
+    gpus.iter().find_map(|gpu| {
+        let mig = gpu.migs.iter().find(|m| m.uuid == e)?;
+        Some(Resolved {
+            gpu,
+            mig: Some(mig),
+        })
+    })
 }
 
 enum Pick<'a> {
@@ -204,6 +302,17 @@ mod tests {
                 index: i,
                 uuid: format!("GPU-{i}a{i}b0000-1111"),
                 name: "NVIDIA H100 80GB HBM3".into(),
+                // GPU 2 is in MIG mode, with two instances.
+                migs: match i {
+                    2 => (1..=2)
+                        .map(|gi| NodeMig {
+                            uuid: format!("MIG-{gi}c{gi}d0000-2222"),
+                            gpu_instance: gi,
+                            compute_instance: 0,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                },
             })
             .collect()
     }
@@ -218,7 +327,14 @@ mod tests {
     }
 
     fn idx(e: &GpuEnv, ordinal: u32) -> Result<u32, String> {
-        e.resolve(ordinal, &node()).map(|g| g.index)
+        e.resolve(ordinal, &node()).map(|r| r.gpu.index)
+    }
+
+    /// The GPU and MIG instance (`gpu_instance`) an ordinal is.
+    fn mig_of(e: &GpuEnv, ordinal: u32) -> Result<(u32, Option<u32>), String> {
+        let gpus = node();
+        e.resolve(ordinal, &gpus)
+            .map(|r| (r.gpu.index, r.mig.map(|m| m.gpu_instance)))
     }
 
     #[test]
@@ -233,7 +349,7 @@ mod tests {
         assert_eq!(GpuEnv::from_environ(b"X=1\0", false), GpuEnv::default());
         let bare = GpuEnv::from_environ(b"X=1\0", true);
         assert_eq!(
-            bare.resolve(0, &node()).map(|g| g.index),
+            bare.resolve(0, &node()).map(|r| r.gpu.index),
             Err(
                 "in a container that does not say which GPUs it was given (no \
                  NVIDIA_VISIBLE_DEVICES)"
@@ -260,8 +376,55 @@ mod tests {
         );
         assert_eq!(
             idx(&env(Some("MIG-abc"), None), 0),
-            Err("\"MIG-abc\" is a MIG instance: not mapped to an NVML GPU yet".into())
+            Err("\"MIG-abc\" names no MIG instance NVML lists".into())
         );
+    }
+
+    #[test]
+    fn a_mig_uuid_is_that_instance_as_device_0_and_alone() {
+        // Its UUID, or the older GPU UUID with the instance ids.
+        assert_eq!(
+            mig_of(&env(Some("MIG-2c2d0000-2222"), None), 0),
+            Ok((2, Some(2)))
+        );
+        let old = env(Some("MIG-GPU-2a2b0000-1111/1/0"), None);
+        assert_eq!(mig_of(&old, 0), Ok((2, Some(1))));
+        // Kubernetes' device plugin (mixed strategy) gives the container the instance.
+        let k8s = env(None, Some("MIG-1c1d0000-2222"));
+        assert_eq!(mig_of(&k8s, 0), Ok((2, Some(1))));
+        assert_eq!(
+            mig_of(
+                &GpuEnv {
+                    cuda_visible: Some("0".into()),
+                    ..k8s.clone()
+                },
+                0
+            ),
+            Ok((2, Some(1)))
+        );
+        // CUDA enumerates one instance; nothing else is told apart.
+        assert_eq!(
+            mig_of(&env(Some("MIG-1c1d0000-2222,MIG-2c2d0000-2222"), None), 1),
+            Err("CUDA enumerates one MIG instance per process: device 1 is none".into())
+        );
+        assert_eq!(
+            mig_of(&env(Some("0,MIG-1c1d0000-2222"), None), 0),
+            Err(
+                "\"0,MIG-1c1d0000-2222\" mixes MIG instances and whole GPUs: not told apart".into()
+            )
+        );
+        assert_eq!(
+            mig_of(
+                &GpuEnv {
+                    cuda_visible: Some("1".into()),
+                    ..k8s
+                },
+                0
+            ),
+            Err("CUDA_VISIBLE_DEVICES renumbers a container's MIG instance: not told apart".into())
+        );
+        // A whole GPU stays a whole GPU.
+        assert_eq!(mig_of(&env(Some("2"), None), 0), Ok((2, None)));
     }
 
     #[test]
@@ -292,10 +455,10 @@ mod tests {
             device_order: Some("PCI_BUS_ID".into()),
             ..e
         };
-        assert_eq!(ordered.resolve(1, &gpus).map(|g| g.index), Ok(1));
+        assert_eq!(ordered.resolve(1, &gpus).map(|r| r.gpu.index), Ok(1));
         // Positions depend on the order; UUIDs do not.
         assert!(env(Some("2,3"), None).resolve(1, &gpus).is_err());
         let by_uuid = env(Some("GPU-2a2b,GPU-1a1b"), None);
-        assert_eq!(by_uuid.resolve(1, &gpus).map(|g| g.index), Ok(1));
+        assert_eq!(by_uuid.resolve(1, &gpus).map(|r| r.gpu.index), Ok(1));
     }
 }

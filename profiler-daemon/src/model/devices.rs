@@ -90,6 +90,7 @@ impl Devices {
             allocations: s.allocations,
             alloc_bytes: s.alloc_bytes,
             nvml_gpu: None,
+            mig: None,
         };
         let used = |s: &DeviceStat| *s != DeviceStat::default();
         let mut v: Vec<DeviceReport> = self
@@ -125,7 +126,15 @@ pub fn name_node_gpus(
     let Some(env) = env else { return };
     for r in rows.iter_mut() {
         if let Some(ord) = r.device {
-            r.nvml_gpu = env.resolve(ord, gpus).ok().map(|g| g.index);
+            let Ok(at) = env.resolve(ord, gpus) else {
+                continue;
+            };
+            r.nvml_gpu = Some(at.gpu.index);
+            r.mig = at.mig.map(|m| crate::model::snapshot::MigInstanceReport {
+                device: at.gpu.index,
+                gpu_instance: m.gpu_instance,
+                compute_instance: m.compute_instance,
+            });
         }
     }
 }
@@ -183,7 +192,7 @@ impl NodeGpuMap {
         match (device::of(f), self.envs.get(&tgid)) {
             (Some(ord), Some(env)) => env
                 .resolve(ord, &self.gpus)
-                .map_or(NodeGpuOf::Unknown, |g| NodeGpuOf::Gpu(g.index)),
+                .map_or(NodeGpuOf::Unknown, |r| NodeGpuOf::Gpu(r.gpu.index)),
             _ => NodeGpuOf::Unknown,
         }
     }
@@ -221,6 +230,27 @@ pub struct DeviceReport {
     /// NVML listed on exactly one GPU: that GPU, the most likely (the row stays unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml_gpu: Option<u32>,
+    /// The MIG instance of `nvml_gpu` this row's calls went to, where the process's
+    /// environment names one (`MIG-…`: CUDA then enumerates that instance as device 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::model::snapshot::MigInstanceReport>,
+}
+
+/// The MIG instances of GPU `device` among `instances` (what NVML listed), for the
+/// device-numbering rules.
+pub fn node_migs(
+    instances: &[crate::nvml::MigDevice],
+    device: u32,
+) -> Vec<crate::enrich::gpu_env::NodeMig> {
+    instances
+        .iter()
+        .filter(|m| m.device == device)
+        .map(|m| crate::enrich::gpu_env::NodeMig {
+            uuid: m.uuid.clone(),
+            gpu_instance: m.gpu_instance,
+            compute_instance: m.compute_instance,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -302,6 +332,7 @@ mod tests {
                     index: i,
                     uuid: format!("GPU-{i}"),
                     name: "NVIDIA H100 80GB HBM3".into(),
+                    migs: Vec::new(),
                 })
                 .collect(),
         };

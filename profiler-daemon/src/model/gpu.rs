@@ -111,6 +111,8 @@ pub struct Gpus {
     /// GPM figures per device, and who held each device while they were measured.
     pub gpm: crate::model::gpm::Gpm,
     pub status: NvmlStatus,
+    /// The MIG instances of the GPUs in MIG mode, as the latest round listed them.
+    migs: Vec<crate::nvml::MigDevice>,
 }
 
 impl Gpus {
@@ -199,6 +201,11 @@ impl Gpus {
         &self.now
     }
 
+    /// The MIG instances of a round (the latest list replaces the one before).
+    pub fn apply_mig(&mut self, instances: &[crate::nvml::MigDevice]) {
+        self.migs = instances.to_vec();
+    }
+
     /// The GPUs NVML listed, as the device-numbering rules need them.
     pub fn node_gpus(&self) -> Vec<crate::enrich::gpu_env::NodeGpu> {
         self.devices
@@ -207,6 +214,7 @@ impl Gpus {
                 index,
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
+                migs: crate::model::devices::node_migs(&self.migs, index),
             })
             .collect()
     }

@@ -663,8 +663,9 @@ impl Aggregator {
 
     /// The MIG instances NVML's round placed processes on (the round itself applied just
     /// before).
-    pub fn apply_nvml_mig(&mut self, v: &[crate::nvml::MigPlacement]) {
-        for m in v {
+    pub fn apply_nvml_mig(&mut self, round: &crate::nvml::MigRound) {
+        self.gpus.apply_mig(&round.instances);
+        for m in &round.placements {
             if let Some(st) = self.procs.get_mut(&m.pid) {
                 st.gpu
                     .mig

@@ -8,8 +8,8 @@
 //! (before Hopper, an NVML without the GPM entry points) is asked once and reported as
 //! unsupported with the reason; the rest of the sampler goes on as before.
 //!
-//! MIG instances are not sampled separately: `nvmlGpmMigSampleGet` needs the GPU instance id,
-//! which `nvml-wrapper` 0.13 does not read from a MIG device handle.
+//! MIG instances are not sampled separately yet (`nvmlGpmMigSampleGet`, per GPU instance; the
+//! instance ids are read in `super::mig`): a GPU in MIG mode is sampled whole.
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;

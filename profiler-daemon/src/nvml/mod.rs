@@ -13,6 +13,9 @@
 //! says why once, and the report says how far sampling got ([`NvmlStatus`]).
 
 pub mod gpm;
+pub mod mig;
+
+pub use mig::{MigDevice, MigPlacement, MigRound};
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
@@ -68,21 +71,11 @@ pub struct Sample {
     /// [`gpm`]). Like `health`, a frame of its own in capture files (`NvmlGpm`).
     #[serde(skip)]
     pub gpm: Option<gpm::Gpm>,
-    /// The MIG instance of each process NVML listed on a GPU in MIG mode (none elsewhere).
-    /// Like `health`, a frame of its own in capture files (`NvmlMig`), written only when there
-    /// are any.
+    /// MIG, where a GPU is in MIG mode: each process's instance and each GPU's instances
+    /// (see [`mig`]). Like `health`, a frame of its own in capture files (`NvmlMig`), written
+    /// only when there is any.
     #[serde(skip)]
-    pub mig: Vec<MigPlacement>,
-}
-
-/// A process on a MIG instance: the GPU (NVML's index of the whole GPU), and the GPU and
-/// compute instance NVML's process list gave it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct MigPlacement {
-    pub pid: u32,
-    pub device: u32,
-    pub gpu_instance: u32,
-    pub compute_instance: u32,
+    pub mig: MigRound,
 }
 
 /// What else NVML says of the devices' health in one round.
@@ -291,7 +284,7 @@ fn round<'n>(
     last_seen.resize(count as usize, 0);
     let mut devices = Vec::new();
     let mut processes = Vec::new();
-    let mut mig = Vec::new();
+    let mut mig = MigRound::default();
     let mut health = Vec::new();
     let mut gpm_devices = Vec::new();
     for index in 0..count {
@@ -325,7 +318,8 @@ fn round<'n>(
         });
         let listed = d.running_compute_processes().unwrap_or_default();
         // On a GPU in MIG mode, NVML names each process's GPU and compute instance.
-        mig.extend(listed.iter().filter_map(|p| {
+        mig.instances.extend(mig::instances(nvml, index, &d));
+        mig.placements.extend(listed.iter().filter_map(|p| {
             Some(MigPlacement {
                 pid: p.pid,
                 device: index,

@@ -297,15 +297,11 @@ impl DeepCapture {
                 self.writer.frame(&Frame::Nvml(mine));
             }
             // Where other users' processes run is theirs: only the user's own placements.
-            (Frame::NvmlMig(v), Role::User(_)) => {
-                let mine: Vec<_> = v
-                    .iter()
-                    .filter(|m| self.matched.get(&m.pid) == Some(&true))
-                    .copied()
-                    .collect();
-                if !mine.is_empty() {
-                    self.writer.frame(&Frame::NvmlMig(mine));
-                }
+            (Frame::NvmlMig(round), Role::User(_)) => {
+                let mut mine = round.clone();
+                mine.placements
+                    .retain(|m| self.matched.get(&m.pid) == Some(&true));
+                self.writer.frame(&Frame::NvmlMig(mine));
             }
             (Frame::Libraries(v), Role::User(_)) => {
                 let mut v = v.clone();

@@ -62,9 +62,10 @@ pub const MAGIC: &[u8; 8] = b"GPUPROF\0";
 ///   just before `End`, to align captures of several nodes (`report A B …`). A schema-9 reader
 ///   would count the frame as damage and lose the `End` behind it: it refuses the file instead.
 ///   Files without them are aligned by the header's pair alone.
-/// * 11: an `NvmlMig` frame after an NVML round's where a process is on a MIG instance. A
-///   schema-10 reader would count it as damage and lose everything behind it: it refuses the
-///   file instead. Files without it place no process on a MIG instance.
+/// * 11: an `NvmlMig` frame after an NVML round's where a GPU is in MIG mode (each process's
+///   MIG instance, each GPU's instances). A schema-10 reader would count it as damage and
+///   lose everything behind it: it refuses the file instead. Files without it place no
+///   process on a MIG instance.
 pub const SCHEMA_VERSION: u32 = 11;
 /// The largest frame a reader accepts: a damaged length must not make it allocate gigabytes.
 pub const MAX_FRAME: u32 = 64 << 20;
@@ -222,9 +223,9 @@ pub enum Frame {
     /// The wall clock against CLOCK_MONOTONIC now (schema 10): one after the header, one just
     /// before [`Frame::End`].
     Clock(crate::sys::clock::WallPair),
-    /// The MIG instance of each process the NVML round just before listed on a GPU in MIG
-    /// mode (schema 11; written only when there is one).
-    NvmlMig(Vec<crate::nvml::MigPlacement>),
+    /// What the NVML round just before said of MIG (schema 11; written only where a GPU is in
+    /// MIG mode): each process's instance, each GPU's instances.
+    NvmlMig(crate::nvml::MigRound),
 }
 
 fn codec() -> impl bincode::Options {

@@ -178,8 +178,15 @@ pub fn node_gpu_map(path: &Path) -> Result<crate::model::devices::NodeGpuMap, St
                         index: d.index,
                         uuid: d.uuid.clone(),
                         name: d.name.clone(),
+                        migs: Vec::new(),
                     })
                     .collect();
+            }
+            // The round's MIG instances (the frame follows its round's).
+            Frame::NvmlMig(round) => {
+                for g in &mut map.gpus {
+                    g.migs = crate::model::devices::node_migs(&round.instances, g.index);
+                }
             }
             _ => {}
         }

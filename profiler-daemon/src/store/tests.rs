@@ -644,7 +644,7 @@ fn gpm_round(ts_ns: u64) -> crate::nvml::Sample {
             sm_util: None,
             mem_util: None,
         }],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     }

@@ -184,7 +184,7 @@ fn nvml(at: u64, util: Option<u32>, held: Option<u64>) -> Frame {
             // Not a captured process.
             proc(1, 999, Some(1 << 20)),
         ],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     })

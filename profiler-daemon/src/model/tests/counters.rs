@@ -433,7 +433,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
                 ..on(0, Some(99))
             },
         ],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     });
@@ -447,7 +447,7 @@ fn nvml_figures_reach_the_live_rows_summed_over_devices() {
         ts_ns: 2,
         devices: vec![],
         processes: vec![on(0, None)],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     });
@@ -667,7 +667,7 @@ fn live_rows_show_gpm_of_a_gpu_the_job_holds_alone() {
         ts_ns: 1,
         devices: vec![dev(0), dev(1)],
         processes: vec![on(0, 10), on(1, 10), on(1, 11)],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     });

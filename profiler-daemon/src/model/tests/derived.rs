@@ -146,7 +146,7 @@ fn a_process_nvml_lists_on_two_gpus_derives_nothing() {
         ts_ns: 1,
         devices: vec![],
         processes: vec![on(0), on(1)],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     });

@@ -250,7 +250,7 @@ fn report_json_contract() {
                 mem_util: None,
             },
         ],
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     });

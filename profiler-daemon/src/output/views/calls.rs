@@ -274,6 +274,12 @@ impl Tabular for Devices {
         Column::new("nvml_gpu", "NODE GPU", RIGHT, |r| {
             Cell::or_null(r.x.nvml_gpu, |g| Cell::Int(g.into()))
         }),
+        // Its MIG instance (GPU instance/compute instance), where the environment names one.
+        Column::new("mig", "MIG", RIGHT.wide(), |r| {
+            Cell::or_null(r.x.mig, |m| {
+                Cell::Text(format!("{}/{}", m.gpu_instance, m.compute_instance))
+            })
+        }),
         Column::new("launches", "LAUNCHES", RIGHT, |r| Cell::Int(r.x.launches)),
         Column::new("share", "SHARE", RIGHT, |r| {
             // Of the process's launches, to 0.1%.

@@ -86,8 +86,8 @@ fn read_back_mig(
     let mut mig = Vec::new();
     let mut reader = store::Reader::open(&path).unwrap();
     while let Some(f) = reader.next_frame() {
-        if let Frame::NvmlMig(v) = f {
-            mig.extend(v);
+        if let Frame::NvmlMig(round) = f {
+            mig.extend(round.placements);
         }
     }
     std::fs::remove_file(&path).unwrap();
@@ -289,7 +289,7 @@ fn pid_taken_over(intruder_start: u64) {
                 mem_util: Some(5),
             })
             .to_vec(),
-        mig: Vec::new(),
+        mig: Default::default(),
         health: None,
         gpm: None,
     };
@@ -301,7 +301,10 @@ fn pid_taken_over(intruder_start: u64) {
         gpu_instance,
         compute_instance: 0,
     };
-    d.frame(&Frame::NvmlMig(vec![on(10, 1), on(20, 2)]));
+    d.frame(&Frame::NvmlMig(crate::nvml::MigRound {
+        placements: vec![on(10, 1), on(20, 2)],
+        instances: Vec::new(),
+    }));
     // GPM of the same round: the GPU is shared with the other user's process.
     d.frame(&Frame::NvmlGpm(crate::nvml::gpm::Gpm {
         ts_ns: 2,

@@ -369,6 +369,16 @@ fn header() -> FileHeader {
     }
 }
 
+/// The closing frame of a capture stopped by the user 800 µs in.
+fn end() -> Frame {
+    Frame::End(End {
+        duration_ns: 800_000,
+        drops: BTreeMap::new(),
+        submitted: BTreeMap::new(),
+        stop_reason: "interrupted".into(),
+    })
+}
+
 fn write_capture(path: &Path) {
     let f = std::fs::File::create(path).unwrap();
     let mut w = Writer::new(f, path, header());
@@ -380,12 +390,7 @@ fn write_capture(path: &Path) {
     w.flush();
     w.frame(&nvml(700_000, None, Some(1 << 31)));
     w.frame(&Frame::Symbols(vec![(100, 0x4000, "_Z4gemmPfi".into())]));
-    w.frame(&Frame::End(End {
-        duration_ns: 800_000,
-        drops: BTreeMap::new(),
-        submitted: BTreeMap::new(),
-        stop_reason: "interrupted".into(),
-    }));
+    w.frame(&end());
     w.flush();
     assert_eq!(w.failure(), None);
 }
@@ -598,12 +603,7 @@ fn past_the_max_size_two_captures_keep_one_window_of_both() {
     python(&mut w);
     trainers(&mut w);
     burst(&mut w);
-    w.frame(&Frame::End(End {
-        duration_ns: 800_000,
-        drops: BTreeMap::new(),
-        submitted: BTreeMap::new(),
-        stop_reason: "interrupted".into(),
-    }));
+    w.frame(&end());
     w.flush();
     let one = guard::choose(&d.capture(), 0, None)
         .unwrap()

@@ -883,6 +883,21 @@ mod tests {
             .collect()
     }
 
+    /// Process 7 and its thread 8, named.
+    fn named() -> [TraceEvent; 2] {
+        [
+            TraceEvent::ProcessName {
+                pid: 7,
+                name: "p".into(),
+            },
+            TraceEvent::ThreadName {
+                pid: 7,
+                tid: 8,
+                name: "t".into(),
+            },
+        ]
+    }
+
     fn launch(tid: u64, ts_ns: u64, args: Args) -> TraceEvent {
         TraceEvent::Slice {
             pid: 7,
@@ -899,17 +914,8 @@ mod tests {
     fn each_track_is_a_sequence_with_its_clock_defaults_and_descriptor() {
         let mut out = Vec::new();
         let mut s = PerfettoSink::new(&mut out);
-        for e in [
-            TraceEvent::ProcessName {
-                pid: 7,
-                name: "p".into(),
-            },
-            TraceEvent::ThreadName {
-                pid: 7,
-                tid: 8,
-                name: "t".into(),
-            },
-        ] {
+        let [process, thread] = named();
+        for e in [process, thread] {
             s.event(e).unwrap();
         }
         s.finish().unwrap();
@@ -963,16 +969,10 @@ mod tests {
                 ("stream", Arg::Hex(0x1)),
             ])
         };
+        let [process, thread] = named();
         for e in [
-            TraceEvent::ProcessName {
-                pid: 7,
-                name: "p".into(),
-            },
-            TraceEvent::ThreadName {
-                pid: 7,
-                tid: 8,
-                name: "t".into(),
-            },
+            process,
+            thread,
             launch(8, 1500, args()),
             TraceEvent::ThreadName {
                 pid: 7,

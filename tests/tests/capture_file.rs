@@ -658,3 +658,26 @@ fn derived_gpu_idle_and_launch_ahead_of_a_known_loop() {
     }
     w.exit();
 }
+
+/// The export's golden traces (a synthetic capture with every kind of event, and a window of
+/// it; `profiler-daemon/src/output/trace/fixtures`): the Perfetto one holds exactly the JSON
+/// one's events, read with Perfetto's own schema and the trace processor's rules (sequences,
+/// incremental clocks, interned strings), counter series NVML did not report included (null
+/// in JSON, no value in Perfetto).
+#[test]
+fn the_golden_perfetto_traces_hold_their_json_twins_events() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../profiler-daemon/src/output/trace/fixtures");
+    for (name, slices, instants, counters) in [("full", 205, 2, 20), ("window", 12, 0, 7)] {
+        let got = check_pftrace(
+            &dir.join(format!("{name}.pftrace")),
+            &dir.join(format!("{name}.json")),
+        );
+        assert_eq!(
+            got,
+            serde_json::json!({"slices": slices, "instants": instants,
+                               "counter_values": counters, "flows": 0}),
+            "{name}"
+        );
+    }
+}

@@ -77,7 +77,9 @@ def validate(doc):
             sys.exit("an event on a thread track not named before: %s" % e)
         if e["ph"] == "i" and e["s"] not in ("t", "p", "g"):
             sys.exit("instant scope: %s" % e)
-        if e["ph"] == "C" and not all(isinstance(v, NUM) and not isinstance(v, bool) for v in e["args"].values()):
+        # A series not reported at this moment is null (the trace processor skips it).
+        if e["ph"] == "C" and not all(v is None or (isinstance(v, NUM) and not isinstance(v, bool))
+                                      for v in e["args"].values()):
             sys.exit("counter values: %s" % e)
         if e["ph"] == "f" and e["bp"] != "e":
             sys.exit("flow end binding: %s" % e)
@@ -111,7 +113,8 @@ def from_json(path):
         elif ph == "C":
             for k, v in e["args"].items():
                 label = e["name"] if len(e["args"]) == 1 else "%s: %s" % (e["name"], k)
-                counters[(proc, label, ns(e["ts"]), float(v))] += 1
+                if v is not None:
+                    counters[(proc, label, ns(e["ts"]), float(v))] += 1
         elif ph in ("s", "f"):
             flows[e["id"]][ph] = at[(e["pid"], e["tid"], ns(e["ts"]))]
     flow_set = collections.Counter((f["s"], f["f"]) for f in flows.values())

@@ -12,7 +12,8 @@
 //!   an instant on the thread or process track (the trace processor makes both a slice of
 //!   duration 0, as it does a JSON `X` event of `dur` 0);
 //! - a counter → one counter track per series (`name`, or `name: series` when it has several),
-//!   created at its first value (a value not reported: 0.0);
+//!   created at its first value; a value not reported is no event (the JSON trace's `null`,
+//!   which the trace processor's JSON importer skips);
 //! - flow starts and ends → `flow_ids` / `terminating_flow_ids` on the event they bind to (the
 //!   one at the same time on the same track, which the exporter always sends first);
 //! - arguments → debug annotations (numbers and booleans as such; strings, a handle or address
@@ -639,7 +640,9 @@ impl<W: Write> PerfettoSink<W> {
         }
     }
 
-    /// One value per series of counter `name`, each on its own track under the process.
+    /// One value per series of counter `name`, each on its own track under the process. A
+    /// series without a value this time (NVML did not report it) gets no event: no value, not
+    /// a zero (its track is made at its first value).
     fn counter(
         &mut self,
         pid: u64,
@@ -652,6 +655,9 @@ impl<W: Write> PerfettoSink<W> {
             self.seqs[t].id
         };
         for (k, val) in values {
+            let Some(v) = *val else {
+                continue;
+            };
             let label = if values.len() == 1 {
                 name.to_owned()
             } else {
@@ -669,13 +675,12 @@ impl<W: Write> PerfettoSink<W> {
                     t
                 }
             };
-            // An integer where it fits; a value not reported is 0.0.
+            // An integer where it fits.
             self.begin_event(COUNTER);
             let e = &mut self.scratch.event;
-            match val.map(|v| (v, i64::try_from(v))) {
-                Some((_, Ok(i))) => e.int(f::TE_COUNTER_INT, i),
-                Some((v, Err(_))) => e.double(f::TE_COUNTER_DOUBLE, v as f64),
-                None => e.double(f::TE_COUNTER_DOUBLE, 0.0),
+            match i64::try_from(v) {
+                Ok(i) => e.int(f::TE_COUNTER_INT, i),
+                Err(_) => e.double(f::TE_COUNTER_DOUBLE, v as f64),
             }
             self.write_event(t, ts)?;
         }

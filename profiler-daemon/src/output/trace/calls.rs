@@ -5,7 +5,8 @@
 //! stream.
 
 use super::{
-    Arg, Args, Capture, Dur, Emit, GPU_TID_BASE, STREAM_TID_BASE, Scope, TraceError, TraceEvent,
+    Arg, Args, Capture, Dur, Emit, GPU_TID_BASE, Name, STREAM_TID_BASE, Scope, TraceError,
+    TraceEvent,
 };
 use crate::api::{ApiTable, Layer};
 use crate::enrich::stacks::{StackKey, StackResolver};
@@ -16,6 +17,11 @@ use crate::store;
 use profiler_common::decode::Event;
 use profiler_common::{CopyBody, LaunchBody, LaunchesBody, device, dir, flags};
 use std::collections::{HashMap, HashSet};
+
+/// The maps the pass looks up on every record: hashed with foldhash (SipHash's resistance to
+/// chosen keys buys nothing for a capture's own ids).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 use std::path::Path;
 
 mod nccl;
@@ -29,19 +35,21 @@ pub(super) fn calls(
 ) -> Result<Option<String>, TraceError> {
     let mut calls = Calls {
         cap,
-        threads: HashSet::new(),
-        streams: HashMap::new(),
+        threads: Default::default(),
+        streams: Default::default(),
         live: LiveMemory::default(),
         flow: 0,
         gpu_names: HashMap::new(),
         gpu_tracks: HashMap::new(),
-        joins: HashMap::new(),
+        joins: Default::default(),
         flow_from: None,
         flows_in: HashSet::new(),
-        claimed: HashSet::new(),
-        launch_seq: HashMap::new(),
+        claimed: Default::default(),
+        launch_seq: Default::default(),
         comms: HashMap::new(),
         node_gpus: node_gpus(cap),
+        names: Default::default(),
+        apis: Vec::new(),
     };
     calls.claimed = claimed_launches(path, cap)?;
     let stopped = store::for_each_record_named(path, |api, g, ev, stacks| {
@@ -97,8 +105,8 @@ fn joinable(cap: &Capture, tgid: u32, g: u32) -> Option<Tids> {
 /// A first pass over the records: which launches (`(pid, n)`, the process's n-th launch record)
 /// a launch call claims. Only those get an arrow, so that none leaves a launch and never
 /// arrives. No pass where no process can join.
-fn claimed_launches(path: &Path, cap: &Capture) -> Result<HashSet<(u64, u64)>, TraceError> {
-    let mut claimed = HashSet::new();
+fn claimed_launches(path: &Path, cap: &Capture) -> Result<FastSet<(u64, u64)>, TraceError> {
+    let mut claimed = FastSet::default();
     if !cap
         .replay
         .tids
@@ -162,7 +170,7 @@ struct Call {
     pid: u64,
     tid: u64,
     ts_ns: u64,
-    api: String,
+    api: Name,
     /// Its kernel names: `(tgid, generation)`, and whether the API is the runtime's.
     process: (u32, u32),
     runtime: bool,
@@ -170,14 +178,7 @@ struct Call {
 
 impl Call {
     /// A timed call as a slice (return probe: its duration is measured), else an instant.
-    fn timed(
-        &self,
-        cat: &'static str,
-        name: String,
-        fl: u32,
-        dur_ns: u64,
-        args: Args,
-    ) -> TraceEvent {
+    fn timed(&self, cat: &'static str, name: Name, fl: u32, dur_ns: u64, args: Args) -> TraceEvent {
         if fl & flags::HAS_RETURN == 0 {
             return self.instant(Scope::Thread, cat, name, args);
         }
@@ -193,7 +194,7 @@ impl Call {
     }
 
     /// An instant on the call's thread (`Scope::Thread`) or process.
-    fn instant(&self, scope: Scope, cat: &'static str, name: String, args: Args) -> TraceEvent {
+    fn instant(&self, scope: Scope, cat: &'static str, name: Name, args: Args) -> TraceEvent {
         TraceEvent::Instant {
             pid: self.pid,
             tid: self.tid,
@@ -209,10 +210,10 @@ impl Call {
 /// The state of the calls' pass: the tracks named so far, live memory, the last flow.
 struct Calls<'a> {
     cap: &'a Capture<'a>,
-    threads: HashSet<(u64, u32)>,
+    threads: FastSet<(u64, u32)>,
     /// `(pid, device, stream)` → its track: one device's default stream is not another's, and
     /// a track's name says its GPU when known, so each GPU's streams read together.
-    streams: HashMap<(u64, Option<u32>, u64), u64>,
+    streams: FastMap<(u64, Option<u32>, u64), u64>,
     live: LiveMemory<u64>,
     flow: u64,
     /// The injection library's kernel names: `(pid, name id)` → mangled name.
@@ -221,18 +222,23 @@ struct Calls<'a> {
     gpu_tracks: HashMap<(u64, u32, u32), u64>,
     /// Per process whose capture can join (launch calls recorded, thread ids mapped); `None`
     /// for the others, whose GPU slices are written as they come.
-    joins: HashMap<u64, Option<ProcJoin>>,
+    joins: FastMap<u64, Option<ProcJoin>>,
     /// The flow the launch being written leaves by.
     flow_from: FlowFrom,
     /// Flows that arrived (a graph launch's kernels share one: the first gets the arrow).
     flows_in: HashSet<u64>,
     /// The launches a launch call claims (`claimed_launches`), and each process's launch count.
-    claimed: HashSet<(u64, u64)>,
-    launch_seq: HashMap<u64, u64>,
+    claimed: FastSet<(u64, u64)>,
+    launch_seq: FastMap<u64, u64>,
     /// `(pid, communicator handle)` → what the report knows of it and its track.
     comms: HashMap<(u64, u64), CommTrack>,
     /// `(pid, CUDA device)` → the node's GPU, where known ([`node_gpus`]).
     node_gpus: HashMap<(u64, u32), u32>,
+    /// Kernel names made so far, each shared by its launches' events: `(tgid, generation,
+    /// function, runtime)` → name.
+    names: FastMap<(u32, u32, u64, bool), Name>,
+    /// API names by id, made once each.
+    apis: Vec<Option<Name>>,
 }
 
 impl Calls<'_> {
@@ -316,7 +322,7 @@ impl Calls<'_> {
             pid,
             tid: u64::from(h.tid),
             ts_ns,
-            api: api.name(h.api),
+            api: self.api_name(api, h.api),
             process: (h.tgid, g),
             runtime: api.get(h.api).is_some_and(|a| a.layer == Layer::Runtime),
         };
@@ -369,8 +375,8 @@ impl Calls<'_> {
             ),
             Event::Exec(_, x) => {
                 let len = x.comm.iter().position(|&b| b == 0).unwrap_or(x.comm.len());
-                let comm = String::from_utf8_lossy(&x.comm[..len]).into_owned();
-                let args = Args::from([("comm", Arg::Str(comm))]);
+                let comm = String::from_utf8_lossy(&x.comm[..len]);
+                let args = Args::from([("comm", Arg::Str(comm.as_ref().into()))]);
                 call.instant(Scope::Process, "process", "exec".into(), args)
             }
             Event::Stack(_, st) => {
@@ -387,7 +393,7 @@ impl Calls<'_> {
                     ("stack", Arg::List(stack)),
                     ("period", Arg::Uint(u64::from(st.period))),
                 ]);
-                call.instant(Scope::Thread, "stack", format!("{of} stack"), args)
+                call.instant(Scope::Thread, "stack", format!("{of} stack").into(), args)
             }
             Event::Launches(_, l) => self.launches(&call, l),
             Event::Nccl(_, b) => return self.nccl(emit, &call, b),
@@ -406,14 +412,29 @@ impl Calls<'_> {
     }
 
     /// The name of kernel `func` launched by `call`.
-    fn kernel_name(&self, call: &Call, func: u64) -> String {
+    fn kernel_name(&mut self, call: &Call, func: u64) -> Name {
         let (tgid, g) = call.process;
-        self.cap
-            .replay
-            .kernel_names
-            .get(&(tgid, g, func, call.runtime))
-            .cloned()
-            .unwrap_or_else(|| format!("<unknown 0x{func:x}>"))
+        let replay = self.cap.replay;
+        self.names
+            .entry((tgid, g, func, call.runtime))
+            .or_insert_with(
+                || match replay.kernel_names.get(&(tgid, g, func, call.runtime)) {
+                    Some(n) => n.as_str().into(),
+                    None => format!("<unknown 0x{func:x}>").into(),
+                },
+            )
+            .clone()
+    }
+
+    /// The name of API `id`, made once.
+    fn api_name(&mut self, api: &ApiTable, id: u32) -> Name {
+        let i = id as usize;
+        if self.apis.len() <= i {
+            self.apis.resize(i + 1, None);
+        }
+        self.apis[i]
+            .get_or_insert_with(|| api.name(id).into())
+            .clone()
     }
 
     /// The track of `stream` on device `device` (`None`: unknown) in process track `pid`,
@@ -578,7 +599,7 @@ impl Calls<'_> {
             ts_ns,
             dur: Dur::Ns(dur),
             cat,
-            name,
+            name: name.into(),
             args,
         })?;
         match from {
@@ -625,14 +646,14 @@ impl Calls<'_> {
     /// on its stream's track. A memset is named by its API alone (`cudaMemset`), its direction
     /// being its name.
     fn copy(&mut self, emit: &mut Emit, call: &Call, c: &CopyBody) -> Result<(), TraceError> {
-        let name = if c.direction == dir::MEMSET {
+        let name: Name = if c.direction == dir::MEMSET {
             call.api.clone()
         } else {
-            format!("{} {}", call.api, dir_name(c.direction))
+            format!("{} {}", call.api, dir_name(c.direction)).into()
         };
         let args = Args::from([
             ("bytes", Arg::Uint(c.bytes)),
-            ("direction", Arg::Str(dir_name(c.direction).to_owned())),
+            ("direction", Arg::Str(dir_name(c.direction).into())),
             ("async", Arg::Bool(c.flags & flags::ASYNC != 0)),
             ("stream", Arg::Hex(c.stream)),
             ("ret", Arg::Int(i64::from(c.ret))),
@@ -652,7 +673,7 @@ impl Calls<'_> {
 
     /// Launches counted in the kernel (capture files are written in full mode, so only a
     /// hand-made file has these): one instant for the lot, no per-launch slices.
-    fn launches(&self, call: &Call, l: &LaunchesBody) -> TraceEvent {
+    fn launches(&mut self, call: &Call, l: &LaunchesBody) -> TraceEvent {
         let args = Args::from([
             ("api", Arg::Str(call.api.clone())),
             ("launches", Arg::Uint(l.count)),

@@ -140,7 +140,7 @@ pub enum TraceEvent {
         ts_ns: u64,
         dur: Dur,
         cat: &'static str,
-        name: String,
+        name: Name,
         args: Args,
     },
     /// A moment on a thread's track, or (`Scope::Process`) the whole process's.
@@ -150,7 +150,7 @@ pub enum TraceEvent {
         ts_ns: u64,
         scope: Scope,
         cat: &'static str,
-        name: String,
+        name: Name,
         args: Args,
     },
     /// Counter `name` of a process: each series with its value (`None`: not reported), the
@@ -180,6 +180,10 @@ pub enum TraceEvent {
         name: &'static str,
     },
 }
+
+/// An event's name: shared, as a kernel's name is by every launch of it (and by the launch's
+/// copy on its stream's track), rather than copied for each.
+pub type Name = std::rc::Rc<str>;
 
 /// How long a slice lasts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,7 +216,7 @@ pub enum Arg {
     Uint(u64),
     Int(i64),
     Bool(bool),
-    Str(String),
+    Str(Name),
     /// An address or a handle: shown in hex, as the string `0x…`.
     Hex(u64),
     /// A CUDA grid or block.
@@ -523,7 +527,7 @@ fn steps(path: &Path, cap: &Capture, emit: &mut Emit) -> Result<(), TraceError> 
                 ts_ns: st.start_ns,
                 dur: Dur::Ns(st.wall_ns),
                 cat: "step",
-                name: format!("step {}", i + 1),
+                name: format!("step {}", i + 1).into(),
                 args: Args::from(
                     [
                         ("launches", Some(st.launches)),

@@ -278,7 +278,7 @@ struct Pending {
     dur: u64,
     pid: u64,
     tid: u64,
-    name: String,
+    name: super::Name,
     cat: &'static str,
     args: Args,
     flows_out: Vec<u64>,

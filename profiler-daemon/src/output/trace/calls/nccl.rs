@@ -32,7 +32,7 @@ impl Calls<'_> {
         let comm = self.comm(emit, call, b.comm)?;
         let mut args = vec![("comm", Arg::Hex(b.comm))];
         if let Some(id) = &comm.id {
-            args.push(("comm_id", Arg::Str(id.clone())));
+            args.push(("comm_id", Arg::Str(id.as_str().into())));
         }
         if let Some((rank, n)) = comm.rank {
             args.push(("rank", Arg::Int(i64::from(rank))));
@@ -56,14 +56,14 @@ impl Calls<'_> {
             ("bytes", Arg::Uint(b.bytes())),
             (
                 "datatype",
-                Arg::Str(datatype::name(b.datatype).unwrap_or("unknown").to_owned()),
+                Arg::Str(datatype::name(b.datatype).unwrap_or("unknown").into()),
             ),
             ("stream", Arg::Hex(b.stream)),
             ("group", Arg::Uint(u64::from(b.group))),
             ("thread", Arg::Uint(call.tid)),
         ]);
         if b.redop != redop::NONE {
-            args.push(("reduction", Arg::Str(redop::name(b.redop).to_owned())));
+            args.push(("reduction", Arg::Str(redop::name(b.redop).into())));
         }
         if b.peer >= 0 {
             let k = if matches!(b.call, nc::SEND | nc::RECV) {

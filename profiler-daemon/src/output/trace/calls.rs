@@ -14,14 +14,10 @@ use crate::model::direction_name as dir_name;
 use crate::model::gpu_join::{Joiner, Tids};
 use crate::model::mem::LiveMemory;
 use crate::store;
+use crate::sys::hash::{FastMap, FastSet};
 use profiler_common::decode::Event;
 use profiler_common::{CopyBody, LaunchBody, LaunchesBody, device, dir, flags};
 use std::collections::{HashMap, HashSet};
-
-/// The maps the pass looks up on every record: hashed with foldhash (SipHash's resistance to
-/// chosen keys buys nothing for a capture's own ids).
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 use std::path::Path;
 
 mod nccl;

@@ -41,12 +41,11 @@
 //! the JSON trace of the same capture.
 
 use super::{Arg, Args, Scope, Sink, TraceError, TraceEvent};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::rc::Rc;
 
-type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::sys::hash::FastMap<K, V>;
 
 // Field numbers from perfetto/protos/perfetto/trace/*.proto (checked against Perfetto's own
 // descriptors by the end-to-end test).
